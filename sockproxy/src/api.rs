@@ -1,0 +1,523 @@
+//! Typed Docker Engine API endpoints: (method, canonical target) → `Endpoint`. Anything the
+//! proxy does not know becomes `Endpoint::Unknown` and is denied by policy.
+
+use http::Method;
+
+use crate::canon::Target;
+
+/// A reference to a container or network as dockerd will resolve it: a hex string may be a
+/// full ID or an ID prefix (resolved upstream); anything else is a name (checked locally).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjRef {
+    Name(String),
+    Hex(String),
+}
+
+impl ObjRef {
+    /// Reads a reference from a path segment or a body field. A leading `/` is stripped once (the
+    /// engine's canonical names carry one); `None` for an empty name or one with an inner `/`
+    /// (a link alias, which could name another stack's container).
+    pub fn parse(raw: &str) -> Option<Self> {
+        let name = raw.strip_prefix('/').unwrap_or(raw);
+        if name.is_empty() || name.contains('/') {
+            return None;
+        }
+        if name
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Some(Self::Hex(name.to_owned()))
+        } else {
+            Some(Self::Name(name.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Name(s) | Self::Hex(s) => s,
+        }
+    }
+}
+
+/// What a request to a single container does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerOp {
+    Inspect,
+    Start,
+    Stop,
+    Kill,
+    Restart,
+    Wait,
+    Remove,
+    Logs,
+    Attach,
+    Resize,
+    ExecCreate,
+    Archive,
+    Top,
+}
+
+impl ContainerOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Inspect => "containers.inspect",
+            Self::Start => "containers.start",
+            Self::Stop => "containers.stop",
+            Self::Kill => "containers.kill",
+            Self::Restart => "containers.restart",
+            Self::Wait => "containers.wait",
+            Self::Remove => "containers.remove",
+            Self::Logs => "containers.logs",
+            Self::Attach => "containers.attach",
+            Self::Resize => "containers.resize",
+            Self::ExecCreate => "containers.exec",
+            Self::Archive => "containers.archive",
+            Self::Top => "containers.top",
+        }
+    }
+
+    /// Reading a container's state or output does not change it; everything else does.
+    pub fn is_read(self) -> bool {
+        matches!(self, Self::Inspect | Self::Wait | Self::Logs | Self::Top)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecOp {
+    Start,
+    Inspect,
+    Resize,
+}
+
+impl ExecOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Start => "exec.start",
+            Self::Inspect => "exec.inspect",
+            Self::Resize => "exec.resize",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkOp {
+    Inspect,
+    Remove,
+    Connect,
+    Disconnect,
+}
+
+impl NetworkOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Inspect => "networks.inspect",
+            Self::Remove => "networks.remove",
+            Self::Connect => "networks.connect",
+            Self::Disconnect => "networks.disconnect",
+        }
+    }
+}
+
+/// Object kinds that exist on the host but never in a stack's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewKind {
+    Volume,
+    Plugin,
+}
+
+/// One Docker Engine API endpoint, as far as the proxy distinguishes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Ping,
+    Version,
+    ContainerList,
+    ContainerCreate,
+    Container {
+        op: ContainerOp,
+        target: ObjRef,
+    },
+    Exec {
+        op: ExecOp,
+        id: String,
+    },
+    NetworkList,
+    NetworkCreate,
+    Network {
+        op: NetworkOp,
+        target: ObjRef,
+    },
+    ImageInspect,
+    /// A known endpoint that is never allowed (host-wide or out of this toolkit's needs).
+    Denied {
+        op: String,
+    },
+    /// Inspect of an object kind a stack never owns (volumes, plugins): absent in its view.
+    NotInView {
+        kind: ViewKind,
+        name: String,
+    },
+    /// A path segment where a reference belongs is not a usable reference.
+    BadRef {
+        op: &'static str,
+    },
+    Unknown {
+        op: String,
+    },
+}
+
+impl Endpoint {
+    /// The operation name used in refusal messages and logs.
+    pub fn op(&self) -> String {
+        match self {
+            Self::Ping => "system.ping".into(),
+            Self::Version => "system.version".into(),
+            Self::ContainerList => "containers.list".into(),
+            Self::ContainerCreate => "containers.create".into(),
+            Self::Container { op, .. } => op.name().into(),
+            Self::Exec { op, .. } => op.name().into(),
+            Self::NetworkList => "networks.list".into(),
+            Self::NetworkCreate => "networks.create".into(),
+            Self::Network { op, .. } => op.name().into(),
+            Self::ImageInspect => "images.inspect".into(),
+            Self::Denied { op } | Self::Unknown { op } => op.clone(),
+            Self::BadRef { op } => (*op).into(),
+            Self::NotInView {
+                kind: ViewKind::Volume,
+                ..
+            } => "volumes.inspect".into(),
+            Self::NotInView {
+                kind: ViewKind::Plugin,
+                ..
+            } => "plugins.inspect".into(),
+        }
+    }
+}
+
+pub fn parse(method: &Method, target: &Target) -> Endpoint {
+    let segs: Vec<&str> = target.segments.iter().map(String::as_str).collect();
+    let m = method.as_str();
+    let unknown = || Endpoint::Unknown {
+        op: format!("{m} {}", target.path()),
+    };
+    match segs.as_slice() {
+        ["_ping"] if m == "GET" || m == "HEAD" => Endpoint::Ping,
+        ["version"] if m == "GET" => Endpoint::Version,
+        ["containers", rest @ ..] => containers(m, rest).unwrap_or_else(unknown),
+        ["exec", id, action] => exec(m, id, action).unwrap_or_else(unknown),
+        ["networks", rest @ ..] => networks(m, rest).unwrap_or_else(unknown),
+        ["images", rest @ ..] => images(m, rest),
+        // `docker inspect NAME` walks containers, images, networks, volumes, /info, plugins and
+        // goes on only past "not found": answering these two as absent keeps it working.
+        ["volumes", name] if m == "GET" && is_word_ish(name) => Endpoint::NotInView {
+            kind: ViewKind::Volume,
+            name: (*name).to_owned(),
+        },
+        ["plugins", name, "json"] if m == "GET" => Endpoint::NotInView {
+            kind: ViewKind::Plugin,
+            name: (*name).to_owned(),
+        },
+        [first, rest @ ..] => denied_family(first, rest).unwrap_or_else(unknown),
+        [] => unknown(),
+    }
+}
+
+fn container_ref(op: ContainerOp, raw: &str) -> Endpoint {
+    match ObjRef::parse(raw) {
+        Some(target) => Endpoint::Container { op, target },
+        None => Endpoint::BadRef { op: op.name() },
+    }
+}
+
+fn containers(m: &str, rest: &[&str]) -> Option<Endpoint> {
+    use ContainerOp::*;
+    let ep = match (m, rest) {
+        ("GET", ["json"]) => Endpoint::ContainerList,
+        ("POST", ["create"]) => Endpoint::ContainerCreate,
+        ("POST", ["prune"]) => Endpoint::Denied {
+            op: "containers.prune".into(),
+        },
+        ("DELETE", [r]) => container_ref(Remove, r),
+        (_, [r, action]) => {
+            let op = match (m, *action) {
+                ("GET", "json") => Inspect,
+                ("POST", "start") => Start,
+                ("POST", "stop") => Stop,
+                ("POST", "kill") => Kill,
+                ("POST", "restart") => Restart,
+                ("POST", "wait") => Wait,
+                ("GET", "logs") => Logs,
+                ("POST", "attach") => Attach,
+                ("POST", "resize") => Resize,
+                ("POST", "exec") => ExecCreate,
+                ("GET" | "PUT" | "HEAD", "archive") => Archive,
+                ("GET", "top") => Top,
+                (_, a) if is_word(a) => {
+                    return Some(Endpoint::Denied {
+                        op: format!("containers.{a}"),
+                    })
+                }
+                _ => return None,
+            };
+            container_ref(op, r)
+        }
+        _ => return None,
+    };
+    Some(ep)
+}
+
+fn exec(m: &str, id: &str, action: &str) -> Option<Endpoint> {
+    let op = match (m, action) {
+        ("POST", "start") => ExecOp::Start,
+        ("GET", "json") => ExecOp::Inspect,
+        ("POST", "resize") => ExecOp::Resize,
+        _ => return None,
+    };
+    if !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Some(Endpoint::BadRef { op: op.name() });
+    }
+    Some(Endpoint::Exec {
+        op,
+        id: id.to_owned(),
+    })
+}
+
+fn networks(m: &str, rest: &[&str]) -> Option<Endpoint> {
+    let op = match (m, rest) {
+        ("GET", []) => return Some(Endpoint::NetworkList),
+        ("POST", ["create"]) => return Some(Endpoint::NetworkCreate),
+        ("POST", ["prune"]) => {
+            return Some(Endpoint::Denied {
+                op: "networks.prune".into(),
+            })
+        }
+        ("GET", [_]) => NetworkOp::Inspect,
+        ("DELETE", [_]) => NetworkOp::Remove,
+        ("POST", [_, "connect"]) => NetworkOp::Connect,
+        ("POST", [_, "disconnect"]) => NetworkOp::Disconnect,
+        _ => return None,
+    };
+    Some(match ObjRef::parse(rest[0]) {
+        Some(target) => Endpoint::Network { op, target },
+        None => Endpoint::BadRef { op: op.name() },
+    })
+}
+
+fn images(m: &str, rest: &[&str]) -> Endpoint {
+    match (m, rest) {
+        // Image names contain '/' and ':' (`library/busybox:latest`), so they span segments.
+        ("GET", [name @ .., "json"]) if !name.is_empty() => Endpoint::ImageInspect,
+        ("POST", ["create"]) => Endpoint::Denied {
+            op: "images.pull".into(),
+        },
+        ("GET", ["json"]) => Endpoint::Denied {
+            op: "images.list".into(),
+        },
+        _ => Endpoint::Denied {
+            op: "images".into(),
+        },
+    }
+}
+
+/// Host-wide endpoint families, named so a refusal says what was asked for.
+fn denied_family(first: &str, rest: &[&str]) -> Option<Endpoint> {
+    let op = match first {
+        "info" => "system.info".to_owned(),
+        "events" => "system.events".to_owned(),
+        "auth" => "system.auth".to_owned(),
+        "system" => match rest.first() {
+            Some(s) if is_word(s) => format!("system.{s}"),
+            _ => "system".to_owned(),
+        },
+        "swarm" | "nodes" | "services" | "tasks" => format!("swarm.{first}"),
+        "plugins" | "secrets" | "configs" | "volumes" | "build" | "session" | "distribution"
+        | "grpc" => first.to_owned(),
+        "commit" => "images.commit".to_owned(),
+        _ => return None,
+    };
+    Some(Endpoint::Denied { op })
+}
+
+/// A volume name as dockerd accepts it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`), not a sub-route.
+fn is_word_ish(s: &str) -> bool {
+    s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && s != "prune"
+        && s != "create"
+}
+
+fn is_word(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canon::canonicalize;
+
+    fn ep(method: &str, target: &str) -> Endpoint {
+        let uri: http::Uri = target.parse().expect("uri");
+        let t = canonicalize(&uri, &http::HeaderMap::new()).expect("canonical");
+        parse(&Method::from_bytes(method.as_bytes()).expect("method"), &t)
+    }
+
+    fn name(s: &str) -> ObjRef {
+        ObjRef::Name(s.into())
+    }
+
+    #[test]
+    fn endpoint_table() {
+        use ContainerOp::*;
+        let c = |op, target| Endpoint::Container { op, target };
+        let cases = [
+            ("HEAD", "/_ping", Endpoint::Ping),
+            ("GET", "/v1.41/_ping", Endpoint::Ping),
+            ("GET", "/version", Endpoint::Version),
+            ("GET", "/v1.41/containers/json", Endpoint::ContainerList),
+            (
+                "POST",
+                "/v1.41/containers/create",
+                Endpoint::ContainerCreate,
+            ),
+            ("POST", "/containers/x-1/stop", c(Stop, name("x-1"))),
+            ("DELETE", "/containers/x-1", c(Remove, name("x-1"))),
+            (
+                "GET",
+                "/containers/abc123/json",
+                c(Inspect, ObjRef::Hex("abc123".into())),
+            ),
+            ("GET", "/containers/ABC/json", c(Inspect, name("ABC"))),
+            ("PUT", "/containers/x-1/archive", c(Archive, name("x-1"))),
+            ("POST", "/containers/x-1/exec", c(ExecCreate, name("x-1"))),
+            (
+                "POST",
+                "/exec/ab12/start",
+                Endpoint::Exec {
+                    op: ExecOp::Start,
+                    id: "ab12".into(),
+                },
+            ),
+            ("GET", "/networks", Endpoint::NetworkList),
+            (
+                "DELETE",
+                "/networks/n-1",
+                Endpoint::Network {
+                    op: NetworkOp::Remove,
+                    target: name("n-1"),
+                },
+            ),
+            (
+                "GET",
+                "/images/library/busybox:latest/json",
+                Endpoint::ImageInspect,
+            ),
+            (
+                "GET",
+                "/info",
+                Endpoint::Denied {
+                    op: "system.info".into(),
+                },
+            ),
+            (
+                "GET",
+                "/v1.41/events",
+                Endpoint::Denied {
+                    op: "system.events".into(),
+                },
+            ),
+            (
+                "GET",
+                "/system/df",
+                Endpoint::Denied {
+                    op: "system.df".into(),
+                },
+            ),
+            (
+                "POST",
+                "/images/create",
+                Endpoint::Denied {
+                    op: "images.pull".into(),
+                },
+            ),
+            (
+                "POST",
+                "/containers/x-1/rename",
+                Endpoint::Denied {
+                    op: "containers.rename".into(),
+                },
+            ),
+            (
+                "POST",
+                "/containers/prune",
+                Endpoint::Denied {
+                    op: "containers.prune".into(),
+                },
+            ),
+            (
+                "GET",
+                "/volumes",
+                Endpoint::Denied {
+                    op: "volumes".into(),
+                },
+            ),
+            (
+                "GET",
+                "/volumes/v1",
+                Endpoint::NotInView {
+                    kind: ViewKind::Volume,
+                    name: "v1".into(),
+                },
+            ),
+            (
+                "DELETE",
+                "/volumes/v1",
+                Endpoint::Denied {
+                    op: "volumes".into(),
+                },
+            ),
+            (
+                "GET",
+                "/plugins/p:1/json",
+                Endpoint::NotInView {
+                    kind: ViewKind::Plugin,
+                    name: "p:1".into(),
+                },
+            ),
+            (
+                "POST",
+                "/exec/zz/start",
+                Endpoint::BadRef { op: "exec.start" },
+            ),
+            (
+                "POST",
+                "/containers/own/alias/stop",
+                Endpoint::Unknown {
+                    op: "POST /containers/own/alias/stop".into(),
+                },
+            ),
+            (
+                "POST",
+                "/containers/json",
+                Endpoint::Unknown {
+                    op: "POST /containers/json".into(),
+                },
+            ),
+            ("GET", "/", Endpoint::Unknown { op: "GET ".into() }),
+        ];
+        for (m, t, want) in cases {
+            assert_eq!(ep(m, t), want, "{m} {t}");
+        }
+    }
+
+    #[test]
+    fn refs_from_bodies() {
+        assert_eq!(ObjRef::parse("/x-1"), Some(name("x-1")));
+        assert_eq!(ObjRef::parse("//x-1"), None);
+        assert_eq!(ObjRef::parse("/parent/alias"), None);
+        assert_eq!(ObjRef::parse(""), None);
+        assert_eq!(
+            ObjRef::parse("0123abcdef"),
+            Some(ObjRef::Hex("0123abcdef".into()))
+        );
+    }
+}

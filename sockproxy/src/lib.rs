@@ -1,0 +1,16 @@
+//! sockproxy: a per-stack Docker Engine API proxy. A request is canonicalized (`canon`), typed
+//! (`api`), decided without I/O (`policy`, `scope`), then resolved, pinned and forwarded
+//! (`proxy`, `upstream`); list answers are filtered (`filter`); refusals look like dockerd's
+//! errors (`refusal`). `server` owns the socket, `config` the flags.
+
+pub mod api;
+pub mod body;
+pub mod canon;
+pub mod config;
+pub mod filter;
+pub mod policy;
+pub mod proxy;
+pub mod refusal;
+pub mod scope;
+pub mod server;
+pub mod upstream;

@@ -1,0 +1,65 @@
+//! The `sockproxy` binary: flags → `Config`, logging, the engine reachability notice, serve
+//! until SIGTERM or SIGINT.
+
+use anyhow::Context;
+use clap::Parser;
+use sockproxy::config::{Args, Config, LogFormat};
+use sockproxy::server;
+use tokio::signal::unix::{signal, SignalKind};
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SOCKPROXY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let cfg = Config::from_args(args, std::env::var("DOCKER_HOST").ok())
+        .context("invalid configuration")?;
+    init_logging(cfg.log_format);
+    if tokio::net::UnixStream::connect(&cfg.upstream)
+        .await
+        .is_err()
+    {
+        // Keep running: the proxy connects per request, so it works as soon as an engine starts.
+        tracing::warn!(
+            "no Docker engine answers at unix://{}: start one (sudo systemctl start docker, or dockerd --host unix://{}) or pass --upstream; requests get 502 until then",
+            cfg.upstream.display(),
+            cfg.upstream.display()
+        );
+    }
+    let listener = server::bind(&cfg).context("cannot listen")?;
+    tracing::info!(
+        listen = %cfg.listen.display(),
+        upstream = %cfg.upstream.display(),
+        prefix = %cfg.scope.prefix(),
+        restricted = cfg.scope.restricted(),
+        stack = %cfg.stack,
+        "sockproxy listening"
+    );
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        tracing::info!("shutting down");
+    };
+    server::serve(
+        listener,
+        server::proxy_for(&cfg),
+        cfg.listen.clone(),
+        shutdown,
+    )
+    .await;
+    Ok(())
+}

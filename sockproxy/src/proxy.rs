@@ -1,0 +1,516 @@
+//! The request handler: parse → decide → resolve → act, and one log line per decision.
+//! Nothing reaches the engine before `policy` has allowed it; every container, network and exec
+//! path that is forwarded is pinned to the full ID the check was made on.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::api::{self, ContainerOp, ExecOp, NetworkOp, ObjRef};
+use crate::body;
+use crate::canon::{self, Target};
+use crate::filter;
+use crate::policy::{self, Plan};
+use crate::refusal::Refusal;
+use crate::scope::{Access, Kind, Scope};
+use crate::upstream::{self, Body, Buffered, Upstream};
+
+/// Cap on one inspect answer (a network with many endpoints is the largest we read).
+const MAX_INSPECT: usize = 8 << 20;
+
+/// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Peer {
+    pub uid: Option<u32>,
+    pub pid: Option<i32>,
+}
+
+#[derive(Debug)]
+pub struct Proxy {
+    pub scope: Scope,
+    pub stack: String,
+    pub upstream: Upstream,
+    pub max_list_bytes: usize,
+}
+
+/// A resolved object (full ID and the inspect answer), or the engine's own answer for a name
+/// it does not know, which is passed back as it is.
+type Resolved = Result<(String, Buffered), Buffered>;
+
+/// What one request came to, for the decision log line.
+struct Outcome {
+    op: String,
+    reason: &'static str,
+    result: Result<Response<Body>, Refusal>,
+}
+
+#[derive(Deserialize)]
+struct Named {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "Name")]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct ExecInfo {
+    #[serde(rename = "ID")]
+    id: String,
+    #[serde(rename = "ContainerID")]
+    container_id: String,
+}
+
+impl Proxy {
+    pub async fn handle(
+        self: Arc<Self>,
+        peer: Peer,
+        mut req: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
+        let start = Instant::now();
+        let target = req.uri().path().to_owned();
+        let method = req.method().clone();
+        let client_upgrade = wants_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
+        let outcome = self.process(req, client_upgrade).await;
+        let (decision, reason, resp) = match outcome.result {
+            Ok(resp) => ("allow", outcome.reason, resp),
+            Err(refusal) => ("deny", refusal.reason(), refusal.into_response()),
+        };
+        tracing::info!(
+            stack = %self.stack,
+            peer_uid = peer.uid,
+            peer_pid = peer.pid,
+            method = %method,
+            op = %outcome.op,
+            target = %target,
+            decision,
+            reason,
+            status = resp.status().as_u16(),
+            duration_ms = start.elapsed().as_secs_f64() * 1000.0,
+            "decision"
+        );
+        Ok(resp)
+    }
+
+    async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
+        let (parts, body) = req.into_parts();
+        let body = body.boxed();
+        let target = match canon::canonicalize(&parts.uri, &parts.headers) {
+            Ok(t) => t,
+            Err(e) => return outcome("bad_request", "", Err(e.into())),
+        };
+        let ep = api::parse(&parts.method, &target);
+        let op = ep.op();
+        let plan = match policy::decide(&ep, &target.query, &self.scope) {
+            Ok(p) => p,
+            Err(r) => return outcome(&op, "", Err(r)),
+        };
+        let reason = match plan {
+            Plan::Forward => "always_allowed",
+            Plan::List(_) => "filtered_list",
+            _ => "in_scope",
+        };
+        let result = self.act(plan, &op, parts, body, &target, upgrade).await;
+        outcome(&op, reason, result)
+    }
+
+    async fn act(
+        &self,
+        plan: Plan,
+        op: &str,
+        parts: Parts,
+        body: Body,
+        target: &Target,
+        upgrade: Option<OnUpgrade>,
+    ) -> Result<Response<Body>, Refusal> {
+        let query = target.query.encode_without(&[]);
+        match plan {
+            Plan::Forward | Plan::CreateContainer => {
+                self.forward(parts, body, with_query(target.path(), &query), None)
+                    .await
+            }
+            Plan::List(kind) => self.list(kind, parts, target).await,
+            Plan::Container {
+                op: cop,
+                target: r,
+                access,
+            } => {
+                let (id, inspected) = match self
+                    .resolve(Kind::Container, access, op, &r, target.version.as_deref())
+                    .await?
+                {
+                    Ok(found) => found,
+                    Err(engine) => return Ok(buffered_response(engine)),
+                };
+                if cop == ContainerOp::Inspect {
+                    // The inspect the check was made on is the answer: no second round trip.
+                    return Ok(buffered_response(inspected));
+                }
+                let path = pinned(target, 1, &id);
+                let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
+                self.forward(parts, body, with_query(path, &query), upgrade)
+                    .await
+            }
+            Plan::Exec {
+                op: eop,
+                id,
+                access,
+            } => {
+                let exec_id = self.resolve_exec(access, &id, target).await?;
+                let path = pinned(target, 1, &exec_id);
+                let upgrade = upgrade.filter(|_| eop == ExecOp::Start);
+                self.forward(parts, body, with_query(path, &query), upgrade)
+                    .await
+            }
+            Plan::CreateNetwork => {
+                let map = body::read_json_object(body).await?;
+                policy::check_network_create(body::string_field(&map, "Name")?, &self.scope)?;
+                let bytes =
+                    serde_json::to_vec(&map).map_err(|e| Refusal::BadRequest(e.to_string()))?;
+                self.forward_body(parts, bytes, with_query(target.path(), &query))
+                    .await
+            }
+            Plan::Network {
+                op: nop,
+                target: r,
+                access,
+            } => {
+                let (id, inspected) = match self
+                    .resolve(Kind::Network, access, op, &r, target.version.as_deref())
+                    .await?
+                {
+                    Ok(found) => found,
+                    Err(engine) => return Ok(buffered_response(engine)),
+                };
+                let path = with_query(pinned(target, 1, &id), &query);
+                match nop {
+                    NetworkOp::Inspect => Ok(buffered_response(inspected)),
+                    NetworkOp::Remove => self.forward(parts, body, path, None).await,
+                    NetworkOp::Connect | NetworkOp::Disconnect => {
+                        let mut map = body::read_json_object(body).await?;
+                        let key = body::field_key(&map, "Container").ok_or_else(|| {
+                            Refusal::BadRequest(format!("{op}: body has no Container"))
+                        })?;
+                        let raw = body::string_field(&map, "Container")?.unwrap_or("");
+                        let cref = ObjRef::parse(raw).ok_or_else(|| {
+                            Refusal::BadRequest(format!(
+                                "{op}: Container {raw:?} is not a reference"
+                            ))
+                        })?;
+                        policy::check_name(
+                            Kind::Container,
+                            Access::Change,
+                            op,
+                            &cref,
+                            &self.scope,
+                        )?;
+                        let cid = match self
+                            .resolve(
+                                Kind::Container,
+                                Access::Change,
+                                op,
+                                &cref,
+                                target.version.as_deref(),
+                            )
+                            .await?
+                        {
+                            Ok((cid, _)) => cid,
+                            Err(engine) => return Ok(buffered_response(engine)),
+                        };
+                        map.insert(key, Value::String(cid));
+                        let bytes = serde_json::to_vec(&map)
+                            .map_err(|e| Refusal::BadRequest(e.to_string()))?;
+                        self.forward_body(parts, bytes, path).await
+                    }
+                }
+            }
+        }
+    }
+
+    /// Inspects `r` upstream and decides on the canonical name; returns the full ID and the
+    /// inspect answer. A name's own "not found" is passed through as the engine said it; an ID
+    /// that is absent, ambiguous or out of scope gets the same 404.
+    async fn resolve(
+        &self,
+        kind: Kind,
+        access: Access,
+        op: &str,
+        r: &ObjRef,
+        version: Option<&str>,
+    ) -> Result<Resolved, Refusal> {
+        let path = match kind {
+            Kind::Container => format!("{}/containers/{}/json", vprefix(version), r.as_str()),
+            Kind::Network => format!("{}/networks/{}", vprefix(version), r.as_str()),
+        };
+        let answer = self
+            .upstream
+            .get(&path, MAX_INSPECT)
+            .await
+            .map_err(upstream_err)?;
+        if answer.status != StatusCode::OK {
+            return match r {
+                ObjRef::Hex(id) if answer.status.is_client_error() => Err(policy::absent(kind, id)),
+                _ if answer.status.is_server_error() => Err(Refusal::Upstream(format!(
+                    "inspect answered {}",
+                    answer.status
+                ))),
+                _ => Ok(Err(answer)),
+            };
+        }
+        let named: Named = serde_json::from_slice(&answer.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable inspect answer: {e}")))?;
+        policy::check_resolved(kind, access, op, r, &named.name, &self.scope)?;
+        if !is_full_id(&named.id) {
+            return Err(Refusal::Upstream("inspect answer has no full ID".into()));
+        }
+        Ok(Ok((named.id, answer)))
+    }
+
+    async fn resolve_exec(
+        &self,
+        access: Access,
+        id: &str,
+        target: &Target,
+    ) -> Result<String, Refusal> {
+        let v = vprefix(target.version.as_deref());
+        let answer = self
+            .upstream
+            .get(&format!("{v}/exec/{id}/json"), MAX_INSPECT)
+            .await
+            .map_err(upstream_err)?;
+        if answer.status.is_server_error() {
+            return Err(Refusal::Upstream(format!(
+                "exec inspect answered {}",
+                answer.status
+            )));
+        }
+        if answer.status != StatusCode::OK {
+            return Err(Refusal::NoSuchExec(id.to_owned()));
+        }
+        let info: ExecInfo = serde_json::from_slice(&answer.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable exec inspect answer: {e}")))?;
+        if !is_full_id(&info.id) || !is_full_id(&info.container_id) {
+            return Err(Refusal::Upstream(
+                "exec inspect answer has no full IDs".into(),
+            ));
+        }
+        let container = self
+            .upstream
+            .get(
+                &format!("{v}/containers/{}/json", info.container_id),
+                MAX_INSPECT,
+            )
+            .await
+            .map_err(upstream_err)?;
+        if container.status != StatusCode::OK {
+            return Err(Refusal::NoSuchExec(id.to_owned()));
+        }
+        let named: Named = serde_json::from_slice(&container.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable inspect answer: {e}")))?;
+        if named.id != info.container_id {
+            return Err(Refusal::NoSuchExec(id.to_owned()));
+        }
+        policy::check_exec(access, id, &named.name, &self.scope)?;
+        Ok(info.id)
+    }
+
+    async fn list(
+        &self,
+        kind: Kind,
+        parts: Parts,
+        target: &Target,
+    ) -> Result<Response<Body>, Refusal> {
+        let limit = filter::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
+        // `limit` applies to the stack's own entries, so it is applied after filtering.
+        let path = with_query(target.path(), &target.query.encode_without(&["limit"]));
+        let req = upstream_request(&parts, path, upstream::empty(), false)?;
+        let resp = self.upstream.send(req).await.map_err(upstream_err)?;
+        if resp.status() != StatusCode::OK {
+            return Ok(stream_response(resp));
+        }
+        let answer = upstream::read_capped(resp, self.max_list_bytes)
+            .await
+            .map_err(upstream_err)?;
+        let filtered = filter::filter_list(kind, &answer.body, &self.scope, limit)
+            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        Ok(buffered_response(Buffered {
+            body: Bytes::from(filtered),
+            ..answer
+        }))
+    }
+
+    async fn forward(
+        &self,
+        parts: Parts,
+        body: Body,
+        path_and_query: String,
+        client_upgrade: Option<OnUpgrade>,
+    ) -> Result<Response<Body>, Refusal> {
+        let req = upstream_request(&parts, path_and_query, body, client_upgrade.is_some())?;
+        let mut resp = self.upstream.send(req).await.map_err(upstream_err)?;
+        if let Some(client) = client_upgrade {
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                let engine = hyper::upgrade::on(&mut resp);
+                tokio::spawn(splice(client, engine));
+                let (parts, _) = resp.into_parts();
+                return Ok(Response::from_parts(parts, upstream::empty()));
+            }
+        }
+        Ok(stream_response(resp))
+    }
+
+    async fn forward_body(
+        &self,
+        mut parts: Parts,
+        bytes: Vec<u8>,
+        path: String,
+    ) -> Result<Response<Body>, Refusal> {
+        parts.headers.remove(header::CONTENT_LENGTH);
+        parts.headers.remove(header::TRANSFER_ENCODING);
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        self.forward(parts, upstream::full(bytes), path, None).await
+    }
+}
+
+fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusal>) -> Outcome {
+    Outcome {
+        op: op.to_owned(),
+        reason,
+        result,
+    }
+}
+
+fn upstream_err(e: upstream::UpstreamError) -> Refusal {
+    Refusal::Upstream(e.to_string())
+}
+
+fn vprefix(version: Option<&str>) -> String {
+    version.map(|v| format!("/{v}")).unwrap_or_default()
+}
+
+fn with_query(path: String, query: &str) -> String {
+    if query.is_empty() {
+        path
+    } else {
+        format!("{path}?{query}")
+    }
+}
+
+/// The target's path with segment `index` replaced by a full ID.
+fn pinned(target: &Target, index: usize, id: &str) -> String {
+    let mut segs: Vec<&str> = target.segments.iter().map(String::as_str).collect();
+    if let Some(s) = segs.get_mut(index) {
+        *s = id;
+    }
+    target.path_with(&segs)
+}
+
+fn is_full_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+const HOP_BY_HOP: [header::HeaderName; 7] = [
+    header::CONNECTION,
+    header::UPGRADE,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+fn upstream_request(
+    parts: &Parts,
+    path_and_query: String,
+    body: Body,
+    upgrade: bool,
+) -> Result<Request<Body>, Refusal> {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(path_and_query)
+        .body(body)
+        .map_err(|e| Refusal::BadRequest(e.to_string()))?;
+    let headers = req.headers_mut();
+    for (name, value) in &parts.headers {
+        let hop = HOP_BY_HOP.contains(name)
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection";
+        let keep_for_upgrade = upgrade && (name == header::CONNECTION || name == header::UPGRADE);
+        if !hop || keep_for_upgrade {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if !headers.contains_key(header::HOST) {
+        headers.insert(header::HOST, HeaderValue::from_static("docker"));
+    }
+    Ok(req)
+}
+
+fn stream_response(resp: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    for name in HOP_BY_HOP {
+        parts.headers.remove(name);
+    }
+    parts.headers.remove("keep-alive");
+    Response::from_parts(parts, body.boxed())
+}
+
+fn buffered_response(answer: Buffered) -> Response<Body> {
+    let mut resp = Response::new(upstream::full(answer.body));
+    *resp.status_mut() = answer.status;
+    let mut headers = answer.headers;
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove("keep-alive");
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// Joins the client's and the engine's upgraded connections. `copy_bidirectional` shuts down
+/// each write side when the other side's read ends, so half-close travels both ways.
+async fn splice(client: OnUpgrade, engine: OnUpgrade) {
+    let (client, engine) = match tokio::try_join!(client, engine) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut engine = TokioIo::new(engine);
+    match tokio::io::copy_bidirectional(&mut client, &mut engine).await {
+        Ok((up, down)) => tracing::debug!(
+            bytes_to_engine = up,
+            bytes_to_client = down,
+            "stream closed"
+        ),
+        Err(e) => tracing::debug!(error = %e, "stream ended with an error"),
+    }
+}

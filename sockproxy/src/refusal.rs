@@ -1,0 +1,133 @@
+//! Refusals: every answer the proxy gives instead of the engine's, in dockerd's error shape
+//! (`{"message": …}` with `Content-Type: application/json`), so every Docker client prints it.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+
+/// Why the proxy answered instead of forwarding. `Display` is the exact `message` field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("sockproxy: {op}: {name} is not one of this stack's sandboxes")]
+    ContainerOutOfScope { op: String, name: String },
+    #[error("sockproxy: {op}: {name} is not one of this stack's networks")]
+    NetworkOutOfScope { op: String, name: String },
+    #[error("sockproxy: {op}: not allowed for this stack")]
+    NotAllowed { op: String },
+    /// An ID or ID prefix that is absent or belongs to another stack: indistinguishable on purpose.
+    #[error("No such container: {0}")]
+    NoSuchContainer(String),
+    #[error("network {0} not found")]
+    NoSuchNetwork(String),
+    #[error("No such exec instance: {0}")]
+    NoSuchExec(String),
+    /// dockerd's wordings for an absent volume and plugin (daemon/volume and plugin stores).
+    #[error("get {0}: no such volume")]
+    NoSuchVolume(String),
+    #[error("plugin \"{0}\" not found")]
+    NoSuchPlugin(String),
+    #[error("sockproxy: bad request: {0}")]
+    BadRequest(String),
+    #[error("sockproxy: bad request: body larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("sockproxy: upstream unavailable: {0}")]
+    Upstream(String),
+}
+
+impl Refusal {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            Self::NotAllowed { .. } => StatusCode::FORBIDDEN,
+            Self::NoSuchContainer(_)
+            | Self::NoSuchNetwork(_)
+            | Self::NoSuchExec(_)
+            | Self::NoSuchVolume(_)
+            | Self::NoSuchPlugin(_) => StatusCode::NOT_FOUND,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Upstream(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// A fixed tag for the decision log line.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => "out_of_scope",
+            Self::NotAllowed { .. } => "endpoint_not_allowed",
+            Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
+                "absent_or_out_of_scope"
+            }
+            Self::NoSuchVolume(_) | Self::NoSuchPlugin(_) => "not_in_stack_view",
+            Self::BadRequest(_) => "bad_request",
+            Self::TooLarge(_) => "body_too_large",
+            Self::Upstream(_) => "upstream_unavailable",
+        }
+    }
+
+    /// The JSON body, byte for byte what dockerd's encoder writes for an error.
+    pub fn body(&self) -> Bytes {
+        let msg = serde_json::json!({ "message": self.to_string() });
+        let mut out = msg.to_string().into_bytes();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+
+    pub fn into_response(self) -> Response<crate::upstream::Body> {
+        let mut resp = Response::new(crate::upstream::full(self.body()));
+        *resp.status_mut() = self.status();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+}
+
+impl From<crate::canon::BadRequest> for Refusal {
+    fn from(e: crate::canon::BadRequest) -> Self {
+        Self::BadRequest(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_byte_exact() {
+        let r = Refusal::ContainerOutOfScope {
+            op: "containers.stop".into(),
+            name: "deer-flow-netproxy-c1a44b2434411cc2".into(),
+        };
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert_eq!(
+            &r.body()[..],
+            b"{\"message\":\"sockproxy: containers.stop: deer-flow-netproxy-c1a44b2434411cc2 is not one of this stack's sandboxes\"}\n"
+        );
+        let r = Refusal::NotAllowed {
+            op: "system.info".into(),
+        };
+        assert_eq!(
+            r.to_string(),
+            "sockproxy: system.info: not allowed for this stack"
+        );
+        let r = Refusal::NetworkOutOfScope {
+            op: "networks.remove".into(),
+            name: "bridge".into(),
+        };
+        assert_eq!(
+            r.to_string(),
+            "sockproxy: networks.remove: bridge is not one of this stack's networks"
+        );
+        assert_eq!(
+            Refusal::Upstream("connection refused".into()).to_string(),
+            "sockproxy: upstream unavailable: connection refused"
+        );
+        assert_eq!(
+            Refusal::Upstream(String::new()).status(),
+            StatusCode::BAD_GATEWAY
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! The listening side: the Unix socket (mode, group, stale-file handling), the accept loop with
+//! peer credentials, and a background handle for embedding the proxy in tests and tools.
+
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::config::Config;
+use crate::proxy::{Peer, Proxy};
+use crate::upstream::Upstream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{0}: something is already listening there (another sockproxy?)")]
+    InUse(PathBuf),
+    #[error("{0}: exists and is not a socket; refusing to replace it")]
+    NotASocket(PathBuf),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
+    move |source| ServerError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Binds the proxy's socket. A stale socket file is replaced only if nothing answers on it.
+/// The socket is created under the process umask (no group/other write with the usual 022),
+/// then opened up to `socket_mode`, so the window before chmod is never wider than asked.
+pub fn bind(cfg: &Config) -> Result<UnixListener, ServerError> {
+    let path = &cfg.listen;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => return Err(ServerError::InUse(path.clone())),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    std::fs::remove_file(path).map_err(io_err(path))?;
+                }
+                Err(e) => return Err(io_err(path)(e)),
+            }
+        }
+        Ok(_) => return Err(ServerError::NotASocket(path.clone())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(path)(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err(path))?;
+    if let Some(gid) = cfg.socket_gid {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(|e| io_err(path)(io::Error::from(e)))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.socket_mode))
+        .map_err(io_err(path))?;
+    Ok(listener)
+}
+
+pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
+    Arc::new(Proxy {
+        scope: cfg.scope.clone(),
+        stack: cfg.stack.clone(),
+        upstream: Upstream::new(cfg.upstream.clone()),
+        max_list_bytes: cfg.max_list_bytes,
+    })
+}
+
+/// Accepts until `shutdown` resolves, then removes the socket file.
+pub async fn serve(
+    listener: UnixListener,
+    proxy: Arc<Proxy>,
+    path: PathBuf,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(serve_connection(stream, proxy.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    if let Err(e) = std::fs::remove_file(&path) {
+        tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
+    }
+}
+
+async fn serve_connection(stream: UnixStream, proxy: Arc<Proxy>) {
+    let peer = stream
+        .peer_cred()
+        .map(|c| Peer {
+            uid: Some(c.uid()),
+            pid: c.pid(),
+        })
+        .unwrap_or_default();
+    let svc = service_fn(move |req| proxy.clone().handle(peer, req));
+    if let Err(e) = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await
+    {
+        tracing::debug!(error = %e, "client connection ended with an error");
+    }
+}
+
+/// A proxy running on its own thread and runtime; dropping the handle stops it.
+#[derive(Debug)]
+pub struct Background {
+    path: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(cfg: Config) -> Result<Self, ServerError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(io_err(&cfg.listen))?;
+        let listener = {
+            let _guard = runtime.enter();
+            bind(&cfg)?
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let path = cfg.listen.clone();
+        let proxy = proxy_for(&cfg);
+        let thread_path = path.clone();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(serve(listener, proxy, thread_path, async {
+                let _ = rx.await;
+            }));
+            runtime.shutdown_background();
+        });
+        Ok(Self {
+            path,
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

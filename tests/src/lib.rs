@@ -1,0 +1,1 @@
+//! Shared test support (harness, engines). Filled in by the integration tests.
