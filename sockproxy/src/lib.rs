@@ -11,6 +11,7 @@ pub mod filter;
 pub mod policy;
 pub mod proxy;
 pub mod refusal;
+pub mod request_line;
 pub mod scope;
 pub mod server;
 pub mod upstream;

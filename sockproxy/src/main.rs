@@ -12,7 +12,9 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // The decision line has a `target` field of its own (the request path).
+        .with_target(false);
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

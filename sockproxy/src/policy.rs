@@ -324,3 +324,51 @@ mod tests {
         assert!(check_exec(Access::Read, "e1", "/deer-flow-netproxy-1", &s).is_ok());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::api;
+    use crate::canon;
+    use crate::scope::Prefix;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// Any target: the pure pipeline answers without panicking.
+        #[test]
+        fn pipeline_never_panics(method in "(GET|POST|DELETE|PUT|HEAD|PATCH|X)", path in "[ -~]{0,60}") {
+            let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+            if let Ok(uri) = path.parse::<http::Uri>() {
+                if let Ok(t) = canon::canonicalize(&uri, &http::HeaderMap::new()) {
+                    let m = http::Method::from_bytes(method.as_bytes()).expect("method");
+                    let ep = api::parse(&m, &t);
+                    let _ = decide(&ep, &t.query, &scope);
+                }
+            }
+        }
+
+        /// A container named outside the stack's sandbox scope is never allowed to be changed,
+        /// whatever the action and version segment.
+        #[test]
+        fn foreign_names_are_never_changeable(
+            name in "[a-zA-Z0-9_.-]{1,24}",
+            action in "(start|stop|kill|restart|attach|resize|exec|archive)",
+            version in "(|/v1.41|/v1.44)",
+        ) {
+            prop_assume!(!name.starts_with("deer-flow-sandbox-"));
+            prop_assume!(!name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+            let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+            let method = if action == "archive" { "PUT" } else { "POST" };
+            let target = format!("{version}/containers/{name}/{action}");
+            if let Ok(uri) = target.parse::<http::Uri>() {
+                if let Ok(t) = canon::canonicalize(&uri, &http::HeaderMap::new()) {
+                    let m = http::Method::from_bytes(method.as_bytes()).expect("method");
+                    let ep = api::parse(&m, &t);
+                    prop_assert!(decide(&ep, &t.query, &scope).is_err(), "{target} was allowed");
+                }
+            }
+        }
+    }
+}

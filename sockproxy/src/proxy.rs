@@ -103,23 +103,33 @@ impl Proxy {
 
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
-        let body = body.boxed();
-        let target = match canon::canonicalize(&parts.uri, &parts.headers) {
-            Ok(t) => t,
-            Err(e) => return outcome("bad_request", "", Err(e.into())),
+        let mut body = Some(body.boxed());
+        let (op, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
+            Err(e) => ("bad_request".to_owned(), "", Err(e.into())),
+            Ok(target) => {
+                let ep = api::parse(&parts.method, &target);
+                let op = ep.op();
+                match policy::decide(&ep, &target.query, &self.scope) {
+                    Err(r) => (op, "", Err(r)),
+                    Ok(plan) => {
+                        let reason = match plan {
+                            Plan::Forward => "always_allowed",
+                            Plan::List(_) => "filtered_list",
+                            _ => "in_scope",
+                        };
+                        let result = self
+                            .act(plan, &op, parts, &mut body, &target, upgrade)
+                            .await;
+                        (op, reason, result)
+                    }
+                }
+            }
         };
-        let ep = api::parse(&parts.method, &target);
-        let op = ep.op();
-        let plan = match policy::decide(&ep, &target.query, &self.scope) {
-            Ok(p) => p,
-            Err(r) => return outcome(&op, "", Err(r)),
-        };
-        let reason = match plan {
-            Plan::Forward => "always_allowed",
-            Plan::List(_) => "filtered_list",
-            _ => "in_scope",
-        };
-        let result = self.act(plan, &op, parts, body, &target, upgrade).await;
+        if result.is_err() {
+            if let Some(unread) = body.take() {
+                drain(unread).await;
+            }
+        }
         outcome(&op, reason, result)
     }
 
@@ -128,14 +138,17 @@ impl Proxy {
         plan: Plan,
         op: &str,
         parts: Parts,
-        body: Body,
+        body: &mut Option<Body>,
         target: &Target,
         upgrade: Option<OnUpgrade>,
     ) -> Result<Response<Body>, Refusal> {
         let query = target.query.encode_without(&[]);
+        // The body stays in the caller's slot until it is forwarded or read, so a refusal on
+        // the way can drain it and the client sees the refusal rather than a broken pipe.
+        let mut take = || body.take().unwrap_or_else(upstream::empty);
         match plan {
             Plan::Forward | Plan::CreateContainer => {
-                self.forward(parts, body, with_query(target.path(), &query), None)
+                self.forward(parts, take(), with_query(target.path(), &query), None)
                     .await
             }
             Plan::List(kind) => self.list(kind, parts, target).await,
@@ -157,7 +170,7 @@ impl Proxy {
                 }
                 let path = pinned(target, 1, &id);
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
-                self.forward(parts, body, with_query(path, &query), upgrade)
+                self.forward(parts, take(), with_query(path, &query), upgrade)
                     .await
             }
             Plan::Exec {
@@ -168,11 +181,11 @@ impl Proxy {
                 let exec_id = self.resolve_exec(access, &id, target).await?;
                 let path = pinned(target, 1, &exec_id);
                 let upgrade = upgrade.filter(|_| eop == ExecOp::Start);
-                self.forward(parts, body, with_query(path, &query), upgrade)
+                self.forward(parts, take(), with_query(path, &query), upgrade)
                     .await
             }
             Plan::CreateNetwork => {
-                let map = body::read_json_object(body).await?;
+                let map = body::read_json_object(take()).await?;
                 policy::check_network_create(body::string_field(&map, "Name")?, &self.scope)?;
                 let bytes =
                     serde_json::to_vec(&map).map_err(|e| Refusal::BadRequest(e.to_string()))?;
@@ -194,9 +207,9 @@ impl Proxy {
                 let path = with_query(pinned(target, 1, &id), &query);
                 match nop {
                     NetworkOp::Inspect => Ok(buffered_response(inspected)),
-                    NetworkOp::Remove => self.forward(parts, body, path, None).await,
+                    NetworkOp::Remove => self.forward(parts, take(), path, None).await,
                     NetworkOp::Connect | NetworkOp::Disconnect => {
-                        let mut map = body::read_json_object(body).await?;
+                        let mut map = body::read_json_object(take()).await?;
                         let key = body::field_key(&map, "Container").ok_or_else(|| {
                             Refusal::BadRequest(format!("{op}: body has no Container"))
                         })?;
@@ -382,6 +395,17 @@ impl Proxy {
         );
         self.forward(parts, upstream::full(bytes), path, None).await
     }
+}
+
+/// Most a refusal reads of a body it will never forward, and for how long.
+const DRAIN_CAP: usize = 1 << 20;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and discards an unread request body (bounded), so the client's write completes and it
+/// reads the refusal instead of failing with a broken pipe.
+async fn drain(body: Body) {
+    let limited = http_body_util::Limited::new(body, DRAIN_CAP);
+    let _ = tokio::time::timeout(DRAIN_TIME, limited.collect()).await;
 }
 
 fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusal>) -> Outcome {

@@ -12,8 +12,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 
+use tokio::io::AsyncWriteExt;
+
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy};
+use crate::refusal::Refusal;
+use crate::request_line::{self, FirstLine, Rewound};
 use crate::upstream::Upstream;
 
 #[derive(Debug, thiserror::Error)]
@@ -108,14 +112,48 @@ async fn serve_connection(stream: UnixStream, proxy: Arc<Proxy>) {
             pid: c.pid(),
         })
         .unwrap_or_default();
+    let mut stream = stream;
+    let prefix = match request_line::read_first_line(&mut stream).await {
+        Ok((FirstLine::Ok, prefix)) => prefix,
+        Ok((FirstLine::Bad(why), _)) => {
+            reject_line(&mut stream, &proxy, peer, why).await;
+            return;
+        }
+        Ok((FirstLine::Closed, _)) | Err(_) => return,
+    };
     let svc = service_fn(move |req| proxy.clone().handle(peer, req));
     if let Err(e) = http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), svc)
+        .serve_connection(TokioIo::new(Rewound::new(prefix, stream)), svc)
         .with_upgrades()
         .await
     {
         tracing::debug!(error = %e, "client connection ended with an error");
     }
+}
+
+/// Answers an unparsable first request line in dockerd's error shape and closes.
+async fn reject_line(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, why: &'static str) {
+    let refusal = Refusal::BadRequest(why.to_owned());
+    let body = refusal.body();
+    let head = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tracing::info!(
+        stack = %proxy.stack,
+        peer_uid = peer.uid,
+        peer_pid = peer.pid,
+        op = "bad_request",
+        target = "",
+        decision = "deny",
+        reason = refusal.reason(),
+        status = 400u16,
+        duration_ms = 0.0,
+        "decision"
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(&body).await;
+    let _ = stream.shutdown().await;
 }
 
 /// A proxy running on its own thread and runtime; dropping the handle stops it.

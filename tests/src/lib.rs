@@ -1,1 +1,22 @@
-//! Shared test support (harness, engines). Filled in by the integration tests.
+//! Test support for the toolkit's integration tests: engines to test against (`engine`), a
+//! stack's proxy started in-process (`stack`), the docker CLI with deadlines (`cli`), a raw
+//! HTTP/1.1 client for requests no well-behaved client would send (`raw`), and a recording
+//! upstream that proves what was (not) forwarded (`recorder`).
+
+pub mod cli;
+pub mod engine;
+pub mod raw;
+pub mod recorder;
+pub mod stack;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A stack prefix no other test (or test process) uses: `t{pid}x{n}-`, never all-hex.
+pub fn unique_prefix() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t{:x}x{}-",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}

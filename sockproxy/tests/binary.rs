@@ -1,0 +1,214 @@
+//! The `sockproxy` binary as an operator runs it: flags and their environment fallbacks, the
+//! prefix rule, the socket file (mode, stale replacement, refusal to clobber), the engine
+//! notice, JSON decision lines, and SIGTERM. Lives beside the binary because only this
+//! package's tests are given its path.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sockproxy");
+
+fn wait_for_socket(path: &Path, child: &mut Child) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if UnixStream::connect(path).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("sockproxy exited early ({status}): {err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("sockproxy did not listen on {}", path.display());
+}
+
+fn proxy(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, PathBuf) {
+    let listen = env
+        .iter()
+        .find(|(k, _)| *k == "SOCKPROXY_LISTEN")
+        .map_or_else(|| dir.join("stack.sock"), |(_, v)| PathBuf::from(v));
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("DOCKER_HOST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if !env.iter().any(|(k, _)| *k == "SOCKPROXY_LISTEN") {
+        cmd.arg("--listen").arg(&listen);
+    }
+    let mut child = cmd.spawn().expect("spawn sockproxy");
+    wait_for_socket(&listen, &mut child);
+    (child, listen)
+}
+
+fn request(sock: &Path, line: &str) -> String {
+    let mut s = UnixStream::connect(sock).expect("connect");
+    write!(s, "{line}\r\nHost: docker\r\nConnection: close\r\n\r\n").expect("write");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    child.wait().expect("exit")
+}
+
+#[test]
+fn a_prefix_breaking_the_rule_is_refused_with_the_rule() {
+    let dir = tempfile::tempdir().expect("dir");
+    for bad in ["deer-flow", "-x-", "deer flow-"] {
+        let out = Command::new(BIN)
+            .args(["--listen"])
+            .arg(dir.path().join("s.sock"))
+            .arg(format!("--prefix={bad}"))
+            .output()
+            .expect("runs");
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("^[a-zA-Z0-9][a-zA-Z0-9_.-]*[-_.]$"),
+            "{bad}: {err}"
+        );
+        assert!(!dir.path().join("s.sock").exists(), "nothing is created");
+    }
+}
+
+#[test]
+fn env_fallbacks_json_decision_lines_and_the_engine_notice() {
+    let dir = tempfile::tempdir().expect("dir");
+    let listen = dir.path().join("env.sock");
+    let missing = format!("unix://{}", dir.path().join("no-engine.sock").display());
+    let listen_s = listen.display().to_string();
+    let (mut child, sock) = proxy(
+        dir.path(),
+        &[],
+        &[
+            ("SOCKPROXY_LISTEN", &listen_s),
+            ("SOCKPROXY_PREFIX", "deer-flow-"),
+            ("SOCKPROXY_UPSTREAM", &missing),
+            ("SOCKPROXY_STACK", "atlas"),
+            ("SOCKPROXY_LOG_FORMAT", "json"),
+        ],
+    );
+    assert_eq!(sock, listen);
+    let info = request(&sock, "GET /v1.41/info HTTP/1.1");
+    assert!(info.starts_with("HTTP/1.1 403"), "{info}");
+    let ping = request(&sock, "GET /_ping HTTP/1.1");
+    assert!(ping.starts_with("HTTP/1.1 502"), "{ping}");
+    assert!(ping.contains("sockproxy: upstream unavailable: "), "{ping}");
+    terminate(&mut child);
+    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let notice = lines
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("no Docker engine answers"))
+        })
+        .expect("one line says no engine answers");
+    assert!(notice["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("start one"));
+    let decisions: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["message"] == "decision")
+        .collect();
+    assert_eq!(decisions.len(), 2, "one line per decision: {lines:?}");
+    let d = decisions[0];
+    for field in [
+        "stack",
+        "peer_uid",
+        "peer_pid",
+        "op",
+        "target",
+        "decision",
+        "reason",
+        "status",
+        "duration_ms",
+    ] {
+        assert!(d.get(field).is_some(), "missing {field}: {d}");
+    }
+    assert_eq!(d["stack"], "atlas");
+    assert_eq!(d["op"], "system.info");
+    assert_eq!(d["decision"], "deny");
+    assert_eq!(d["reason"], "endpoint_not_allowed");
+    assert_eq!(d["status"], 403);
+    assert_eq!(d["target"], "/v1.41/info");
+    assert_eq!(d["peer_pid"].as_u64(), Some(u64::from(std::process::id())));
+    assert_eq!(decisions[1]["status"], 502);
+}
+
+#[test]
+fn socket_mode_stale_files_and_sigterm() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("stack.sock");
+    // A stale socket (its listener is gone) is replaced.
+    drop(UnixListener::bind(&sock).expect("bind"));
+    assert!(sock.exists());
+    let (mut child, sock) = proxy(
+        dir.path(),
+        &[
+            "--prefix",
+            "deer-flow-",
+            "--upstream",
+            "unix:///nonexistent.sock",
+        ],
+        &[],
+    );
+    let mode = std::fs::metadata(&sock).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    // A live socket is not taken over.
+    let out = Command::new(BIN)
+        .arg("--listen")
+        .arg(&sock)
+        .args(["--prefix", "deer-flow-"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already listening"));
+    let status = terminate(&mut child);
+    assert!(status.success(), "{status}");
+    assert!(!sock.exists(), "the socket file is removed on exit");
+
+    // A file that is not a socket is never replaced.
+    std::fs::write(&sock, b"precious").expect("write");
+    let out = Command::new(BIN)
+        .arg("--listen")
+        .arg(&sock)
+        .args(["--prefix", "deer-flow-"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
+    assert_eq!(std::fs::read(&sock).expect("read"), b"precious");
+
+    std::fs::remove_file(&sock).expect("rm");
+    let (mut child, sock) = proxy(
+        dir.path(),
+        &["--prefix", "deer-flow-", "--socket-mode", "0600"],
+        &[],
+    );
+    let mode = std::fs::metadata(&sock).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    terminate(&mut child);
+}

@@ -1,0 +1,133 @@
+//! The real engine for tests that need one: found through `DOCKER_HOST` (unix://) or the
+//! default socket. Locally a test without an engine is skipped with a printed notice; with
+//! `CI=true` a missing engine fails the test. Also builds the local busybox test image, since no
+//! registry can be reached.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use crate::raw;
+
+/// The image every real-engine test runs: busybox-static imported as a rootfs.
+pub const TEST_IMAGE: &str = "sockproxy-test-busybox:latest";
+
+#[derive(Debug, Clone)]
+pub struct RealEngine {
+    pub socket: PathBuf,
+    pub image: String,
+}
+
+fn candidate_socket() -> PathBuf {
+    match std::env::var("DOCKER_HOST") {
+        Ok(h) if h.starts_with("unix://") => PathBuf::from(&h["unix://".len()..]),
+        _ => PathBuf::from("/var/run/docker.sock"),
+    }
+}
+
+fn answers_ping(sock: &Path) -> bool {
+    raw::get(sock, "/_ping").is_ok_and(|r| r.status == 200)
+}
+
+/// The engine to test against, or `None` after printing why this test is skipped.
+/// Panics when `CI=true` and no engine answers: CI must never skip these.
+pub fn real_engine(test: &str) -> Option<RealEngine> {
+    let socket = candidate_socket();
+    if !answers_ping(&socket) {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!(
+                "CI=true but no Docker engine answers at {} (set DOCKER_HOST=unix://…); {test} must not be skipped in CI",
+                socket.display()
+            );
+        }
+        // Written to the stderr handle, not with eprintln!, so libtest's capture lets it through.
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTICE: skipping {test}: no Docker engine answers at {} (start dockerd and set DOCKER_HOST=unix://…, as .ci/run does)",
+            socket.display()
+        );
+        return None;
+    }
+    ensure_image(&socket);
+    Some(RealEngine {
+        socket,
+        image: TEST_IMAGE.to_owned(),
+    })
+}
+
+/// Imports the busybox test image once, if the engine does not have it yet.
+pub fn ensure_image(sock: &Path) {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let inspect = raw::get(sock, &format!("/images/{TEST_IMAGE}/json"));
+    if inspect.is_ok_and(|r| r.status == 200) {
+        return;
+    }
+    let script = format!(
+        r#"set -e
+bb=$(command -v busybox || echo /bin/busybox)
+root=$(mktemp -d)
+mkdir -p "$root/bin" "$root/tmp"
+cp "$bb" "$root/bin/busybox"
+for a in $("$root/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$root/bin/$a"; done
+tar -C "$root" -c . | docker import -c 'CMD ["sh"]' -c 'ENV PATH=/bin' - {TEST_IMAGE} >/dev/null
+rm -rf "$root""#
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .output()
+        .expect("sh runs");
+    assert!(
+        out.status.success(),
+        "building {TEST_IMAGE} failed (is busybox-static installed?): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Removes the named containers from the engine (directly, not through a proxy) when dropped,
+/// so a failing test leaves nothing behind.
+#[derive(Debug)]
+pub struct Cleanup {
+    socket: PathBuf,
+    containers: Vec<String>,
+    networks: Vec<String>,
+}
+
+impl Cleanup {
+    pub fn new(socket: &Path) -> Self {
+        Self {
+            socket: socket.to_owned(),
+            containers: Vec::new(),
+            networks: Vec::new(),
+        }
+    }
+
+    pub fn container(&mut self, name: &str) -> String {
+        self.containers.push(name.to_owned());
+        name.to_owned()
+    }
+
+    pub fn network(&mut self, name: &str) -> String {
+        self.networks.push(name.to_owned());
+        name.to_owned()
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &self.containers {
+            let _ = raw::request(
+                &self.socket,
+                "DELETE",
+                &format!("/containers/{c}?force=1"),
+                None,
+            );
+        }
+        for n in &self.networks {
+            let _ = raw::request(&self.socket, "DELETE", &format!("/networks/{n}"), None);
+        }
+    }
+}

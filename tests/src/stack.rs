@@ -1,0 +1,51 @@
+//! A stack's sockproxy, started in-process on a socket in its own temp dir.
+
+use std::path::{Path, PathBuf};
+
+use sockproxy::config::{Config, LogFormat};
+use sockproxy::scope::{Prefix, Scope};
+use sockproxy::server::Background;
+
+#[derive(Debug)]
+pub struct StackProxy {
+    // Declared first so the proxy stops before its directory goes.
+    background: Background,
+    _dir: tempfile::TempDir,
+    pub prefix: String,
+}
+
+impl StackProxy {
+    pub fn start(upstream: &Path, prefix: &str, restricted: bool) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("sp")
+            .tempdir()
+            .expect("temp dir");
+        let cfg = Config {
+            listen: dir.path().join("stack.sock"),
+            upstream: upstream.to_owned(),
+            scope: Scope::new(
+                Prefix::parse(prefix).expect("valid test prefix"),
+                restricted,
+            ),
+            stack: format!("test-{prefix}"),
+            socket_mode: 0o660,
+            socket_gid: None,
+            log_format: LogFormat::Plain,
+            max_list_bytes: 64 << 20,
+        };
+        let background = Background::start(cfg).expect("proxy starts");
+        Self {
+            background,
+            _dir: dir,
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        self.background.socket()
+    }
+
+    pub fn socket_buf(&self) -> PathBuf {
+        self.socket().to_owned()
+    }
+}

@@ -1,0 +1,287 @@
+//! sockproxy against a recording stand-in upstream: what is refused is never forwarded, what is
+//! forwarded is pinned and filtered, and an absent or broken upstream fails closed.
+
+use sockproxy_tests::raw::{self, RawResponse};
+use sockproxy_tests::recorder::Recorder;
+use sockproxy_tests::stack::StackProxy;
+
+const OWN_ID: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const FOREIGN_ID: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+
+/// An upstream with one in-scope container (`P` + `sandbox-a`) and one foreign one.
+fn engine(prefix: &str) -> Recorder {
+    let own = format!("/{prefix}sandbox-a");
+    Recorder::start(move |method, uri| {
+        let path = uri.split('?').next().unwrap_or("");
+        let inspect = |id: &str, name: &str| (200, format!(r#"{{"Id":"{id}","Name":"{name}"}}"#));
+        match (method, path) {
+            ("GET", p) if p.ends_with(&format!("{own}/json")) || p.contains("/containers/1111") => {
+                inspect(OWN_ID, &own)
+            }
+            ("GET", p) if p.contains("/containers/2222") => inspect(FOREIGN_ID, "/foreign"),
+            ("GET", p)
+                if p.starts_with("/containers/")
+                    && p.ends_with("/json")
+                    && p != "/containers/json" =>
+            {
+                (404, r#"{"message":"No such container: x"}"#.into())
+            }
+            ("GET", "/containers/json" | "/v1.41/containers/json") => (
+                200,
+                format!(
+                    r#"[{{"Id":"a","Names":["/foreign"]}},{{"Id":"b","Names":["{own}"]}},{{"Id":"c","Names":["/{own}2"]}},{{"Id":"d","Names":["{own}3"]}}]"#
+                ),
+            ),
+            _ => (200, "{}".into()),
+        }
+    })
+}
+
+fn assert_refusal(r: &RawResponse, status: u16, message: &str) {
+    assert_eq!(r.status, status, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.message(), message);
+}
+
+#[test]
+fn malformed_requests_get_400_and_nothing_is_forwarded() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let cases: &[&[u8]] = &[
+        b"GET /containers//json HTTP/1.1\r\n",
+        b"GET /containers/json/ HTTP/1.1\r\n",
+        b"GET /containers/./json HTTP/1.1\r\n",
+        b"POST /containers/deer-flow-sandbox-a/../x/stop HTTP/1.1\r\n",
+        b"POST /containers/deer-flow-sandbox-a\\..\\x/stop HTTP/1.1\r\n",
+        b"POST /containers/foo%2Fbar/stop HTTP/1.1\r\n",
+        b"POST /containers/deer-flow-sandbox-%61/stop HTTP/1.1\r\n",
+        b"GET /containers/json\x01 HTTP/1.1\r\n",
+        b"GET /containers/a b/json HTTP/1.1\r\n",
+        b"GET http://docker/containers/json HTTP/1.1\r\n",
+        b"OPTIONS * HTTP/1.1\r\n",
+        b"GET /containers/json?all=1&all=0 HTTP/1.1\r\n",
+        b"GET /containers/json?filters=%7B%7D&filters=%7B%7D HTTP/1.1\r\n",
+        b"POST /containers/create?name=deer-flow-sandbox-a&name=other HTTP/1.1\r\n",
+        b"DELETE /containers/deer-flow-sandbox-a?force=1&force=0 HTTP/1.1\r\n",
+        b"GET /containers/json?all=1;all=0 HTTP/1.1\r\n",
+        b"GET /exec/not-hex/json HTTP/1.1\r\n",
+    ];
+    for case in cases {
+        let mut req = case.to_vec();
+        req.extend_from_slice(b"Host: docker\r\nConnection: close\r\n\r\n");
+        let r = raw::send(p.socket(), &req).expect("answer");
+        assert_eq!(
+            r.status,
+            400,
+            "{:?} → {}",
+            String::from_utf8_lossy(case),
+            r.text()
+        );
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        assert!(
+            r.message().starts_with("sockproxy: bad request: "),
+            "{}",
+            r.text()
+        );
+    }
+    let form = b"POST /containers/create?name=deer-flow-sandbox-a HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 10\r\n\r\nname=other";
+    assert_eq!(raw::send(p.socket(), form).expect("answer").status, 400);
+    assert_eq!(
+        up.requests(),
+        Vec::<String>::new(),
+        "nothing may reach the engine"
+    );
+}
+
+#[test]
+fn refusals_are_byte_exact_and_never_forwarded() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let r = raw::request(
+        p.socket(),
+        "POST",
+        "/v1.41/containers/deer-flow-netproxy-c1a44b2434411cc2/stop",
+        None,
+    )
+    .expect("answer");
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(
+        r.body,
+        b"{\"message\":\"sockproxy: containers.stop: deer-flow-netproxy-c1a44b2434411cc2 is not one of this stack's sandboxes\"}\n"
+    );
+    let cases = [
+        ("GET", "/info", 403, "sockproxy: system.info: not allowed for this stack"),
+        ("GET", "/v1.41/events", 403, "sockproxy: system.events: not allowed for this stack"),
+        ("GET", "/system/df", 403, "sockproxy: system.df: not allowed for this stack"),
+        ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: not allowed for this stack"),
+        ("POST", "/build", 403, "sockproxy: build: not allowed for this stack"),
+        ("GET", "/volumes", 403, "sockproxy: volumes: not allowed for this stack"),
+        ("POST", "/swarm/init", 403, "sockproxy: swarm.swarm: not allowed for this stack"),
+        ("POST", "/containers/prune", 403, "sockproxy: containers.prune: not allowed for this stack"),
+        ("POST", "/containers/deer-flow-sandbox-a/rename?name=x", 403, "sockproxy: containers.rename: not allowed for this stack"),
+        ("POST", "/containers/foreign/stop", 403, "sockproxy: containers.stop: foreign is not one of this stack's sandboxes"),
+        ("DELETE", "/containers/foreign?force=1", 403, "sockproxy: containers.remove: foreign is not one of this stack's sandboxes"),
+        ("GET", "/containers/foreign/json", 403, "sockproxy: containers.inspect: foreign is not one of this stack's sandboxes"),
+        ("POST", "/containers/deer-flow-sandbox-a/foreign/stop", 403, "sockproxy: POST /containers/deer-flow-sandbox-a/foreign/stop: not allowed for this stack"),
+        ("POST", "/containers/create?name=foreign", 403, "sockproxy: containers.create: foreign is not one of this stack's sandboxes"),
+        ("POST", "/containers/create", 403, "sockproxy: containers.create: a container without a name is not one of this stack's sandboxes"),
+        ("POST", "/networks/create", 403, "sockproxy: networks.create: not allowed for this stack"),
+        ("DELETE", "/networks/deer-flow-net-1", 403, "sockproxy: networks.remove: not allowed for this stack"),
+        ("GET", "/networks/bridge", 403, "sockproxy: networks.inspect: bridge is not one of this stack's networks"),
+        ("GET", "/volumes/deer-flow-x", 404, "get deer-flow-x: no such volume"),
+        ("GET", "/plugins/deer-flow-x/json", 404, "plugin \"deer-flow-x\" not found"),
+    ];
+    for (method, target, status, message) in cases {
+        let r = raw::request(p.socket(), method, target, None).expect("answer");
+        assert_refusal(&r, status, message);
+    }
+    assert_eq!(
+        up.requests(),
+        Vec::<String>::new(),
+        "nothing may reach the engine"
+    );
+}
+
+#[test]
+fn forwarded_paths_are_pinned_to_the_full_id() {
+    let prefix = "deer-flow-";
+    let up = engine(prefix);
+    let p = StackProxy::start(up.socket(), prefix, false);
+    let r = raw::request(
+        p.socket(),
+        "POST",
+        "/v1.41/containers/deer-flow-sandbox-a/stop?t=3",
+        None,
+    )
+    .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = raw::request(p.socket(), "DELETE", "/containers/111111?force=1", None).expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        up.requests(),
+        [
+            "GET /v1.41/containers/deer-flow-sandbox-a/json".to_owned(),
+            format!("POST /v1.41/containers/{OWN_ID}/stop?t=3"),
+            "GET /containers/111111/json".to_owned(),
+            format!("DELETE /containers/{OWN_ID}?force=1"),
+        ]
+    );
+}
+
+#[test]
+fn foreign_ids_and_prefixes_look_absent() {
+    let up = engine("deer-flow-");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    for r in [FOREIGN_ID, "2222", "3333"] {
+        let resp = raw::request(p.socket(), "POST", &format!("/containers/{r}/stop"), None)
+            .expect("answer");
+        assert_refusal(&resp, 404, &format!("No such container: {r}"));
+    }
+    assert!(
+        up.requests().iter().all(|l| l.starts_with("GET ")),
+        "only inspects were sent: {:?}",
+        up.requests()
+    );
+}
+
+#[test]
+fn lists_are_filtered_and_limited_after_filtering() {
+    let prefix = "deer-flow-";
+    let up = engine(prefix);
+    let p = StackProxy::start(up.socket(), prefix, false);
+    let r = raw::get(p.socket(), "/v1.41/containers/json?all=1&limit=1").expect("answer");
+    assert_eq!(r.status, 200);
+    let names: Vec<String> = r
+        .json()
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| e["Names"][0].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(names, ["/deer-flow-sandbox-a"]);
+    let r = raw::get(p.socket(), "/v1.41/containers/json?all=1").expect("answer");
+    // `//P…` keeps an inner '/' after one is stripped, so it is not the container's own name.
+    let body = r.json();
+    let ids: Vec<&str> = body
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| e["Id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(ids, ["b", "d"], "{}", r.text());
+    assert_eq!(
+        up.requests()[0],
+        "GET /v1.41/containers/json?all=1",
+        "limit is not forwarded"
+    );
+}
+
+#[test]
+fn unreadable_answers_fail_closed() {
+    for body in ["{}", "[", "not json", r#"[{"Names":"/x"}]"#] {
+        let up = Recorder::fixed(body);
+        let p = StackProxy::start(up.socket(), "deer-flow-", false);
+        let r = raw::get(p.socket(), "/containers/json").expect("answer");
+        assert_eq!(r.status, 502, "{body}: {}", r.text());
+        assert!(r.message().starts_with("sockproxy: upstream unavailable: "));
+        // An inspect that cannot be read decides nothing: the stop is never sent.
+        let r = raw::request(p.socket(), "POST", "/containers/abcdef/stop", None).expect("answer");
+        assert_eq!(r.status, 502, "{body}: {}", r.text());
+        assert!(
+            up.requests().iter().all(|l| l.starts_with("GET ")),
+            "{:?}",
+            up.requests()
+        );
+    }
+}
+
+#[test]
+fn upstream_down_is_502_and_recovers_without_restart() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    assert_eq!(raw::get(p.socket(), "/_ping").expect("answer").status, 200);
+    let (dir, answer) = up.stop();
+    let r = raw::get(p.socket(), "/_ping").expect("answer");
+    assert_eq!(r.status, 502);
+    assert!(
+        r.message()
+            .starts_with("sockproxy: upstream unavailable: cannot connect to "),
+        "{}",
+        r.message()
+    );
+    let again = Recorder::start_at(dir, answer);
+    let r = raw::get(p.socket(), "/_ping").expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(again.requests(), ["GET /_ping"]);
+}
+
+#[test]
+fn garbage_never_crashes_the_proxy() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let garbage: &[&[u8]] = &[
+        b"\x00\x01\x02\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"GET / HTTP/9.9\r\n\r\n",
+        b"GET /_ping HTTP/1.1\r\nHost: docker\r\nContent-Length: x\r\n\r\n",
+        b"GET /_ping HTTP/1.1\r\nBad Header\r\n\r\n",
+        b"\r\n\r\n\r\n",
+        &[b'A'; 20000],
+    ];
+    for g in garbage {
+        if let Ok(r) = raw::send(p.socket(), g) {
+            assert!(
+                (400..500).contains(&r.status),
+                "{:?}: {}",
+                String::from_utf8_lossy(g),
+                r.status
+            );
+        }
+    }
+    assert_eq!(
+        raw::get(p.socket(), "/_ping").expect("still up").status,
+        200
+    );
+    assert_eq!(up.requests(), ["GET /_ping"]);
+}
