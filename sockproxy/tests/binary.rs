@@ -67,6 +67,10 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     child.wait().expect("exit")
 }
 
+fn running_as_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("proc")) == 0
+}
+
 #[test]
 fn a_prefix_breaking_the_rule_is_refused_with_the_rule() {
     let dir = tempfile::tempdir().expect("dir");

@@ -19,6 +19,20 @@ fn engine(prefix: &str) -> Recorder {
                 inspect(OWN_ID, &own)
             }
             ("GET", p) if p.contains("/containers/2222") => inspect(FOREIGN_ID, "/foreign"),
+            ("GET", p) if p.contains("/exec/aaaa") => (
+                200,
+                format!(r#"{{"ID":"{}","ContainerID":"{OWN_ID}"}}"#, "a".repeat(64)),
+            ),
+            ("GET", p) if p.contains("/exec/bbbb") => (
+                200,
+                format!(
+                    r#"{{"ID":"{}","ContainerID":"{FOREIGN_ID}"}}"#,
+                    "b".repeat(64)
+                ),
+            ),
+            ("GET", p) if p.starts_with("/exec/") => {
+                (404, r#"{"message":"No such exec instance: x"}"#.into())
+            }
             ("GET", p)
                 if p.starts_with("/containers/")
                     && p.ends_with("/json")
@@ -166,6 +180,44 @@ fn forwarded_paths_are_pinned_to_the_full_id() {
             "GET /containers/111111/json".to_owned(),
             format!("DELETE /containers/{OWN_ID}?force=1"),
         ]
+    );
+}
+
+#[test]
+fn exec_paths_are_pinned_and_foreign_execs_look_absent() {
+    let up = engine("deer-flow-");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let own_exec = "a".repeat(64);
+    let r = raw::request(
+        p.socket(),
+        "POST",
+        &format!("/v1.41/exec/{own_exec}/resize?h=1&w=2"),
+        None,
+    )
+    .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        up.requests(),
+        [
+            format!("GET /v1.41/exec/{own_exec}/json"),
+            format!("GET /v1.41/containers/{OWN_ID}/json"),
+            format!("POST /v1.41/exec/{own_exec}/resize?h=1&w=2"),
+        ]
+    );
+    for id in ["b".repeat(64), "c".repeat(64)] {
+        let r = raw::request(
+            p.socket(),
+            "POST",
+            &format!("/exec/{id}/start"),
+            Some(b"{}"),
+        )
+        .expect("answer");
+        assert_refusal(&r, 404, &format!("No such exec instance: {id}"));
+    }
+    assert!(
+        !up.requests().iter().any(|l| l.contains("/start")),
+        "{:?}",
+        up.requests()
     );
 }
 
