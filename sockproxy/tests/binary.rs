@@ -215,4 +215,17 @@ fn socket_mode_stale_files_and_sigterm() {
     let mode = std::fs::metadata(&sock).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     terminate(&mut child);
+
+    // --socket-group hands the socket to a group (changing it needs root or membership).
+    if running_as_root() {
+        let gid: u32 = 4242;
+        let (mut child, sock) = proxy(
+            dir.path(),
+            &["--prefix", "deer-flow-", "--socket-group", &gid.to_string()],
+            &[],
+        );
+        let meta = std::fs::metadata(&sock).expect("stat");
+        assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), gid);
+        terminate(&mut child);
+    }
 }
