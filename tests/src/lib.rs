@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod engine;
+pub mod fake;
 pub mod raw;
 pub mod recorder;
 pub mod stack;

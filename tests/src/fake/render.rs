@@ -1,0 +1,259 @@
+//! JSON shapes of the fake's answers: container inspect and list entries, networks, images,
+//! `/version`, `/info` and events, with the fields the docker CLI, docker-py and bollard read.
+
+use serde_json::{json, Map, Value};
+
+use super::flavor::Flavor;
+use super::state::{Container, Exec, Image, Network, RunState, State};
+
+fn rfc3339(secs: Option<i64>) -> String {
+    let Some(secs) = secs else {
+        return "0001-01-01T00:00:00Z".into();
+    };
+    // Civil-from-days (Howard Hinnant's algorithm), to avoid a date crate in a test fake.
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn labels(l: &std::collections::BTreeMap<String, String>) -> Value {
+    Value::Object(
+        l.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+    )
+}
+
+fn endpoints(state: &State, c: &Container) -> Value {
+    let mut nets = Map::new();
+    for (name, ep) in &c.networks {
+        let net_id = state
+            .networks
+            .iter()
+            .find(|n| &n.name == name)
+            .map_or(String::new(), |n| n.id.clone());
+        let running = c.state == RunState::Running;
+        nets.insert(
+            name.clone(),
+            json!({
+                "IPAMConfig": null,
+                "Links": null,
+                "Aliases": ep.aliases,
+                "NetworkID": net_id,
+                "EndpointID": if running { ep.endpoint_id.clone() } else { String::new() },
+                "Gateway": "",
+                "IPAddress": if running { ep.ip.clone() } else { String::new() },
+                "IPPrefixLen": if running { 16 } else { 0 },
+                "MacAddress": "",
+            }),
+        );
+    }
+    Value::Object(nets)
+}
+
+fn status_text(c: &Container) -> String {
+    match c.state {
+        RunState::Created => "Created".into(),
+        RunState::Running => "Up Less than a second".into(),
+        RunState::Exited => format!("Exited ({}) Less than a second ago", c.exit_code),
+    }
+}
+
+pub fn container_inspect(state: &State, c: &Container) -> Value {
+    let running = c.state == RunState::Running;
+    let nets = endpoints(state, c);
+    let bridge_ip = c
+        .networks
+        .get("bridge")
+        .filter(|_| running)
+        .map_or(String::new(), |e| e.ip.clone());
+    json!({
+        "Id": c.id,
+        "Created": rfc3339(Some(c.created)),
+        "Path": c.cmd.first().cloned().unwrap_or_default(),
+        "Args": c.cmd.get(1..).unwrap_or(&[]),
+        "State": {
+            "Status": c.state.as_str(),
+            "Running": running,
+            "Paused": false,
+            "Restarting": false,
+            "OOMKilled": false,
+            "Dead": false,
+            "Pid": if running { 4242 } else { 0 },
+            "ExitCode": c.exit_code,
+            "Error": "",
+            "StartedAt": rfc3339(c.started_at),
+            "FinishedAt": rfc3339(c.finished_at),
+        },
+        "Image": c.image_id,
+        "Name": c.name,
+        "RestartCount": 0,
+        "Driver": "fake",
+        "Platform": "linux",
+        "HostConfig": c.host_config,
+        "Config": c.config,
+        "Mounts": [],
+        "NetworkSettings": {
+            "Bridge": "",
+            "Ports": {},
+            "IPAddress": bridge_ip,
+            "Networks": nets,
+        },
+    })
+}
+
+pub fn container_list_entry(state: &State, c: &Container) -> Value {
+    json!({
+        "Id": c.id,
+        "Names": state.names_of(c),
+        "Image": c.image,
+        "ImageID": c.image_id,
+        "Command": c.cmd.join(" "),
+        "Created": c.created,
+        "Ports": [],
+        "Labels": labels(&c.labels),
+        "State": c.state.as_str(),
+        "Status": status_text(c),
+        "HostConfig": { "NetworkMode": c.network_mode },
+        "NetworkSettings": { "Networks": endpoints(state, c) },
+        "Mounts": [],
+    })
+}
+
+pub fn network(state: &State, n: &Network) -> Value {
+    let mut containers = Map::new();
+    for c in state.active_endpoints(&n.name) {
+        if let Some(ep) = c.networks.get(&n.name) {
+            containers.insert(
+                c.id.clone(),
+                json!({
+                    "Name": c.name.trim_start_matches('/'),
+                    "EndpointID": ep.endpoint_id,
+                    "MacAddress": "",
+                    "IPv4Address": format!("{}/16", ep.ip),
+                    "IPv6Address": "",
+                }),
+            );
+        }
+    }
+    json!({
+        "Name": n.name,
+        "Id": n.id,
+        "Created": rfc3339(Some(n.created)),
+        "Scope": "local",
+        "Driver": n.driver,
+        "EnableIPv6": false,
+        "IPAM": {
+            "Driver": "default",
+            "Options": null,
+            "Config": if n.subnet.is_empty() { json!([]) } else { json!([{ "Subnet": n.subnet }]) },
+        },
+        "Internal": n.internal,
+        "Attachable": false,
+        "Ingress": false,
+        "ConfigFrom": { "Network": "" },
+        "ConfigOnly": false,
+        "Containers": containers,
+        "Options": labels(&n.options),
+        "Labels": labels(&n.labels),
+    })
+}
+
+pub fn image(i: &Image) -> Value {
+    json!({
+        "Id": i.id,
+        "RepoTags": i.tags,
+        "RepoDigests": [],
+        "Created": rfc3339(Some(i.created)),
+        "Size": 1_982_256,
+        "Os": "linux",
+        "Architecture": "amd64",
+        "Config": { "Cmd": i.cmd, "Env": ["PATH=/bin"] },
+        "RootFS": { "Type": "layers", "Layers": [] },
+    })
+}
+
+pub fn exec(e: &Exec) -> Value {
+    json!({
+        "ID": e.id,
+        "ContainerID": e.container_id,
+        "Running": e.running,
+        "ExitCode": e.exit_code,
+        "OpenStdin": e.attach_stdin,
+        "OpenStdout": true,
+        "OpenStderr": true,
+        "ProcessConfig": {
+            "tty": e.tty,
+            "entrypoint": e.cmd.first().cloned().unwrap_or_default(),
+            "arguments": e.cmd.get(1..).unwrap_or(&[]),
+        },
+        "Pid": if e.running { 4243 } else { 0 },
+    })
+}
+
+pub fn version(flavor: Flavor) -> Value {
+    json!({
+        "Platform": { "Name": "fake-dockerd" },
+        "Version": flavor.engine_version(),
+        "ApiVersion": flavor.api_version(),
+        "MinAPIVersion": flavor.min_api_version(),
+        "GitCommit": "fake",
+        "GoVersion": "n/a",
+        "Os": "linux",
+        "Arch": "amd64",
+        "KernelVersion": "fake",
+        "Components": [{ "Name": "Engine", "Version": flavor.engine_version(), "Details": { "ApiVersion": flavor.api_version(), "MinAPIVersion": flavor.min_api_version(), "Os": "linux", "Arch": "amd64" } }],
+    })
+}
+
+pub fn info(state: &State, flavor: Flavor) -> Value {
+    let running = state
+        .containers
+        .iter()
+        .filter(|c| c.state == RunState::Running)
+        .count();
+    json!({
+        "ID": "FAKE:DOCKERD",
+        "Containers": state.containers.len(),
+        "ContainersRunning": running,
+        "ContainersPaused": 0,
+        "ContainersStopped": state.containers.len() - running,
+        "Images": state.images.len(),
+        "Driver": "fake",
+        "ServerVersion": flavor.engine_version(),
+        "OperatingSystem": "fake-dockerd",
+        "OSType": "linux",
+        "Architecture": "x86_64",
+        "NCPU": 2,
+        "Name": "fake-dockerd",
+        "Swarm": { "LocalNodeState": "inactive", "ControlAvailable": false },
+    })
+}
+
+pub fn event(kind: &str, action: &str, id: &str, name: &str) -> Value {
+    let now = super::state::now();
+    json!({
+        "status": action,
+        "id": id,
+        "Type": kind,
+        "Action": action,
+        "Actor": { "ID": id, "Attributes": { "name": name } },
+        "scope": "local",
+        "time": now,
+        "timeNano": now * 1_000_000_000,
+    })
+}
