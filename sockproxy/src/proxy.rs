@@ -270,8 +270,16 @@ impl Proxy {
             .await
             .map_err(upstream_err)?;
         if answer.status != StatusCode::OK {
+            // An ambiguous prefix is 500 on 20.10 and 400 on 29 (moby `pkg/truncindex`,
+            // `daemon/container/view.go`); either way it must look like an absent object, or
+            // the answer would tell a stack that another stack's ID shares the prefix.
+            let ambiguous = String::from_utf8_lossy(&answer.body)
+                .to_ascii_lowercase()
+                .contains("multiple ids found with provided prefix");
             return match r {
-                ObjRef::Hex(id) if answer.status.is_client_error() => Err(policy::absent(kind, id)),
+                ObjRef::Hex(id) if answer.status.is_client_error() || ambiguous => {
+                    Err(policy::absent(kind, id))
+                }
                 _ if answer.status.is_server_error() => Err(Refusal::Upstream(format!(
                     "inspect answered {}",
                     answer.status

@@ -19,6 +19,15 @@ fn engine(prefix: &str) -> Recorder {
                 inspect(OWN_ID, &own)
             }
             ("GET", p) if p.contains("/containers/2222") => inspect(FOREIGN_ID, "/foreign"),
+            ("GET", p) if p.contains("/containers/4/") => (
+                500,
+                r#"{"message":"Multiple IDs found with provided prefix: 4"}"#.into(),
+            ),
+            ("GET", p) if p.contains("/containers/5/") => (
+                400,
+                r#"{"message":"multiple IDs found with provided prefix: 5"}"#.into(),
+            ),
+            ("GET", p) if p.contains("/containers/6/") => (500, r#"{"message":"boom"}"#.into()),
             ("GET", p) if p.contains("/exec/aaaa") => (
                 200,
                 format!(r#"{{"ID":"{}","ContainerID":"{OWN_ID}"}}"#, "a".repeat(64)),
@@ -225,7 +234,8 @@ fn exec_paths_are_pinned_and_foreign_execs_look_absent() {
 fn foreign_ids_and_prefixes_look_absent() {
     let up = engine("deer-flow-");
     let p = StackProxy::start(up.socket(), "deer-flow-", false);
-    for r in [FOREIGN_ID, "2222", "3333"] {
+    // "4" and "5" are ambiguous prefixes as 20.10 (500) and 29 (400) answer them.
+    for r in [FOREIGN_ID, "2222", "3333", "4", "5"] {
         let resp = raw::request(p.socket(), "POST", &format!("/containers/{r}/stop"), None)
             .expect("answer");
         assert_refusal(&resp, 404, &format!("No such container: {r}"));
@@ -235,6 +245,9 @@ fn foreign_ids_and_prefixes_look_absent() {
         "only inspects were sent: {:?}",
         up.requests()
     );
+    // Any other engine failure is not an absence: 502, and still nothing forwarded.
+    let resp = raw::request(p.socket(), "POST", "/containers/6/stop", None).expect("answer");
+    assert_eq!(resp.status, 502, "{}", resp.text());
 }
 
 #[test]
