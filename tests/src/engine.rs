@@ -1,22 +1,74 @@
-//! The real engine for tests that need one: found through `DOCKER_HOST` (unix://) or the
-//! default socket. Locally a test without an engine is skipped with a printed notice; with
-//! `CI=true` a missing engine fails the test. Also builds the local busybox test image, since no
-//! registry can be reached.
+//! The engines tests run against: a fake engine (always; one per test, per flavor) and the real
+//! dockerd found through `DOCKER_HOST` (unix://) or the default socket. Locally a missing real
+//! engine is skipped with a printed notice; with `CI=true` it fails the test. Also builds the
+//! local busybox test image on the real engine, since no registry can be reached.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use crate::fake::{FakeEngine, Flavor};
 use crate::raw;
 
 /// The image every real-engine test runs: busybox-static imported as a rootfs.
 pub const TEST_IMAGE: &str = "sockproxy-test-busybox:latest";
 
-#[derive(Debug, Clone)]
-pub struct RealEngine {
+/// Which engine a test is talking to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Fake(Flavor),
+    Real,
+}
+
+/// An engine under test. For a fake, the engine lives as long as this value.
+#[derive(Debug)]
+pub struct Engine {
     pub socket: PathBuf,
     pub image: String,
+    pub kind: Kind,
+    /// The wordings to expect: a fake's own flavor, or the real engine's, read from `/version`.
+    pub flavor: Flavor,
+    pub fake: Option<FakeEngine>,
+}
+
+impl Engine {
+    pub fn start_fake(flavor: Flavor) -> Self {
+        let fake = FakeEngine::start(flavor);
+        Self {
+            socket: fake.socket().to_owned(),
+            image: TEST_IMAGE.to_owned(),
+            kind: Kind::Fake(flavor),
+            flavor,
+            fake: Some(fake),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self.kind {
+            Kind::Fake(f) => format!("fake engine ({})", f.name()),
+            Kind::Real => format!("real dockerd at {}", self.socket.display()),
+        }
+    }
+
+    pub fn is_fake(&self) -> bool {
+        self.fake.is_some()
+    }
+}
+
+/// The fake (Debian 20.10 flavor, which every docker CLI on the machine speaks) and, when
+/// reachable, the real engine.
+pub fn engines(test: &str) -> Vec<Engine> {
+    let mut out = vec![Engine::start_fake(Flavor::Debian2010)];
+    out.extend(real_engine(test));
+    out
+}
+
+/// Every fake flavor and, when reachable, the real engine.
+pub fn all_engines(test: &str) -> Vec<Engine> {
+    let mut out: Vec<Engine> = Flavor::ALL.iter().map(|f| Engine::start_fake(*f)).collect();
+    out.extend(real_engine(test));
+    out
 }
 
 fn candidate_socket() -> PathBuf {
@@ -32,7 +84,7 @@ fn answers_ping(sock: &Path) -> bool {
 
 /// The engine to test against, or `None` after printing why this test is skipped.
 /// Panics when `CI=true` and no engine answers: CI must never skip these.
-pub fn real_engine(test: &str) -> Option<RealEngine> {
+pub fn real_engine(test: &str) -> Option<Engine> {
     let socket = candidate_socket();
     if !answers_ping(&socket) {
         if std::env::var("CI").as_deref() == Ok("true") {
@@ -44,15 +96,25 @@ pub fn real_engine(test: &str) -> Option<RealEngine> {
         // Written to the stderr handle, not with eprintln!, so libtest's capture lets it through.
         let _ = writeln!(
             std::io::stderr(),
-            "NOTICE: skipping {test}: no Docker engine answers at {} (start dockerd and set DOCKER_HOST=unix://…, as .ci/run does)",
+            "NOTICE: {test}: skipping the real-engine run, no Docker engine answers at {} (start dockerd and set DOCKER_HOST=unix://…, as .ci/run does)",
             socket.display()
         );
         return None;
     }
     ensure_image(&socket);
-    Some(RealEngine {
+    let version = raw::get(&socket, "/version")
+        .map(|r| r.json())
+        .unwrap_or_default();
+    let flavor = match version["Version"].as_str() {
+        Some(v) if v.starts_with("20.") => Flavor::Debian2010,
+        _ => Flavor::Docker29,
+    };
+    Some(Engine {
         socket,
         image: TEST_IMAGE.to_owned(),
+        kind: Kind::Real,
+        flavor,
+        fake: None,
     })
 }
 
