@@ -9,6 +9,7 @@ pub mod fake;
 pub mod raw;
 pub mod recorder;
 pub mod stack;
+pub mod subject;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -1,0 +1,55 @@
+//! Version negotiation: `/_ping` names the API version in its headers (what the docker CLI
+//! reads first), `/version` agrees, and a versioned path outside the engine's window is 400
+//! with dockerd's words. Through the proxy the version segment is kept, so the engine decides.
+
+use sockproxy_tests::raw;
+
+use crate::each_subject;
+
+#[test]
+fn version_negotiation_matches_the_engine() {
+    each_subject("version_negotiation_matches_the_engine", |s| {
+        let head = s.req("HEAD", "/_ping", None);
+        assert_eq!(head.status, 200);
+        assert!(head.body.is_empty());
+        let api = head.header("api-version").unwrap_or_default().to_owned();
+        assert!(!api.is_empty(), "{:?}", head.headers);
+        let ping = s.get("/_ping");
+        assert_eq!(ping.body, b"OK");
+        assert!(ping
+            .header("cache-control")
+            .is_some_and(|c| c.contains("no-cache")));
+        assert_eq!(ping.header("ostype"), Some("linux"));
+        let version = s.get("/version").json();
+        assert_eq!(version["ApiVersion"].as_str(), Some(api.as_str()));
+        let min = version["MinAPIVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(fake) = &s.engine.fake {
+            assert_eq!(
+                (api.as_str(), min.as_str()),
+                (fake.flavor().api_version(), fake.flavor().min_api_version())
+            );
+        }
+        let too_new = s.get("/v99.0/version");
+        assert_eq!(too_new.status, 400);
+        assert_eq!(
+            too_new.message(),
+            format!("client version 99.0 is too new. Maximum supported API version is {api}")
+        );
+        let at_min = s.get(&format!("/v{min}/version"));
+        assert_eq!(at_min.status, 200, "{}", at_min.text());
+        if min == "1.44" {
+            let old = s.get("/v1.41/containers/json");
+            assert_eq!(old.status, 400);
+            assert_eq!(
+                old.message(),
+                "client version 1.41 is too old. Minimum supported API version is 1.44, please upgrade your client to a newer version"
+            );
+        }
+        // The proxy forwards the version segment it was given.
+        let versioned = raw::get(s.socket(), &format!("/v{api}/containers/json")).expect("answer");
+        assert_eq!(versioned.status, 200);
+    });
+}
