@@ -1,0 +1,329 @@
+//! The engine client: bollard over the one address lifecycle is given (the stack's sockproxy),
+//! nothing else. Answers are reduced to what the operations decide on, and every failure keeps
+//! what the engine (or the proxy) said, so a refusal reaches the caller verbatim.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::container::{
+    Config, CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+};
+use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions};
+use bollard::Docker;
+
+use crate::decide::{is_no_such, Object};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    /// The engine, or the proxy in front of it, answered with an error.
+    #[error("Error response from daemon: {message} (status {status})")]
+    Api { status: u16, message: String },
+    #[error("cannot reach the engine at {0}")]
+    Unreachable(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("unreadable answer: {0}")]
+    Unreadable(String),
+    #[error("--docker-host {0:?}: only unix:// addresses are supported")]
+    Address(String),
+}
+
+impl EngineError {
+    fn from_bollard(e: bollard::errors::Error, what: &str) -> Self {
+        use bollard::errors::Error as B;
+        match e {
+            B::DockerResponseServerError {
+                status_code,
+                message,
+            } => Self::Api {
+                status: status_code,
+                message,
+            },
+            B::JsonDataError { .. } | B::JsonSerdeError { .. } => Self::Unreadable(e.to_string()),
+            other => Self::Unreachable(format!("{what}: {other}")),
+        }
+    }
+}
+
+/// What lifecycle reads from a container inspect.
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub id: String,
+    pub running: bool,
+    pub labels: HashMap<String, String>,
+    pub networks: HashMap<String, String>,
+    pub host_port: Option<u16>,
+}
+
+/// Whether a stop or remove found the object or it was already gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    Done,
+    AlreadyGone,
+}
+
+#[derive(Debug, Clone)]
+pub struct Engine {
+    docker: Docker,
+    address: String,
+}
+
+impl Engine {
+    /// Connects to `unix://PATH` and negotiates the API version. A failed negotiation is not an
+    /// error here: the first real call reports why the engine cannot be used.
+    pub async fn connect(address: &str) -> Result<Self, EngineError> {
+        let path = address
+            .strip_prefix("unix://")
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| EngineError::Address(address.to_owned()))?;
+        let docker = Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(|e| EngineError::Unreachable(e.to_string()))?;
+        let docker = match docker.clone().negotiate_version().await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(error = %e, "version negotiation failed");
+                docker
+            }
+        };
+        Ok(Self {
+            docker,
+            address: address.to_owned(),
+        })
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub async fn ping(&self) -> Result<(), EngineError> {
+        self.docker
+            .ping()
+            .await
+            .map(|_| ())
+            .map_err(|e| EngineError::from_bollard(e, &self.address))
+    }
+
+    /// Inspect by exact name; `None` only for "No such container: NAME" about this name.
+    pub async fn inspect(&self, name: &str) -> Result<Option<Container>, EngineError> {
+        match self
+            .docker
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(c) => {
+                let labels = c
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.labels.clone())
+                    .unwrap_or_default();
+                let networks = c
+                    .network_settings
+                    .as_ref()
+                    .and_then(|n| n.networks.as_ref())
+                    .map(|n| {
+                        n.iter()
+                            .map(|(k, v)| (k.clone(), v.ip_address.clone().unwrap_or_default()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let host_port = c
+                    .host_config
+                    .as_ref()
+                    .and_then(|h| h.port_bindings.as_ref())
+                    .and_then(|p| {
+                        p.values()
+                            .flatten()
+                            .flatten()
+                            .find_map(|b| b.host_port.clone())
+                    })
+                    .and_then(|p| p.parse().ok());
+                Ok(Some(Container {
+                    id: c.id.unwrap_or_default(),
+                    running: c.state.and_then(|s| s.running).unwrap_or(false),
+                    labels,
+                    networks,
+                    host_port,
+                }))
+            }
+            Err(e) => {
+                let e = EngineError::from_bollard(e, &self.address);
+                if absent(&e, Object::Container, name) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// `GET /containers/json?all=1&filters={"name":[name]}`: every `Names` entry listed.
+    pub async fn list_names(
+        &self,
+        name: &str,
+        limit: Duration,
+    ) -> Result<Vec<String>, EngineError> {
+        let mut filters = HashMap::new();
+        filters.insert("name".to_owned(), vec![name.to_owned()]);
+        let opts = ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        };
+        let listed = tokio::time::timeout(limit, self.docker.list_containers(Some(opts)))
+            .await
+            .map_err(|_| EngineError::Timeout(limit))?
+            .map_err(|e| EngineError::from_bollard(e, &self.address))?;
+        Ok(listed
+            .into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .collect())
+    }
+
+    /// Sandboxes of this stack: (name, ID, state, labels).
+    pub async fn list_sandboxes(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, String, String, HashMap<String, String>)>, EngineError> {
+        let mut filters = HashMap::new();
+        filters.insert(
+            "label".to_owned(),
+            vec![format!("{}=sandbox", crate::naming::LABEL_ROLE)],
+        );
+        filters.insert("name".to_owned(), vec![format!("{prefix}sandbox-")]);
+        let opts = ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        };
+        let listed = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(|e| EngineError::from_bollard(e, &self.address))?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|c| {
+                let name = c
+                    .names?
+                    .into_iter()
+                    .map(|n| n.trim_start_matches('/').to_owned())
+                    .find(|n| !n.contains('/') && n.starts_with(prefix))?;
+                Some((
+                    name,
+                    c.id.unwrap_or_default(),
+                    c.state.unwrap_or_default(),
+                    c.labels.unwrap_or_default(),
+                ))
+            })
+            .collect())
+    }
+
+    pub async fn create(&self, name: &str, config: Config<String>) -> Result<String, EngineError> {
+        let opts = CreateContainerOptions {
+            name: name.to_owned(),
+            platform: None,
+        };
+        self.docker
+            .create_container(Some(opts), config)
+            .await
+            .map(|r| r.id)
+            .map_err(|e| EngineError::from_bollard(e, &self.address))
+    }
+
+    pub async fn start(&self, name: &str) -> Result<(), EngineError> {
+        self.docker
+            .start_container(name, None::<StartContainerOptions<String>>)
+            .await
+            .map_err(|e| EngineError::from_bollard(e, &self.address))
+    }
+
+    /// Stop; a stopped container (304) is done, an absent one (exact name) already gone.
+    pub async fn stop(&self, name: &str, timeout_secs: i64) -> Result<Done, EngineError> {
+        match self
+            .docker
+            .stop_container(name, Some(StopContainerOptions { t: timeout_secs }))
+            .await
+        {
+            Ok(()) => Ok(Done::Done),
+            Err(e) => gone_or(
+                EngineError::from_bollard(e, &self.address),
+                Object::Container,
+                name,
+            ),
+        }
+    }
+
+    pub async fn remove(&self, name: &str) -> Result<Done, EngineError> {
+        let opts = RemoveContainerOptions {
+            force: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(name, Some(opts)).await {
+            Ok(()) => Ok(Done::Done),
+            Err(e) => gone_or(
+                EngineError::from_bollard(e, &self.address),
+                Object::Container,
+                name,
+            ),
+        }
+    }
+
+    /// Creates a network; one that already exists under this name counts as made.
+    pub async fn create_network(
+        &self,
+        name: &str,
+        internal: bool,
+        labels: HashMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let opts = CreateNetworkOptions {
+            name: name.to_owned(),
+            check_duplicate: true,
+            driver: "bridge".to_owned(),
+            internal,
+            labels,
+            ..Default::default()
+        };
+        match self.docker.create_network(opts).await {
+            Ok(_) => Ok(()),
+            Err(e) => match EngineError::from_bollard(e, &self.address) {
+                EngineError::Api { status: 409, .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    pub async fn remove_network(&self, name: &str) -> Result<Done, EngineError> {
+        match self.docker.remove_network(name).await {
+            Ok(()) => Ok(Done::Done),
+            Err(e) => gone_or(
+                EngineError::from_bollard(e, &self.address),
+                Object::Network,
+                name,
+            ),
+        }
+    }
+
+    pub async fn connect_network(&self, network: &str, container: &str) -> Result<(), EngineError> {
+        let opts = ConnectNetworkOptions {
+            container: container.to_owned(),
+            endpoint_config: Default::default(),
+        };
+        self.docker
+            .connect_network(network, opts)
+            .await
+            .map_err(|e| EngineError::from_bollard(e, &self.address))
+    }
+}
+
+fn absent(e: &EngineError, object: Object, name: &str) -> bool {
+    matches!(e, EngineError::Api { status, message } if is_no_such(object, name, *status, message))
+}
+
+fn gone_or(e: EngineError, object: Object, name: &str) -> Result<Done, EngineError> {
+    match e {
+        EngineError::Api { status: 304, .. } => Ok(Done::Done),
+        e if absent(&e, object, name) => Ok(Done::AlreadyGone),
+        e => Err(e),
+    }
+}

@@ -1,0 +1,238 @@
+//! The quarantine ledger (DESIGN §4): `{state_dir}/sandbox-quarantine/{k(scope)}/{k(id)}/
+//! {k(generation)}`, one empty file per quarantined generation, written atomically (temp file,
+//! fsync, rename, fsync of the directory) so a record survives a crash and a restart. Beside the
+//! records, `.sandbox_id` names the sandbox (the path holds only hashes). Every storage error is
+//! returned: the caller fails closed.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::naming::k;
+
+/// The generation recorded when the container ID could not be read.
+pub const UNKNOWN_GENERATION: &str = "unknown";
+const ID_FILE: &str = ".sandbox_id";
+
+#[derive(Debug, thiserror::Error)]
+#[error("quarantine ledger at {path}: {source}")]
+pub struct LedgerError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+fn err(path: &Path) -> impl FnOnce(io::Error) -> LedgerError + '_ {
+    move |source| LedgerError {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One sandbox's records.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Entry {
+    /// `k(sandbox_id)`: the directory name.
+    pub key: String,
+    /// The sandbox ID, when `.sandbox_id` was written (records from before it was, have none).
+    pub sandbox_id: Option<String>,
+    /// `k(generation)` of every quarantined generation.
+    pub generations: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    dir: PathBuf,
+}
+
+impl Ledger {
+    /// The ledger of `scope` (the stack prefix) under `state_dir`.
+    pub fn new(state_dir: &Path, scope: &str) -> Self {
+        Self {
+            dir: state_dir.join("sandbox-quarantine").join(k(scope)),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(k(id))
+    }
+
+    /// Records `generation` (a container ID, or `unknown`) of sandbox `id` as quarantined.
+    pub fn mark(&self, id: &str, generation: &str) -> Result<PathBuf, LedgerError> {
+        let dir = self.sandbox_dir(id);
+        fs::create_dir_all(&dir).map_err(err(&dir))?;
+        write_atomic(&dir, ID_FILE, id.as_bytes())?;
+        let record = dir.join(k(generation));
+        write_atomic(&dir, &k(generation), b"")?;
+        Ok(record)
+    }
+
+    /// `k(generation)` of each record of sandbox `id`.
+    pub fn generations(&self, id: &str) -> Result<Vec<String>, LedgerError> {
+        read_generations(&self.sandbox_dir(id))
+    }
+
+    pub fn is_quarantined(&self, id: &str) -> Result<bool, LedgerError> {
+        Ok(!self.generations(id)?.is_empty())
+    }
+
+    /// Whether container `container_id` is one of the sandbox's quarantined generations (or the
+    /// sandbox has an `unknown` generation, which fences whatever container it finds).
+    pub fn fences(&self, id: &str, container_id: &str) -> Result<bool, LedgerError> {
+        let gens = self.generations(id)?;
+        Ok(gens.contains(&k(container_id)) || gens.contains(&k(UNKNOWN_GENERATION)))
+    }
+
+    /// Removes every record of sandbox `id`; already gone counts as done.
+    pub fn retire(&self, id: &str) -> Result<(), LedgerError> {
+        let dir = self.sandbox_dir(id);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => sync_dir(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(err(&dir)(e)),
+        }
+    }
+
+    /// Every sandbox with records.
+    pub fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
+        let read = match fs::read_dir(&self.dir) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(err(&self.dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in read {
+            let entry = entry.map_err(err(&self.dir))?;
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let generations = read_generations(&path)?;
+            if generations.is_empty() {
+                continue;
+            }
+            let sandbox_id = match fs::read_to_string(path.join(ID_FILE)) {
+                Ok(s) => Some(s),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(err(&path)(e)),
+            };
+            out.push(Entry {
+                key: entry.file_name().to_string_lossy().into_owned(),
+                sandbox_id,
+                generations,
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+}
+
+fn read_generations(dir: &Path) -> Result<Vec<String>, LedgerError> {
+    let read = match fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(err(dir)(e)),
+    };
+    let mut gens = Vec::new();
+    for entry in read {
+        let name = entry
+            .map_err(err(dir))?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            gens.push(name);
+        }
+    }
+    gens.sort();
+    Ok(gens)
+}
+
+/// temp file → fsync → rename → fsync of the directory.
+fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<(), LedgerError> {
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join(name))
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(err(&dir.join(name))(e));
+    }
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(err(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_three_16_hex_components() {
+        let state = tempfile::tempdir().expect("dir");
+        let ledger = Ledger::new(state.path(), "deer-flow-");
+        let record = ledger.mark("c1a44b2434411cc2", "abc123").expect("mark");
+        let rel = record.strip_prefix(state.path()).expect("under state dir");
+        let parts: Vec<String> = rel
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(parts[0], "sandbox-quarantine");
+        assert_eq!(
+            parts[1..],
+            [k("deer-flow-"), k("c1a44b2434411cc2"), k("abc123")]
+        );
+        for p in &parts[1..] {
+            assert_eq!(p.len(), 16);
+            assert!(p.bytes().all(|b| b.is_ascii_hexdigit()));
+        }
+        assert_eq!(
+            fs::metadata(&record).expect("stat").len(),
+            0,
+            "a record is an empty file"
+        );
+        let leftovers: Vec<_> = fs::read_dir(record.parent().expect("dir"))
+            .expect("read")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+            .collect();
+        assert!(leftovers.is_empty(), "no temp files left");
+    }
+
+    #[test]
+    fn records_survive_a_new_ledger_and_retire() {
+        let state = tempfile::tempdir().expect("dir");
+        Ledger::new(state.path(), "p-")
+            .mark("aaaaaaaaaaaaaaaa", "gen1")
+            .expect("mark");
+        let again = Ledger::new(state.path(), "p-");
+        assert!(again.is_quarantined("aaaaaaaaaaaaaaaa").expect("read"));
+        assert!(again.fences("aaaaaaaaaaaaaaaa", "gen1").expect("read"));
+        assert!(!again.fences("aaaaaaaaaaaaaaaa", "gen2").expect("read"));
+        let entries = again.entries().expect("entries");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].sandbox_id.as_deref(), Some("aaaaaaaaaaaaaaaa"));
+        again.retire("aaaaaaaaaaaaaaaa").expect("retire");
+        again
+            .retire("aaaaaaaaaaaaaaaa")
+            .expect("retiring twice is fine");
+        assert!(!again.is_quarantined("aaaaaaaaaaaaaaaa").expect("read"));
+        // Another scope's ledger is separate.
+        assert!(Ledger::new(state.path(), "q-")
+            .entries()
+            .expect("read")
+            .is_empty());
+    }
+}
