@@ -183,7 +183,7 @@ fn sockproxy_prefix_rule(p: &str) -> Result<(), &'static str> {
 }
 
 async fn run(args: Args) -> ExitCode {
-    let engine = match Engine::connect(&args.docker_host).await {
+    let engine = match Engine::new(&args.docker_host) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("lifecycle: {e}");

@@ -63,32 +63,26 @@ pub enum Done {
     AlreadyGone,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Engine {
-    docker: Docker,
+    path: String,
     address: String,
+    /// Made on first use, once version negotiation succeeds; a missing or refusing socket is
+    /// the failure of the call that needed it, not of construction.
+    docker: tokio::sync::OnceCell<Docker>,
 }
 
 impl Engine {
-    /// Connects to `unix://PATH` and negotiates the API version. A failed negotiation is not an
-    /// error here: the first real call reports why the engine cannot be used.
-    pub async fn connect(address: &str) -> Result<Self, EngineError> {
+    /// Checks the address (`unix://PATH` only); opens nothing yet.
+    pub fn new(address: &str) -> Result<Self, EngineError> {
         let path = address
             .strip_prefix("unix://")
             .filter(|p| p.starts_with('/'))
             .ok_or_else(|| EngineError::Address(address.to_owned()))?;
-        let docker = Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)
-            .map_err(|e| EngineError::Unreachable(e.to_string()))?;
-        let docker = match docker.clone().negotiate_version().await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::debug!(error = %e, "version negotiation failed");
-                docker
-            }
-        };
         Ok(Self {
-            docker,
+            path: path.to_owned(),
             address: address.to_owned(),
+            docker: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -96,8 +90,23 @@ impl Engine {
         &self.address
     }
 
-    pub async fn ping(&self) -> Result<(), EngineError> {
+    async fn client(&self) -> Result<&Docker, EngineError> {
         self.docker
+            .get_or_try_init(|| async {
+                let docker =
+                    Docker::connect_with_unix(&self.path, 120, bollard::API_DEFAULT_VERSION)
+                        .map_err(|e| EngineError::Unreachable(format!("{}: {e}", self.address)))?;
+                docker
+                    .negotiate_version()
+                    .await
+                    .map_err(|e| EngineError::from_bollard(e, &self.address))
+            })
+            .await
+    }
+
+    pub async fn ping(&self) -> Result<(), EngineError> {
+        self.client()
+            .await?
             .ping()
             .await
             .map(|_| ())
@@ -107,7 +116,8 @@ impl Engine {
     /// Inspect by exact name; `None` only for "No such container: NAME" about this name.
     pub async fn inspect(&self, name: &str) -> Result<Option<Container>, EngineError> {
         match self
-            .docker
+            .client()
+            .await?
             .inspect_container(name, None::<InspectContainerOptions>)
             .await
         {
@@ -170,10 +180,16 @@ impl Engine {
             filters,
             ..Default::default()
         };
-        let listed = tokio::time::timeout(limit, self.docker.list_containers(Some(opts)))
+        let listing = async {
+            self.client()
+                .await?
+                .list_containers(Some(opts))
+                .await
+                .map_err(|e| EngineError::from_bollard(e, &self.address))
+        };
+        let listed = tokio::time::timeout(limit, listing)
             .await
-            .map_err(|_| EngineError::Timeout(limit))?
-            .map_err(|e| EngineError::from_bollard(e, &self.address))?;
+            .map_err(|_| EngineError::Timeout(limit))??;
         Ok(listed
             .into_iter()
             .flat_map(|c| c.names.unwrap_or_default())
@@ -197,7 +213,8 @@ impl Engine {
             ..Default::default()
         };
         let listed = self
-            .docker
+            .client()
+            .await?
             .list_containers(Some(opts))
             .await
             .map_err(|e| EngineError::from_bollard(e, &self.address))?;
@@ -224,7 +241,8 @@ impl Engine {
             name: name.to_owned(),
             platform: None,
         };
-        self.docker
+        self.client()
+            .await?
             .create_container(Some(opts), config)
             .await
             .map(|r| r.id)
@@ -232,7 +250,8 @@ impl Engine {
     }
 
     pub async fn start(&self, name: &str) -> Result<(), EngineError> {
-        self.docker
+        self.client()
+            .await?
             .start_container(name, None::<StartContainerOptions<String>>)
             .await
             .map_err(|e| EngineError::from_bollard(e, &self.address))
@@ -241,7 +260,8 @@ impl Engine {
     /// Stop; a stopped container (304) is done, an absent one (exact name) already gone.
     pub async fn stop(&self, name: &str, timeout_secs: i64) -> Result<Done, EngineError> {
         match self
-            .docker
+            .client()
+            .await?
             .stop_container(name, Some(StopContainerOptions { t: timeout_secs }))
             .await
         {
@@ -259,7 +279,12 @@ impl Engine {
             force: true,
             ..Default::default()
         };
-        match self.docker.remove_container(name, Some(opts)).await {
+        match self
+            .client()
+            .await?
+            .remove_container(name, Some(opts))
+            .await
+        {
             Ok(()) => Ok(Done::Done),
             Err(e) => gone_or(
                 EngineError::from_bollard(e, &self.address),
@@ -284,7 +309,7 @@ impl Engine {
             labels,
             ..Default::default()
         };
-        match self.docker.create_network(opts).await {
+        match self.client().await?.create_network(opts).await {
             Ok(_) => Ok(()),
             Err(e) => match EngineError::from_bollard(e, &self.address) {
                 EngineError::Api { status: 409, .. } => Ok(()),
@@ -294,7 +319,7 @@ impl Engine {
     }
 
     pub async fn remove_network(&self, name: &str) -> Result<Done, EngineError> {
-        match self.docker.remove_network(name).await {
+        match self.client().await?.remove_network(name).await {
             Ok(()) => Ok(Done::Done),
             Err(e) => gone_or(
                 EngineError::from_bollard(e, &self.address),
@@ -309,7 +334,8 @@ impl Engine {
             container: container.to_owned(),
             endpoint_config: Default::default(),
         };
-        self.docker
+        self.client()
+            .await?
             .connect_network(network, opts)
             .await
             .map_err(|e| EngineError::from_bollard(e, &self.address))

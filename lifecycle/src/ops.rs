@@ -255,7 +255,9 @@ impl Lifecycle {
         let cid = match made {
             Ok(cid) => cid,
             Err(e) => {
-                self.undo(id, false).await;
+                if !is_conflict(&e) {
+                    self.undo(id, false).await;
+                }
                 return Err(e);
             }
         };
@@ -352,7 +354,9 @@ impl Lifecycle {
         let (cid, ip) = match made {
             Ok(x) => x,
             Err(e) => {
-                self.undo(id, true).await;
+                if !is_conflict(&e) {
+                    self.undo(id, true).await;
+                }
                 return Err(e);
             }
         };
@@ -382,7 +386,8 @@ impl Lifecycle {
         })
     }
 
-    /// Best-effort removal of what a failed create made; the reservation goes with it.
+    /// Best-effort removal of what a failed create made (never called on a name conflict, when
+    /// the objects are someone else's); the reservation goes with it.
     async fn undo(&self, id: &str, restricted: bool) {
         let names = self.names(id);
         let _ = self.engine.remove(&names.sandbox).await;
@@ -492,6 +497,18 @@ impl Lifecycle {
             port_released,
         })
     }
+}
+
+/// A name conflict: the sandbox (or its sidecar) exists already, made by someone else, so a
+/// failed create must not remove anything.
+fn is_conflict(e: &OpError) -> bool {
+    matches!(
+        e,
+        OpError::Engine {
+            source: EngineError::Api { status: 409, .. },
+            ..
+        }
+    )
 }
 
 fn deferred(id: &str, reason: String) -> OpError {

@@ -41,6 +41,27 @@ pub struct Proxy {
     pub stack: String,
     pub upstream: Upstream,
     pub max_list_bytes: usize,
+    pub counters: Counters,
+}
+
+/// How many requests were allowed and refused since start.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub allowed: std::sync::atomic::AtomicU64,
+    pub denied: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    pub fn count(&self, allowed: bool) {
+        let c = if allowed { &self.allowed } else { &self.denied };
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (allowed, denied).
+    pub fn snapshot(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.allowed.load(Relaxed), self.denied.load(Relaxed))
+    }
 }
 
 /// A resolved object (full ID and the inspect answer), or the engine's own answer for a name
@@ -85,6 +106,7 @@ impl Proxy {
             Ok(resp) => ("allow", outcome.reason, resp),
             Err(refusal) => ("deny", refusal.reason(), refusal.into_response()),
         };
+        self.counters.count(decision == "allow");
         tracing::info!(
             stack = %self.stack,
             peer_uid = peer.uid,

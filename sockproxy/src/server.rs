@@ -72,6 +72,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         stack: cfg.stack.clone(),
         upstream: Upstream::new(cfg.upstream.clone()),
         max_list_bytes: cfg.max_list_bytes,
+        counters: Default::default(),
     })
 }
 
@@ -133,6 +134,7 @@ async fn serve_connection(stream: UnixStream, proxy: Arc<Proxy>) {
 
 /// Answers an unparsable first request line in dockerd's error shape and closes.
 async fn reject_line(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, why: &'static str) {
+    proxy.counters.count(false);
     let refusal = Refusal::BadRequest(why.to_owned());
     let body = refusal.body();
     let head = format!(
@@ -160,6 +162,7 @@ async fn reject_line(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, why: &'
 #[derive(Debug)]
 pub struct Background {
     path: PathBuf,
+    proxy: Arc<Proxy>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -178,15 +181,17 @@ impl Background {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let path = cfg.listen.clone();
         let proxy = proxy_for(&cfg);
+        let thread_proxy = proxy.clone();
         let thread_path = path.clone();
         let thread = std::thread::spawn(move || {
-            runtime.block_on(serve(listener, proxy, thread_path, async {
+            runtime.block_on(serve(listener, thread_proxy, thread_path, async {
                 let _ = rx.await;
             }));
             runtime.shutdown_background();
         });
         Ok(Self {
             path,
+            proxy,
             stop: Some(tx),
             thread: Some(thread),
         })
@@ -194,6 +199,11 @@ impl Background {
 
     pub fn socket(&self) -> &Path {
         &self.path
+    }
+
+    /// (allowed, denied) decisions so far.
+    pub fn decisions(&self) -> (u64, u64) {
+        self.proxy.counters.snapshot()
     }
 }
 

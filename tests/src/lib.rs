@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod engine;
 pub mod fake;
+pub mod lc;
 pub mod raw;
 pub mod recorder;
 pub mod stack;

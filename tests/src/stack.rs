@@ -45,6 +45,11 @@ impl StackProxy {
         self.background.socket()
     }
 
+    /// (allowed, denied) decisions so far.
+    pub fn decisions(&self) -> (u64, u64) {
+        self.background.decisions()
+    }
+
     pub fn socket_buf(&self) -> PathBuf {
         self.socket().to_owned()
     }

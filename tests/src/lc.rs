@@ -1,0 +1,148 @@
+//! A stack for lifecycle tests: a fake engine, a sockproxy in front of it, a state dir, and
+//! `Lifecycle` values pointed at the proxy or (where the seed says "a raw engine") at the fake.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lifecycle::decide::Mode;
+use lifecycle::engine::Engine as Client;
+use lifecycle::ledger::Ledger;
+use lifecycle::naming::{self, Names};
+use lifecycle::ops::{Lifecycle, Settings};
+use lifecycle::ports::Ports;
+use serde_json::json;
+
+use crate::engine::{Engine, TEST_IMAGE};
+use crate::fake::{FakeEngine, Flavor};
+use crate::raw;
+use crate::stack::StackProxy;
+use crate::unique_prefix;
+
+#[derive(Debug)]
+pub struct LcStack {
+    pub proxy: StackProxy,
+    pub engine: Engine,
+    pub prefix: String,
+    pub state: tempfile::TempDir,
+}
+
+pub fn settings(prefix: &str, mode: Mode) -> Settings {
+    Settings {
+        prefix: prefix.to_owned(),
+        mode,
+        image: Some(TEST_IMAGE.to_owned()),
+        sandbox_port: 8080,
+        sandbox_cmd: Some(vec!["sleep".into(), "600".into()]),
+        sidecar_image: Some(TEST_IMAGE.to_owned()),
+        sidecar_cmd: Some(vec!["sleep".into(), "600".into()]),
+        egress_allow: vec![],
+        // The fake's containers serve nothing and its addresses are not real: never probe them.
+        ready_timeout: Duration::ZERO,
+        list_timeout: Duration::from_secs(1),
+        stop_timeout: 1,
+    }
+}
+
+impl LcStack {
+    /// A fake engine behind a sockproxy that is `--restricted` or not.
+    pub fn new(restricted_proxy: bool) -> Self {
+        let engine = Engine::start_fake(Flavor::Debian2010);
+        let prefix = unique_prefix();
+        let proxy = StackProxy::start(&engine.socket, &prefix, restricted_proxy);
+        Self {
+            proxy,
+            engine,
+            prefix,
+            state: tempfile::tempdir().expect("state dir"),
+        }
+    }
+
+    pub fn fake(&self) -> &FakeEngine {
+        self.engine.fake.as_ref().expect("a fake engine")
+    }
+
+    pub async fn through_proxy(&self, mode: Mode) -> Lifecycle {
+        self.at(self.proxy.socket(), mode).await
+    }
+
+    pub async fn raw_engine(&self, mode: Mode) -> Lifecycle {
+        self.at(&self.engine.socket, mode).await
+    }
+
+    pub async fn at(&self, socket: &Path, mode: Mode) -> Lifecycle {
+        Lifecycle {
+            engine: Client::new(&format!("unix://{}", socket.display())).expect("address"),
+            ledger: self.ledger(),
+            ports: self.ports(),
+            settings: settings(&self.prefix, mode),
+        }
+    }
+
+    pub fn ledger(&self) -> Ledger {
+        Ledger::new(self.state.path(), &self.prefix)
+    }
+
+    pub fn ports(&self) -> Ports {
+        Ports::new(self.state.path())
+    }
+
+    pub fn names(&self, id: &str) -> Names {
+        Names::new(&self.prefix, id)
+    }
+
+    pub fn id(&self, thread: &str) -> String {
+        naming::sandbox_id("user-1", thread).expect("valid")
+    }
+
+    /// Creates (and starts) a container directly on the engine, as an earlier process or an
+    /// operator would have; returns its ID.
+    pub fn make(&self, name: &str, labels: serde_json::Value) -> String {
+        let body = json!({ "Image": TEST_IMAGE, "Cmd": ["sleep", "600"], "Labels": labels });
+        let r = raw::request(
+            &self.engine.socket,
+            "POST",
+            &format!("/containers/create?name={name}"),
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("answer");
+        assert_eq!(r.status, 201, "{}", r.text());
+        let started = raw::request(
+            &self.engine.socket,
+            "POST",
+            &format!("/containers/{name}/start"),
+            None,
+        )
+        .expect("answer");
+        assert_eq!(started.status, 204);
+        r.json()["Id"].as_str().unwrap_or_default().to_owned()
+    }
+
+    pub fn make_network(&self, name: &str) {
+        let body = json!({ "Name": name, "Internal": true });
+        let r = raw::request(
+            &self.engine.socket,
+            "POST",
+            "/networks/create",
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("answer");
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        raw::get(&self.engine.socket, path).is_ok_and(|r| r.status == 200)
+    }
+
+    /// What the engine was asked since the log was cleared, without version negotiation.
+    pub fn asked(&self) -> Vec<String> {
+        self.fake()
+            .request_lines()
+            .into_iter()
+            .filter(|l| !l.starts_with("GET /version") && !l.contains("/_ping"))
+            .collect()
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.state.path().to_owned()
+    }
+}

@@ -1,0 +1,421 @@
+//! lifecycle's rules (DESIGN §4, the seed's patch note), against the fake engine behind the
+//! real sockproxy (not `--restricted`, so sidecar and network changes are refused exactly as in
+//! the incident), and against the raw fake where the seed says "a raw engine".
+
+use lifecycle::decide::Mode;
+use lifecycle::ops::OpError;
+use serde_json::json;
+use sockproxy_tests::fake::{Fault, FaultRule};
+use sockproxy_tests::lc::LcStack;
+
+/// `filters={"name":["NAME"]}`, URL-encoded as bollard sends it.
+fn lifecycle_filter(name: &str) -> String {
+    format!("filters=%7B%22name%22%3A%5B%22{name}%22%5D%7D")
+}
+
+fn refusal(s: &LcStack, id: &str) -> String {
+    format!(
+        "sockproxy: containers.stop: {} is not one of this stack's sandboxes",
+        s.names(id).sidecar
+    )
+}
+
+#[tokio::test]
+async fn destroy_cleans_restricted_resources_only_when_the_label_says_so_or_cannot_be_read() {
+    for label in [Some("open"), Some("restricted"), None] {
+        let s = LcStack::new(false);
+        let id = s.id("destroy");
+        let names = s.names(&id);
+        let labels = match label {
+            Some(l) => json!({ "deerflow.network_mode": l }),
+            None => json!({}),
+        };
+        let cid = s.make(&names.sandbox, labels);
+        let lc = s.through_proxy(Mode::Open).await;
+        let port = s.ports().reserve(&id).expect("reserve");
+        s.fake().clear_requests();
+        let result = lc.destroy(&id).await;
+        assert!(
+            !s.exists(&format!("/containers/{}/json", names.sandbox)),
+            "{label:?}: the sandbox is gone either way"
+        );
+        if label == Some("open") {
+            assert_eq!(result.expect("destroyed"), Some(port));
+            assert!(
+                s.asked().iter().all(|l| !l.contains("netproxy")),
+                "{:?}",
+                s.asked()
+            );
+            assert!(!s.ledger().is_quarantined(&id).expect("read"));
+        } else {
+            let err = result.expect_err("the sidecar stop is refused").to_string();
+            assert!(err.contains(&refusal(&s, &id)), "{label:?}: {err}");
+            assert!(
+                s.ledger().fences(&id, &cid).expect("read"),
+                "{label:?}: a record for this generation"
+            );
+            assert_eq!(
+                s.ports().get(&id).expect("read"),
+                Some(port),
+                "{label:?}: the port is retained"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_stop_is_an_error_and_leaves_a_record() {
+    let s = LcStack::new(false);
+    let id = s.id("stopfail");
+    let names = s.names(&id);
+    let cid = s.make(&names.sandbox, json!({ "deerflow.network_mode": "open" }));
+    s.fake().inject(FaultRule::new(
+        Some("POST"),
+        &format!("/containers/{cid}/stop"),
+        Fault::Status500,
+    ));
+    let port = s.ports().reserve(&id).expect("reserve");
+    let lc = s.through_proxy(Mode::Open).await;
+    let err = lc.destroy(&id).await.expect_err("stop failed").to_string();
+    assert!(
+        err.starts_with(&format!("stop {}", names.sandbox)) && err.contains("injected fault"),
+        "{err}"
+    );
+    assert!(s.ledger().fences(&id, &cid).expect("read"));
+    assert_eq!(s.ports().get(&id).expect("read"), Some(port));
+    assert!(
+        s.exists(&format!("/containers/{}/json", names.sandbox)),
+        "nothing was removed after the failed stop"
+    );
+}
+
+#[tokio::test]
+async fn a_restricted_process_tears_down_strictly_without_a_listing() {
+    let s = LcStack::new(false);
+    let id = s.id("strict");
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let port = s.ports().reserve(&id).expect("reserve");
+    let lc = s.through_proxy(Mode::Restricted).await;
+    s.fake().clear_requests();
+    let err = lc
+        .complete_absent_teardown(&id)
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains(&refusal(&s, &id)), "{err}");
+    assert!(
+        s.asked()
+            .iter()
+            .all(|l| !l.starts_with("GET /containers/json")),
+        "no listing: {:?}",
+        s.asked()
+    );
+    assert!(
+        s.ledger().is_quarantined(&id).expect("read"),
+        "the record is kept"
+    );
+    assert_eq!(
+        s.ports().get(&id).expect("read"),
+        Some(port),
+        "the port is retained"
+    );
+}
+
+#[tokio::test]
+async fn an_open_process_lists_once_refuses_nothing_and_retires() {
+    let s = LcStack::new(false);
+    let id = s.id("open");
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let port = s.ports().reserve(&id).expect("reserve");
+    let lc = s.through_proxy(Mode::Open).await;
+    s.fake().clear_requests();
+    let (_, denied_before) = s.proxy.decisions();
+    let done = lc.complete_absent_teardown(&id).await.expect("retired");
+    assert_eq!((done.strict, done.port_released), (false, Some(port)));
+    let asked = s.asked();
+    assert_eq!(asked.len(), 1, "exactly one listing: {asked:?}");
+    // bollard spells `all=1` as `all=true`; dockerd reads both.
+    assert!(
+        asked[0].starts_with("GET /containers/json?all=true"),
+        "{asked:?}"
+    );
+    assert!(
+        asked[0].contains(&lifecycle_filter(&s.names(&id).sidecar)),
+        "{asked:?}"
+    );
+    assert_eq!(s.proxy.decisions().1, denied_before, "no refused call");
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
+    assert_eq!(s.ports().get(&id).expect("read"), None);
+}
+
+#[tokio::test]
+async fn an_exactly_listed_sidecar_stays_strict_behind_the_proxy_and_is_removed_on_a_raw_engine() {
+    // Behind the proxy: listed (leftover of a restricted process), so strict, so refused.
+    let s = LcStack::new(false);
+    let id = s.id("listed");
+    let names = s.names(&id);
+    s.make(&names.sidecar, json!({}));
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let lc = s.through_proxy(Mode::Open).await;
+    let err = lc
+        .complete_absent_teardown(&id)
+        .await
+        .expect_err("strict, refused")
+        .to_string();
+    assert!(err.contains(&refusal(&s, &id)), "{err}");
+    assert!(s.ledger().is_quarantined(&id).expect("read"));
+
+    // On a raw engine the same listing (among a longer lookalike) leads to a full removal.
+    let s = LcStack::new(false);
+    let names = s.names(&id);
+    s.make(&names.sidecar, json!({}));
+    s.make(&format!("{}0", names.sidecar), json!({}));
+    s.make_network(&names.network);
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let lc = s.raw_engine(Mode::Open).await;
+    let done = lc
+        .complete_absent_teardown(&id)
+        .await
+        .expect("strict cleanup on a raw engine");
+    assert!(done.strict);
+    assert!(!s.exists(&format!("/containers/{}/json", names.sidecar)));
+    assert!(!s.exists(&format!("/networks/{}", names.network)));
+    assert!(
+        s.exists(&format!("/containers/{}0/json", names.sidecar)),
+        "the lookalike is untouched"
+    );
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
+}
+
+#[tokio::test]
+async fn lookalike_sidecars_do_not_count_as_listed() {
+    let s = LcStack::new(false);
+    let id = s.id("lookalike");
+    let names = s.names(&id);
+    let longer = format!("{}0", names.sidecar);
+    let prefixed = format!("x{}", names.sidecar);
+    s.make(&longer, json!({}));
+    s.make(&prefixed, json!({}));
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let lc = s.raw_engine(Mode::Open).await;
+    s.fake().clear_requests();
+    let done = lc.complete_absent_teardown(&id).await.expect("retired");
+    assert!(!done.strict, "{:?}", s.asked());
+    assert_eq!(s.asked().len(), 1, "only the listing: {:?}", s.asked());
+    assert!(
+        s.exists(&format!("/containers/{longer}/json"))
+            && s.exists(&format!("/containers/{prefixed}/json"))
+    );
+}
+
+#[tokio::test]
+async fn a_failed_listing_keeps_the_strict_cleanup() {
+    // Listing faults on a raw engine: strict cleanup runs (and finds nothing to remove).
+    for fault in [
+        Fault::Reset,
+        Fault::Status500,
+        Fault::Malformed,
+        Fault::Delay(std::time::Duration::from_secs(3)),
+    ] {
+        let s = LcStack::new(false);
+        let id = s.id("listfail");
+        s.ledger().mark(&id, "unknown").expect("mark");
+        s.fake()
+            .inject(FaultRule::new(Some("GET"), "/containers/json", fault));
+        let lc = s.raw_engine(Mode::Open).await;
+        s.fake().clear_requests();
+        let done = lc
+            .complete_absent_teardown(&id)
+            .await
+            .expect("strict cleanup, nothing left");
+        assert!(done.strict, "{fault:?}");
+        let sidecar = s.names(&id).sidecar;
+        assert!(
+            s.asked()
+                .iter()
+                .any(|l| l == &format!("POST /containers/{sidecar}/stop?t=1")),
+            "{fault:?}: {:?}",
+            s.asked()
+        );
+    }
+    // Socket missing, and connection refused: strict cleanup is attempted and cannot finish.
+    let s = LcStack::new(false);
+    let missing = s.state_dir().join("missing.sock");
+    let refused = s.state_dir().join("refused.sock");
+    drop(std::os::unix::net::UnixListener::bind(&refused).expect("bind"));
+    for socket in [missing, refused] {
+        let id = s.id(&socket.display().to_string());
+        s.ledger().mark(&id, "unknown").expect("mark");
+        let port = s.ports().reserve(&id).expect("reserve");
+        let lc = s.at(&socket, Mode::Open).await;
+        let err = lc
+            .complete_absent_teardown(&id)
+            .await
+            .expect_err("strict cannot finish");
+        assert!(matches!(err, OpError::Engine { .. }), "{err}");
+        assert!(s.ledger().is_quarantined(&id).expect("read"));
+        assert_eq!(s.ports().get(&id).expect("read"), Some(port));
+    }
+}
+
+#[tokio::test]
+async fn two_racing_teardowns_release_the_port_once() {
+    let s = LcStack::new(false);
+    let id = s.id("race");
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let port = s.ports().reserve(&id).expect("reserve");
+    let (a, b) = (
+        s.through_proxy(Mode::Open).await,
+        s.through_proxy(Mode::Open).await,
+    );
+    let (ra, rb) = tokio::join!(
+        a.complete_absent_teardown(&id),
+        b.complete_absent_teardown(&id)
+    );
+    let released: Vec<Option<u16>> = [ra, rb]
+        .into_iter()
+        .map(|r| r.expect("ok").port_released)
+        .collect();
+    assert_eq!(
+        released.iter().flatten().collect::<Vec<_>>(),
+        [&port],
+        "{released:?}"
+    );
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
+}
+
+#[tokio::test]
+async fn records_from_before_modes_existed_retire_on_the_next_create() {
+    let s = LcStack::new(false);
+    let id = s.id("legacy");
+    // As the old code left it: one empty file per generation, no mode, no sandbox-ID file.
+    let dir = s.ledger().dir().join(lifecycle::naming::k(&id));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join(lifecycle::naming::k("unknown")), b"").expect("record");
+    assert!(s.ledger().is_quarantined(&id).expect("read"));
+    let lc = s.through_proxy(Mode::Open).await;
+    let made = lc.create("user-1", "legacy").await.expect("create");
+    assert!(!made.discovered);
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
+    assert_eq!(s.proxy.decisions().1, 0, "no refusal");
+}
+
+#[tokio::test]
+async fn the_next_create_retires_and_a_second_create_asks_nothing_about_it() {
+    let s = LcStack::new(false);
+    let id = s.id("next");
+    let names = s.names(&id);
+    let lc = s.through_proxy(Mode::Open).await;
+    let first = lc.create("user-1", "next").await.expect("create");
+    s.ledger().mark(&id, &first.container_id).expect("mark");
+    // The container disappears out of band.
+    let gone = sockproxy_tests::raw::request(
+        &s.engine.socket,
+        "DELETE",
+        &format!("/containers/{}?force=1", names.sandbox),
+        None,
+    )
+    .expect("rm");
+    assert_eq!(gone.status, 204);
+    s.fake().clear_requests();
+    let second = lc
+        .create("user-1", "next")
+        .await
+        .expect("the create retires the record and succeeds");
+    assert!(!second.discovered);
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
+    assert_eq!(s.proxy.decisions().1, 0, "no refused call");
+    let asked = s.asked();
+    assert_eq!(
+        asked[0],
+        format!("GET /containers/{}/json", names.sandbox),
+        "absence is confirmed first: {asked:?}"
+    );
+    assert_eq!(
+        asked
+            .iter()
+            .filter(|l| l.starts_with("GET /containers/json"))
+            .count(),
+        1,
+        "{asked:?}"
+    );
+
+    s.fake().clear_requests();
+    let third = lc
+        .create("user-1", "next")
+        .await
+        .expect("discovers the live sandbox");
+    assert!(third.discovered);
+    assert_eq!(third.container_id, second.container_id);
+    let asked = s.asked();
+    assert!(
+        asked[0].starts_with("POST /containers/create?name="),
+        "no question about the old record first: {asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|l| l.starts_with("GET /containers/json")),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_running_quarantined_container_is_replaced_in_the_same_create() {
+    let s = LcStack::new(false);
+    let id = s.id("running");
+    let lc = s.through_proxy(Mode::Open).await;
+    let first = lc.create("user-1", "running").await.expect("create");
+    s.ledger().mark(&id, &first.container_id).expect("mark");
+    let second = lc
+        .create("user-1", "running")
+        .await
+        .expect("stopped, removed, retired, created");
+    assert_ne!(second.container_id, first.container_id);
+    assert!(!s.exists(&format!("/containers/{}/json", first.container_id)));
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
+    assert_eq!(s.proxy.decisions().1, 0);
+}
+
+#[tokio::test]
+async fn a_restricted_record_is_kept_when_its_sidecar_stop_is_refused() {
+    let s = LcStack::new(false);
+    let id = s.id("kept");
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let lc = s.through_proxy(Mode::Restricted).await;
+    let err = lc.create("user-1", "kept").await.expect_err("deferred");
+    assert!(matches!(err, OpError::Deferred { .. }), "{err}");
+    assert!(err.to_string().contains(&refusal(&s, &id)), "{err}");
+    assert!(s.ledger().is_quarantined(&id).expect("read"));
+    assert!(
+        !s.exists(&format!("/containers/{}/json", s.names(&id).sandbox)),
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn a_storage_error_fails_closed_and_is_returned() {
+    let s = LcStack::new(false);
+    let blocker = s.state_dir().join("a-file");
+    std::fs::write(&blocker, b"not a directory").expect("write");
+    let mut lc = s.through_proxy(Mode::Open).await;
+    lc.ledger = lifecycle::ledger::Ledger::new(&blocker, &s.prefix);
+    lc.ports = lifecycle::ports::Ports::new(&blocker);
+    s.fake().clear_requests();
+    let err = lc
+        .create("user-1", "storage")
+        .await
+        .expect_err("storage error");
+    assert!(
+        matches!(err, OpError::Ports(_) | OpError::Ledger(_)),
+        "{err}"
+    );
+    assert!(
+        !s.asked().iter().any(|l| l.starts_with("POST")),
+        "nothing created: {:?}",
+        s.asked()
+    );
+    let id = s.id("storage");
+    assert!(
+        lc.ledger.mark(&id, "unknown").is_err(),
+        "a record that cannot be written is an error"
+    );
+}
