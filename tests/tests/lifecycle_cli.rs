@@ -1,0 +1,291 @@
+//! The `lifecycle` command as an operator runs it, against the fake engine behind sockproxy:
+//! JSON output, the skip line logged once verbatim, records that survive a restart, only the
+//! given address used, and bad input answered with one line, exit 1 or 2, and no change on
+//! disk or in the engine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sockproxy_tests::engine::{Engine, TEST_IMAGE};
+use sockproxy_tests::fake::Flavor;
+use sockproxy_tests::lc::LcStack;
+
+fn lifecycle(docker_host: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+        .arg("--docker-host")
+        .arg(format!("unix://{}", docker_host.display()))
+        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
+        .arg(state)
+        .args([
+            "--image",
+            TEST_IMAGE,
+            "--sandbox-cmd",
+            "sleep 600",
+            "--ready-timeout",
+            "0",
+        ])
+        .args(["--sidecar-image", TEST_IMAGE, "--sidecar-cmd", "sleep 600"])
+        .args(args)
+        .env_remove("DOCKER_HOST")
+        .output()
+        .expect("lifecycle runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn create_prints_one_json_object_and_retire_logs_the_skip_once() {
+    let s = LcStack::new(false);
+    let sock = s.proxy.socket_buf();
+    let state = s.state_dir();
+    let out = lifecycle(
+        &sock,
+        &s.prefix,
+        "open",
+        &state,
+        &["create", "--user", "user-1", "--thread", "t1"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let created = json_lines(&out);
+    assert_eq!(created.len(), 1);
+    let c = &created[0];
+    let id = s.id("t1");
+    assert_eq!(c["sandbox_id"], id.as_str());
+    assert_eq!(c["container_name"], s.names(&id).sandbox.as_str());
+    assert_eq!(c["mode"], "open");
+    let port = c["host_port"].as_u64().expect("a host port");
+    assert_eq!(c["url"], format!("http://127.0.0.1:{port}").as_str());
+    assert_eq!(c["container_id"].as_str().map(str::len), Some(64));
+
+    // Quarantine it in one process, see it from another (the ledger survives a restart).
+    let mark = lifecycle(
+        &sock,
+        &s.prefix,
+        "open",
+        &state,
+        &["quarantine", "mark", &id],
+    );
+    assert!(mark.status.success(), "{}", stderr(&mark));
+    let ls = lifecycle(&sock, &s.prefix, "open", &state, &["quarantine", "ls"]);
+    let entries = json_lines(&ls);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["sandbox_id"], id.as_str());
+
+    // While the container is present, retire keeps the record.
+    let kept = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
+    assert!(kept.status.success(), "{}", stderr(&kept));
+    assert_eq!(json_lines(&kept)[0]["result"], "kept");
+
+    let rm = sockproxy_tests::raw::request(
+        &s.engine.socket,
+        "DELETE",
+        &format!("/containers/{}?force=1", s.names(&id).sandbox),
+        None,
+    )
+    .expect("rm");
+    assert_eq!(rm.status, 204);
+    let retired = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
+    assert!(retired.status.success(), "{}", stderr(&retired));
+    let line = &json_lines(&retired)[0];
+    assert_eq!(line["result"], "retired");
+    assert_eq!(line["strict"], false);
+    assert_eq!(line["port_released"].as_u64(), Some(port));
+    let skip = format!(
+        "Retiring open-mode sandbox {id} without restricted cleanup: no network proxy {} is listed.",
+        s.names(&id).sidecar
+    );
+    assert_eq!(
+        stderr(&retired).matches(&skip).count(),
+        1,
+        "{}",
+        stderr(&retired)
+    );
+    assert_eq!(s.proxy.decisions().1, 0, "no call was refused");
+    assert!(json_lines(&lifecycle(
+        &sock,
+        &s.prefix,
+        "open",
+        &state,
+        &["quarantine", "ls"]
+    ))
+    .is_empty());
+}
+
+#[test]
+fn a_restricted_process_defers_with_exit_3_and_the_refusal() {
+    let s = LcStack::new(false);
+    let sock = s.proxy.socket_buf();
+    let state = s.state_dir();
+    let id = s.id("t2");
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let out = lifecycle(
+        &sock,
+        &s.prefix,
+        "restricted",
+        &state,
+        &["create", "--user", "user-1", "--thread", "t2"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let refusal = format!(
+        "sockproxy: containers.stop: {} is not one of this stack's sandboxes",
+        s.names(&id).sidecar
+    );
+    assert!(stderr(&out).contains(&refusal), "{}", stderr(&out));
+    assert!(s.ledger().is_quarantined(&id).expect("read"));
+    let retire = lifecycle(&sock, &s.prefix, "restricted", &state, &["retire"]);
+    assert_eq!(retire.status.code(), Some(3));
+    assert_eq!(json_lines(&retire)[0]["result"], "deferred");
+}
+
+#[test]
+fn only_the_given_address_is_used() {
+    let s = LcStack::new(false);
+    let elsewhere = Engine::start_fake(Flavor::Debian2010);
+    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+        .arg("--docker-host")
+        .arg(format!("unix://{}", s.proxy.socket().display()))
+        .args(["--prefix", &s.prefix, "--mode", "open", "--state-dir"])
+        .arg(s.state_dir())
+        .args([
+            "--image",
+            TEST_IMAGE,
+            "--ready-timeout",
+            "0",
+            "create",
+            "--user",
+            "u",
+            "--thread",
+            "t",
+        ])
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}", elsewhere.socket.display()),
+        )
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        elsewhere.fake.as_ref().expect("fake").requests().is_empty(),
+        "DOCKER_HOST was not used"
+    );
+    assert!(
+        s.asked()
+            .iter()
+            .any(|l| l.starts_with("POST /containers/create")),
+        "the given address was"
+    );
+}
+
+/// (what, --docker-host, --state-dir, arguments, exit code, what stderr says)
+type Case<'a> = (&'a str, PathBuf, PathBuf, Vec<&'a str>, i32, &'a str);
+
+#[test]
+fn bad_input_gets_one_line_and_changes_nothing() {
+    let s = LcStack::new(false);
+    let sock = s.proxy.socket_buf();
+    let fresh = |name: &str| s.state_dir().join(name);
+    let blocker = s.state_dir().join("a-file");
+    std::fs::write(&blocker, b"x").expect("write");
+    let missing_sock = s.state_dir().join("nothing.sock");
+    let cases: Vec<Case> = vec![
+        (
+            "empty user",
+            sock.clone(),
+            fresh("s1"),
+            vec!["create", "--user", "", "--thread", "t"],
+            2,
+            "user ID must not be empty",
+        ),
+        (
+            "newline in thread",
+            sock.clone(),
+            fresh("s2"),
+            vec!["create", "--user", "u", "--thread", "a\nb"],
+            2,
+            "thread ID must not contain a newline",
+        ),
+        (
+            "malformed sandbox ID",
+            sock.clone(),
+            fresh("s3"),
+            vec!["destroy", "not-an-id"],
+            2,
+            "is not a sandbox ID",
+        ),
+        (
+            "malformed ID to mark",
+            sock.clone(),
+            fresh("s4"),
+            vec!["quarantine", "mark", "XYZ"],
+            2,
+            "is not a sandbox ID",
+        ),
+        (
+            "unknown sandbox",
+            sock.clone(),
+            fresh("s5"),
+            vec!["destroy", "0123456789abcdef"],
+            1,
+            "no sandbox 0123456789abcdef",
+        ),
+        (
+            "unwritable state dir",
+            sock.clone(),
+            blocker.join("state"),
+            vec!["create", "--user", "u", "--thread", "t"],
+            1,
+            "Not a directory",
+        ),
+        (
+            "unreachable socket",
+            missing_sock,
+            fresh("s6"),
+            vec!["create", "--user", "u", "--thread", "t"],
+            1,
+            "nothing.sock",
+        ),
+    ];
+    for (what, docker_host, state, args, code, says) in cases {
+        s.fake().clear_requests();
+        let out = lifecycle(&docker_host, &s.prefix, "open", &state, &args);
+        assert_eq!(out.status.code(), Some(code), "{what}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+        assert!(err.contains(says), "{what}: {err}");
+        assert!(!state.exists(), "{what}: nothing on disk");
+        assert!(
+            !s.asked()
+                .iter()
+                .any(|l| l.starts_with("POST") || l.starts_with("DELETE")),
+            "{what}: nothing changed in the engine: {:?}",
+            s.asked()
+        );
+    }
+    let bad_prefix = lifecycle(&sock, "abc", "open", &fresh("s7"), &["ls"]);
+    assert_eq!(bad_prefix.status.code(), Some(2));
+    let bad_addr = Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+        .args([
+            "--docker-host",
+            "tcp://127.0.0.1:2375",
+            "--prefix",
+            "p-",
+            "--mode",
+            "open",
+            "--state-dir",
+            "/nonexistent",
+            "ls",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(bad_addr.status.code(), Some(2));
+    assert!(stderr(&bad_addr).contains("only unix:// addresses"));
+}
