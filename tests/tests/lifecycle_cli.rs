@@ -289,3 +289,41 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     assert_eq!(bad_addr.status.code(), Some(2));
     assert!(stderr(&bad_addr).contains("only unix:// addresses"));
 }
+
+#[test]
+fn a_sandbox_that_never_answers_is_destroyed_with_failed_to_become_ready() {
+    let s = LcStack::new(false);
+    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+        .arg("--docker-host")
+        .arg(format!("unix://{}", s.proxy.socket().display()))
+        .args(["--prefix", &s.prefix, "--mode", "open", "--state-dir"])
+        .arg(s.state_dir())
+        // A fake container serves nothing; the probe goes to its loopback port and gets no answer.
+        .args([
+            "--image",
+            TEST_IMAGE,
+            "--sandbox-cmd",
+            "sleep 600",
+            "--ready-timeout",
+            "1",
+        ])
+        .args(["create", "--user", "user-1", "--thread", "slow"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("failed to become ready"),
+        "{}",
+        stderr(&out)
+    );
+    let id = s.id("slow");
+    assert!(
+        !s.exists(&format!("/containers/{}/json", s.names(&id).sandbox)),
+        "what was made is destroyed"
+    );
+    assert_eq!(
+        s.ports().get(&id).expect("read"),
+        None,
+        "and its port released"
+    );
+}

@@ -1,0 +1,200 @@
+//! lifecycle against the real dockerd through sockproxy (CI; locally when an engine answers):
+//! the incident end to end, and restricted mode creating and destroying network, sidecar and
+//! sandbox.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use lifecycle::naming::{sandbox_id, Names};
+use sockproxy_tests::engine::{real_engine, Cleanup, TEST_IMAGE};
+use sockproxy_tests::raw;
+use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::unique_prefix;
+
+/// busybox's httpd answers every request (404 for /), which is all readiness needs.
+const SANDBOX_CMD: &str = "httpd -f -p 8080 -h /tmp";
+
+fn lifecycle(sock: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+        .arg("--docker-host")
+        .arg(format!("unix://{}", sock.display()))
+        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
+        .arg(state)
+        .args([
+            "--image",
+            TEST_IMAGE,
+            "--sandbox-cmd",
+            SANDBOX_CMD,
+            "--ready-timeout",
+            "30",
+            "--stop-timeout",
+            "1",
+        ])
+        .args(["--sidecar-image", TEST_IMAGE, "--sidecar-cmd", "sleep 600"])
+        .args(args)
+        .env_remove("DOCKER_HOST")
+        .output()
+        .expect("lifecycle runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_default()
+}
+
+fn records(sock: &Path, prefix: &str, state: &Path) -> usize {
+    let out = lifecycle(sock, prefix, "open", state, &["quarantine", "ls"]);
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn the_incident_end_to_end_on_the_real_engine() {
+    let Some(e) = real_engine("the_incident_end_to_end_on_the_real_engine") else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let id = sandbox_id("user-1", "thread-9a38e323").expect("valid");
+    let names = Names::new(&prefix, &id);
+    let mut clean = Cleanup::new(&e.socket);
+    clean.container(&names.sandbox);
+    let proxy = StackProxy::start(&e.socket, &prefix, false);
+    let state = tempfile::tempdir().expect("dir");
+    let (sock, st) = (proxy.socket_buf(), state.path());
+    let create = ["create", "--user", "user-1", "--thread", "thread-9a38e323"];
+
+    let made = lifecycle(&sock, &prefix, "open", st, &create);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let url = json(&made)["url"].as_str().unwrap_or_default().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let mark = lifecycle(&sock, &prefix, "open", st, &["quarantine", "mark", &id]);
+    assert!(mark.status.success(), "{}", stderr(&mark));
+    let gone = raw::request(
+        &e.socket,
+        "DELETE",
+        &format!("/containers/{}?force=1", names.sandbox),
+        None,
+    )
+    .expect("rm");
+    assert_eq!(gone.status, 204, "removed out of band");
+
+    // Open mode: the next create in that thread retires the record, with no refusal.
+    let denied_before = proxy.decisions().1;
+    let again = lifecycle(&sock, &prefix, "open", st, &create);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(
+        proxy.decisions().1,
+        denied_before,
+        "the proxy refused nothing during that call"
+    );
+    assert_eq!(records(&sock, &prefix, st), 0, "the record is gone");
+    assert!(stderr(&again).contains(&format!(
+        "Retiring open-mode sandbox {id} without restricted cleanup: no network proxy {} is listed.",
+        names.sidecar
+    )));
+
+    // Restricted mode, same situation: strict, refused, the record is kept.
+    let mark = lifecycle(&sock, &prefix, "open", st, &["quarantine", "mark", &id]);
+    assert!(mark.status.success());
+    let gone = raw::request(
+        &e.socket,
+        "DELETE",
+        &format!("/containers/{}?force=1", names.sandbox),
+        None,
+    )
+    .expect("rm");
+    assert_eq!(gone.status, 204);
+    let strict = lifecycle(&sock, &prefix, "restricted", st, &create);
+    assert_eq!(strict.status.code(), Some(3), "{}", stderr(&strict));
+    let refusal = format!(
+        "sockproxy: containers.stop: {} is not one of this stack's sandboxes",
+        names.sidecar
+    );
+    assert!(stderr(&strict).contains(&refusal), "{}", stderr(&strict));
+    assert_eq!(records(&sock, &prefix, st), 1, "the record is kept");
+}
+
+#[test]
+fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
+    let Some(e) = real_engine("restricted_mode_creates_and_destroys_network_sidecar_and_sandbox")
+    else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let id = sandbox_id("user-2", "thread-r").expect("valid");
+    let names = Names::new(&prefix, &id);
+    let mut clean = Cleanup::new(&e.socket);
+    clean.container(&names.sandbox);
+    clean.container(&names.sidecar);
+    clean.network(&names.network);
+    clean.network(&names.egress);
+    let proxy = StackProxy::start(&e.socket, &prefix, true);
+    let state = tempfile::tempdir().expect("dir");
+    let (sock, st) = (proxy.socket_buf(), state.path());
+
+    let made = lifecycle(
+        &sock,
+        &prefix,
+        "restricted",
+        st,
+        &["create", "--user", "user-2", "--thread", "thread-r"],
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    let c = json(&made);
+    assert_eq!(c["mode"], "restricted");
+    let inspect = |path: &str| raw::get(&e.socket, path).expect("answer");
+    let net = inspect(&format!("/networks/{}", names.network));
+    assert_eq!(net.status, 200);
+    assert_eq!(net.json()["Internal"], true);
+    let sandbox = inspect(&format!("/containers/{}/json", names.sandbox)).json();
+    let sandbox_nets: Vec<String> = sandbox["NetworkSettings"]["Networks"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        sandbox_nets,
+        vec![names.network.clone()],
+        "the sandbox is on its internal network only"
+    );
+    let ip = sandbox["NetworkSettings"]["Networks"][&names.network]["IPAddress"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(c["url"], format!("http://{ip}:8080").as_str());
+    let env = sandbox["Config"]["Env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        env.contains(&serde_json::json!(format!(
+            "HTTP_PROXY=http://{}:3128",
+            names.sidecar
+        ))),
+        "{env:?}"
+    );
+    let sidecar = inspect(&format!("/containers/{}/json", names.sidecar)).json();
+    assert_eq!(sidecar["State"]["Running"], true);
+    let mut sidecar_nets: Vec<String> = sidecar["NetworkSettings"]["Networks"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    sidecar_nets.sort();
+    let mut want = vec![names.network.clone(), names.egress.clone()];
+    want.sort();
+    assert_eq!(sidecar_nets, want);
+
+    let destroyed = lifecycle(&sock, &prefix, "restricted", st, &["destroy", &id]);
+    assert!(destroyed.status.success(), "{}", stderr(&destroyed));
+    assert_eq!(
+        inspect(&format!("/containers/{}/json", names.sandbox)).status,
+        404
+    );
+    assert_eq!(
+        inspect(&format!("/containers/{}/json", names.sidecar)).status,
+        404
+    );
+    assert_eq!(inspect(&format!("/networks/{}", names.network)).status, 404);
+    assert_eq!(proxy.decisions().1, 0, "nothing was refused");
+}
