@@ -6,15 +6,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::container::Config;
-use bollard::models::{HostConfig, PortBinding};
-
 use crate::decide::{self, AbsentPlan, Listing, Mode};
 use crate::engine::{Container, Engine, EngineError};
 use crate::ledger::{Ledger, LedgerError, UNKNOWN_GENERATION};
 use crate::naming::{self, IdError, Names};
 use crate::ports::{PortError, Ports};
-use crate::ready;
 
 /// How lifecycle creates sandboxes; validated once from the flags.
 #[derive(Debug, Clone)]
@@ -53,7 +49,7 @@ pub enum OpError {
     Deferred { id: String, reason: String },
 }
 
-fn step(what: String) -> impl FnOnce(EngineError) -> OpError {
+pub(crate) fn step(what: String) -> impl FnOnce(EngineError) -> OpError {
     move |source| OpError::Engine { step: what, source }
 }
 
@@ -86,11 +82,11 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
-    fn names(&self, id: &str) -> Names {
+    pub(crate) fn names(&self, id: &str) -> Names {
         Names::new(&self.settings.prefix, id)
     }
 
-    fn labels(&self, id: &str, role: &str) -> HashMap<String, String> {
+    pub(crate) fn labels(&self, id: &str, role: &str) -> HashMap<String, String> {
         HashMap::from([
             (naming::LABEL_ROLE.to_owned(), role.to_owned()),
             (naming::LABEL_SANDBOX_ID.to_owned(), id.to_owned()),
@@ -207,197 +203,6 @@ impl Lifecycle {
         }
     }
 
-    fn sandbox_config(
-        &self,
-        id: &str,
-        host_config: HostConfig,
-        env: Option<Vec<String>>,
-    ) -> Config<String> {
-        let port_key = format!("{}/tcp", self.settings.sandbox_port);
-        Config {
-            image: self.settings.image.clone(),
-            cmd: self.settings.sandbox_cmd.clone(),
-            env,
-            labels: Some(self.labels(id, "sandbox")),
-            exposed_ports: Some(HashMap::from([(port_key, HashMap::new())])),
-            host_config: Some(host_config),
-            ..Default::default()
-        }
-    }
-
-    async fn create_open(&self, id: &str) -> Result<Created, OpError> {
-        let names = self.names(id);
-        let port = self.ports.reserve(id)?;
-        let binding = PortBinding {
-            host_ip: Some("127.0.0.1".into()),
-            host_port: Some(port.to_string()),
-        };
-        let host = HostConfig {
-            port_bindings: Some(HashMap::from([(
-                format!("{}/tcp", self.settings.sandbox_port),
-                Some(vec![binding]),
-            )])),
-            ..Default::default()
-        };
-        let made = async {
-            let cid = self
-                .engine
-                .create(&names.sandbox, self.sandbox_config(id, host, None))
-                .await
-                .map_err(step(format!("create {}", names.sandbox)))?;
-            self.engine
-                .start(&names.sandbox)
-                .await
-                .map_err(step(format!("start {}", names.sandbox)))?;
-            Ok::<_, OpError>(cid)
-        }
-        .await;
-        let cid = match made {
-            Ok(cid) => cid,
-            Err(e) => {
-                if !is_conflict(&e) {
-                    self.undo(id, false).await;
-                }
-                return Err(e);
-            }
-        };
-        let url = format!("http://127.0.0.1:{port}");
-        self.await_ready(id, &url).await?;
-        Ok(Created {
-            sandbox_id: id.to_owned(),
-            container_name: names.sandbox,
-            container_id: cid,
-            url,
-            mode: Mode::Open,
-            host_port: Some(port),
-            discovered: false,
-        })
-    }
-
-    async fn create_restricted(&self, id: &str) -> Result<Created, OpError> {
-        let names = self.names(id);
-        let made = async {
-            let mut net_labels = self.labels(id, "network");
-            self.engine
-                .create_network(&names.network, true, net_labels.clone())
-                .await
-                .map_err(step(format!("create network {}", names.network)))?;
-            net_labels.remove(naming::LABEL_SANDBOX_ID);
-            self.engine
-                .create_network(&names.egress, false, net_labels)
-                .await
-                .map_err(step(format!("create network {}", names.egress)))?;
-            let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {
-                let mut cmd = vec!["--listen".to_owned(), "0.0.0.0:3128".to_owned()];
-                for rule in &self.settings.egress_allow {
-                    cmd.push("--allow".into());
-                    cmd.push(rule.clone());
-                }
-                cmd
-            });
-            let sidecar = Config {
-                image: self.settings.sidecar_image.clone(),
-                cmd: Some(sidecar_cmd),
-                labels: Some(self.labels(id, "netproxy")),
-                host_config: Some(HostConfig {
-                    network_mode: Some(names.network.clone()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            self.engine
-                .create(&names.sidecar, sidecar)
-                .await
-                .map_err(step(format!("create {}", names.sidecar)))?;
-            self.engine
-                .connect_network(&names.egress, &names.sidecar)
-                .await
-                .map_err(step(format!(
-                    "connect {} to {}",
-                    names.sidecar, names.egress
-                )))?;
-            self.engine
-                .start(&names.sidecar)
-                .await
-                .map_err(step(format!("start {}", names.sidecar)))?;
-            let proxy = format!("http://{}:3128", names.sidecar);
-            let env = vec![
-                format!("HTTP_PROXY={proxy}"),
-                format!("HTTPS_PROXY={proxy}"),
-                format!("http_proxy={proxy}"),
-                format!("https_proxy={proxy}"),
-            ];
-            let host = HostConfig {
-                network_mode: Some(names.network.clone()),
-                ..Default::default()
-            };
-            let cid = self
-                .engine
-                .create(&names.sandbox, self.sandbox_config(id, host, Some(env)))
-                .await
-                .map_err(step(format!("create {}", names.sandbox)))?;
-            self.engine
-                .start(&names.sandbox)
-                .await
-                .map_err(step(format!("start {}", names.sandbox)))?;
-            let c = self
-                .engine
-                .inspect(&names.sandbox)
-                .await
-                .map_err(step(format!("inspect {}", names.sandbox)))?;
-            let ip = c
-                .and_then(|c| c.networks.get(&names.network).cloned())
-                .unwrap_or_default();
-            Ok::<_, OpError>((cid, ip))
-        }
-        .await;
-        let (cid, ip) = match made {
-            Ok(x) => x,
-            Err(e) => {
-                if !is_conflict(&e) {
-                    self.undo(id, true).await;
-                }
-                return Err(e);
-            }
-        };
-        let url = format!("http://{ip}:{}", self.settings.sandbox_port);
-        self.await_ready(id, &url).await?;
-        Ok(Created {
-            sandbox_id: id.to_owned(),
-            container_name: names.sandbox,
-            container_id: cid,
-            url,
-            mode: Mode::Restricted,
-            host_port: None,
-            discovered: false,
-        })
-    }
-
-    async fn await_ready(&self, id: &str, url: &str) -> Result<(), OpError> {
-        let limit = self.settings.ready_timeout;
-        if limit.is_zero() || ready::wait(url, limit).await {
-            return Ok(());
-        }
-        self.undo(id, self.settings.mode == Mode::Restricted).await;
-        Err(OpError::NotReady {
-            id: id.to_owned(),
-            url: url.to_owned(),
-            secs: limit.as_secs(),
-        })
-    }
-
-    /// Best-effort removal of what a failed create made (never called on a name conflict, when
-    /// the objects are someone else's); the reservation goes with it.
-    async fn undo(&self, id: &str, restricted: bool) {
-        let names = self.names(id);
-        let _ = self.engine.remove(&names.sandbox).await;
-        if restricted {
-            let _ = self.engine.remove(&names.sidecar).await;
-            let _ = self.engine.remove_network(&names.network).await;
-        }
-        let _ = self.ports.release(id);
-    }
-
     /// `destroy ID`: the sandbox must exist.
     pub async fn destroy(&self, id: &str) -> Result<Option<u16>, OpError> {
         let id = naming::parse_sandbox_id(id)?;
@@ -501,7 +306,7 @@ impl Lifecycle {
 
 /// A name conflict: the sandbox (or its sidecar) exists already, made by someone else, so a
 /// failed create must not remove anything.
-fn is_conflict(e: &OpError) -> bool {
+pub(crate) fn is_conflict(e: &OpError) -> bool {
     matches!(
         e,
         OpError::Engine {

@@ -2,6 +2,7 @@
 //! `Lifecycle` values pointed at the proxy or (where the seed says "a raw engine") at the fake.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use lifecycle::decide::Mode;
@@ -145,4 +146,30 @@ impl LcStack {
     pub fn state_dir(&self) -> PathBuf {
         self.state.path().to_owned()
     }
+}
+
+/// The lifecycle binary at `bin` pointed at `sock` with the stack's flags and the test image as
+/// both sandbox and sidecar image; `DOCKER_HOST` is removed so only `--docker-host` can work.
+pub fn lifecycle_command(
+    bin: &str,
+    sock: &Path,
+    prefix: &str,
+    mode: &str,
+    state: &Path,
+) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--docker-host")
+        .arg(format!("unix://{}", sock.display()))
+        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
+        .arg(state)
+        .args([
+            "--image",
+            TEST_IMAGE,
+            "--sidecar-image",
+            TEST_IMAGE,
+            "--sidecar-cmd",
+            "sleep 600",
+        ])
+        .env_remove("DOCKER_HOST");
+    cmd
 }

@@ -8,27 +8,20 @@ use std::process::{Command, Output};
 
 use sockproxy_tests::engine::{Engine, TEST_IMAGE};
 use sockproxy_tests::fake::Flavor;
-use sockproxy_tests::lc::LcStack;
+use sockproxy_tests::lc::{lifecycle_command, LcStack};
 
 fn lifecycle(docker_host: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
-        .arg("--docker-host")
-        .arg(format!("unix://{}", docker_host.display()))
-        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
-        .arg(state)
-        .args([
-            "--image",
-            TEST_IMAGE,
-            "--sandbox-cmd",
-            "sleep 600",
-            "--ready-timeout",
-            "0",
-        ])
-        .args(["--sidecar-image", TEST_IMAGE, "--sidecar-cmd", "sleep 600"])
-        .args(args)
-        .env_remove("DOCKER_HOST")
-        .output()
-        .expect("lifecycle runs")
+    lifecycle_command(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        docker_host,
+        prefix,
+        mode,
+        state,
+    )
+    .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "0"])
+    .args(args)
+    .output()
+    .expect("lifecycle runs")
 }
 
 fn stderr(o: &Output) -> String {
@@ -293,23 +286,18 @@ fn bad_input_gets_one_line_and_changes_nothing() {
 #[test]
 fn a_sandbox_that_never_answers_is_destroyed_with_failed_to_become_ready() {
     let s = LcStack::new(false);
-    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
-        .arg("--docker-host")
-        .arg(format!("unix://{}", s.proxy.socket().display()))
-        .args(["--prefix", &s.prefix, "--mode", "open", "--state-dir"])
-        .arg(s.state_dir())
-        // A fake container serves nothing; the probe goes to its loopback port and gets no answer.
-        .args([
-            "--image",
-            TEST_IMAGE,
-            "--sandbox-cmd",
-            "sleep 600",
-            "--ready-timeout",
-            "1",
-        ])
-        .args(["create", "--user", "user-1", "--thread", "slow"])
-        .output()
-        .expect("runs");
+    // A fake container serves nothing; the probe goes to its loopback port and gets no answer.
+    let out = lifecycle_command(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        s.proxy.socket(),
+        &s.prefix,
+        "open",
+        &s.state_dir(),
+    )
+    .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "1"])
+    .args(["create", "--user", "user-1", "--thread", "slow"])
+    .output()
+    .expect("runs");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("failed to become ready"),

@@ -3,10 +3,11 @@
 //! sandbox.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use lifecycle::naming::{sandbox_id, Names};
-use sockproxy_tests::engine::{real_engine, Cleanup, TEST_IMAGE};
+use sockproxy_tests::engine::{real_engine, Cleanup};
+use sockproxy_tests::lc::lifecycle_command;
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
@@ -15,26 +16,24 @@ use sockproxy_tests::unique_prefix;
 const SANDBOX_CMD: &str = "httpd -f -p 8080 -h /tmp";
 
 fn lifecycle(sock: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
-        .arg("--docker-host")
-        .arg(format!("unix://{}", sock.display()))
-        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
-        .arg(state)
-        .args([
-            "--image",
-            TEST_IMAGE,
-            "--sandbox-cmd",
-            SANDBOX_CMD,
-            "--ready-timeout",
-            "30",
-            "--stop-timeout",
-            "1",
-        ])
-        .args(["--sidecar-image", TEST_IMAGE, "--sidecar-cmd", "sleep 600"])
-        .args(args)
-        .env_remove("DOCKER_HOST")
-        .output()
-        .expect("lifecycle runs")
+    lifecycle_command(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        sock,
+        prefix,
+        mode,
+        state,
+    )
+    .args([
+        "--sandbox-cmd",
+        SANDBOX_CMD,
+        "--ready-timeout",
+        "30",
+        "--stop-timeout",
+        "1",
+    ])
+    .args(args)
+    .output()
+    .expect("lifecycle runs")
 }
 
 fn stderr(o: &Output) -> String {
