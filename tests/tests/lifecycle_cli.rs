@@ -59,6 +59,13 @@ fn create_prints_one_json_object_and_retire_logs_the_skip_once() {
     assert_eq!(c["url"], format!("http://127.0.0.1:{port}").as_str());
     assert_eq!(c["container_id"].as_str().map(str::len), Some(64));
 
+    let ls = lifecycle(&sock, &s.prefix, "open", &state, &["ls"]);
+    let listed = json_lines(&ls);
+    assert_eq!(listed.len(), 1, "{}", stderr(&ls));
+    assert_eq!(listed[0]["sandbox_id"], id.as_str());
+    assert_eq!(listed[0]["state"], "running");
+    assert_eq!(listed[0]["mode"], "open");
+
     // Quarantine it in one process, see it from another (the ledger survives a restart).
     let mark = lifecycle(
         &sock,

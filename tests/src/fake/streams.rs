@@ -424,6 +424,10 @@ pub fn exec_start(
             tokio::spawn(copy_stdin(rd, tx));
             rx
         });
+        // dockerd's exec'd process starts tens of milliseconds after the 101 (runc); clients
+        // such as docker-py read the head through a buffer and then the raw socket, so output
+        // arriving in the same burst as the head would be lost to them. Start like dockerd does.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Bytes>();
         let writer = tokio::spawn(async move {
             while let Some(b) = out_rx.recv().await {

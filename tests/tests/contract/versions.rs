@@ -53,3 +53,41 @@ fn version_negotiation_matches_the_engine() {
         assert_eq!(versioned.status, 200);
     });
 }
+
+/// `/info` and `/events` answer on the engine (the docker CLI's `inspect` asks `/info`); the
+/// proxy denies both as host-wide.
+#[test]
+fn info_and_events_answer_on_the_engine_and_are_denied_by_the_proxy() {
+    each_subject(
+        "info_and_events_answer_on_the_engine_and_are_denied_by_the_proxy",
+        |s| {
+            let info = s.get("/info");
+            let mut events = sockproxy_tests::raw::Conn::open(
+                s.socket(),
+                b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n",
+            )
+            .expect("events");
+            if s.via_proxy() {
+                assert_eq!(
+                    (info.status, info.message().as_str()),
+                    (403, "sockproxy: system.info: not allowed for this stack")
+                );
+                assert_eq!(events.status, 403);
+                return;
+            }
+            assert_eq!(info.status, 200);
+            assert!(info.json()["Containers"].is_u64(), "{}", info.text());
+            assert_eq!(events.status, 200, "the head arrives before any event");
+            let name = s.sandbox("ev");
+            s.create(&name, &["true"], serde_json::json!({}));
+            let got = events.read_until(std::time::Duration::from_secs(30), |b| {
+                String::from_utf8_lossy(b).contains(&name)
+            });
+            let text = String::from_utf8_lossy(&got);
+            assert!(
+                text.contains("\"create\"") && text.contains(&name),
+                "{text}"
+            );
+        },
+    );
+}
