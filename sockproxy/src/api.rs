@@ -55,6 +55,8 @@ pub enum ContainerOp {
     ExecCreate,
     Archive,
     Top,
+    Rename,
+    Update,
 }
 
 impl ContainerOp {
@@ -73,6 +75,8 @@ impl ContainerOp {
             Self::ExecCreate => "containers.exec",
             Self::Archive => "containers.archive",
             Self::Top => "containers.top",
+            Self::Rename => "containers.rename",
+            Self::Update => "containers.update",
         }
     }
 
@@ -147,6 +151,10 @@ pub enum Endpoint {
         target: ObjRef,
     },
     ImageInspect,
+    /// `POST /images/create`: a pull, allowed only for `--allow-image` references.
+    ImagePull,
+    /// `GET /events`: streamed, filtered to the stack's own objects.
+    Events,
     /// A known endpoint that is never allowed (host-wide or out of this toolkit's needs).
     Denied {
         op: String,
@@ -179,6 +187,8 @@ impl Endpoint {
             Self::NetworkCreate => "networks.create".into(),
             Self::Network { op, .. } => op.name().into(),
             Self::ImageInspect => "images.inspect".into(),
+            Self::ImagePull => "images.pull".into(),
+            Self::Events => "system.events".into(),
             Self::Denied { op } | Self::Unknown { op } => op.clone(),
             Self::BadRef { op } => (*op).into(),
             Self::NotInView {
@@ -202,6 +212,7 @@ pub fn parse(method: &Method, target: &Target) -> Endpoint {
     match segs.as_slice() {
         ["_ping"] if m == "GET" || m == "HEAD" => Endpoint::Ping,
         ["version"] if m == "GET" => Endpoint::Version,
+        ["events"] if m == "GET" => Endpoint::Events,
         ["containers", rest @ ..] => containers(m, rest).unwrap_or_else(unknown),
         ["exec", id, action] => exec(m, id, action).unwrap_or_else(unknown),
         ["networks", rest @ ..] => networks(m, rest).unwrap_or_else(unknown),
@@ -251,6 +262,8 @@ fn containers(m: &str, rest: &[&str]) -> Option<Endpoint> {
                 ("POST", "exec") => ExecCreate,
                 ("GET" | "PUT" | "HEAD", "archive") => Archive,
                 ("GET", "top") => Top,
+                ("POST", "rename") => Rename,
+                ("POST", "update") => Update,
                 (_, a) if is_word(a) => {
                     return Some(Endpoint::Denied {
                         op: format!("containers.{a}"),
@@ -306,9 +319,7 @@ fn images(m: &str, rest: &[&str]) -> Endpoint {
     match (m, rest) {
         // Image names contain '/' and ':' (`library/busybox:latest`), so they span segments.
         ("GET", [name @ .., "json"]) if !name.is_empty() => Endpoint::ImageInspect,
-        ("POST", ["create"]) => Endpoint::Denied {
-            op: "images.pull".into(),
-        },
+        ("POST", ["create"]) => Endpoint::ImagePull,
         ("GET", ["json"]) => Endpoint::Denied {
             op: "images.list".into(),
         },
@@ -418,13 +429,7 @@ mod tests {
                     op: "system.info".into(),
                 },
             ),
-            (
-                "GET",
-                "/v1.41/events",
-                Endpoint::Denied {
-                    op: "system.events".into(),
-                },
-            ),
+            ("GET", "/v1.41/events", Endpoint::Events),
             (
                 "GET",
                 "/system/df",
@@ -432,18 +437,13 @@ mod tests {
                     op: "system.df".into(),
                 },
             ),
+            ("POST", "/images/create", Endpoint::ImagePull),
+            ("POST", "/containers/x-1/rename", c(Rename, name("x-1"))),
             (
                 "POST",
-                "/images/create",
+                "/containers/x-1/pause",
                 Endpoint::Denied {
-                    op: "images.pull".into(),
-                },
-            ),
-            (
-                "POST",
-                "/containers/x-1/rename",
-                Endpoint::Denied {
-                    op: "containers.rename".into(),
+                    op: "containers.pause".into(),
                 },
             ),
             (

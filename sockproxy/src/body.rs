@@ -14,6 +14,15 @@ use crate::upstream::Body;
 pub const MAX_BODY: usize = 1 << 20;
 
 pub async fn read_json_object(body: Body) -> Result<Map<String, Value>, Refusal> {
+    match read_checked(body).await? {
+        Value::Object(map) => Ok(map),
+        _ => Err(Refusal::BadRequest("body is not a JSON object".into())),
+    }
+}
+
+/// Reads a body (at most `MAX_BODY`, else 413) and parses it with the key rule. An empty body is
+/// an empty object, as dockerd reads it.
+pub async fn read_checked(body: Body) -> Result<Value, Refusal> {
     let bytes: Bytes = Limited::new(body, MAX_BODY)
         .collect()
         .await
@@ -27,67 +36,114 @@ pub async fn read_json_object(body: Body) -> Result<Map<String, Value>, Refusal>
             }
         })?
         .to_bytes();
-    parse_object(&bytes)
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Map::new()));
+    }
+    parse_checked(&bytes)
 }
 
 pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, Refusal> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| Refusal::BadRequest(format!("body is not JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(Refusal::BadRequest("body is not a JSON object".into()));
-    }
-    // A `Map` silently keeps the last of two equal keys, so the keys are read again in order.
-    let Pairs(keys) = serde_json::from_slice(bytes)
-        .map_err(|e| Refusal::BadRequest(format!("body is not JSON: {e}")))?;
-    check_keys(&keys)?;
-    match value {
+    match parse_checked(bytes)? {
         Value::Object(map) => Ok(map),
         _ => Err(Refusal::BadRequest("body is not a JSON object".into())),
     }
 }
 
-/// The top-level keys of a JSON object, in order, duplicates included.
-struct Pairs(Vec<String>);
-
-impl<'de> serde::Deserialize<'de> for Pairs {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Pairs;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Pairs, A::Error> {
-                let mut keys = Vec::new();
-                while let Some((k, _)) = m.next_entry::<String, serde::de::IgnoredAny>()? {
-                    keys.push(k);
-                }
-                Ok(Pairs(keys))
-            }
+/// Parses JSON (decoding `\u` escapes), refusing at every object level a key that is not
+/// ASCII (Go folds `ſ` to `s` and the Kelvin sign to `k`) and keys that fold to the same field
+/// (Go would take the last; a reader that takes the first would decide on another value).
+/// Map-valued fields (labels and the like) get the same rule: stricter than needed, never laxer.
+pub fn parse_checked(bytes: &[u8]) -> Result<Value, Refusal> {
+    let Checked(v) = serde_json::from_slice(bytes).map_err(|e| {
+        let msg = e.to_string();
+        if let Some(reason) = msg.strip_prefix(KEY_ERROR) {
+            Refusal::BadRequest(
+                reason
+                    .split(" at line ")
+                    .next()
+                    .unwrap_or(reason)
+                    .to_owned(),
+            )
+        } else {
+            Refusal::BadRequest(format!("body is not JSON: {msg}"))
         }
-        d.deserialize_map(V)
+    })?;
+    Ok(v)
+}
+
+const KEY_ERROR: &str = "sockproxy-key: ";
+
+/// A JSON value whose objects passed the key rule.
+struct Checked(Value);
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
     }
 }
 
-/// Refuses non-ASCII keys (Unicode folding such as `ſ`→`s` could reach a field) and keys that
-/// fold to the same field.
-fn check_keys(keys: &[String]) -> Result<(), Refusal> {
-    let mut seen: Vec<String> = Vec::with_capacity(keys.len());
-    for key in keys {
-        if !key.is_ascii() {
-            return Err(Refusal::BadRequest(format!(
-                "body key {key:?} is not ASCII"
-            )));
-        }
-        let folded = key.to_ascii_lowercase();
-        if seen.contains(&folded) {
-            return Err(Refusal::BadRequest(format!(
-                "body keys that differ only in case: {key:?}"
-            )));
-        }
-        seen.push(folded);
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
     }
-    Ok(())
+    fn visit_bool<E>(self, v: bool) -> Result<Checked, E> {
+        Ok(Checked(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Checked, E> {
+        Ok(Checked(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Checked, E> {
+        Ok(Checked(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Checked, E> {
+        Ok(Checked(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Checked, E> {
+        Ok(Checked(Value::String(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Checked, E> {
+        Ok(Checked(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked(Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<Checked, E> {
+        Ok(Checked(Value::Null))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Checked(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Checked(Value::Array(out)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Checked, A::Error> {
+        use serde::de::Error;
+        let mut out = Map::new();
+        let mut folded: Vec<String> = Vec::new();
+        while let Some(key) = m.next_key::<String>()? {
+            if !key.is_ascii() {
+                return Err(A::Error::custom(format!(
+                    "{KEY_ERROR}body key {key:?} is not ASCII"
+                )));
+            }
+            let f = key.to_ascii_lowercase();
+            if folded.contains(&f) {
+                return Err(A::Error::custom(format!(
+                    "{KEY_ERROR}body keys that name the same field: {key:?}"
+                )));
+            }
+            folded.push(f);
+            let Checked(v) = m.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Checked(Value::Object(out)))
+    }
 }
 
 /// The key that dockerd would read as `field`, if any (keys are already checked unique).
@@ -110,6 +166,27 @@ pub fn string_field<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nested_keys_follow_the_rule_too() {
+        assert!(
+            parse_checked(br#"{"HostConfig":{"Privileged":false,"privileged":true}}"#).is_err()
+        );
+        assert!(parse_checked(
+            "{\"HostConfig\":{\"Privileged\":false,\"Privil\u{212a}ged\":true}}".as_bytes()
+        )
+        .is_err());
+        assert!(parse_checked(br#"{"A":[{"b":1,"B":2}]}"#).is_err());
+        let v = parse_checked(br#"{"Bind\u0073":["/a:/b"]}"#).expect("escapes decode");
+        assert_eq!(v["Binds"][0], "/a:/b");
+        let e = parse_checked(br#"{"a":1,"A":2}"#)
+            .expect_err("dup")
+            .to_string();
+        assert_eq!(
+            e,
+            "sockproxy: bad request: body keys that name the same field: \"A\""
+        );
+    }
 
     #[test]
     fn key_rules() {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
+use crate::create_body::CreateRules;
 use crate::scope::{Prefix, PrefixError, Scope};
 
 const DEFAULT_UPSTREAM: &str = "unix:///var/run/docker.sock";
@@ -50,6 +51,29 @@ pub struct Args {
         default_value = "plain"
     )]
     pub log_format: LogFormat,
+    /// A capability `CapAdd` may name (repeatable).
+    #[arg(long = "allow-cap", env = "SOCKPROXY_ALLOW_CAP", value_delimiter = ',')]
+    pub allow_cap: Vec<String>,
+    /// A host directory bind mounts may come from (repeatable; whole path components).
+    #[arg(
+        long = "allow-bind-root",
+        env = "SOCKPROXY_ALLOW_BIND_ROOT",
+        value_delimiter = ','
+    )]
+    pub allow_bind_root: Vec<PathBuf>,
+    /// Let containers publish ports on addresses other than loopback.
+    #[arg(long, env = "SOCKPROXY_ALLOW_PUBLIC_PORTS")]
+    pub allow_public_ports: bool,
+    /// Treat a container without this stack's `sockproxy.stack` label as out of scope for changes.
+    #[arg(long, env = "SOCKPROXY_REQUIRE_STACK_LABEL")]
+    pub require_stack_label: bool,
+    /// An image reference (repository[:tag]) the stack may pull (repeatable).
+    #[arg(
+        long = "allow-image",
+        env = "SOCKPROXY_ALLOW_IMAGE",
+        value_delimiter = ','
+    )]
+    pub allow_image: Vec<String>,
     /// Largest container or network list (bytes) the proxy will filter.
     #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES", default_value_t = DEFAULT_MAX_LIST_BYTES)]
     pub max_list_bytes: usize,
@@ -67,6 +91,8 @@ pub enum ConfigError {
     SocketGroup(String),
     #[error("--socket-group {0:?}: {1}")]
     GroupLookup(String, String),
+    #[error("--allow-bind-root {0:?}: must be an absolute path without '..'")]
+    BindRoot(PathBuf),
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +105,10 @@ pub struct Config {
     pub socket_gid: Option<u32>,
     pub log_format: LogFormat,
     pub max_list_bytes: usize,
+    pub create_rules: CreateRules,
+    pub require_stack_label: bool,
+    /// Pullable references, normalized (`docker.io/library/` dropped, `:latest` added).
+    pub allow_images: Vec<String>,
 }
 
 impl Config {
@@ -92,6 +122,15 @@ impl Config {
         let upstream = parse_unix_addr(&upstream_raw)?;
         let socket_mode = parse_mode(&args.socket_mode)?;
         let socket_gid = args.socket_group.as_deref().map(parse_group).transpose()?;
+        for root in &args.allow_bind_root {
+            let ok = root.is_absolute()
+                && !root
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir));
+            if !ok {
+                return Err(ConfigError::BindRoot(root.clone()));
+            }
+        }
         Ok(Self {
             listen: args.listen,
             upstream,
@@ -101,7 +140,32 @@ impl Config {
             socket_gid,
             log_format: args.log_format,
             max_list_bytes: args.max_list_bytes,
+            create_rules: CreateRules {
+                allow_caps: args.allow_cap,
+                bind_roots: args.allow_bind_root,
+                public_ports: args.allow_public_ports,
+            },
+            require_stack_label: args.require_stack_label,
+            allow_images: args
+                .allow_image
+                .iter()
+                .map(|r| normalize_image(r))
+                .collect(),
         })
+    }
+}
+
+/// `busybox` → `busybox:latest`; `docker.io/library/x` → `x`; a digest is kept as it is.
+pub fn normalize_image(reference: &str) -> String {
+    let r = reference
+        .strip_prefix("docker.io/library/")
+        .or_else(|| reference.strip_prefix("docker.io/"))
+        .unwrap_or(reference);
+    let last = r.rsplit('/').next().unwrap_or(r);
+    if last.contains(':') || r.contains('@') {
+        r.to_owned()
+    } else {
+        format!("{r}:latest")
     }
 }
 

@@ -1,12 +1,15 @@
 //! sockproxy: a per-stack Docker Engine API proxy. A request is canonicalized (`canon`), typed
 //! (`api`), decided without I/O (`policy`, `scope`), then resolved, pinned and forwarded
 //! (`proxy`, `upstream`); list answers are filtered (`filter`); refusals look like dockerd's
-//! errors (`refusal`). `server` owns the socket, `config` the flags.
+//! errors (`refusal`). What a stack may write is decided by `create_body` and `write_rules`;
+//! `events` filters the event stream. `server` owns the socket, `config` the flags.
 
 pub mod api;
 pub mod body;
 pub mod canon;
 pub mod config;
+pub mod create_body;
+pub mod events;
 pub mod filter;
 pub mod policy;
 pub mod proxy;
@@ -15,3 +18,4 @@ pub mod request_line;
 pub mod scope;
 pub mod server;
 pub mod upstream;
+pub mod write_rules;

@@ -36,11 +36,21 @@ pub enum Plan {
         target: ObjRef,
         access: Access,
     },
+    /// Stream the engine's events, keeping only the stack's own.
+    Events,
 }
 
-pub fn decide(ep: &Endpoint, query: &Query, scope: &Scope) -> Result<Plan, Refusal> {
+/// `allow_images`: normalized references `--allow-image` lets the stack pull.
+pub fn decide(
+    ep: &Endpoint,
+    query: &Query,
+    scope: &Scope,
+    allow_images: &[String],
+) -> Result<Plan, Refusal> {
     let op = ep.op();
     match ep {
+        Endpoint::Events => Ok(Plan::Events),
+        Endpoint::ImagePull => pull(query, allow_images),
         Endpoint::Ping | Endpoint::Version | Endpoint::ImageInspect => Ok(Plan::Forward),
         Endpoint::ContainerList => Ok(Plan::List(Kind::Container)),
         Endpoint::NetworkList => Ok(Plan::List(Kind::Network)),
@@ -67,6 +77,13 @@ pub fn decide(ep: &Endpoint, query: &Query, scope: &Scope) -> Result<Plan, Refus
                 Access::Change
             };
             check_name(Kind::Container, access, &op, target, scope)?;
+            if *cop == ContainerOp::Rename {
+                let new = query.get("name").unwrap_or("");
+                let new = new.strip_prefix('/').unwrap_or(new);
+                if new.contains('/') || !scope.allows(Kind::Container, Access::Change, new) {
+                    return Err(out_of_scope(Kind::Container, &op, new));
+                }
+            }
             Ok(Plan::Container {
                 op: *cop,
                 target: target.clone(),
@@ -108,6 +125,28 @@ pub fn decide(ep: &Endpoint, query: &Query, scope: &Scope) -> Result<Plan, Refus
         Endpoint::NetworkCreate | Endpoint::Denied { .. } | Endpoint::Unknown { .. } => {
             Err(Refusal::NotAllowed { op })
         }
+    }
+}
+
+/// A pull names `fromImage` (and `tag`); only exact `--allow-image` references are pulled.
+fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
+    if query.get("fromSrc").is_some() {
+        return Err(Refusal::NotAllowed {
+            op: "images.import".into(),
+        });
+    }
+    let from = query.get("fromImage").unwrap_or("");
+    let reference = match query.get("tag").filter(|t| !t.is_empty()) {
+        Some(tag) if !from.contains('@') => format!("{from}:{tag}"),
+        _ => from.to_owned(),
+    };
+    if !from.is_empty() && allow_images.contains(&crate::config::normalize_image(&reference)) {
+        Ok(Plan::Forward)
+    } else {
+        Err(Refusal::Setting {
+            op: "images.pull".into(),
+            why: format!("{reference} is not an allowed image (--allow-image)"),
+        })
     }
 }
 
@@ -153,17 +192,6 @@ pub fn check_exec(access: Access, id: &str, container: &str, scope: &Scope) -> R
         Ok(())
     } else {
         Err(Refusal::NoSuchExec(id.to_owned()))
-    }
-}
-
-/// The `Name` a network create asks for.
-pub fn check_network_create(name: Option<&str>, scope: &Scope) -> Result<(), Refusal> {
-    match name {
-        Some(n) if scope.allows(Kind::Network, Access::Change, n) => Ok(()),
-        Some(n) => Err(out_of_scope(Kind::Network, "networks.create", n)),
-        None => Err(Refusal::BadRequest(
-            "networks.create: body has no string Name".into(),
-        )),
     }
 }
 
@@ -250,7 +278,7 @@ mod tests {
             ),
         ];
         for (ep, restricted, want) in cases {
-            let got = decide(&ep, &q, &scope(restricted))
+            let got = decide(&ep, &q, &scope(restricted), &[])
                 .map(|_| ())
                 .map_err(|r| r.to_string());
             assert_eq!(got, want, "{ep:?} restricted={restricted}");
@@ -261,27 +289,90 @@ mod tests {
     fn create_needs_a_name_in_scope() {
         let s = scope(false);
         let with = |n: &str| Query::parse(Some(&format!("name={n}"))).expect("query");
-        assert!(decide(&Endpoint::ContainerCreate, &with("deer-flow-sandbox-1"), &s).is_ok());
+        assert!(decide(
+            &Endpoint::ContainerCreate,
+            &with("deer-flow-sandbox-1"),
+            &s,
+            &[]
+        )
+        .is_ok());
         assert!(decide(
             &Endpoint::ContainerCreate,
             &with("/deer-flow-sandbox-1"),
-            &s
+            &s,
+            &[]
         )
         .is_ok());
         assert!(decide(
             &Endpoint::ContainerCreate,
             &with("deer-flow-netproxy-1"),
-            &s
+            &s,
+            &[]
         )
         .is_err());
-        assert!(decide(&Endpoint::ContainerCreate, &with("other"), &s).is_err());
-        assert!(decide(&Endpoint::ContainerCreate, &Query::default(), &s).is_err());
+        assert!(decide(&Endpoint::ContainerCreate, &with("other"), &s, &[]).is_err());
+        assert!(decide(&Endpoint::ContainerCreate, &Query::default(), &s, &[]).is_err());
         assert!(decide(
             &Endpoint::ContainerCreate,
             &with("deer-flow-netproxy-1"),
-            &scope(true)
+            &scope(true),
+            &[]
         )
         .is_ok());
+    }
+
+    #[test]
+    fn pulls_rename_and_events() {
+        let s = scope(false);
+        let q = |raw: &str| Query::parse(Some(raw)).expect("query");
+        let allowed = vec!["busybox:latest".to_owned(), "ghcr.io/x/y:1".to_owned()];
+        let pull = |raw: &str| {
+            decide(&Endpoint::ImagePull, &q(raw), &s, &allowed)
+                .map(|_| ())
+                .map_err(|r| r.to_string())
+        };
+        assert_eq!(
+            pull("fromImage=docker.io%2Flibrary%2Fbusybox&tag=latest"),
+            Ok(())
+        );
+        assert_eq!(pull("fromImage=busybox"), Ok(()));
+        assert_eq!(pull("fromImage=ghcr.io%2Fx%2Fy&tag=1"), Ok(()));
+        assert_eq!(
+            pull("fromImage=ghcr.io%2Fx%2Fy&tag=2"),
+            Err(
+                "sockproxy: images.pull: ghcr.io/x/y:2 is not an allowed image (--allow-image)"
+                    .into()
+            )
+        );
+        assert!(pull("fromSrc=-").is_err());
+        assert!(pull("").is_err());
+        let rename = |new: &str| {
+            decide(
+                &container(ContainerOp::Rename, "deer-flow-sandbox-1"),
+                &q(&format!("name={new}")),
+                &s,
+                &[],
+            )
+            .map(|_| ())
+            .map_err(|r| r.to_string())
+        };
+        assert_eq!(rename("deer-flow-sandbox-2"), Ok(()));
+        assert_eq!(
+            rename("other"),
+            Err("sockproxy: containers.rename: other is not one of this stack's sandboxes".into())
+        );
+        assert!(rename("").is_err());
+        assert!(decide(
+            &container(ContainerOp::Rename, "other"),
+            &q("name=deer-flow-sandbox-2"),
+            &s,
+            &[]
+        )
+        .is_err());
+        assert_eq!(
+            decide(&Endpoint::Events, &Query::default(), &s, &[]),
+            Ok(Plan::Events)
+        );
     }
 
     #[test]
@@ -344,7 +435,7 @@ mod properties {
                 if let Ok(t) = canon::canonicalize(&uri, &http::HeaderMap::new()) {
                     let m = http::Method::from_bytes(method.as_bytes()).expect("method");
                     let ep = api::parse(&m, &t);
-                    let _ = decide(&ep, &t.query, &scope);
+                    let _ = decide(&ep, &t.query, &scope, &[]);
                 }
             }
         }
@@ -366,7 +457,7 @@ mod properties {
                 if let Ok(t) = canon::canonicalize(&uri, &http::HeaderMap::new()) {
                     let m = http::Method::from_bytes(method.as_bytes()).expect("method");
                     let ep = api::parse(&m, &t);
-                    prop_assert!(decide(&ep, &t.query, &scope).is_err(), "{target} was allowed");
+                    prop_assert!(decide(&ep, &t.query, &scope, &[]).is_err(), "{target} was allowed");
                 }
             }
         }

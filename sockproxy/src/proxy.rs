@@ -42,6 +42,9 @@ pub struct Proxy {
     pub upstream: Upstream,
     pub max_list_bytes: usize,
     pub counters: Counters,
+    pub create_rules: crate::create_body::CreateRules,
+    pub require_stack_label: bool,
+    pub allow_images: Vec<String>,
 }
 
 /// How many requests were allowed and refused since start.
@@ -81,6 +84,25 @@ struct Named {
     id: String,
     #[serde(rename = "Name")]
     name: String,
+    #[serde(rename = "Config", default)]
+    config: Option<NamedConfig>,
+}
+
+#[derive(Deserialize)]
+struct NamedConfig {
+    #[serde(rename = "Labels", default)]
+    labels: Option<std::collections::HashMap<String, String>>,
+}
+
+impl Named {
+    /// `--require-stack-label`: changes need the label the proxy stamps at create.
+    fn labelled_for(&self, stack: &str) -> bool {
+        self.config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(crate::create_body::STACK_LABEL))
+            .is_some_and(|v| v == stack)
+    }
 }
 
 #[derive(Deserialize)]
@@ -131,7 +153,7 @@ impl Proxy {
             Ok(target) => {
                 let ep = api::parse(&parts.method, &target);
                 let op = ep.op();
-                match policy::decide(&ep, &target.query, &self.scope) {
+                match policy::decide(&ep, &target.query, &self.scope, &self.allow_images) {
                     Err(r) => (op, "", Err(r)),
                     Ok(plan) => {
                         let reason = match plan {
@@ -169,9 +191,33 @@ impl Proxy {
         // the way can drain it and the client sees the refusal rather than a broken pipe.
         let mut take = || body.take().unwrap_or_else(upstream::empty);
         match plan {
-            Plan::Forward | Plan::CreateContainer => {
+            Plan::Forward => {
                 self.forward(parts, take(), with_query(target.path(), &query), None)
                     .await
+            }
+            Plan::CreateContainer => {
+                let checked = body::read_checked(take()).await?;
+                let out = crate::create_body::check(
+                    checked,
+                    &self.scope,
+                    &self.create_rules,
+                    self.upstream.path(),
+                    &self.stack,
+                )?;
+                self.forward_json(parts, &out, with_query(target.path(), &query))
+                    .await
+            }
+            Plan::Events => {
+                let req =
+                    upstream_request(&parts, with_query(target.path(), &query), take(), false)?;
+                let resp = self.upstream.send(req).await.map_err(upstream_err)?;
+                if resp.status() != StatusCode::OK {
+                    return Ok(stream_response(resp));
+                }
+                let (mut rparts, body) = resp.into_parts();
+                rparts.headers.remove(header::CONTENT_LENGTH);
+                let filtered = crate::events::Filtered::new(body, self.scope.clone());
+                Ok(Response::from_parts(rparts, filtered.boxed()))
             }
             Plan::List(kind) => self.list(kind, parts, target).await,
             Plan::Container {
@@ -179,6 +225,19 @@ impl Proxy {
                 target: r,
                 access,
             } => {
+                // Bodies are decided before anything is asked of the engine.
+                let checked = match cop {
+                    ContainerOp::ExecCreate | ContainerOp::Update => {
+                        let v = body::read_checked(take()).await?;
+                        if cop == ContainerOp::ExecCreate {
+                            crate::write_rules::exec_create(&v)?;
+                        } else {
+                            crate::write_rules::update(&v)?;
+                        }
+                        Some(v)
+                    }
+                    _ => None,
+                };
                 let (id, inspected) = match self
                     .resolve(Kind::Container, access, op, &r, target.version.as_deref())
                     .await?
@@ -190,10 +249,12 @@ impl Proxy {
                     // The inspect the check was made on is the answer: no second round trip.
                     return Ok(buffered_response(inspected));
                 }
-                let path = pinned(target, 1, &id);
+                let path = with_query(pinned(target, 1, &id), &query);
+                if let Some(v) = checked {
+                    return self.forward_json(parts, &v, path).await;
+                }
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
-                self.forward(parts, take(), with_query(path, &query), upgrade)
-                    .await
+                self.forward(parts, take(), path, upgrade).await
             }
             Plan::Exec {
                 op: eop,
@@ -207,11 +268,9 @@ impl Proxy {
                     .await
             }
             Plan::CreateNetwork => {
-                let map = body::read_json_object(take()).await?;
-                policy::check_network_create(body::string_field(&map, "Name")?, &self.scope)?;
-                let bytes =
-                    serde_json::to_vec(&map).map_err(|e| Refusal::BadRequest(e.to_string()))?;
-                self.forward_body(parts, bytes, with_query(target.path(), &query))
+                let v = body::read_checked(take()).await?;
+                crate::write_rules::network_create(&v, &self.scope)?;
+                self.forward_json(parts, &v, with_query(target.path(), &query))
                     .await
             }
             Plan::Network {
@@ -312,6 +371,19 @@ impl Proxy {
         let named: Named = serde_json::from_slice(&answer.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable inspect answer: {e}")))?;
         policy::check_resolved(kind, access, op, r, &named.name, &self.scope)?;
+        if self.require_stack_label
+            && kind == Kind::Container
+            && access == Access::Change
+            && !named.labelled_for(&self.stack)
+        {
+            return Err(match r {
+                ObjRef::Hex(id) => policy::absent(kind, id),
+                ObjRef::Name(name) => Refusal::ContainerOutOfScope {
+                    op: op.to_owned(),
+                    name: name.clone(),
+                },
+            });
+        }
         if !is_full_id(&named.id) {
             return Err(Refusal::Upstream("inspect answer has no full ID".into()));
         }
@@ -363,6 +435,10 @@ impl Proxy {
             return Err(Refusal::NoSuchExec(id.to_owned()));
         }
         policy::check_exec(access, id, &named.name, &self.scope)?;
+        if self.require_stack_label && access == Access::Change && !named.labelled_for(&self.stack)
+        {
+            return Err(Refusal::NoSuchExec(id.to_owned()));
+        }
         Ok(info.id)
     }
 
@@ -409,6 +485,17 @@ impl Proxy {
             }
         }
         Ok(stream_response(resp))
+    }
+
+    /// Forwards the JSON the proxy checked, not the bytes it received.
+    async fn forward_json(
+        &self,
+        parts: Parts,
+        v: &Value,
+        path: String,
+    ) -> Result<Response<Body>, Refusal> {
+        let bytes = serde_json::to_vec(v).map_err(|e| Refusal::BadRequest(e.to_string()))?;
+        self.forward_body(parts, bytes, path).await
     }
 
     async fn forward_body(

@@ -13,6 +13,9 @@ pub enum Refusal {
     NetworkOutOfScope { op: String, name: String },
     #[error("sockproxy: {op}: not allowed for this stack")]
     NotAllowed { op: String },
+    /// A setting in an otherwise allowed request that the stack may not ask for.
+    #[error("sockproxy: {op}: {why}")]
+    Setting { op: String, why: String },
     /// An ID or ID prefix that is absent or belongs to another stack: indistinguishable on purpose.
     #[error("No such container: {0}")]
     NoSuchContainer(String),
@@ -39,7 +42,7 @@ impl Refusal {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => {
                 StatusCode::FORBIDDEN
             }
-            Self::NotAllowed { .. } => StatusCode::FORBIDDEN,
+            Self::NotAllowed { .. } | Self::Setting { .. } => StatusCode::FORBIDDEN,
             Self::NoSuchContainer(_)
             | Self::NoSuchNetwork(_)
             | Self::NoSuchExec(_)
@@ -56,6 +59,7 @@ impl Refusal {
         match self {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => "out_of_scope",
             Self::NotAllowed { .. } => "endpoint_not_allowed",
+            Self::Setting { .. } => "setting_not_allowed",
             Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
                 "absent_or_out_of_scope"
             }

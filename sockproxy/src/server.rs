@@ -73,6 +73,9 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         upstream: Upstream::new(cfg.upstream.clone()),
         max_list_bytes: cfg.max_list_bytes,
         counters: Default::default(),
+        create_rules: cfg.create_rules.clone(),
+        require_stack_label: cfg.require_stack_label,
+        allow_images: cfg.allow_images.clone(),
     })
 }
 

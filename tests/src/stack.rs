@@ -16,6 +16,16 @@ pub struct StackProxy {
 
 impl StackProxy {
     pub fn start(upstream: &Path, prefix: &str, restricted: bool) -> Self {
+        Self::start_with(upstream, prefix, restricted, |_| {})
+    }
+
+    /// Like `start`, after `adjust` has changed the configuration (rules, flags).
+    pub fn start_with(
+        upstream: &Path,
+        prefix: &str,
+        restricted: bool,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("sp")
             .tempdir()
@@ -32,7 +42,12 @@ impl StackProxy {
             socket_gid: None,
             log_format: LogFormat::Plain,
             max_list_bytes: 64 << 20,
+            create_rules: Default::default(),
+            require_stack_label: false,
+            allow_images: vec![],
         };
+        let mut cfg = cfg;
+        adjust(&mut cfg);
         let background = Background::start(cfg).expect("proxy starts");
         Self {
             background,

@@ -135,14 +135,14 @@ fn refusals_are_byte_exact_and_never_forwarded() {
     );
     let cases = [
         ("GET", "/info", 403, "sockproxy: system.info: not allowed for this stack"),
-        ("GET", "/v1.41/events", 403, "sockproxy: system.events: not allowed for this stack"),
         ("GET", "/system/df", 403, "sockproxy: system.df: not allowed for this stack"),
-        ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: not allowed for this stack"),
+        ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: busybox is not an allowed image (--allow-image)"),
         ("POST", "/build", 403, "sockproxy: build: not allowed for this stack"),
         ("GET", "/volumes", 403, "sockproxy: volumes: not allowed for this stack"),
         ("POST", "/swarm/init", 403, "sockproxy: swarm.swarm: not allowed for this stack"),
         ("POST", "/containers/prune", 403, "sockproxy: containers.prune: not allowed for this stack"),
-        ("POST", "/containers/deer-flow-sandbox-a/rename?name=x", 403, "sockproxy: containers.rename: not allowed for this stack"),
+        ("POST", "/containers/deer-flow-sandbox-a/rename?name=x", 403, "sockproxy: containers.rename: x is not one of this stack's sandboxes"),
+        ("POST", "/containers/deer-flow-sandbox-a/pause", 403, "sockproxy: containers.pause: not allowed for this stack"),
         ("POST", "/containers/foreign/stop", 403, "sockproxy: containers.stop: foreign is not one of this stack's sandboxes"),
         ("DELETE", "/containers/foreign?force=1", 403, "sockproxy: containers.remove: foreign is not one of this stack's sandboxes"),
         ("GET", "/containers/foreign/json", 403, "sockproxy: containers.inspect: foreign is not one of this stack's sandboxes"),

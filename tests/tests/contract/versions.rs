@@ -54,40 +54,56 @@ fn version_negotiation_matches_the_engine() {
     });
 }
 
-/// `/info` and `/events` answer on the engine (the docker CLI's `inspect` asks `/info`); the
-/// proxy denies both as host-wide.
+/// `/info` answers on the engine and is denied by the proxy (the docker CLI's `inspect` asks
+/// it); `/events` streams on both, and through the proxy only the stack's own objects appear.
 #[test]
-fn info_and_events_answer_on_the_engine_and_are_denied_by_the_proxy() {
+fn info_and_events_answer_on_the_engine_and_events_are_filtered_by_the_proxy() {
     each_subject(
-        "info_and_events_answer_on_the_engine_and_are_denied_by_the_proxy",
+        "info_and_events_answer_on_the_engine_and_events_are_filtered_by_the_proxy",
         |s| {
             let info = s.get("/info");
-            let mut events = sockproxy_tests::raw::Conn::open(
-                s.socket(),
-                b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n",
-            )
-            .expect("events");
             if s.via_proxy() {
                 assert_eq!(
                     (info.status, info.message().as_str()),
                     (403, "sockproxy: system.info: not allowed for this stack")
                 );
-                assert_eq!(events.status, 403);
-                return;
+            } else {
+                assert_eq!(info.status, 200);
+                assert!(info.json()["Containers"].is_u64(), "{}", info.text());
             }
-            assert_eq!(info.status, 200);
-            assert!(info.json()["Containers"].is_u64(), "{}", info.text());
+            let mut events = sockproxy_tests::raw::Conn::open(
+                s.socket(),
+                b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n",
+            )
+            .expect("events");
             assert_eq!(events.status, 200, "the head arrives before any event");
-            let name = s.sandbox("ev");
-            s.create(&name, &["true"], serde_json::json!({}));
+            // A foreign container first, then the stack's own: through the proxy only the latter.
+            let foreign = s.clean.container(&format!("o{}ev", s.prefix));
+            let made = sockproxy_tests::raw::request(
+                &s.engine.socket,
+                "POST",
+                &format!("/containers/create?name={foreign}"),
+                Some(
+                    serde_json::json!({ "Image": s.engine.image, "Cmd": ["true"] })
+                        .to_string()
+                        .as_bytes(),
+                ),
+            )
+            .expect("answer");
+            assert_eq!(made.status, 201);
+            let own = s.sandbox("ev");
+            s.create(&own, &["true"], serde_json::json!({}));
             let got = events.read_until(std::time::Duration::from_secs(30), |b| {
-                String::from_utf8_lossy(b).contains(&name)
+                String::from_utf8_lossy(b).contains(&own)
             });
             let text = String::from_utf8_lossy(&got);
-            assert!(
-                text.contains("\"create\"") && text.contains(&name),
-                "{text}"
-            );
+            assert!(text.contains("\"create\"") && text.contains(&own), "{text}");
+            if s.via_proxy() {
+                assert!(
+                    !text.contains(&foreign),
+                    "a foreign container's event came through: {text}"
+                );
+            }
         },
     );
 }
