@@ -307,6 +307,27 @@ pub async fn remove(shared: &Arc<Shared>, r: &str, force: bool) -> Reply {
     Reply::Empty(204)
 }
 
+/// `POST /containers/{id}/rename?name=NEW`: 409 if the new name is taken (`daemon/rename.go`).
+pub fn rename(shared: &Shared, r: &str, new: &str) -> Reply {
+    let mut st = shared.state();
+    let i = match container_index(shared, &st, r) {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    let new = new.trim_start_matches('/');
+    if !valid_name(new) {
+        return Reply::Error(
+            400,
+            format!("Invalid container name ({new}), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed"),
+        );
+    }
+    if let Some(other) = st.containers.iter().find(|c| c.name[1..] == *new) {
+        return Reply::Error(409, shared.flavor.name_conflict(new, &other.id));
+    }
+    st.containers[i].name = format!("/{new}");
+    Reply::Empty(204)
+}
+
 pub fn top(shared: &Shared, r: &str) -> Reply {
     let st = shared.state();
     match container_index(shared, &st, r) {
