@@ -350,3 +350,47 @@ fn garbage_never_crashes_the_proxy() {
     );
     assert_eq!(up.requests(), ["GET /_ping"]);
 }
+
+#[test]
+fn create_bodies_are_checked_capped_and_reserialized() {
+    let up = Recorder::start(|_, _| (201, r#"{"Id":"x","Warnings":[]}"#.to_owned()));
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let target = "/v1.41/containers/create?name=deer-flow-sandbox-a";
+    let big = format!(
+        "{{\"Image\":\"img\",\"Env\":[\"{}\"]}}",
+        "x".repeat(1 << 20)
+    );
+    let r = raw::request(p.socket(), "POST", target, Some(big.as_bytes())).expect("answer");
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(
+        r.message(),
+        "sockproxy: bad request: body larger than 1048576 bytes"
+    );
+    let r = raw::request(p.socket(), "POST", target, Some(b"not json")).expect("answer");
+    assert_eq!(r.status, 400);
+    let r = raw::request(
+        p.socket(),
+        "POST",
+        target,
+        Some(br#"{"HostConfig":{"privileged":true}}"#),
+    )
+    .expect("answer");
+    assert_refusal(
+        &r,
+        403,
+        "sockproxy: containers.create: privileged containers are not allowed",
+    );
+    assert!(
+        up.requests().is_empty(),
+        "no refused create reached the engine"
+    );
+    // Content-Type with parameters is accepted, as dockerd accepts it.
+    let body = r#"{"Image":"img","Labels":{"a":"b"}}"#;
+    let req = format!(
+        "POST {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = raw::send(p.socket(), req.as_bytes()).expect("answer");
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(up.requests(), [format!("POST {target}")]);
+}
