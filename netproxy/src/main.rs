@@ -1,7 +1,7 @@
-//! netproxy: the restricted-mode egress sidecar. Not implemented yet (issue 6); this binary
-//! exists so the workspace layout is final and refuses to run rather than pretending to filter.
+//! netproxy: not a working proxy yet (issue 6 is in progress); it refuses to start rather than
+//! pretend to filter egress.
 
 fn main() {
-    eprintln!("netproxy: not implemented yet (see issue 6); refusing to start");
+    eprintln!("netproxy: the proxy server is not built yet (issue 6); refusing to start");
     std::process::exit(2);
 }

@@ -1,0 +1,183 @@
+//! Egress rules: `example.com` (that name only), `*.example.com` (subdomains only, never the
+//! apex), optional `:PORT[,PORT]` (default 80,443). Deny rules win over allow rules. Pure.
+
+use crate::target::{canonical_host, Host};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rule {rule:?}: {why}")]
+pub struct RuleError {
+    pub rule: String,
+    pub why: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pattern {
+    Exact(Host),
+    /// `*.suffix`: any name ending in `.suffix`.
+    Subdomains(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub text: String,
+    pattern: Pattern,
+    ports: Vec<u16>,
+}
+
+pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
+
+impl Rule {
+    pub fn parse(text: &str) -> Result<Self, RuleError> {
+        let err = |why| RuleError {
+            rule: text.to_owned(),
+            why,
+        };
+        let (host, ports) = match text.rsplit_once(':') {
+            Some((h, p))
+                if !h.ends_with(']')
+                    || text.starts_with('[') && !p.is_empty() && !p.contains(']') =>
+            {
+                let ports: Result<Vec<u16>, _> = p
+                    .split(',')
+                    .map(|x| {
+                        let ok = !x.is_empty()
+                            && x.bytes().all(|b| b.is_ascii_digit())
+                            && !(x.len() > 1 && x.starts_with('0'));
+                        x.parse::<u16>().ok().filter(|n| ok && *n > 0).ok_or(())
+                    })
+                    .collect();
+                (h, ports.map_err(|()| err("ports must be 1-65535"))?)
+            }
+            _ => (text, DEFAULT_PORTS.to_vec()),
+        };
+        let pattern = match host.strip_prefix("*.") {
+            Some(suffix) => match canonical_host(suffix).map_err(|_| err("malformed name"))? {
+                Host::Name(n) => Pattern::Subdomains(n),
+                Host::Ip(_) => return Err(err("a wildcard needs a name")),
+            },
+            None => Pattern::Exact(canonical_host(host).map_err(|_| err("malformed host"))?),
+        };
+        Ok(Self {
+            text: text.to_owned(),
+            pattern,
+            ports,
+        })
+    }
+
+    pub fn matches(&self, host: &Host, port: u16) -> bool {
+        if !self.ports.contains(&port) {
+            return false;
+        }
+        match (&self.pattern, host) {
+            (Pattern::Exact(h), _) => h == host,
+            (Pattern::Subdomains(suffix), Host::Name(n)) => n
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.ends_with('.') && head.len() > 1),
+            (Pattern::Subdomains(_), Host::Ip(_)) => false,
+        }
+    }
+}
+
+/// What the name-level decision is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameDecision {
+    Allow {
+        rule: String,
+    },
+    Deny {
+        reason: &'static str,
+        rule: Option<String>,
+    },
+}
+
+/// Decides on the canonical name and port, before any DNS query.
+pub fn decide(allow: &[Rule], deny: &[Rule], host: &Host, port: u16) -> NameDecision {
+    if let Some(r) = deny.iter().find(|r| r.matches(host, port)) {
+        return NameDecision::Deny {
+            reason: "denied_by_rule",
+            rule: Some(r.text.clone()),
+        };
+    }
+    match allow.iter().find(|r| r.matches(host, port)) {
+        Some(r) => NameDecision::Allow {
+            rule: r.text.clone(),
+        },
+        None => NameDecision::Deny {
+            reason: "not_allowed",
+            rule: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(s: &str) -> Host {
+        canonical_host(s).expect("host")
+    }
+
+    #[test]
+    fn matcher_table() {
+        let exact = Rule::parse("example.com").expect("rule");
+        let wild = Rule::parse("*.example.com").expect("rule");
+        let port = Rule::parse("api.example.net:8443,9443").expect("rule");
+        let cases = [
+            (&exact, "example.com", 443, true),
+            (&exact, "EXAMPLE.com.", 80, true),
+            (&exact, "notexample.com", 443, false),
+            (&exact, "a.example.com", 443, false),
+            (&exact, "example.com", 8080, false),
+            (&wild, "a.example.com", 443, true),
+            (&wild, "a.b.example.com", 443, true),
+            (&wild, "example.com", 443, false),
+            (&wild, "notexample.com", 443, false),
+            (&wild, "xexample.com", 443, false),
+            (&port, "api.example.net", 8443, true),
+            (&port, "api.example.net", 443, false),
+        ];
+        for (rule, host, p, want) in cases {
+            assert_eq!(
+                rule.matches(&h(host), p),
+                want,
+                "{} vs {host}:{p}",
+                rule.text
+            );
+        }
+        for bad in [
+            "",
+            "*.",
+            "*.1.2.3.4",
+            "example.com:0",
+            "example.com:080",
+            "exa mple.com",
+            "*",
+        ] {
+            assert!(Rule::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn deny_wins() {
+        let allow = vec![Rule::parse("*.example.com").expect("r")];
+        let deny = vec![Rule::parse("secret.example.com").expect("r")];
+        assert!(matches!(
+            decide(&allow, &deny, &h("secret.example.com"), 443),
+            NameDecision::Deny {
+                reason: "denied_by_rule",
+                ..
+            }
+        ));
+        assert!(matches!(
+            decide(&allow, &deny, &h("www.example.com"), 443),
+            NameDecision::Allow { .. }
+        ));
+        assert!(matches!(
+            decide(&allow, &deny, &h("example.org"), 443),
+            NameDecision::Deny {
+                reason: "not_allowed",
+                ..
+            }
+        ));
+    }
+}
