@@ -1,7 +1,12 @@
 //! netproxy: the restricted-mode egress sidecar (DESIGN §3). `target` parses and canonicalizes
-//! request targets; `rules` decides on the name before any lookup; `addr` refuses
-//! special-purpose addresses after it.
+//! request targets; `rules` decides on the name before any lookup; `resolve` looks names up
+//! (injectable); `addr` refuses special-purpose addresses; `proxy` is the one pipeline for
+//! CONNECT and absolute-form requests; `server` the listener and its limits; `config` the flags.
 
 pub mod addr;
+pub mod config;
+pub mod proxy;
+pub mod resolve;
 pub mod rules;
+pub mod server;
 pub mod target;

@@ -21,13 +21,24 @@ enum Pattern {
 pub struct Rule {
     pub text: String,
     pattern: Pattern,
-    ports: Vec<u16>,
+    /// `None`: every port (a deny rule that names no port).
+    ports: Option<Vec<u16>>,
 }
 
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 
 impl Rule {
+    /// An allow rule: without ports it allows 80 and 443.
     pub fn parse(text: &str) -> Result<Self, RuleError> {
+        Self::parse_with(text, Some(DEFAULT_PORTS.to_vec()))
+    }
+
+    /// A deny rule: without ports it denies every port.
+    pub fn parse_deny(text: &str) -> Result<Self, RuleError> {
+        Self::parse_with(text, None)
+    }
+
+    fn parse_with(text: &str, default_ports: Option<Vec<u16>>) -> Result<Self, RuleError> {
         let err = |why| RuleError {
             rule: text.to_owned(),
             why,
@@ -46,9 +57,9 @@ impl Rule {
                         x.parse::<u16>().ok().filter(|n| ok && *n > 0).ok_or(())
                     })
                     .collect();
-                (h, ports.map_err(|()| err("ports must be 1-65535"))?)
+                (h, Some(ports.map_err(|()| err("ports must be 1-65535"))?))
             }
-            _ => (text, DEFAULT_PORTS.to_vec()),
+            _ => (text, default_ports),
         };
         let pattern = match host.strip_prefix("*.") {
             Some(suffix) => match canonical_host(suffix).map_err(|_| err("malformed name"))? {
@@ -65,7 +76,7 @@ impl Rule {
     }
 
     pub fn matches(&self, host: &Host, port: u16) -> bool {
-        if !self.ports.contains(&port) {
+        if self.ports.as_ref().is_some_and(|p| !p.contains(&port)) {
             return false;
         }
         match (&self.pattern, host) {
@@ -160,7 +171,14 @@ mod tests {
     #[test]
     fn deny_wins() {
         let allow = vec![Rule::parse("*.example.com").expect("r")];
-        let deny = vec![Rule::parse("secret.example.com").expect("r")];
+        let deny = vec![Rule::parse_deny("secret.example.com").expect("r")];
+        assert!(
+            matches!(
+                decide(&allow, &deny, &h("secret.example.com"), 8443),
+                NameDecision::Deny { .. }
+            ),
+            "any port"
+        );
         assert!(matches!(
             decide(&allow, &deny, &h("secret.example.com"), 443),
             NameDecision::Deny {

@@ -1,0 +1,209 @@
+//! The listening side: TCP accept loop with a global connection cap (over it: 503 with
+//! `Retry-After`), header size and header-read-time limits, and an in-process background handle
+//! for tests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::proxy::NetProxy;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// hyper's read buffer, which bounds the request head (at least 8192).
+    pub max_header_bytes: usize,
+    pub header_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_header_bytes: 16 * 1024,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<NetProxy>,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                match permits.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let proxy = proxy.clone();
+                        tokio::spawn(async move {
+                            connection(stream, peer, proxy, limits).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        tokio::spawn(busy(stream));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn busy(mut stream: TcpStream) {
+    let body = r#"{"error":"busy","reason":"connection_limit","host":""}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Netproxy-Error: connection_limit\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Reads the first request head as sent. hyper would resolve Content-Length with
+/// Transfer-Encoding (and collapse repeated Content-Lengths) before the proxy sees them; both are
+/// refused here instead, since another parser could read them another way. Later requests on a
+/// kept-alive connection get hyper's resolution (and it closes a connection after CL+TE).
+async fn first_head(
+    stream: &mut TcpStream,
+    limits: Limits,
+) -> Option<Result<Vec<u8>, &'static str>> {
+    let mut buf = Vec::with_capacity(1024);
+    let read = async {
+        loop {
+            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                return Some(Ok(()));
+            }
+            if buf.len() > limits.max_header_bytes {
+                return Some(Err("request head too large"));
+            }
+            match stream.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    };
+    match tokio::time::timeout(limits.header_timeout, read).await {
+        Err(_) => Some(Err("request head too slow")),
+        Ok(None) => None,
+        Ok(Some(Err(why))) => Some(Err(why)),
+        Ok(Some(Ok(()))) => Some(framing(&buf).map(|()| buf)),
+    }
+}
+
+fn framing(head: &[u8]) -> Result<(), &'static str> {
+    let end = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(head.len());
+    let text = String::from_utf8_lossy(&head[..end]).to_ascii_lowercase();
+    let count = |name: &str| {
+        text.split("\r\n")
+            .skip(1)
+            .filter(|l| l.split(':').next().map(str::trim) == Some(name))
+            .count()
+    };
+    let (cl, te) = (count("content-length"), count("transfer-encoding"));
+    if cl > 1 {
+        return Err("duplicate Content-Length");
+    }
+    if cl > 0 && te > 0 {
+        return Err("Content-Length with Transfer-Encoding");
+    }
+    Ok(())
+}
+
+async fn reject(mut stream: TcpStream, reason: &str) {
+    let body = format!(r#"{{"error":"bad_request","reason":"{reason}","host":""}}"#);
+    let head = format!(
+        "HTTP/1.1 400 Bad Request\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy>, limits: Limits) {
+    let prefix = match first_head(&mut stream, limits).await {
+        None => return,
+        Some(Err(reason)) => {
+            tracing::info!(client = %peer, decision = "deny", reason, status = 400u16, "decision");
+            return reject(stream, reason).await;
+        }
+        Some(Ok(prefix)) => prefix,
+    };
+    let (rd, wr) = stream.into_split();
+    let io = tokio::io::join(std::io::Cursor::new(prefix).chain(rd), wr);
+    let svc = service_fn(move |req| proxy.clone().handle(peer, req));
+    let _ = http1::Builder::new()
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(io), svc)
+        .with_upgrades()
+        .await;
+}
+
+/// A proxy on its own thread and runtime; dropping it stops the listener.
+#[derive(Debug)]
+pub struct Background {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(
+        listen: SocketAddr,
+        proxy: Arc<NetProxy>,
+        limits: Limits,
+    ) -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(TcpListener::bind(listen))?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::spawn(move || {
+            rt.block_on(serve(listener, proxy, limits, async {
+                let _ = rx.await;
+            }));
+            rt.shutdown_background();
+        });
+        Ok(Self {
+            addr,
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
