@@ -61,6 +61,13 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub egress_allow: Vec<String>,
+    /// Special-purpose ranges the sidecar may dial anyway (its --allow-cidr; repeatable).
+    #[arg(
+        long = "egress-allow-cidr",
+        env = "LIFECYCLE_EGRESS_ALLOW_CIDR",
+        value_delimiter = ','
+    )]
+    pub egress_allow_cidr: Vec<String>,
     /// Seconds to wait for the sandbox to answer HTTP (0: do not wait).
     #[arg(long, env = "LIFECYCLE_READY_TIMEOUT", default_value_t = 60)]
     pub ready_timeout: u64,
@@ -203,6 +210,7 @@ async fn run(args: Args) -> ExitCode {
             sidecar_image: args.sidecar_image,
             sidecar_cmd: split_cmd(args.sidecar_cmd),
             egress_allow: args.egress_allow,
+            egress_allow_cidr: args.egress_allow_cidr,
             ready_timeout: Duration::from_secs(args.ready_timeout),
             list_timeout: Duration::from_secs(args.list_timeout),
             stop_timeout: args.stop_timeout,

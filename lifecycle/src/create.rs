@@ -85,6 +85,10 @@ impl Lifecycle {
                     cmd.push("--allow".into());
                     cmd.push(rule.clone());
                 }
+                for cidr in &self.settings.egress_allow_cidr {
+                    cmd.push("--allow-cidr".into());
+                    cmd.push(cidr.clone());
+                }
                 cmd
             });
             let sidecar = Config {

@@ -23,6 +23,9 @@ pub struct Settings {
     pub sidecar_image: Option<String>,
     pub sidecar_cmd: Option<Vec<String>>,
     pub egress_allow: Vec<String>,
+    /// Address ranges the sidecar may dial although they are special-purpose (its upstreams on
+    /// a private network, say).
+    pub egress_allow_cidr: Vec<String>,
     pub ready_timeout: Duration,
     pub list_timeout: Duration,
     pub stop_timeout: i64,

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 use netproxy::config::{Args, LogFormat};
 use netproxy::proxy::NetProxy;
-use netproxy::resolve::System;
+use netproxy::resolve::Stub;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let proxy = Arc::new(NetProxy {
         policy: std::sync::RwLock::new(Arc::new(policy)),
-        resolver: Arc::new(System),
+        resolver: Arc::new(Stub::from_system_conf().context("reading /etc/resolv.conf")?),
         dns_timeout: Duration::from_millis(args.dns_timeout_ms),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
     });

@@ -13,6 +13,33 @@ pub trait Resolve: Send + Sync + std::fmt::Debug {
     fn lookup(&self, name: &str) -> Lookup;
 }
 
+/// A stub resolver in process (hickory) reading `/etc/resolv.conf`: no libc NSS, so it works
+/// in a `FROM scratch` image, where Docker's embedded DNS names the stack's containers.
+#[derive(Debug, Clone)]
+pub struct Stub(hickory_resolver::TokioResolver);
+
+impl Stub {
+    pub fn from_system_conf() -> io::Result<Self> {
+        let resolver = hickory_resolver::Resolver::builder_tokio()
+            .map_err(io::Error::other)?
+            .build()
+            .map_err(io::Error::other)?;
+        Ok(Self(resolver))
+    }
+}
+
+impl Resolve for Stub {
+    fn lookup(&self, name: &str) -> Lookup {
+        let resolver = self.0.clone();
+        // Fully qualified: search domains never turn an allowed name into another one.
+        let fqdn = format!("{name}.");
+        Box::pin(async move {
+            let answer = resolver.lookup_ip(fqdn).await.map_err(io::Error::other)?;
+            Ok(answer.iter().collect())
+        })
+    }
+}
+
 /// The operating system's resolver (`getaddrinfo` through tokio).
 #[derive(Debug, Default)]
 pub struct System;

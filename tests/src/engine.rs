@@ -149,6 +149,29 @@ rm -rf "$root""#
     );
 }
 
+/// The netproxy sidecar image, built once per test process from `deploy/` (a static binary in a
+/// `FROM scratch` image; needs no registry).
+pub fn ensure_netproxy_image(sock: &Path) -> String {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let tag = "sockproxy-test-netproxy:latest";
+    if raw::get(sock, &format!("/images/{tag}/json")).is_ok_and(|r| r.status == 200) {
+        return tag.to_owned();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(root.join("deploy/build-netproxy-image.sh"))
+        .arg(tag)
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .output()
+        .expect("build script runs");
+    assert!(
+        out.status.success(),
+        "building {tag}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tag.to_owned()
+}
+
 /// Removes the named containers from the engine (directly, not through a proxy) when dropped,
 /// so a failing test leaves nothing behind.
 #[derive(Debug)]

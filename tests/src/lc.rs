@@ -37,6 +37,7 @@ pub fn settings(prefix: &str, mode: Mode) -> Settings {
         sidecar_image: Some(TEST_IMAGE.to_owned()),
         sidecar_cmd: Some(vec!["sleep".into(), "600".into()]),
         egress_allow: vec![],
+        egress_allow_cidr: vec![],
         // The fake's containers serve nothing and its addresses are not real: never probe them.
         ready_timeout: Duration::ZERO,
         list_timeout: Duration::from_secs(1),
@@ -148,8 +149,20 @@ impl LcStack {
     }
 }
 
-/// The lifecycle binary at `bin` pointed at `sock` with the stack's flags and the test image as
-/// both sandbox and sidecar image; `DOCKER_HOST` is removed so only `--docker-host` can work.
+/// The lifecycle binary at `bin` pointed at `sock` with the stack's flags only; `DOCKER_HOST`
+/// is removed so only `--docker-host` can work.
+pub fn lifecycle_base(bin: &str, sock: &Path, prefix: &str, mode: &str, state: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--docker-host")
+        .arg(format!("unix://{}", sock.display()))
+        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
+        .arg(state)
+        .args(["--image", TEST_IMAGE])
+        .env_remove("DOCKER_HOST");
+    cmd
+}
+
+/// `lifecycle_base` with the busybox test image standing in for the sidecar.
 pub fn lifecycle_command(
     bin: &str,
     sock: &Path,
@@ -157,19 +170,7 @@ pub fn lifecycle_command(
     mode: &str,
     state: &Path,
 ) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.arg("--docker-host")
-        .arg(format!("unix://{}", sock.display()))
-        .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
-        .arg(state)
-        .args([
-            "--image",
-            TEST_IMAGE,
-            "--sidecar-image",
-            TEST_IMAGE,
-            "--sidecar-cmd",
-            "sleep 600",
-        ])
-        .env_remove("DOCKER_HOST");
+    let mut cmd = lifecycle_base(bin, sock, prefix, mode, state);
+    cmd.args(["--sidecar-image", TEST_IMAGE, "--sidecar-cmd", "sleep 600"]);
     cmd
 }

@@ -1,0 +1,147 @@
+//! Restricted mode end to end on the real dockerd: lifecycle behind `sockproxy --restricted`
+//! creates a sandbox whose only way out is the real netproxy image; from inside the sandbox an
+//! allowed upstream container answers through the sidecar, a name that is not allowed gets 403
+//! with `X-Netproxy-Error`, and the upstream cannot be reached directly at all.
+
+use lifecycle::naming::{sandbox_id, Names};
+use sockproxy_tests::cli::docker;
+use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
+use sockproxy_tests::lc::lifecycle_base;
+use sockproxy_tests::raw;
+use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::unique_prefix;
+
+#[test]
+fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
+    let Some(e) = real_engine("a_restricted_sandbox_reaches_only_what_its_sidecar_allows") else {
+        return;
+    };
+    let sidecar_image = ensure_netproxy_image(&e.socket);
+    let prefix = unique_prefix();
+    let id = sandbox_id("user-e2e", "thread-e2e").expect("valid");
+    let names = Names::new(&prefix, &id);
+    let upstream = format!("{prefix}upstream");
+    let mut clean = Cleanup::new(&e.socket);
+    clean.container(&names.sandbox);
+    clean.container(&names.sidecar);
+    clean.container(&upstream);
+    clean.network(&names.network);
+    clean.network(&names.egress);
+
+    // The upstream lives on the stack's egress network, as an allowed service would.
+    assert!(docker(&e.socket, &["network", "create", &names.egress]).ok());
+    let up = docker(
+        &e.socket,
+        &[
+            "run",
+            "-d",
+            "--name",
+            &upstream,
+            "--network",
+            &names.egress,
+            &e.image,
+            "sh",
+            "-c",
+            "mkdir -p /www && echo upstream-ok > /www/index.html && httpd -f -p 80 -h /www",
+        ],
+    );
+    assert!(up.ok(), "{}", up.stderr);
+    let net = raw::get(&e.socket, &format!("/networks/{}", names.egress))
+        .expect("answer")
+        .json();
+    let subnet = net["IPAM"]["Config"][0]["Subnet"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let upstream_ip = raw::get(&e.socket, &format!("/containers/{upstream}/json"))
+        .expect("answer")
+        .json()["NetworkSettings"]["Networks"][&names.egress]["IPAddress"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!subnet.is_empty() && !upstream_ip.is_empty());
+
+    let proxy = StackProxy::start(&e.socket, &prefix, true);
+    let state = tempfile::tempdir().expect("dir");
+    let made = lifecycle_base(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        proxy.socket(),
+        &prefix,
+        "restricted",
+        state.path(),
+    )
+    .args([
+        "--sidecar-image",
+        &sidecar_image,
+        "--egress-allow",
+        &format!("{upstream}:80"),
+        "--egress-allow-cidr",
+        &subnet,
+    ])
+    .args([
+        "--sandbox-cmd",
+        "httpd -f -p 8080 -h /tmp",
+        "--ready-timeout",
+        "30",
+        "--stop-timeout",
+        "1",
+    ])
+    .args(["create", "--user", "user-e2e", "--thread", "thread-e2e"])
+    .output()
+    .expect("lifecycle runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+
+    let run = |args: &[&str]| {
+        let mut full = vec!["exec", names.sandbox.as_str()];
+        full.extend_from_slice(args);
+        docker(&e.socket, &full)
+    };
+    let fetched = run(&["wget", "-q", "-O", "-", &format!("http://{upstream}/")]);
+    assert_eq!(
+        fetched.out(),
+        "upstream-ok\n",
+        "through the sidecar: {}",
+        fetched.stderr
+    );
+
+    // busybox wget hides an error's headers: ask the sidecar raw, from inside the sandbox (nc
+    // quits at the end of its input, so the input stays open until the answer is in).
+    let ask = format!(
+        "(printf 'GET http://forbidden.invalid/ HTTP/1.1\\r\\nHost: forbidden.invalid\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
+        names.sidecar
+    );
+    let refused = run(&["sh", "-c", &ask]);
+    let said = refused.out().to_ascii_lowercase();
+    assert!(said.starts_with("http/1.1 403"), "{said}");
+    assert!(said.contains("x-netproxy-error: not_allowed"), "{said}");
+    assert!(said.contains(r#""host":"forbidden.invalid""#), "{said}");
+
+    let direct = run(&[
+        "wget",
+        "-Y",
+        "off",
+        "-T",
+        "3",
+        "-q",
+        "-O",
+        "-",
+        &format!("http://{upstream_ip}/"),
+    ]);
+    assert!(
+        !direct.ok(),
+        "the upstream must not be reachable without the sidecar: {}",
+        direct.out()
+    );
+
+    let logs = docker(&e.socket, &["logs", &names.sidecar]);
+    assert!(
+        logs.stderr.contains("\"decision\":\"allow\"")
+            && logs.stderr.contains("\"decision\":\"deny\""),
+        "{}",
+        logs.stderr
+    );
+}
