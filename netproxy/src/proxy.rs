@@ -18,6 +18,7 @@ use ipnet::IpNet;
 use tokio::net::TcpStream;
 
 use crate::addr;
+use crate::idle::{Clock, Tracked};
 use crate::resolve::Resolve;
 use crate::rules::{self, NameDecision, Rule};
 use crate::target::{self, Host, Target};
@@ -42,6 +43,8 @@ pub struct NetProxy {
     pub resolver: Arc<dyn Resolve>,
     pub dns_timeout: Duration,
     pub connect_timeout: Duration,
+    /// A tunnel with no bytes either way for this long is closed.
+    pub tunnel_idle: Duration,
 }
 
 /// Why a request was not carried, and how it is answered.
@@ -208,7 +211,12 @@ impl NetProxy {
             }
             let stream = self.vet_and_dial(&t, trace).await?;
             let on_upgrade = hyper::upgrade::on(&mut req);
-            tokio::spawn(tunnel(on_upgrade, stream, t.host.to_string()));
+            tokio::spawn(tunnel(
+                on_upgrade,
+                stream,
+                t.host.to_string(),
+                self.tunnel_idle,
+            ));
             let mut resp = Response::new(full(Bytes::new()));
             *resp.status_mut() = StatusCode::OK;
             return Ok((resp, ()));
@@ -314,16 +322,27 @@ fn check_framing(h: &HeaderMap) -> Result<(), &'static str> {
     Ok(())
 }
 
-async fn tunnel(on_upgrade: hyper::upgrade::OnUpgrade, mut upstream: TcpStream, host: String) {
+async fn tunnel(
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    upstream: TcpStream,
+    host: String,
+    idle: Duration,
+) {
     let start = Instant::now();
     let Ok(upgraded) = on_upgrade.await else {
         return;
     };
-    let mut client = TokioIo::new(upgraded);
-    let (up, down) = tokio::io::copy_bidirectional(&mut client, &mut upstream)
-        .await
-        .unwrap_or((0, 0));
-    tracing::info!(host = %host, bytes_up = up, bytes_down = down, duration_ms = start.elapsed().as_secs_f64() * 1000.0, "tunnel closed");
+    let clock = Clock::new();
+    let mut client = Tracked::new(TokioIo::new(upgraded), clock.clone());
+    let mut upstream = Tracked::new(upstream, clock.clone());
+    let (up, down, ended) = tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            let (u, d) = r.unwrap_or((0, 0));
+            (u, d, "closed")
+        }
+        () = clock.expired(idle) => (0, 0, "idle_timeout"),
+    };
+    tracing::info!(host = %host, bytes_up = up, bytes_down = down, ended, duration_ms = start.elapsed().as_secs_f64() * 1000.0, "tunnel closed");
 }
 
 /// Sends an absolute-form request upstream in origin form, Host rewritten to the target,

@@ -2,8 +2,10 @@
 //! `Retry-After`), header size and header-read-time limits, and an in-process background handle
 //! for tests.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -18,6 +20,9 @@ use crate::proxy::NetProxy;
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
+    pub max_per_client: usize,
+    pub max_headers: usize,
+    pub tunnel_idle: Duration,
     /// hyper's read buffer, which bounds the request head (at least 8192).
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
@@ -27,6 +32,9 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 1024,
+            max_per_client: 64,
+            max_headers: 100,
+            tunnel_idle: Duration::from_secs(300),
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(10),
         }
@@ -40,6 +48,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -49,16 +58,21 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
+                let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
+                    tokio::spawn(busy(stream, "client_connection_limit"));
+                    continue;
+                };
                 match permits.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let proxy = proxy.clone();
                         tokio::spawn(async move {
                             connection(stream, peer, proxy, limits).await;
                             drop(permit);
+                            drop(slot);
                         });
                     }
                     Err(_) => {
-                        tokio::spawn(busy(stream));
+                        tokio::spawn(busy(stream, "connection_limit"));
                     }
                 }
             }
@@ -66,10 +80,48 @@ pub async fn serve(
     }
 }
 
-async fn busy(mut stream: TcpStream) {
-    let body = r#"{"error":"busy","reason":"connection_limit","host":""}"#;
+/// One client's share of the connections; released when dropped.
+struct ClientSlot {
+    map: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl ClientSlot {
+    fn take(map: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<Self> {
+        let mut m = map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Self {
+            map: map.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut m = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+async fn busy(mut stream: TcpStream, reason: &'static str) {
+    let body = format!(r#"{{"error":"busy","reason":"{reason}","host":""}}"#);
     let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Netproxy-Error: connection_limit\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes()).await;
@@ -88,11 +140,15 @@ async fn first_head(
     let mut buf = Vec::with_capacity(1024);
     let read = async {
         loop {
-            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                return Some(Ok(()));
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                return Some(if end > limits.max_header_bytes {
+                    Err(TOO_LARGE)
+                } else {
+                    Ok(())
+                });
             }
             if buf.len() > limits.max_header_bytes {
-                return Some(Err("request head too large"));
+                return Some(Err(TOO_LARGE));
             }
             match stream.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => return None,
@@ -130,15 +186,35 @@ fn framing(head: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
+const TOO_LARGE: &str = "request head too large";
+
 async fn reject(mut stream: TcpStream, reason: &str) {
     let body = format!(r#"{{"error":"bad_request","reason":"{reason}","host":""}}"#);
+    let status = if reason == TOO_LARGE {
+        "431 Request Header Fields Too Large"
+    } else {
+        "400 Bad Request"
+    };
     let head = format!(
-        "HTTP/1.1 400 Bad Request\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes()).await;
     let _ = stream.write_all(body.as_bytes()).await;
     let _ = stream.shutdown().await;
+    // Closing with unread input makes the kernel reset the connection, which can destroy the
+    // answer in flight: read (bounded) what the client is still sending first.
+    let drain = async {
+        let mut sink = [0u8; 8192];
+        let mut left: usize = 1 << 20;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy>, limits: Limits) {
@@ -154,6 +230,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy
     let io = tokio::io::join(std::io::Cursor::new(prefix).chain(rd), wr);
     let svc = service_fn(move |req| proxy.clone().handle(peer, req));
     let _ = http1::Builder::new()
+        .max_headers(limits.max_headers)
         .max_buf_size(limits.max_header_bytes.max(8192))
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)

@@ -103,6 +103,7 @@ fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits) -> Background {
+    let tunnel_idle = limits.tunnel_idle;
     let np = NetProxy {
         policy: std::sync::RwLock::new(Arc::new(Policy {
             allow: allow
@@ -119,6 +120,7 @@ fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits)
         resolver,
         dns_timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_secs(2),
+        tunnel_idle,
     };
     Background::start("127.0.0.1:0".parse().expect("addr"), Arc::new(np), limits)
         .expect("netproxy starts")
@@ -354,4 +356,104 @@ fn over_the_connection_cap_clients_get_503_with_retry_after() {
     );
     assert!(out.starts_with("HTTP/1.1 503"), "{out}");
     assert!(out.contains("Retry-After: 1"), "{out}");
+}
+
+fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
+    )
+    .expect("write");
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).expect("head");
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
+#[test]
+fn slow_oversized_and_greedy_clients_are_cut_off_without_hurting_other_tunnels() {
+    let (up, _) = upstream();
+    let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
+    let limits = Limits {
+        max_per_client: 3,
+        header_timeout: Duration::from_millis(300),
+        tunnel_idle: Duration::from_secs(30),
+        ..Limits::default()
+    };
+    let p = proxy(r, &[&format!("allowed.test:{}", up.port())], &[], limits);
+    let mut tunnel = connect_tunnel(p.addr, up.port());
+
+    // A client that never finishes its request head is cut off by the header timeout.
+    let mut slow = TcpStream::connect(p.addr).expect("connect");
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    slow.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nHost: allow")
+        .expect("write");
+    let mut got = Vec::new();
+    let _ = slow.read_to_end(&mut got);
+    assert!(
+        String::from_utf8_lossy(&got).contains("request head too slow"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+
+    // An oversized head is refused.
+    let big = format!(
+        "GET http://allowed.test/ HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let out = send(p.addr, big.as_bytes());
+    assert!(
+        out.starts_with("HTTP/1.1 431") && out.contains("request head too large"),
+        "{out}"
+    );
+
+    // A fourth connection from the same client is over its share.
+    let _second = TcpStream::connect(p.addr).expect("second");
+    let _third = TcpStream::connect(p.addr).expect("third");
+    std::thread::sleep(Duration::from_millis(100));
+    let out = send(p.addr, b"GET http://allowed.test/ HTTP/1.1\r\n\r\n");
+    assert!(
+        out.starts_with("HTTP/1.1 503") && out.contains("client_connection_limit"),
+        "{out}"
+    );
+
+    // The first tunnel never noticed.
+    tunnel.write_all(b"PING\r\n\r\n").expect("write");
+    let mut pong = [0u8; 4];
+    tunnel.read_exact(&mut pong).expect("still open");
+    assert_eq!(&pong, b"PONG");
+}
+
+#[test]
+fn an_idle_tunnel_is_closed() {
+    // An upstream that accepts and then says nothing.
+    let quiet = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = quiet.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let held: Vec<TcpStream> = quiet.incoming().take(1).flatten().collect();
+        std::thread::sleep(Duration::from_secs(20));
+        drop(held);
+    });
+    let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
+    let limits = Limits {
+        tunnel_idle: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let p = proxy(r, &[&format!("allowed.test:{port}")], &[], limits);
+    let mut tunnel = connect_tunnel(p.addr, port);
+    let mut buf = [0u8; 1];
+    let n = tunnel.read(&mut buf).expect("EOF, not a read timeout");
+    assert_eq!(n, 0, "the proxy ended the idle tunnel");
 }
