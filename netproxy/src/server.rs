@@ -228,7 +228,11 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy
     };
     let (rd, wr) = stream.into_split();
     let io = tokio::io::join(std::io::Cursor::new(prefix).chain(rd), wr);
-    let svc = service_fn(move |req| proxy.clone().handle(peer, req));
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let svc = service_fn(move |req| {
+        let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        proxy.clone().handle(peer, nth, req)
+    });
     let _ = http1::Builder::new()
         .max_headers(limits.max_headers)
         .max_buf_size(limits.max_header_bytes.max(8192))

@@ -457,3 +457,77 @@ fn an_idle_tunnel_is_closed() {
     let n = tunnel.read(&mut buf).expect("EOF, not a read timeout");
     assert_eq!(n, 0, "the proxy ended the idle tunnel");
 }
+
+#[test]
+fn every_request_on_a_kept_alive_connection_is_decided_again() {
+    let (up, _) = upstream();
+    let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
+    let p = proxy(
+        r,
+        &[&format!("allowed.test:{}", up.port())],
+        &[],
+        Limits::default(),
+    );
+    let mut s = TcpStream::connect(p.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // First an allowed request (its upstream closes, the client connection stays), then a
+    // denied one on the same client connection.
+    write!(
+        s,
+        "GET http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+        up.port()
+    )
+    .expect("write");
+    let first = read_one_response(&mut s);
+    assert!(
+        first.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
+    write!(
+        s,
+        "GET http://denied.test:{}/ HTTP/1.1\r\nHost: denied.test\r\n\r\n",
+        up.port()
+    )
+    .expect("write");
+    let second = String::from_utf8_lossy(&read_one_response(&mut s)).into_owned();
+    assert!(
+        second.starts_with("HTTP/1.1 403") && second.contains("x-netproxy-error: not_allowed"),
+        "{second}"
+    );
+    // A body framed by Transfer-Encoding on a reused connection: hyper may have dropped a
+    // Content-Length the proxy never saw, so it is refused and the connection closed.
+    write!(
+        s,
+        "POST http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        up.port()
+    )
+    .expect("write");
+    let mut third = String::new();
+    let _ = s.read_to_string(&mut third);
+    assert!(
+        third.starts_with("HTTP/1.1 400") && third.contains("reused connection"),
+        "{third}"
+    );
+}
+
+/// Reads exactly one response with a Content-Length body, leaving the connection open.
+fn read_one_response(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).expect("head");
+        got.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).expect("body");
+    got.extend_from_slice(&body);
+    got
+}
