@@ -180,24 +180,7 @@ fn allowed_names_are_carried_with_headers_rewritten() {
     );
 
     // CONNECT: a raw tunnel to the vetted address.
-    let mut s = TcpStream::connect(p.addr).expect("connect");
-    write!(
-        s,
-        "CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n",
-        up.port()
-    )
-    .expect("write");
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).expect("head");
-        head.push(b[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200 OK\r\n"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    let mut s = connect_tunnel(p.addr, up.port());
     s.write_all(b"PING\r\n\r\n").expect("write");
     let mut pong = [0u8; 4];
     s.read_exact(&mut pong).expect("pong");
