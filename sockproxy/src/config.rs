@@ -74,6 +74,9 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub allow_image: Vec<String>,
+    /// On SIGTERM/SIGINT: seconds in-flight streams may take to finish after the socket closes.
+    #[arg(long, env = "SOCKPROXY_SHUTDOWN_GRACE", default_value_t = 30)]
+    pub shutdown_grace: u64,
     /// Largest container or network list (bytes) the proxy will filter.
     #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES", default_value_t = DEFAULT_MAX_LIST_BYTES)]
     pub max_list_bytes: usize,
@@ -105,6 +108,7 @@ pub struct Config {
     pub socket_gid: Option<u32>,
     pub log_format: LogFormat,
     pub max_list_bytes: usize,
+    pub shutdown_grace: std::time::Duration,
     pub create_rules: CreateRules,
     pub require_stack_label: bool,
     /// Pullable references, normalized (`docker.io/library/` dropped, `:latest` added).
@@ -140,6 +144,7 @@ impl Config {
             socket_gid,
             log_format: args.log_format,
             max_list_bytes: args.max_list_bytes,
+            shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace),
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,

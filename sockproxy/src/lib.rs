@@ -11,6 +11,7 @@ pub mod config;
 pub mod create_body;
 pub mod events;
 pub mod filter;
+pub mod inflight;
 pub mod policy;
 pub mod proxy;
 pub mod refusal;

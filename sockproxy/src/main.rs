@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         listener,
         server::proxy_for(&cfg),
         cfg.listen.clone(),
+        cfg.shutdown_grace,
         shutdown,
     )
     .await;

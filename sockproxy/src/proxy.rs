@@ -45,6 +45,8 @@ pub struct Proxy {
     pub create_rules: crate::create_body::CreateRules,
     pub require_stack_label: bool,
     pub allow_images: Vec<String>,
+    /// Connections and upgrade streams in flight, for a graceful shutdown.
+    pub inflight: crate::inflight::Inflight,
 }
 
 /// How many requests were allowed and refused since start.
@@ -479,7 +481,11 @@ impl Proxy {
         if let Some(client) = client_upgrade {
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                 let engine = hyper::upgrade::on(&mut resp);
-                tokio::spawn(splice(client, engine));
+                let guard = self.inflight.enter();
+                tokio::spawn(async move {
+                    splice(client, engine).await;
+                    drop(guard);
+                });
                 let (parts, _) = resp.into_parts();
                 return Ok(Response::from_parts(parts, upstream::empty()));
             }

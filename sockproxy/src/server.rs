@@ -76,23 +76,29 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         create_rules: cfg.create_rules.clone(),
         require_stack_label: cfg.require_stack_label,
         allow_images: cfg.allow_images.clone(),
+        inflight: Default::default(),
     })
 }
 
-/// Accepts until `shutdown` resolves, then removes the socket file.
+/// Accepts until `shutdown` resolves; then closes the listener and removes the socket file at
+/// once (new clients are refused), asks every connection to finish gracefully (idle keep-alive
+/// connections close, responses in progress complete) and waits for in-flight work, upgrade
+/// streams included, up to `grace`.
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
     path: PathBuf,
+    grace: std::time::Duration,
     shutdown: impl Future<Output = ()>,
 ) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(serve_connection(stream, proxy.clone()));
+                    tokio::spawn(serve_connection(stream, proxy.clone(), stop_rx.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -106,9 +112,32 @@ pub async fn serve(
     if let Err(e) = std::fs::remove_file(&path) {
         tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
     }
+    let _ = stop_tx.send(true);
+    let inflight = proxy.inflight.count();
+    if inflight > 0 {
+        tracing::info!(
+            inflight,
+            grace_secs = grace.as_secs(),
+            "waiting for in-flight streams"
+        );
+        if tokio::time::timeout(grace, proxy.inflight.idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = proxy.inflight.count(),
+                "shutdown deadline reached; closing what is left"
+            );
+        }
+    }
 }
 
-async fn serve_connection(stream: UnixStream, proxy: Arc<Proxy>) {
+async fn serve_connection(
+    stream: UnixStream,
+    proxy: Arc<Proxy>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let _guard = proxy.inflight.enter();
     let peer = stream
         .peer_cred()
         .map(|c| Peer {
@@ -125,12 +154,23 @@ async fn serve_connection(stream: UnixStream, proxy: Arc<Proxy>) {
         }
         Ok((FirstLine::Closed, _)) | Err(_) => return,
     };
-    let svc = service_fn(move |req| proxy.clone().handle(peer, req));
-    if let Err(e) = http1::Builder::new()
+    let svc_proxy = proxy.clone();
+    let svc = service_fn(move |req| svc_proxy.clone().handle(peer, req));
+    let conn = http1::Builder::new()
         .serve_connection(TokioIo::new(Rewound::new(prefix, stream)), svc)
-        .with_upgrades()
-        .await
-    {
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = async {
+            // The guard `wait_for` returns must not live across an await.
+            let _ = stop.wait_for(|stopping| *stopping).await;
+        } => {
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(error = %e, "client connection ended with an error");
     }
 }
@@ -187,7 +227,9 @@ impl Background {
         let thread_proxy = proxy.clone();
         let thread_path = path.clone();
         let thread = std::thread::spawn(move || {
-            runtime.block_on(serve(listener, thread_proxy, thread_path, async {
+            // Tests stop proxies often; a short grace keeps teardown quick.
+            let grace = std::time::Duration::from_secs(2);
+            runtime.block_on(serve(listener, thread_proxy, thread_path, grace, async {
                 let _ = rx.await;
             }));
             runtime.shutdown_background();

@@ -229,3 +229,93 @@ fn socket_mode_stale_files_and_sigterm() {
         terminate(&mut child);
     }
 }
+
+/// An engine stand-in: inspect answers for one in-scope container; `logs` streams "first",
+/// pauses, then "second" and ends.
+fn streaming_engine(sock: &Path) {
+    let listener = UnixListener::bind(sock).expect("bind engine");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let line = String::from_utf8_lossy(&head).into_owned();
+                if line.contains("/logs") {
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n");
+                    std::thread::sleep(Duration::from_millis(1500));
+                    let _ = s.write_all(b"7\r\nsecond\n\r\n0\r\n\r\n");
+                } else {
+                    let body = format!(
+                        r#"{{"Id":"{}","Name":"/deer-flow-sandbox-x"}}"#,
+                        "a".repeat(64)
+                    );
+                    let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_clients() {
+    let dir = tempfile::tempdir().expect("dir");
+    let engine = dir.path().join("engine.sock");
+    streaming_engine(&engine);
+    let upstream = format!("unix://{}", engine.display());
+    let (mut child, sock) = proxy(
+        dir.path(),
+        &[
+            "--prefix",
+            "deer-flow-",
+            "--upstream",
+            &upstream,
+            "--shutdown-grace",
+            "10",
+        ],
+        &[],
+    );
+    let mut client = UnixStream::connect(&sock).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    client
+        .write_all(b"GET /v1.41/containers/deer-flow-sandbox-x/logs?follow=1&stdout=1 HTTP/1.1\r\nHost: docker\r\n\r\n")
+        .expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains("first") {
+        let n = client.read(&mut buf).expect("read");
+        assert!(n > 0, "stream ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // The stream is in flight; the operator stops the proxy.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let start = Instant::now();
+    while sock.exists() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!sock.exists(), "the socket file is removed at once");
+    assert!(
+        UnixStream::connect(&sock).is_err(),
+        "new connections are refused"
+    );
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest);
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.contains("second") && text.ends_with("0\r\n\r\n"),
+        "the stream finished: {text:?}"
+    );
+    let status = child.wait().expect("exit");
+    assert!(status.success(), "{status}");
+}

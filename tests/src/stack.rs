@@ -42,6 +42,7 @@ impl StackProxy {
             socket_gid: None,
             log_format: LogFormat::Plain,
             max_list_bytes: 64 << 20,
+            shutdown_grace: std::time::Duration::from_secs(2),
             create_rules: Default::default(),
             require_stack_label: false,
             allow_images: vec![],
