@@ -11,6 +11,7 @@ pub mod config;
 pub mod create_body;
 pub mod events;
 pub mod filter;
+mod forward;
 pub mod inflight;
 pub mod policy;
 pub mod proxy;

@@ -300,6 +300,8 @@ fn smuggling_and_malformed_requests_are_refused() {
         (format!("CONNECT allowed.test:{port} HTTP/1.1\r\nHost: evil.test:{port}\r\n\r\n"), "403"),
         (format!("GET http://allowed.test:{port}/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), "400"),
         (format!("POST http://allowed.test:{port}/ HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), "400"),
+        (format!("POST http://allowed.test:{port}/ HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"), "400"),
+        (format!("POST http://allowed.test:{port}/ HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), "400"),
         (format!("GET https://allowed.test:{port}/ HTTP/1.1\r\nHost: a\r\n\r\n"), "400"),
         (format!("GET http://u:p@allowed.test:{port}/ HTTP/1.1\r\nHost: a\r\n\r\n"), "400"),
         (format!("CONNECT allowed.test:0{port} HTTP/1.1\r\n\r\n"), "400"),

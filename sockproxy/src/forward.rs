@@ -1,0 +1,144 @@
+//! The mechanics of forwarding, shared by every plan: building the upstream request (hop-by-hop
+//! headers dropped, upgrades kept only where allowed), shaping answers (streamed or buffered),
+//! path pinning, draining refused bodies, and splicing upgraded connections.
+
+use http::request::Parts;
+use http::{header, HeaderMap, HeaderValue, Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+
+use crate::canon::Target;
+use crate::refusal::Refusal;
+use crate::upstream::{self, Body, Buffered};
+
+/// Most a refusal reads of a body it will never forward, and for how long.
+const DRAIN_CAP: usize = 1 << 20;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and discards an unread request body (bounded), so the client's write completes and it
+/// reads the refusal instead of failing with a broken pipe.
+pub(crate) async fn drain(body: Body) {
+    let limited = http_body_util::Limited::new(body, DRAIN_CAP);
+    let _ = tokio::time::timeout(DRAIN_TIME, limited.collect()).await;
+}
+
+pub(crate) fn vprefix(version: Option<&str>) -> String {
+    version.map(|v| format!("/{v}")).unwrap_or_default()
+}
+
+pub(crate) fn with_query(path: String, query: &str) -> String {
+    if query.is_empty() {
+        path
+    } else {
+        format!("{path}?{query}")
+    }
+}
+
+/// The target's path with segment `index` replaced by a full ID.
+pub(crate) fn pinned(target: &Target, index: usize, id: &str) -> String {
+    let mut segs: Vec<&str> = target.segments.iter().map(String::as_str).collect();
+    if let Some(s) = segs.get_mut(index) {
+        *s = id;
+    }
+    target.path_with(&segs)
+}
+
+pub(crate) fn is_full_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+pub(crate) const HOP_BY_HOP: [header::HeaderName; 7] = [
+    header::CONNECTION,
+    header::UPGRADE,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
+pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+pub(crate) fn upstream_request(
+    parts: &Parts,
+    path_and_query: String,
+    body: Body,
+    upgrade: bool,
+) -> Result<Request<Body>, Refusal> {
+    let mut req = Request::builder()
+        .method(parts.method.clone())
+        .uri(path_and_query)
+        .body(body)
+        .map_err(|e| Refusal::BadRequest(e.to_string()))?;
+    let headers = req.headers_mut();
+    for (name, value) in &parts.headers {
+        let hop = HOP_BY_HOP.contains(name)
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection";
+        let keep_for_upgrade = upgrade && (name == header::CONNECTION || name == header::UPGRADE);
+        if !hop || keep_for_upgrade {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if !headers.contains_key(header::HOST) {
+        headers.insert(header::HOST, HeaderValue::from_static("docker"));
+    }
+    Ok(req)
+}
+
+pub(crate) fn stream_response(resp: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    for name in HOP_BY_HOP {
+        parts.headers.remove(name);
+    }
+    parts.headers.remove("keep-alive");
+    Response::from_parts(parts, body.boxed())
+}
+
+pub(crate) fn buffered_response(answer: Buffered) -> Response<Body> {
+    let mut resp = Response::new(upstream::full(answer.body));
+    *resp.status_mut() = answer.status;
+    let mut headers = answer.headers;
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove("keep-alive");
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// Joins the client's and the engine's upgraded connections. `copy_bidirectional` shuts down
+/// each write side when the other side's read ends, so half-close travels both ways.
+pub(crate) async fn splice(client: OnUpgrade, engine: OnUpgrade) {
+    let (client, engine) = match tokio::try_join!(client, engine) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut engine = TokioIo::new(engine);
+    match tokio::io::copy_bidirectional(&mut client, &mut engine).await {
+        Ok((up, down)) => tracing::debug!(
+            bytes_to_engine = up,
+            bytes_to_client = down,
+            "stream closed"
+        ),
+        Err(e) => tracing::debug!(error = %e, "stream ended with an error"),
+    }
+}
