@@ -129,26 +129,21 @@ impl NetProxy {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// `nth`: how many requests this connection carried before this one.
+    /// `framing`: why this request's head, as the client sent it, can be read two ways (from
+    /// `framing::Verdicts`), if it can.
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
-        nth: usize,
+        framing: Option<&'static str>,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
         let mut trace = Trace::default();
         let method = req.method().clone();
-        let result = if nth > 0 && req.headers().contains_key(header::TRANSFER_ENCODING) {
-            // The first request's raw head is checked for Content-Length with
-            // Transfer-Encoding; on a reused connection hyper may already have dropped the
-            // Content-Length, so the framing cannot be proven unambiguous: refused.
-            Err(bad(
-                "Transfer-Encoding on a reused connection (retry on a new connection)",
-                "",
-            ))
-        } else {
-            self.process(req, &mut trace).await
+        let result = match framing {
+            // hyper would resolve it one way; another parser could read it another.
+            Some(why) => Err(bad(why, "")),
+            None => self.process(req, &mut trace).await,
         };
         let (decision, reason, status) = match &result {
             Ok((resp, _)) => ("allow", "allowed".to_owned(), resp.status()),

@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::framing::{Scanner, Verdicts};
 use crate::proxy::NetProxy;
 
 #[derive(Debug, Clone, Copy)]
@@ -129,10 +130,8 @@ async fn busy(mut stream: TcpStream, reason: &'static str) {
     let _ = stream.shutdown().await;
 }
 
-/// Reads the first request head as sent. hyper would resolve Content-Length with
-/// Transfer-Encoding (and collapse repeated Content-Lengths) before the proxy sees them; both are
-/// refused here instead, since another parser could read them another way. Later requests on a
-/// kept-alive connection get hyper's resolution (and it closes a connection after CL+TE).
+/// Reads the first request head before hyper does, so a head that is too large or too slow is
+/// answered in the proxy's own shape. (Framing is judged for every request by `framing`.)
 async fn first_head(
     stream: &mut TcpStream,
     limits: Limits,
@@ -160,30 +159,8 @@ async fn first_head(
         Err(_) => Some(Err("request head too slow")),
         Ok(None) => None,
         Ok(Some(Err(why))) => Some(Err(why)),
-        Ok(Some(Ok(()))) => Some(framing(&buf).map(|()| buf)),
+        Ok(Some(Ok(()))) => Some(Ok(buf)),
     }
-}
-
-fn framing(head: &[u8]) -> Result<(), &'static str> {
-    let end = head
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(head.len());
-    let text = String::from_utf8_lossy(&head[..end]).to_ascii_lowercase();
-    let count = |name: &str| {
-        text.split("\r\n")
-            .skip(1)
-            .filter(|l| l.split(':').next().map(str::trim) == Some(name))
-            .count()
-    };
-    let (cl, te) = (count("content-length"), count("transfer-encoding"));
-    if cl > 1 {
-        return Err("duplicate Content-Length");
-    }
-    if cl > 0 && te > 0 {
-        return Err("Content-Length with Transfer-Encoding");
-    }
-    Ok(())
 }
 
 const TOO_LARGE: &str = "request head too large";
@@ -227,11 +204,17 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy
         Some(Ok(prefix)) => prefix,
     };
     let (rd, wr) = stream.into_split();
-    let io = tokio::io::join(std::io::Cursor::new(prefix).chain(rd), wr);
+    let verdicts = Verdicts::default();
+    let reader = Scanner::new(
+        std::io::Cursor::new(prefix).chain(rd),
+        verdicts.clone(),
+        limits.max_header_bytes,
+    );
+    let io = tokio::io::join(reader, wr);
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let svc = service_fn(move |req| {
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        proxy.clone().handle(peer, nth, req)
+        proxy.clone().handle(peer, verdicts.get(nth), req)
     });
     let _ = http1::Builder::new()
         .max_headers(limits.max_headers)
