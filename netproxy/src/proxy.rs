@@ -25,6 +25,18 @@ use crate::target::{self, Host, Target};
 
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
+/// What a connection holds of the limits (its global permit, its client's share). The server
+/// puts it on every request; a tunnel keeps it for as long as it runs, since hyper lets go of
+/// the connection as soon as it is upgraded.
+#[derive(Clone)]
+pub struct ConnectionHold(pub Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for ConnectionHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectionHold")
+    }
+}
+
 /// The header every refusal carries (and that is stripped from upstream answers).
 pub const ERROR_HEADER: &str = "x-netproxy-error";
 
@@ -217,13 +229,14 @@ impl NetProxy {
                 }
             }
             let stream = self.vet_and_dial(&t, trace).await?;
+            let hold = req.extensions().get::<ConnectionHold>().cloned();
             let on_upgrade = hyper::upgrade::on(&mut req);
-            tokio::spawn(tunnel(
-                on_upgrade,
-                stream,
-                t.host.to_string(),
-                self.tunnel_idle,
-            ));
+            let (idle, host) = (self.tunnel_idle, t.host.to_string());
+            tokio::spawn(async move {
+                tunnel(on_upgrade, stream, host, idle).await;
+                // The connection's share of the limits is held until the tunnel closes.
+                drop(hold);
+            });
             let mut resp = Response::new(full(Bytes::new()));
             *resp.status_mut() = StatusCode::OK;
             return Ok((resp, ()));

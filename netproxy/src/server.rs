@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::framing::{Scanner, Verdicts};
-use crate::proxy::NetProxy;
+use crate::proxy::{ConnectionHold, NetProxy};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -66,11 +66,8 @@ pub async fn serve(
                 match permits.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let proxy = proxy.clone();
-                        tokio::spawn(async move {
-                            connection(stream, peer, proxy, limits).await;
-                            drop(permit);
-                            drop(slot);
-                        });
+                        let hold = ConnectionHold(Arc::new((permit, slot)));
+                        tokio::spawn(connection(stream, peer, proxy, limits, hold));
                     }
                     Err(_) => {
                         tokio::spawn(busy(stream, "connection_limit"));
@@ -194,7 +191,13 @@ async fn reject(mut stream: TcpStream, reason: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
-async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy>, limits: Limits) {
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    proxy: Arc<NetProxy>,
+    limits: Limits,
+    hold: ConnectionHold,
+) {
     let prefix = match first_head(&mut stream, limits).await {
         None => return,
         Some(Err(reason)) => {
@@ -212,8 +215,9 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, proxy: Arc<NetProxy
     );
     let io = tokio::io::join(reader, wr);
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let svc = service_fn(move |req| {
+    let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        req.extensions_mut().insert(hold.clone());
         proxy.clone().handle(peer, verdicts.get(nth), req)
     });
     let _ = http1::Builder::new()
