@@ -149,27 +149,39 @@ rm -rf "$root""#
     );
 }
 
-/// The netproxy sidecar image, built once per test process from `deploy/` (a static binary in a
-/// `FROM scratch` image; needs no registry).
-pub fn ensure_netproxy_image(sock: &Path) -> String {
+/// The three images (`sockproxy-test-{sockproxy,netproxy,lifecycle}:latest`), built once per
+/// test process from `deploy/` (static binaries in `FROM scratch` images; no registry needed).
+/// Returns the tag prefix.
+pub fn ensure_images(sock: &Path) -> &'static str {
     static LOCK: Mutex<()> = Mutex::new(());
+    const PREFIX: &str = "sockproxy-test-";
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let tag = "sockproxy-test-netproxy:latest";
-    if raw::get(sock, &format!("/images/{tag}/json")).is_ok_and(|r| r.status == 200) {
-        return tag.to_owned();
+    let have = |c: &str| {
+        raw::get(sock, &format!("/images/{PREFIX}{c}:latest/json")).is_ok_and(|r| r.status == 200)
+    };
+    if ["sockproxy", "netproxy", "lifecycle"]
+        .iter()
+        .all(|c| have(c))
+    {
+        return PREFIX;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join("deploy/build-netproxy-image.sh"))
-        .arg(tag)
+    let out = Command::new(root.join("deploy/build-images.sh"))
+        .arg(PREFIX)
         .env("DOCKER_HOST", format!("unix://{}", sock.display()))
         .output()
         .expect("build script runs");
     assert!(
         out.status.success(),
-        "building {tag}: {}",
+        "building the images: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    tag.to_owned()
+    PREFIX
+}
+
+/// The netproxy sidecar image (see `ensure_images`).
+pub fn ensure_netproxy_image(sock: &Path) -> String {
+    format!("{}netproxy:latest", ensure_images(sock))
 }
 
 /// Removes the named containers from the engine (directly, not through a proxy) when dropped,

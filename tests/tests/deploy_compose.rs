@@ -1,0 +1,216 @@
+//! `deploy/compose.yaml` with Debian's docker-compose against the real engine (CI): the images
+//! build offline, the stack comes up, the gateway stand-in (lifecycle) creates and destroys a
+//! sandbox through the stack's sockproxy, a foreign container on the same engine stays untouched
+//! and invisible to it, the restricted variant is a valid configuration, and the example comes
+//! down cleanly.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use sockproxy_tests::cli::docker;
+use sockproxy_tests::engine::{ensure_images, real_engine, Cleanup};
+use sockproxy_tests::raw;
+use sockproxy_tests::unique_prefix;
+
+struct Compose {
+    files: Vec<PathBuf>,
+    project: String,
+    env: Vec<(String, String)>,
+}
+
+impl Compose {
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new("docker-compose");
+        cmd.arg("-p").arg(&self.project);
+        for f in &self.files {
+            cmd.arg("-f").arg(f);
+        }
+        cmd.args(args).env_remove("DOCKER_CONTEXT");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("docker-compose runs")
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        let _ = self.run(&["down", "-v", "--remove-orphans"]);
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn the_compose_example_runs_a_stack_against_the_engine() {
+    let Some(e) = real_engine("the_compose_example_runs_a_stack_against_the_engine") else {
+        return;
+    };
+    if Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but docker-compose is missing (.ci/run installs it)"
+        );
+        eprintln!("NOTICE: skipping the compose example: docker-compose is not installed");
+        return;
+    }
+    let images = ensure_images(&e.socket);
+    let stack = unique_prefix();
+    let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
+    let gid = std::fs::metadata(&e.socket).expect("engine socket").gid();
+    let compose = Compose {
+        files: vec![repo().join("deploy/compose.yaml")],
+        project: project.clone(),
+        env: vec![
+            (
+                "DOCKER_HOST".into(),
+                format!("unix://{}", e.socket.display()),
+            ),
+            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
+            ("DOCKER_GID".into(), gid.to_string()),
+            ("IMAGE_PREFIX".into(), images.into()),
+            ("STACK_PREFIX".into(), stack.clone()),
+            ("STACK_NAME".into(), project.clone()),
+            ("SANDBOX_IMAGE".into(), e.image.clone()),
+        ],
+    };
+    let mut clean = Cleanup::new(&e.socket);
+    let foreign = clean.container(&format!("o{stack}foreign"));
+    assert!(docker(
+        &e.socket,
+        &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"]
+    )
+    .ok());
+
+    let up = compose.run(&["up", "-d", "sockproxy"]);
+    assert!(up.status.success(), "{}", text(&up));
+    // The proxy needs a moment to listen in its volume.
+    let mut listed = compose.run(&["run", "--rm", "gateway", "ls"]);
+    for _ in 0..40 {
+        if listed.status.success() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        listed = compose.run(&["run", "--rm", "gateway", "ls"]);
+    }
+    assert!(listed.status.success(), "{}", text(&listed));
+
+    let made = compose.run(&[
+        "run",
+        "--rm",
+        "-e",
+        "LIFECYCLE_SANDBOX_CMD=sleep 600",
+        "gateway",
+        "create",
+        "--user",
+        "u1",
+        "--thread",
+        "t1",
+    ]);
+    assert!(made.status.success(), "{}", text(&made));
+    let line = String::from_utf8_lossy(&made.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("")
+        .to_owned();
+    let created: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {}", text(&made)));
+    let name = created["container_name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    clean.container(&name);
+    assert!(name.starts_with(&format!("{stack}sandbox-")), "{name}");
+    let inspect = raw::get(&e.socket, &format!("/containers/{name}/json"))
+        .expect("answer")
+        .json();
+    assert_eq!(inspect["State"]["Running"], true);
+    assert_eq!(
+        inspect["Config"]["Labels"]["sockproxy.stack"],
+        project.as_str()
+    );
+
+    let ls = compose.run(&["run", "--rm", "gateway", "ls"]);
+    let seen = String::from_utf8_lossy(&ls.stdout).into_owned();
+    assert!(seen.contains(&name), "{seen}");
+    assert!(
+        !seen.contains(&foreign),
+        "the foreign container is invisible to the gateway: {seen}"
+    );
+
+    let id = created["sandbox_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let destroyed = compose.run(&["run", "--rm", "gateway", "destroy", &id]);
+    assert!(destroyed.status.success(), "{}", text(&destroyed));
+    assert_eq!(
+        raw::get(&e.socket, &format!("/containers/{name}/json"))
+            .expect("answer")
+            .status,
+        404
+    );
+    let foreign_state = raw::get(&e.socket, &format!("/containers/{foreign}/json"))
+        .expect("answer")
+        .json();
+    assert_eq!(
+        foreign_state["State"]["Running"], true,
+        "the foreign container is untouched"
+    );
+
+    let restricted = Compose {
+        files: vec![
+            repo().join("deploy/compose.yaml"),
+            repo().join("deploy/compose.restricted.yaml"),
+        ],
+        project: format!("{project}r"),
+        env: compose.env.clone(),
+    };
+    let config = restricted.run(&["config"]);
+    assert!(config.status.success(), "{}", text(&config));
+    let merged = String::from_utf8_lossy(&config.stdout).into_owned();
+    assert!(
+        merged.contains("SOCKPROXY_RESTRICTED") && merged.contains("netproxy:latest"),
+        "{merged}"
+    );
+    drop(restricted);
+
+    let down = compose.run(&["down", "-v"]);
+    assert!(down.status.success(), "{}", text(&down));
+    let left = docker(
+        &e.socket,
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=com.docker.compose.project={project}"),
+            "--format",
+            "{{.Names}}",
+        ],
+    );
+    assert_eq!(left.out(), "", "nothing of the example is left");
+    let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
+    assert!(
+        !volumes.out().contains(&project),
+        "its volumes are gone: {}",
+        volumes.out()
+    );
+}
