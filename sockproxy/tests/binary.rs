@@ -230,33 +230,60 @@ fn socket_mode_stale_files_and_sigterm() {
     }
 }
 
-/// An engine stand-in: inspect answers for one in-scope container; `logs` streams "first",
-/// pauses, then "second" and ends.
+/// stdcopy framing: stream 1 (stdout), three zero bytes, the big-endian length.
+fn frame(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![1, 0, 0, 0];
+    out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(0).to_be_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// An engine stand-in, enough for `docker logs -f`: ping, inspect of one in-scope container,
+/// and a followed log that sends "first", pauses, then "second" and ends.
 fn streaming_engine(sock: &Path) {
     let listener = UnixListener::bind(sock).expect("bind engine");
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut s = stream;
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if s.read(&mut b).unwrap_or(0) == 0 {
+                loop {
+                    let mut head = Vec::new();
+                    let mut b = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if s.read(&mut b).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(b[0]);
+                    }
+                    let line = String::from_utf8_lossy(&head).into_owned();
+                    let common =
+                        "Api-Version: 1.41\r\nOstype: linux\r\nDocker-Experimental: false\r\n";
+                    if line.contains("/logs") {
+                        let first = frame(b"first\n");
+                        let second = frame(b"second\n");
+                        let _ = write!(s, "HTTP/1.1 200 OK\r\n{common}Content-Type: application/vnd.docker.raw-stream\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n", first.len());
+                        let _ = s.write_all(&first);
+                        let _ = s.write_all(b"\r\n");
+                        std::thread::sleep(Duration::from_millis(1500));
+                        let _ = write!(s, "{:x}\r\n", second.len());
+                        let _ = s.write_all(&second);
+                        let _ = s.write_all(b"\r\n0\r\n\r\n");
                         return;
                     }
-                    head.push(b[0]);
-                }
-                let line = String::from_utf8_lossy(&head).into_owned();
-                if line.contains("/logs") {
-                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n");
-                    std::thread::sleep(Duration::from_millis(1500));
-                    let _ = s.write_all(b"7\r\nsecond\n\r\n0\r\n\r\n");
-                } else {
-                    let body = format!(
-                        r#"{{"Id":"{}","Name":"/deer-flow-sandbox-x"}}"#,
-                        "a".repeat(64)
-                    );
-                    let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                    let body = if line.contains("/_ping") {
+                        "OK".to_owned()
+                    } else {
+                        format!(
+                            r#"{{"Id":"{}","Name":"/deer-flow-sandbox-x","Config":{{"Tty":false}},"State":{{"Running":true}}}}"#,
+                            "a".repeat(64)
+                        )
+                    };
+                    let body = if line.starts_with("HEAD") {
+                        String::new()
+                    } else {
+                        body
+                    };
+                    let _ = write!(s, "HTTP/1.1 200 OK\r\n{common}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
                 }
             });
         }
@@ -264,7 +291,7 @@ fn streaming_engine(sock: &Path) {
 }
 
 #[test]
-fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_clients() {
+fn sigterm_lets_docker_logs_f_finish_and_refuses_new_clients() {
     let dir = tempfile::tempdir().expect("dir");
     let engine = dir.path().join("engine.sock");
     streaming_engine(&engine);
@@ -281,20 +308,19 @@ fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_clients() {
         ],
         &[],
     );
-    let mut client = UnixStream::connect(&sock).expect("connect");
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    client
-        .write_all(b"GET /v1.41/containers/deer-flow-sandbox-x/logs?follow=1&stdout=1 HTTP/1.1\r\nHost: docker\r\n\r\n")
-        .expect("write");
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !String::from_utf8_lossy(&got).contains("first") {
-        let n = client.read(&mut buf).expect("read");
-        assert!(n > 0, "stream ended early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    let config = tempfile::tempdir().expect("dir");
+    let mut logs = Command::new("docker")
+        .args(["logs", "-f", "deer-flow-sandbox-x"])
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .env("DOCKER_CONFIG", config.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the docker CLI runs");
+    let mut out = BufReader::new(logs.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("first line");
+    assert_eq!(first, "first\n", "the stream is flowing");
     // The stream is in flight; the operator stops the proxy.
     let _ = Command::new("kill")
         .arg("-TERM")
@@ -309,13 +335,11 @@ fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_clients() {
         UnixStream::connect(&sock).is_err(),
         "new connections are refused"
     );
-    let mut rest = Vec::new();
-    let _ = client.read_to_end(&mut rest);
-    let text = String::from_utf8_lossy(&rest);
-    assert!(
-        text.contains("second") && text.ends_with("0\r\n\r\n"),
-        "the stream finished: {text:?}"
-    );
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("rest of the stream");
+    assert_eq!(rest, "second\n", "the stream finished");
+    let cli = logs.wait().expect("docker logs exits");
+    assert!(cli.success(), "docker logs -f ended cleanly: {cli}");
     let status = child.wait().expect("exit");
     assert!(status.success(), "{status}");
 }
