@@ -352,12 +352,7 @@ fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
         "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
     )
     .expect("write");
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).expect("head");
-        head.push(b[0]);
-    }
+    let head = read_head(&mut s);
     assert!(
         head.starts_with(b"HTTP/1.1 200"),
         "{}",
@@ -511,14 +506,20 @@ fn every_request_on_a_kept_alive_connection_is_decided_again() {
     );
 }
 
+/// Reads a response head, byte by byte so nothing after it is consumed.
+fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).expect("head");
+        head.push(b[0]);
+    }
+    head
+}
+
 /// Reads exactly one response with a Content-Length body, leaving the connection open.
 fn read_one_response(s: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut b = [0u8; 1];
-    while !got.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).expect("head");
-        got.push(b[0]);
-    }
+    let mut got = read_head(s);
     let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
     let len: usize = head
         .lines()
