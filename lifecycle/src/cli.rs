@@ -157,8 +157,9 @@ fn init_logging(format: LogFormat) {
 pub fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.log_format);
-    if let Err(e) = sockproxy_prefix_rule(&args.prefix) {
-        eprintln!("lifecycle: --prefix {:?}: {e}", args.prefix);
+    // The same rule sockproxy enforces (DESIGN §1), from the one place it is written.
+    if let Err(e) = sockproxy::scope::Prefix::parse(&args.prefix) {
+        eprintln!("lifecycle: --prefix: {e}");
         return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -172,21 +173,6 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(args))
-}
-
-/// The stack prefix rule of DESIGN §1 (the same one sockproxy enforces).
-fn sockproxy_prefix_rule(p: &str) -> Result<(), &'static str> {
-    let b = p.as_bytes();
-    let ok = b.len() >= 2
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
-        && matches!(b[b.len() - 1], b'-' | b'_' | b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err("must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]*[-_.]$")
-    }
 }
 
 async fn run(args: Args) -> ExitCode {

@@ -130,3 +130,56 @@ pub fn docker_with(
         stderr: String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned(),
     }
 }
+
+/// A docker CLI command left running (`logs -f`, `events`), its stdout piped; its throwaway
+/// `DOCKER_CONFIG` lives as long as it does. Killed when dropped.
+#[derive(Debug)]
+pub struct Running {
+    pub child: std::process::Child,
+    _config: tempfile::TempDir,
+}
+
+impl Running {
+    /// Its stdout, line by line, read on a thread (so a test can wait with a deadline).
+    pub fn lines(&mut self) -> std::sync::mpsc::Receiver<String> {
+        use std::io::BufRead;
+        let stdout = self.child.stdout.take().expect("stdout is piped once");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the default docker CLI against `sock` and leaves it running.
+pub fn spawn_docker(sock: &Path, args: &[&str]) -> Running {
+    let config = tempfile::tempdir().expect("temp dir for DOCKER_CONFIG");
+    let child = Command::new(default_cli())
+        .args(args)
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .env("DOCKER_CONFIG", config.path())
+        .env_remove("DOCKER_CONTEXT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("docker CLI starts");
+    Running {
+        child,
+        _config: config,
+    }
+}

@@ -2,13 +2,12 @@
 //! a newcomer: version, ps, run -d, exec -i, logs -f, network create/ls/rm — directly, and with
 //! sockproxy in front of it.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sockproxy_tests::cli::{default_cli, docker, docker_stdin, docker_with};
+use sockproxy_tests::cli::{docker, docker_stdin, docker_with, spawn_docker};
 use sockproxy_tests::engine::TEST_IMAGE;
 use sockproxy_tests::stack::StackProxy;
 
@@ -76,26 +75,17 @@ fn the_docker_cli_works_against_fake_dockerd_and_through_sockproxy() {
         b"typed into exec -i\n",
     );
     assert_eq!(exec.out(), "typed into exec -i\n", "{}", exec.stderr);
-    let config = tempfile::tempdir().expect("dir");
-    let mut logs = Command::new(default_cli())
-        .args(["logs", "-f", "demo"])
-        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
-        .env("DOCKER_CONFIG", config.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("docker logs -f");
-    let mut first = String::new();
-    BufReader::new(logs.stdout.take().expect("pipe"))
-        .read_line(&mut first)
-        .expect("line");
-    assert_eq!(first, "hello\n");
+    let mut logs = spawn_docker(&sock, &["logs", "-f", "demo"]);
+    let first = logs
+        .lines()
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_default();
+    assert_eq!(first, "hello");
     assert!(
-        logs.try_wait().expect("status").is_none(),
+        logs.child.try_wait().expect("status").is_none(),
         "logs -f keeps following"
     );
-    let _ = logs.kill();
-    let _ = logs.wait();
+    drop(logs);
 
     assert!(docker(&sock, &["network", "create", "demo-net"]).ok());
     let ls = docker(&sock, &["network", "ls", "--format", "{{.Name}}"]);

@@ -127,9 +127,7 @@ fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits)
 }
 
 fn send(proxy: SocketAddr, raw: &[u8]) -> String {
-    let mut s = TcpStream::connect(proxy).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut s = connect(proxy);
     s.write_all(raw).expect("write");
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
@@ -344,9 +342,7 @@ fn over_the_connection_cap_clients_get_503_with_retry_after() {
 }
 
 fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
-    let mut s = TcpStream::connect(proxy).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut s = connect(proxy);
     write!(
         s,
         "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
@@ -438,9 +434,7 @@ fn every_request_on_a_kept_alive_connection_is_decided_again() {
         &[],
         Limits::default(),
     );
-    let mut s = TcpStream::connect(p.addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut s = connect(p.addr);
     // First an allowed request (its upstream closes, the client connection stays), then a
     // denied one on the same client connection.
     write!(
@@ -481,9 +475,7 @@ fn every_request_on_a_kept_alive_connection_is_decided_again() {
         "{third}"
     );
 
-    let mut s = TcpStream::connect(p.addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    let mut s = connect(p.addr);
     write!(
         s,
         "GET http://allowed.test:{}/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
@@ -504,6 +496,14 @@ fn every_request_on_a_kept_alive_connection_is_decided_again() {
             && fourth.contains("Content-Length with Transfer-Encoding"),
         "{fourth}"
     );
+}
+
+/// A client connection to the proxy with a read deadline, so a hang fails the test.
+fn connect(proxy: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(proxy).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s
 }
 
 /// Reads a response head, byte by byte so nothing after it is consumed.

@@ -2,8 +2,6 @@
 //! changes only its own containers; everything the gateway needs works, streams included.
 //! Skipped with a notice when no engine is reachable locally; never skipped with `CI=true`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::cli::{self, docker, docker_stdin, docker_with};
@@ -129,30 +127,17 @@ fn run_exec_logs_stop_rm_work_through_the_proxy() {
         assert_eq!(out.out(), "through stdin\n");
 
         // `docker logs -f` delivers the first line while the container is still running.
-        let config = tempfile::tempdir().expect("dir");
-        let mut logs = Command::new(cli::default_cli())
-            .args(["logs", "-f", &name])
-            .env("DOCKER_HOST", format!("unix://{}", p.socket().display()))
-            .env("DOCKER_CONFIG", config.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker logs starts");
-        let stdout = logs.stdout.take().expect("pipe");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let first = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
-        assert_eq!(first, "first-line\n");
+        let mut logs = cli::spawn_docker(p.socket(), &["logs", "-f", &name]);
+        let first = logs
+            .lines()
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_default();
+        assert_eq!(first, "first-line");
         assert!(
             running(&e.socket, &name),
             "the line arrived while the container runs"
         );
-        let _ = logs.kill();
-        let _ = logs.wait();
+        drop(logs);
 
         let out = docker(p.socket(), &["stop", "-t", "1", &name]);
         assert!(out.ok(), "{}", out.stderr);

@@ -4,8 +4,6 @@
 //! shows only the stack's containers, rename, update, privileged exec, `--require-stack-label`,
 //! image pulls and network options.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use sockproxy_tests::cli::{self, docker};
@@ -212,28 +210,15 @@ fn docker_events_show_the_stacks_containers_only() {
         let own = clean.container(&format!("{prefix}sandbox-ev"));
         let foreign = clean.container(&format!("o{prefix}ev"));
         let p = StackProxy::start(&e.socket, &prefix, false);
-        let config = tempfile::tempdir().expect("dir");
-        let mut events = Command::new(cli::default_cli())
-            .args([
+        let mut events = cli::spawn_docker(
+            p.socket(),
+            &[
                 "events",
                 "--format",
                 "{{.Type}} {{.Action}} {{.Actor.Attributes.name}}",
-            ])
-            .env("DOCKER_HOST", format!("unix://{}", p.socket().display()))
-            .env("DOCKER_CONFIG", config.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker events");
-        let stdout = events.stdout.take().expect("pipe");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+            ],
+        );
+        let rx = events.lines();
         std::thread::sleep(Duration::from_millis(300));
         // The foreign container starts at the same time, directly on the engine.
         let other = docker(
@@ -255,8 +240,7 @@ fn docker_events_show_the_stacks_containers_only() {
                 break;
             }
         }
-        let _ = events.kill();
-        let _ = events.wait();
+        drop(events);
         assert!(seen.contains(&want), "{}: {seen:?}", e.label());
         assert!(
             !seen.iter().any(|l| l.contains(&foreign)),

@@ -118,6 +118,18 @@ fn create(engine: &Path, name: &str) -> String {
     r.json()["Id"].as_str().unwrap_or_default().to_owned()
 }
 
+/// `n` containers, half of them in the benchmark stack's scope.
+fn populate(engine: &Path, n: usize) {
+    for i in 0..n {
+        let kind = if i % 2 == 0 {
+            "bench-sandbox-"
+        } else {
+            "other-"
+        };
+        create(engine, &format!("{kind}{i}"));
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
@@ -140,19 +152,7 @@ fn main() {
 
     let engine = FakeEngine::start(Flavor::Debian2010);
     let proxy = StackProxy::start(engine.socket(), PREFIX, false);
-    for i in 0..10 {
-        create(
-            engine.socket(),
-            &format!(
-                "{}{i}",
-                if i % 2 == 0 {
-                    "bench-sandbox-"
-                } else {
-                    "other-"
-                }
-            ),
-        );
-    }
+    populate(engine.socket(), 10);
     let own = create(engine.socket(), "bench-sandbox-stop");
     let targets: [(&str, &'static str, String); 3] = [
         ("HEAD /_ping", "HEAD", "/_ping".to_owned()),
@@ -201,19 +201,7 @@ fn main() {
     println!("|---|---|---|---|");
     for &n in &args.list_sizes {
         let engine = FakeEngine::start(Flavor::Debian2010);
-        for i in 0..n {
-            create(
-                engine.socket(),
-                &format!(
-                    "{}{i}",
-                    if i % 2 == 0 {
-                        "bench-sandbox-"
-                    } else {
-                        "other-"
-                    }
-                ),
-            );
-        }
+        populate(engine.socket(), n);
         let proxy = StackProxy::start(engine.socket(), PREFIX, false);
         let per = |sock: &Path| {
             let rounds: Vec<Load> = (0..args.rounds.max(3))
