@@ -31,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .is_err()
     {
-        // Keep running: the proxy connects per request, so it works as soon as an engine starts.
+        // Keep running: the proxy connects on demand, so it works as soon as an engine starts.
         tracing::warn!(
             "no Docker engine answers at unix://{}: start one (sudo systemctl start docker, or dockerd --host unix://{}) or pass --upstream; requests get 502 until then",
             cfg.upstream.display(),

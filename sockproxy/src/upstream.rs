@@ -1,15 +1,23 @@
-//! The client side: one fresh connection to the engine's Unix socket per request, so a dockerd
-//! restart needs no proxy restart, and upgraded (hijacked) connections are never shared.
+//! The client side: a pool of kept-alive connections to the engine's Unix socket. A connection
+//! goes back to the pool only once its answer is fully read, so a stream (logs, events, wait)
+//! holds its own connection, and an upgraded (hijacked) connection never returns to the pool.
+//! A dockerd restart needs no proxy restart: closed connections leave the pool, and a request
+//! that a closing connection never sent is retried on a fresh one.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::UnixStream;
 
 /// The body type used on both sides of the proxy.
@@ -18,6 +26,10 @@ pub type Body = BoxBody<Bytes, hyper::Error>;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounded: an inspect that does not answer within this is a failed check, not a hang.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Idle connections kept for reuse; more may be open while busy, these are what stays.
+const POOL_MAX_IDLE: usize = 32;
+/// An idle connection older than this is closed rather than reused.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -29,7 +41,7 @@ pub enum UpstreamError {
     #[error("connecting to {0} timed out")]
     ConnectTimeout(String),
     #[error("{0}")]
-    Http(#[from] hyper::Error),
+    Client(String),
     #[error("answer larger than {0} bytes")]
     TooLarge(usize),
     #[error("no answer within {0:?}")]
@@ -46,37 +58,73 @@ pub struct Buffered {
     pub body: Bytes,
 }
 
+/// Opens connections to one Unix socket, whatever the request URI says.
+#[derive(Debug, Clone)]
+struct Connector {
+    path: Arc<PathBuf>,
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<UnixStream>;
+    type Error = UpstreamError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let path = self.path.clone();
+        Box::pin(async move {
+            let display = path.display().to_string();
+            let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&*path))
+                .await
+                .map_err(|_| UpstreamError::ConnectTimeout(display.clone()))?
+                .map_err(|source| UpstreamError::Connect {
+                    path: display,
+                    source,
+                })?;
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    path: PathBuf,
+    path: Arc<PathBuf>,
+    client: Client<Connector, Body>,
 }
 
 impl Upstream {
     pub fn new(path: PathBuf) -> Self {
-        Self { path }
+        let path = Arc::new(path);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(POOL_MAX_IDLE)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .build(Connector { path: path.clone() });
+        Self { path, client }
     }
 
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
 
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        let display = self.path.display().to_string();
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&self.path))
-            .await
-            .map_err(|_| UpstreamError::ConnectTimeout(display.clone()))?
-            .map_err(|source| UpstreamError::Connect {
-                path: display,
-                source,
-            })?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-        });
-        Ok(sender.send_request(req).await?)
+    /// Sends `req`, whose URI is a path and query, to the engine.
+    pub async fn send(&self, mut req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
+        // The pool keys connections by scheme and authority; one fixed key, since every
+        // connection goes to the same socket. HTTP/1 sends only the path and query.
+        let target = req
+            .uri()
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str);
+        *req.uri_mut() = Uri::builder()
+            .scheme("http")
+            .authority("docker")
+            .path_and_query(target)
+            .build()
+            .map_err(|e| UpstreamError::Client(e.to_string()))?;
+        self.client.request(req).await.map_err(client_error)
     }
 
     /// A bounded GET whose whole answer is read, for inspects and lists.
@@ -91,6 +139,24 @@ impl Upstream {
         })
         .await
         .map_err(|_| UpstreamError::Timeout(INSPECT_TIMEOUT))?
+    }
+}
+
+/// The client's error with its causes; a failed connect reads as the connector's own message.
+fn client_error(e: hyper_util::client::legacy::Error) -> UpstreamError {
+    let mut causes = Vec::new();
+    let mut next = std::error::Error::source(&e);
+    while let Some(cause) = next {
+        if let Some(own) = cause.downcast_ref::<UpstreamError>() {
+            return UpstreamError::Client(own.to_string());
+        }
+        causes.push(cause.to_string());
+        next = cause.source();
+    }
+    if causes.is_empty() {
+        UpstreamError::Client(e.to_string())
+    } else {
+        UpstreamError::Client(causes.join(": "))
     }
 }
 
