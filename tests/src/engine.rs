@@ -71,7 +71,8 @@ pub fn all_engines(test: &str) -> Vec<Engine> {
     out
 }
 
-fn candidate_socket() -> PathBuf {
+/// The real engine's socket: `DOCKER_HOST` when it is `unix://…`, else the default path.
+pub fn candidate_socket() -> PathBuf {
     match std::env::var("DOCKER_HOST") {
         Ok(h) if h.starts_with("unix://") => PathBuf::from(&h["unix://".len()..]),
         _ => PathBuf::from("/var/run/docker.sock"),

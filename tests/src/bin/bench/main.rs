@@ -1,0 +1,132 @@
+//! `bench`: what the proxies cost, side by side with going direct and with the alternatives,
+//! in one run. Starts every program it measures (our binaries, the fake engine, HAProxy,
+//! tinyproxy, squid) on Unix sockets and loopback, runs bounded loads (a count and a time limit
+//! each), stops everything, and prints one Markdown table per part with medians over rounds.
+//! Usage: `cargo run --release -p sockproxy-tests --bin bench [-- --help]`.
+
+mod footprint;
+mod load;
+mod procs;
+mod real;
+mod socket;
+mod tunnel;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+/// Benchmarks sockproxy and netproxy against direct access and common alternatives.
+#[derive(Debug, Parser)]
+pub struct Args {
+    /// Requests per load in part 1 (each load also stops after 20 s).
+    #[arg(long, env = "BENCH_REQUESTS", default_value_t = 4000)]
+    requests: usize,
+    /// Rounds per cell; the tables show medians.
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 3)]
+    rounds: usize,
+    /// Container counts for the list-filtering part.
+    #[arg(
+        long,
+        env = "BENCH_LIST_SIZES",
+        value_delimiter = ',',
+        default_value = "10,1000,10000"
+    )]
+    list_sizes: Vec<usize>,
+    /// Rounds of docker CLI commands against the real engine.
+    #[arg(long, env = "BENCH_REAL_ROUNDS", default_value_t = 5)]
+    real_rounds: usize,
+    /// Megabytes (10^6 bytes) per tunnel download.
+    #[arg(long, env = "BENCH_TUNNEL_MB", default_value_t = 500)]
+    tunnel_mb: u64,
+    /// Tunnel set-ups timed one after another, per route.
+    #[arg(long, env = "BENCH_SETUPS", default_value_t = 500)]
+    setups: usize,
+    /// Concurrent connections held open for the footprint part.
+    #[arg(long, env = "BENCH_CONNECTIONS", default_value_t = 256)]
+    connections: usize,
+    /// Parts to run.
+    #[arg(
+        long,
+        env = "BENCH_PARTS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "requests,lists,real,tunnels,footprint"
+    )]
+    parts: Vec<Part>,
+    /// Directory with the sockproxy, netproxy and fake-dockerd binaries [default: build them
+    /// with this bench's profile, beside it].
+    #[arg(long, env = "BENCH_BIN_DIR")]
+    bin_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Part {
+    Requests,
+    Lists,
+    Real,
+    Tunnels,
+    Footprint,
+}
+
+fn header(args: &Args) {
+    println!("# Benchmarks\n");
+    println!(
+        "Machine: {} cores. Load generator: hyper HTTP/1.1 clients in the bench process (kept-alive connections, one per concurrent client); every program measured runs as its own process on the same cores.",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let versions: Vec<String> = [
+        ("haproxy", &["-v"][..]),
+        ("tinyproxy", &["-v"][..]),
+        ("squid", &["-v"][..]),
+    ]
+    .iter()
+    .filter_map(|(p, a)| procs::installed(p).map(|path| procs::version(&path, a)))
+    .collect();
+    if !versions.is_empty() {
+        println!("Alternatives: {}.", versions.join("; "));
+    }
+    let sizes: Vec<String> = args.list_sizes.iter().map(ToString::to_string).collect();
+    let parts = if args.parts.len() == Part::value_variants().len() {
+        String::new()
+    } else {
+        let names: Vec<String> = args
+            .parts
+            .iter()
+            .filter_map(|p| p.to_possible_value().map(|v| v.get_name().to_owned()))
+            .collect();
+        format!(" --parts {}", names.join(","))
+    };
+    println!(
+        "\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --requests {} --rounds {} --list-sizes {} --real-rounds {} --tunnel-mb {} --setups {} --connections {}{parts}`\n",
+        args.requests,
+        args.rounds,
+        sizes.join(","),
+        args.real_rounds,
+        args.tunnel_mb,
+        args.setups,
+        args.connections
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let bins = procs::bin_dir(args.bin_dir.clone())?;
+    let dir = tempfile::tempdir().context("a temporary directory for sockets and logs")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    header(&args);
+    for part in &args.parts {
+        match part {
+            Part::Requests => socket::per_request(&rt, &args, &bins, dir.path())?,
+            Part::Lists => socket::list_filtering(&rt, &args, &bins, dir.path())?,
+            Part::Real => real::real_engine(&args, &bins, dir.path())?,
+            Part::Tunnels => tunnel::tunnels(&rt, &args, &bins, dir.path())?,
+            Part::Footprint => footprint::footprint(&rt, &args, &bins, dir.path())?,
+        }
+    }
+    Ok(())
+}

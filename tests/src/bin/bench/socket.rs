@@ -1,0 +1,234 @@
+//! Parts 1 and 2: the Docker API path. Starts the fake engine, sockproxy and an HAProxy
+//! path-ACL proxy as separate programs on Unix sockets, then measures each route with the same
+//! loads: per-request cost, and list filtering at scale with each program's peak memory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
+use sockproxy_tests::raw;
+use tokio::runtime::Runtime;
+
+use crate::load::{load, median, ms, Load};
+use crate::procs::{installed, mib, unix_answers, Proc};
+use crate::Args;
+
+pub const PREFIX: &str = "bench-";
+const START_LIMIT: Duration = Duration::from_secs(15);
+
+/// A program listening on a Unix socket.
+#[derive(Debug)]
+pub struct Served {
+    pub proc: Proc,
+    pub socket: PathBuf,
+}
+
+pub fn start_fake(bins: &Path, dir: &Path, tag: &str) -> anyhow::Result<Served> {
+    let socket = dir.join(format!("engine-{tag}.sock"));
+    let mut cmd = Command::new(bins.join("fake-dockerd"));
+    cmd.arg("--listen").arg(&socket);
+    let mut proc = Proc::spawn("fake-dockerd", cmd, dir.join(format!("engine-{tag}.log")))?;
+    proc.wait(START_LIMIT, || unix_answers(&socket))?;
+    Ok(Served { proc, socket })
+}
+
+/// sockproxy as deployed: default logging (one decision line per request) to a file.
+pub fn start_sockproxy(
+    bins: &Path,
+    dir: &Path,
+    engine: &Path,
+    tag: &str,
+) -> anyhow::Result<Served> {
+    let socket = dir.join(format!("sockproxy-{tag}.sock"));
+    let mut cmd = Command::new(bins.join("sockproxy"));
+    cmd.arg("--listen")
+        .arg(&socket)
+        .arg("--upstream")
+        .arg(format!("unix://{}", engine.display()))
+        .args(["--prefix", PREFIX]);
+    let mut proc = Proc::spawn("sockproxy", cmd, dir.join(format!("sockproxy-{tag}.log")))?;
+    proc.wait(START_LIMIT, || unix_answers(&socket))?;
+    Ok(Served { proc, socket })
+}
+
+/// An HAProxy configuration in the style of the widely used HAProxy socket proxies: a path
+/// allowlist by regular expression per method class, everything else 403, kept-alive
+/// connections to the engine (HAProxy's default `http-reuse safe`).
+fn haproxy_config(listen: &Path, engine: &Path) -> String {
+    format!(
+        r#"global
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout tunnel 1h
+frontend api
+    bind unix@{listen}
+    acl reading method GET HEAD
+    acl writing method POST
+    acl ping path,url_dec -m reg -i ^(/v[0-9.]+)?/_ping$
+    acl containers path,url_dec -m reg -i ^(/v[0-9.]+)?/containers(/|$)
+    http-request allow if ping
+    http-request allow if containers reading
+    http-request allow if containers writing
+    http-request deny deny_status 403
+    default_backend engine
+backend engine
+    server engine unix@{engine}
+"#,
+        listen = listen.display(),
+        engine = engine.display()
+    )
+}
+
+/// HAProxy in front of `engine`, or why not.
+pub fn start_haproxy(dir: &Path, engine: &Path) -> Result<Served, String> {
+    let bin = installed("haproxy").ok_or("not installed (Debian: apt-get install haproxy)")?;
+    let socket = dir.join("haproxy.sock");
+    let cfg = dir.join("haproxy.cfg");
+    std::fs::write(&cfg, haproxy_config(&socket, engine)).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("-db").arg("-f").arg(&cfg);
+    let mut proc =
+        Proc::spawn("haproxy", cmd, dir.join("haproxy.log")).map_err(|e| e.to_string())?;
+    proc.wait(START_LIMIT, || unix_answers(&socket))
+        .map_err(|e| format!("did not start: {e}"))?;
+    Ok(Served { proc, socket })
+}
+
+fn create(engine: &Path, name: &str) -> anyhow::Result<String> {
+    let body = serde_json::json!({ "Image": "busybox", "Cmd": ["sleep", "600"] }).to_string();
+    let r = raw::request(
+        engine,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        Some(body.as_bytes()),
+    )
+    .with_context(|| format!("creating {name}"))?;
+    r.json()["Id"]
+        .as_str()
+        .map(str::to_owned)
+        .with_context(|| format!("creating {name}: {}", r.text()))
+}
+
+/// `n` containers, half of them in the benchmark stack's scope.
+fn populate(engine: &Path, n: usize) -> anyhow::Result<()> {
+    for i in 0..n {
+        let kind = if i % 2 == 0 {
+            "bench-sandbox-"
+        } else {
+            "other-"
+        };
+        create(engine, &format!("{kind}{i}"))?;
+    }
+    Ok(())
+}
+
+fn rps_cell(l: &Load) -> String {
+    if l.failed > 0 {
+        format!("{:.0} ({} clients failed)", l.rps, l.failed)
+    } else {
+        format!("{:.0}", l.rps)
+    }
+}
+
+/// Part 1: per-request cost, direct vs sockproxy vs HAProxy.
+pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
+    let engine = start_fake(bins, dir, "part1")?;
+    populate(&engine.socket, 10)?;
+    let own = create(&engine.socket, "bench-sandbox-stop")?;
+    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "part1")?;
+    let haproxy = start_haproxy(dir, &engine.socket);
+    println!("## 1. Per-request cost (fake engine)\n");
+    if let Err(why) = &haproxy {
+        println!("HAProxy: {why}; its columns are empty.\n");
+    }
+    let targets: [(&str, &'static str, String); 3] = [
+        ("HEAD /_ping", "HEAD", "/_ping".to_owned()),
+        (
+            "GET /containers/json?all=1",
+            "GET",
+            "/containers/json?all=1".to_owned(),
+        ),
+        (
+            "POST /containers/{id}/stop",
+            "POST",
+            format!("/containers/{own}/stop"),
+        ),
+    ];
+    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut routes: Vec<&Path> = vec![&engine.socket, &sockproxy.socket];
+    if let Ok(h) = &haproxy {
+        routes.push(&h.socket);
+    }
+    for (label, method, path) in &targets {
+        for c in [1, 16, 64] {
+            let mut cells: Vec<Vec<Load>> = vec![Vec::new(); routes.len()];
+            // Rounds alternate between routes so a slow spell of the machine hits all of them.
+            for _ in 0..args.rounds {
+                for (i, sock) in routes.iter().enumerate() {
+                    cells[i].push(rt.block_on(load(sock, method, path, c, args.requests)));
+                }
+            }
+            let m: Vec<Load> = cells.into_iter().map(|r| median(r, |l| l.rps)).collect();
+            let d = m[0];
+            let col = |i: usize, f: &dyn Fn(&Load) -> String| m.get(i).map(f).unwrap_or_default();
+            println!(
+                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+                rps_cell(&d),
+                col(1, &rps_cell),
+                col(2, &rps_cell),
+                col(1, &|l| format!("{:.2}", l.rps / d.rps)),
+                col(2, &|l| format!("{:.2}", l.rps / d.rps)),
+                ms(d.p50),
+                ms(d.p99),
+                col(1, &|l| format!("{} / {}", ms(l.p50), ms(l.p99))),
+                col(2, &|l| format!("{} / {}", ms(l.p50), ms(l.p99))),
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// Part 2: one client listing all containers, a fresh engine and sockproxy per size.
+pub fn list_filtering(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
+    println!("## 2. List filtering at scale (`GET /containers/json?all=1`, half the containers in scope)\n");
+    println!("| containers | answer direct | listed through sockproxy | direct ms | sockproxy ms | added | sockproxy peak RSS MiB | engine peak RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &n in &args.list_sizes {
+        let tag = format!("list{n}");
+        let engine = start_fake(bins, dir, &tag)?;
+        populate(&engine.socket, n)?;
+        let sockproxy = start_sockproxy(bins, dir, &engine.socket, &tag)?;
+        let size = raw::get(&engine.socket, "/containers/json?all=1")?
+            .body
+            .len();
+        let listed = raw::get(&sockproxy.socket, "/containers/json?all=1")?
+            .json()
+            .as_array()
+            .map_or(0, Vec::len);
+        let per = |sock: &Path| {
+            let rounds: Vec<Load> = (0..args.rounds.max(3))
+                .map(|_| rt.block_on(load(sock, "GET", "/containers/json?all=1", 1, 20)))
+                .collect();
+            median(rounds, |l| l.p50.as_secs_f64()).p50
+        };
+        let (d, p) = (per(&engine.socket), per(&sockproxy.socket));
+        println!(
+            "| {n} | {:.1} KiB | {listed} | {} | {} | {:+.0}% | {} | {} |",
+            size as f64 / 1024.0,
+            ms(d),
+            ms(p),
+            (p.as_secs_f64() / d.as_secs_f64() - 1.0) * 100.0,
+            mib(sockproxy.proc.memory().peak_kib),
+            mib(engine.proc.memory().peak_kib),
+        );
+    }
+    println!();
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The benchmark command, run end to end at a tiny size so it cannot rot: every part prints its
+//! table, and the cells a reader compares hold measured numbers. The sizes here say nothing
+//! about speed; `docs/benchmarks.md` has the real run.
+
+use std::process::Command;
+
+/// The rows of the first Markdown table after the line starting with `heading`, as cells,
+/// without the header and separator rows.
+fn table(text: &str, heading: &str) -> Vec<Vec<String>> {
+    let section = text
+        .split_once(&format!("\n{heading}"))
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no section {heading:?} in:\n{text}"));
+    let rows: Vec<Vec<String>> = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    rows
+}
+
+/// The cell's leading number, if it has one.
+fn number(cell: &str) -> Option<f64> {
+    cell.split_whitespace().next()?.parse().ok()
+}
+
+fn positive(row: &[String], col: usize) -> f64 {
+    let v = number(&row[col]).unwrap_or_else(|| panic!("column {col} of {row:?} is not a number"));
+    assert!(v > 0.0, "column {col} of {row:?}");
+    v
+}
+
+fn installed(program: &str) -> bool {
+    ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"]
+        .iter()
+        .any(|d| std::path::Path::new(d).join(program).is_file())
+}
+
+#[test]
+fn the_benchmark_runs_every_part_at_a_tiny_size() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
+        .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
+        .args(["--connections", "8"])
+        .output()
+        .expect("bench runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench"));
+
+    let requests = table(&text, "## 1.");
+    assert_eq!(
+        requests.len(),
+        9,
+        "3 requests x 3 concurrencies: {requests:?}"
+    );
+    for row in &requests {
+        positive(row, 2);
+        positive(row, 3);
+        positive(row, 5);
+        if installed("haproxy") {
+            positive(row, 4);
+            positive(row, 6);
+        }
+    }
+
+    let lists = table(&text, "## 2.");
+    assert_eq!(lists.len(), 1, "{lists:?}");
+    assert_eq!(lists[0][0], "10");
+    assert_eq!(lists[0][2], "5", "half of 10 containers are the stack's");
+    positive(&lists[0], 3);
+    positive(&lists[0], 4);
+    positive(&lists[0], 6);
+
+    let engine_required = std::env::var("CI").as_deref() == Ok("true");
+    if text.contains("## 3. Real engine (docker CLI wall time)\n\nSkipped") {
+        assert!(!engine_required, "CI=true must run the real-engine part");
+    } else {
+        let real = table(&text, "## 3.");
+        assert_eq!(real.len(), 3, "{real:?}");
+        for row in &real {
+            positive(row, 1);
+            positive(row, 2);
+        }
+    }
+
+    let tunnels = table(&text, "## 4.");
+    let route = |name: &str| {
+        tunnels
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("no {name} row in {tunnels:?}"))
+    };
+    for name in ["direct", "netproxy", "tinyproxy", "squid"] {
+        let ours = name == "direct" || name == "netproxy";
+        if !ours && !installed(name) {
+            continue;
+        }
+        let row = route(name);
+        positive(row, 1);
+        positive(row, 3);
+    }
+
+    let footprint = table(&text, "## 5.");
+    assert_eq!(footprint.len(), 2, "{footprint:?}");
+    for row in &footprint {
+        positive(row, 1);
+        positive(row, 2);
+        assert_eq!(row[4], "8", "every connection was held: {row:?}");
+    }
+}
