@@ -342,6 +342,10 @@ fn check_framing(h: &HeaderMap) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Per direction. tokio's default (8 KiB) costs a read and a write per 8 KiB; 64 KiB is what
+/// loopback and most sockets deliver in one read under load (docs/benchmarks.md, part 4).
+const TUNNEL_BUFFER: usize = 64 * 1024;
+
 async fn tunnel(
     on_upgrade: hyper::upgrade::OnUpgrade,
     upstream: TcpStream,
@@ -356,7 +360,7 @@ async fn tunnel(
     let mut client = Tracked::new(TokioIo::new(upgraded), clock.clone());
     let mut upstream = Tracked::new(upstream, clock.clone());
     let (up, down, ended) = tokio::select! {
-        r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+        r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER) => {
             let (u, d) = r.unwrap_or((0, 0));
             (u, d, "closed")
         }
