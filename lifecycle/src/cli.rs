@@ -146,7 +146,9 @@ fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false);
+        .with_target(false)
+        // Colour codes only on a terminal: a log file or the journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Plain => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

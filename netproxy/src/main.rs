@@ -40,7 +40,9 @@ async fn main() -> anyhow::Result<()> {
     let policy = args.policy(&own).context("invalid policy")?;
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_target(false);
+        .with_target(false)
+        // Colour codes only on a terminal: a log file or the journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match args.log_format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

@@ -14,7 +14,9 @@ fn init_logging(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // The decision line has a `target` field of its own (the request path).
-        .with_target(false);
+        .with_target(false)
+        // Colour codes only on a terminal: a log file or the journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

@@ -27,7 +27,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounded: an inspect that does not answer within this is a failed check, not a hang.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Idle connections kept for reuse; more may be open while busy, these are what stays.
-const POOL_MAX_IDLE: usize = 32;
+const POOL_MAX_IDLE: usize = 256;
 /// An idle connection older than this is closed rather than reused.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -18,8 +18,11 @@ pub struct Load {
     pub rps: f64,
     pub p50: Duration,
     pub p99: Duration,
+    pub answered: usize,
     /// Requests that got no answer (a broken connection ends its client).
     pub failed: usize,
+    /// CPU time the proxy in the path spent per answered request (zero when direct).
+    pub cpu_per_req: Duration,
 }
 
 /// `requests` requests over `concurrency` kept-alive connections to `sock`.
@@ -78,9 +81,11 @@ pub async fn load(
     all.sort();
     Load {
         rps: all.len() as f64 / elapsed.as_secs_f64(),
+        answered: all.len(),
         p50: quantile(&all, 0.50),
         p99: quantile(&all, 0.99),
         failed,
+        cpu_per_req: Duration::ZERO,
     }
 }
 

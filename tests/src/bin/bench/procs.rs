@@ -112,6 +112,21 @@ impl Proc {
         lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
+    /// CPU time used so far by all of the program's threads, from each thread's
+    /// `/proc/PID/task/TID/schedstat` (nanoseconds, unlike the 10 ms ticks of `stat`).
+    pub fn cpu(&self) -> Duration {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let Ok(entries) = std::fs::read_dir(tasks) else {
+            return Duration::ZERO;
+        };
+        let nanos: u64 = entries
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        Duration::from_nanos(nanos)
+    }
+
     /// Resident memory now and at its peak, in KiB, from `/proc/PID/status`.
     pub fn memory(&self) -> Memory {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))

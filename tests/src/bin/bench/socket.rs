@@ -135,6 +135,10 @@ fn rps_cell(l: &Load) -> String {
     }
 }
 
+fn cpu_cell(l: &Load) -> String {
+    format!("{:.1}", l.cpu_per_req.as_secs_f64() * 1e6)
+}
+
 /// Part 1: per-request cost, direct vs sockproxy vs HAProxy.
 pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
     let engine = start_fake(bins, dir, "part1")?;
@@ -159,26 +163,36 @@ pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow
             format!("/containers/{own}/stop"),
         ),
     ];
-    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    let mut routes: Vec<&Path> = vec![&engine.socket, &sockproxy.socket];
+    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut routes: Vec<(&Path, Option<&Proc>)> = vec![
+        (&engine.socket, None),
+        (&sockproxy.socket, Some(&sockproxy.proc)),
+    ];
     if let Ok(h) = &haproxy {
-        routes.push(&h.socket);
+        routes.push((&h.socket, Some(&h.proc)));
     }
     for (label, method, path) in &targets {
         for c in [1, 16, 64] {
             let mut cells: Vec<Vec<Load>> = vec![Vec::new(); routes.len()];
             // Rounds alternate between routes so a slow spell of the machine hits all of them.
             for _ in 0..args.rounds {
-                for (i, sock) in routes.iter().enumerate() {
-                    cells[i].push(rt.block_on(load(sock, method, path, c, args.requests)));
+                for (i, (sock, proxy)) in routes.iter().enumerate() {
+                    let before = proxy.map(Proc::cpu);
+                    let mut l = rt.block_on(load(sock, method, path, c, args.requests));
+                    if let Some(before) = before {
+                        let used = proxy.map(Proc::cpu).unwrap_or_default() - before;
+                        let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
+                        l.cpu_per_req = used / answered;
+                    }
+                    cells[i].push(l);
                 }
             }
             let m: Vec<Load> = cells.into_iter().map(|r| median(r, |l| l.rps)).collect();
             let d = m[0];
             let col = |i: usize, f: &dyn Fn(&Load) -> String| m.get(i).map(f).unwrap_or_default();
             println!(
-                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
                 rps_cell(&d),
                 col(1, &rps_cell),
                 col(2, &rps_cell),
@@ -188,6 +202,8 @@ pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow
                 ms(d.p99),
                 col(1, &|l| format!("{} / {}", ms(l.p50), ms(l.p99))),
                 col(2, &|l| format!("{} / {}", ms(l.p50), ms(l.p99))),
+                col(1, &cpu_cell),
+                col(2, &cpu_cell),
             );
         }
     }
