@@ -90,7 +90,8 @@ pub(crate) struct Shared {
     log: Mutex<Vec<Logged>>,
     faults: Mutex<Vec<FaultRule>>,
     /// Per container: live output, and the signal that stops its program.
-    pub outputs: Mutex<HashMap<String, broadcast::Sender<Chunk>>>,
+    /// Each container's output channel, made on first use (`None` until then).
+    pub outputs: Mutex<HashMap<String, Option<broadcast::Sender<Chunk>>>>,
     pub stops: Mutex<HashMap<String, watch::Sender<Option<i64>>>>,
     /// Stdin attached before start (`docker run -i`), taken by the program when it starts.
     pub pending_stdin: Mutex<HashMap<String, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>>>,
