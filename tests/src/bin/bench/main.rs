@@ -22,6 +22,14 @@ pub struct Args {
     /// Requests per load in part 1 (each load also stops after 20 s).
     #[arg(long, env = "BENCH_REQUESTS", default_value_t = 4000)]
     requests: usize,
+    /// Concurrent clients per load in part 1.
+    #[arg(
+        long,
+        env = "BENCH_CONCURRENCY",
+        value_delimiter = ',',
+        default_value = "1,16,64"
+    )]
+    concurrency: Vec<usize>,
     /// Rounds per cell; the tables show medians.
     #[arg(long, env = "BENCH_ROUNDS", default_value_t = 3)]
     rounds: usize,
@@ -87,6 +95,7 @@ fn header(args: &Args) {
         println!("Alternatives: {}.", versions.join("; "));
     }
     let sizes: Vec<String> = args.list_sizes.iter().map(ToString::to_string).collect();
+    let conc: Vec<String> = args.concurrency.iter().map(ToString::to_string).collect();
     let parts = if args.parts.len() == Part::value_variants().len() {
         String::new()
     } else {
@@ -98,8 +107,9 @@ fn header(args: &Args) {
         format!(" --parts {}", names.join(","))
     };
     println!(
-        "\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --requests {} --rounds {} --list-sizes {} --real-rounds {} --tunnel-mb {} --setups {} --connections {}{parts}`\n",
+        "\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --requests {} --concurrency {} --rounds {} --list-sizes {} --real-rounds {} --tunnel-mb {} --setups {} --connections {}{parts}`\n",
         args.requests,
+        conc.join(","),
         args.rounds,
         sizes.join(","),
         args.real_rounds,
@@ -118,6 +128,22 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
+    rt.spawn(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        // Drop never runs on a signal; without this the programs would outlive the run.
+        procs::stop_all();
+        std::process::exit(130);
+    });
     header(&args);
     for part in &args.parts {
         match part {

@@ -6,6 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -61,6 +62,20 @@ pub fn bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Every program running now, so an interrupted run can stop them all (`stop_all`).
+static RUNNING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Kills every program this run started and still runs; for SIGINT and SIGTERM.
+pub fn stop_all() {
+    let pids = RUNNING.lock().map(|v| v.clone()).unwrap_or_default();
+    for pid in pids {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+        }
+    }
+}
+
 /// A started program; killed when dropped.
 #[derive(Debug)]
 pub struct Proc {
@@ -80,6 +95,9 @@ impl Proc {
             .stderr(err)
             .spawn()
             .with_context(|| format!("starting {name}"))?;
+        if let Ok(mut running) = RUNNING.lock() {
+            running.push(child.id());
+        }
         Ok(Self {
             name: name.to_owned(),
             child,
@@ -149,6 +167,9 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Ok(mut running) = RUNNING.lock() {
+            running.retain(|p| *p != self.child.id());
+        }
     }
 }
 

@@ -173,7 +173,7 @@ pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow
         routes.push((&h.socket, Some(&h.proc)));
     }
     for (label, method, path) in &targets {
-        for c in [1, 16, 64] {
+        for &c in &args.concurrency {
             let mut cells: Vec<Vec<Load>> = vec![Vec::new(); routes.len()];
             // Rounds alternate between routes so a slow spell of the machine hits all of them.
             for _ in 0..args.rounds {
