@@ -115,6 +115,12 @@ impl<R> Scanner<R> {
         }
     }
 
+    /// The reader it wraps. Nothing is lost: the scanner keeps no bytes of the stream, only
+    /// copies of heads it is still judging.
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+
     fn feed(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             match &mut self.state {

@@ -25,7 +25,8 @@ impl Clock {
         }
     }
 
-    fn touch(&self) {
+    /// Records activity now (for relays that move bytes without `Tracked`).
+    pub(crate) fn touch(&self) {
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last.store(now, Ordering::Relaxed);
     }

@@ -346,6 +346,10 @@ fn check_framing(h: &HeaderMap) -> Result<(), &'static str> {
 /// loopback and most sockets deliver in one read under load (docs/benchmarks.md, part 4).
 const TUNNEL_BUFFER: usize = 64 * 1024;
 
+/// Carries a tunnel until both directions end, an error, or `idle` without a byte either way;
+/// then logs one `tunnel closed` line. On Linux the client's socket is taken back out of hyper
+/// and the bytes are spliced (`splice`); if that cannot be done (the upgraded connection is not
+/// ours, or no pipes can be made) they are copied through 64 KiB buffers.
 async fn tunnel(
     on_upgrade: hyper::upgrade::OnUpgrade,
     upstream: TcpStream,
@@ -357,6 +361,14 @@ async fn tunnel(
         return;
     };
     let clock = Clock::new();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let upgraded = match spliced(upgraded, &upstream, &clock, idle).await {
+        Ok((up, down, ended)) => {
+            tracing::info!(host = %host, bytes_up = up, bytes_down = down, ended, relay = "splice", duration_ms = start.elapsed().as_secs_f64() * 1000.0, "tunnel closed");
+            return;
+        }
+        Err(upgraded) => upgraded,
+    };
     let mut client = Tracked::new(TokioIo::new(upgraded), clock.clone());
     let mut upstream = Tracked::new(upstream, clock.clone());
     let (up, down, ended) = tokio::select! {
@@ -366,7 +378,35 @@ async fn tunnel(
         }
         () = clock.expired(idle) => (0, 0, "idle_timeout"),
     };
-    tracing::info!(host = %host, bytes_up = up, bytes_down = down, ended, duration_ms = start.elapsed().as_secs_f64() * 1000.0, "tunnel closed");
+    tracing::info!(host = %host, bytes_up = up, bytes_down = down, ended, relay = "copy", duration_ms = start.elapsed().as_secs_f64() * 1000.0, "tunnel closed");
+}
+
+/// The spliced tunnel: `(bytes_up, bytes_down, ended)` once it is over, or the upgraded
+/// connection back, whole, when it cannot be spliced. The counts are what was delivered, also
+/// when the idle timer or an error ended it.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+async fn spliced(
+    upgraded: hyper::upgrade::Upgraded,
+    upstream: &TcpStream,
+    clock: &Clock,
+    idle: Duration,
+) -> Result<(u64, u64, &'static str), hyper::upgrade::Upgraded> {
+    use std::sync::atomic::Ordering;
+    // Pipes first: if they cannot be made, the connection is still whole for copying.
+    let Ok(mut pipes) = crate::splice::Pipes::new() else {
+        return Err(upgraded);
+    };
+    let (client, pending) = crate::server::client_socket(upgraded)?;
+    let moved = crate::splice::Moved::default();
+    let ended = tokio::select! {
+        _ = crate::splice::relay(client.stream(), &pending, upstream, &mut pipes, clock, &moved) => "closed",
+        () = clock.expired(idle) => "idle_timeout",
+    };
+    Ok((
+        moved.up.load(Ordering::Relaxed),
+        moved.down.load(Ordering::Relaxed),
+        ended,
+    ))
 }
 
 /// Sends an absolute-form request upstream in origin form, Host rewritten to the target,

@@ -12,6 +12,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -191,6 +192,58 @@ async fn reject(mut stream: TcpStream, reason: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
+/// Exactly what hyper serves a client connection on (see `connection`): the type a tunnel
+/// downcasts its `Upgraded` to, to reach the client's socket.
+pub(crate) type ClientIo = TokioIo<
+    tokio::io::Join<
+        Scanner<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>,
+        OwnedWriteHalf,
+    >,
+>;
+
+/// A client's socket taken back out of hyper: the two halves of its one `TcpStream`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[derive(Debug)]
+pub(crate) struct ClientSocket {
+    read: OwnedReadHalf,
+    // Held, not used: dropping it would shut the socket's write side down early.
+    _write: OwnedWriteHalf,
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+impl ClientSocket {
+    pub(crate) fn stream(&self) -> &TcpStream {
+        self.read.as_ref()
+    }
+}
+
+/// The client's socket back out of an upgraded connection, with every byte already read from
+/// it that hyper did not consume, in order: hyper's read-ahead, then what `first_head` read
+/// that hyper had not read yet (in practice hyper has read all of it; taking the rest keeps the
+/// order from depending on that). The connection comes back untouched when it is not a
+/// `ClientIo`.
+///
+/// The `Scanner` is dropped here without loss: it only looks at the bytes passing through it
+/// (its head buffer is a copy for judging) and after a CONNECT it stops judging anyway.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn client_socket(
+    upgraded: hyper::upgrade::Upgraded,
+) -> Result<(ClientSocket, Vec<u8>), hyper::upgrade::Upgraded> {
+    let parts = upgraded.downcast::<ClientIo>()?;
+    let (reader, write) = parts.io.into_inner().into_inner();
+    let (cursor, read) = reader.into_inner().into_inner();
+    let mut pending = parts.read_buf.to_vec();
+    let at = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
+    pending.extend_from_slice(cursor.get_ref().get(at..).unwrap_or_default());
+    Ok((
+        ClientSocket {
+            read,
+            _write: write,
+        },
+        pending,
+    ))
+}
+
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -213,7 +266,7 @@ async fn connection(
         verdicts.clone(),
         limits.max_header_bytes,
     );
-    let io = tokio::io::join(reader, wr);
+    let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -225,7 +278,7 @@ async fn connection(
         .max_buf_size(limits.max_header_bytes.max(8192))
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .serve_connection(TokioIo::new(io), svc)
+        .serve_connection(io, svc)
         .with_upgrades()
         .await;
 }

@@ -2,18 +2,15 @@
 //! refused and the running policy stays), JSON decision lines. Targets are IP literals on
 //! loopback, so nothing is ever looked up.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{wait_for, Netproxy};
 
 fn get(proxy: u16, url: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", proxy)).expect("connect");
@@ -27,18 +24,6 @@ fn get(proxy: u16, url: &str) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
-}
-
-fn wait_for(lines: &mpsc::Receiver<String>, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(l) = lines.recv_timeout(Duration::from_millis(200)) {
-            if l.contains(what) {
-                return l;
-            }
-        }
-    }
-    panic!("no log line with {what:?}");
 }
 
 #[test]
@@ -57,33 +42,14 @@ fn the_policy_file_reloads_on_sighup_and_a_bad_file_keeps_the_old_policy() {
     let dir = tempfile::tempdir().expect("dir");
     let policy = dir.path().join("policy.json");
     std::fs::write(&policy, r#"{"allow":["198.51.100.7:80"]}"#).expect("write");
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netproxy"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--allow-cidr",
-            "127.0.0.1/32",
-            "--policy",
-        ])
-        .arg(&policy)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("netproxy starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    wait_for(&lines, "netproxy listening");
+    let np = Netproxy::start(&[OsStr::new("--policy"), policy.as_os_str()]);
+    let (port, lines) = (np.port, &np.lines);
     let url = format!("http://127.0.0.1:{up}/");
     assert!(
         get(port, &url).starts_with("HTTP/1.1 403"),
         "not in the first policy"
     );
-    let line = wait_for(&lines, "\"decision\"");
+    let line = wait_for(lines, "\"decision\"");
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
     for field in [
         "client", "raw_host", "host", "port", "rule", "resolved", "chosen", "decision", "reason",
@@ -98,20 +64,18 @@ fn the_policy_file_reloads_on_sighup_and_a_bad_file_keeps_the_old_policy() {
             .status()
             .expect("kill")
     };
-    hup(child.id());
-    wait_for(&lines, "policy reloaded");
+    hup(np.pid());
+    wait_for(lines, "policy reloaded");
     assert!(
         get(port, &url).starts_with("HTTP/1.1 200"),
         "allowed after the reload"
     );
 
     std::fs::write(&policy, r#"{"allow":["not a rule"]}"#).expect("write");
-    hup(child.id());
-    wait_for(&lines, "policy reload refused");
+    hup(np.pid());
+    wait_for(lines, "policy reload refused");
     assert!(
         get(port, &url).starts_with("HTTP/1.1 200"),
         "the running policy stays"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
