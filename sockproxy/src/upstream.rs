@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -160,25 +160,33 @@ fn client_error(e: hyper_util::client::legacy::Error) -> UpstreamError {
     }
 }
 
+/// Reads a whole answer of at most `cap` bytes into one buffer, sized up front from
+/// Content-Length when the engine sends one (lists run to megabytes; growing and then joining
+/// chunks copied them twice).
 pub async fn read_capped(resp: Response<Incoming>, cap: usize) -> Result<Buffered, UpstreamError> {
-    let (parts, body) = resp.into_parts();
-    let body = Limited::new(body, cap)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                UpstreamError::TooLarge(cap)
-            } else {
-                UpstreamError::Body(e.to_string())
+    let (parts, mut body) = resp.into_parts();
+    let announced = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if announced.is_some_and(|n| n > cap) {
+        return Err(UpstreamError::TooLarge(cap));
+    }
+    let mut buf = Vec::with_capacity(announced.unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| UpstreamError::Body(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > cap {
+                return Err(UpstreamError::TooLarge(cap));
             }
-        })?
-        .to_bytes();
+            buf.extend_from_slice(&data);
+        }
+    }
     Ok(Buffered {
         status: parts.status,
         headers: parts.headers,
-        body,
+        body: Bytes::from(buf),
     })
 }
 

@@ -302,6 +302,34 @@ fn unreadable_answers_fail_closed() {
 }
 
 #[test]
+fn a_list_larger_than_the_cap_fails_closed_and_one_at_the_cap_passes() {
+    let entries: Vec<String> = (0..50)
+        .map(|i| format!(r#"{{"Names":["/deer-flow-{i}"]}}"#))
+        .collect();
+    let big = format!("[{}]", entries.join(","));
+    let size = big.len();
+    let up = Recorder::start(move |_, _| (200, big.clone()));
+    let tight = StackProxy::start_with(up.socket(), "deer-flow-", false, |c| {
+        c.max_list_bytes = size - 1;
+    });
+    let r = raw::get(tight.socket(), "/containers/json").expect("answer");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        r.message(),
+        format!(
+            "sockproxy: upstream unavailable: answer larger than {} bytes",
+            size - 1
+        )
+    );
+    let exact = StackProxy::start_with(up.socket(), "deer-flow-", false, |c| {
+        c.max_list_bytes = size;
+    });
+    let r = raw::get(exact.socket(), "/containers/json").expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json().as_array().map(Vec::len), Some(50));
+}
+
+#[test]
 fn upstream_down_is_502_and_recovers_without_restart() {
     let up = Recorder::fixed("[]");
     let p = StackProxy::start(up.socket(), "deer-flow-", false);
