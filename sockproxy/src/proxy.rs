@@ -118,6 +118,10 @@ struct ExecInfo {
     container_id: String,
 }
 
+/// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
+/// millisecond; larger ones on the blocking pool.
+const FILTER_INLINE_MAX: usize = 128 * 1024;
+
 impl Proxy {
     pub async fn handle(
         self: Arc<Self>,
@@ -464,8 +468,17 @@ impl Proxy {
         let answer = upstream::read_capped(resp, self.max_list_bytes)
             .await
             .map_err(upstream_err)?;
-        let filtered = filter::filter_list(kind, &answer.body, &self.scope, limit)
-            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        let filtered = if answer.body.len() > FILTER_INLINE_MAX {
+            // Off the event loop: a large list takes milliseconds to filter, and every other
+            // request of the stack waits on the loop meanwhile (sockproxy runs one; main.rs).
+            let (body, scope) = (answer.body.clone(), self.scope.clone());
+            tokio::task::spawn_blocking(move || filter::filter_list(kind, &body, &scope, limit))
+                .await
+                .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
+        } else {
+            filter::filter_list(kind, &answer.body, &self.scope, limit)
+        }
+        .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {
             body: Bytes::from(filtered),
             ..answer

@@ -22,6 +22,15 @@ pub struct Args {
     /// Requests per load in part 1 (each load also stops after 20 s).
     #[arg(long, env = "BENCH_REQUESTS", default_value_t = 4000)]
     requests: usize,
+    /// Requests measured in part 1.
+    #[arg(
+        long,
+        env = "BENCH_TARGETS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ping,list,stop"
+    )]
+    targets: Vec<Target>,
     /// Concurrent clients per load in part 1.
     #[arg(
         long,
@@ -68,6 +77,14 @@ pub struct Args {
     bin_dir: Option<PathBuf>,
 }
 
+/// Part 1's requests: `HEAD /_ping`, `GET /containers/json?all=1`, `POST /containers/{id}/stop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    Ping,
+    List,
+    Stop,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Part {
     Requests,
@@ -96,7 +113,7 @@ fn header(args: &Args) {
     }
     let sizes: Vec<String> = args.list_sizes.iter().map(ToString::to_string).collect();
     let conc: Vec<String> = args.concurrency.iter().map(ToString::to_string).collect();
-    let parts = if args.parts.len() == Part::value_variants().len() {
+    let mut parts = if args.parts.len() == Part::value_variants().len() {
         String::new()
     } else {
         let names: Vec<String> = args
@@ -106,6 +123,14 @@ fn header(args: &Args) {
             .collect();
         format!(" --parts {}", names.join(","))
     };
+    if args.targets.len() != Target::value_variants().len() {
+        let names: Vec<String> = args
+            .targets
+            .iter()
+            .filter_map(|t| t.to_possible_value().map(|v| v.get_name().to_owned()))
+            .collect();
+        parts.push_str(&format!(" --targets {}", names.join(",")));
+    }
     println!(
         "\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --requests {} --concurrency {} --rounds {} --list-sizes {} --real-rounds {} --tunnel-mb {} --setups {} --connections {}{parts}`\n",
         args.requests,

@@ -12,7 +12,7 @@ use tokio::runtime::Runtime;
 
 use crate::load::{load, median, ms, Load};
 use crate::procs::{installed, mib, unix_answers, Proc};
-use crate::Args;
+use crate::{Args, Target};
 
 pub const PREFIX: &str = "bench-";
 const START_LIMIT: Duration = Duration::from_secs(15);
@@ -150,19 +150,25 @@ pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow
     if let Err(why) = &haproxy {
         println!("HAProxy: {why}; its columns are empty.\n");
     }
-    let targets: [(&str, &'static str, String); 3] = [
-        ("HEAD /_ping", "HEAD", "/_ping".to_owned()),
+    let targets: Vec<(&str, &'static str, String)> = [
+        (Target::Ping, "HEAD /_ping", "HEAD", "/_ping".to_owned()),
         (
+            Target::List,
             "GET /containers/json?all=1",
             "GET",
             "/containers/json?all=1".to_owned(),
         ),
         (
+            Target::Stop,
             "POST /containers/{id}/stop",
             "POST",
             format!("/containers/{own}/stop"),
         ),
-    ];
+    ]
+    .into_iter()
+    .filter(|(t, ..)| args.targets.contains(t))
+    .map(|(_, label, method, path)| (label, method, path))
+    .collect();
     println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut routes: Vec<(&Path, Option<&Proc>)> = vec![
