@@ -330,6 +330,45 @@ fn a_list_larger_than_the_cap_fails_closed_and_one_at_the_cap_passes() {
 }
 
 #[test]
+fn a_large_list_is_filtered_like_a_small_one() {
+    // Over 128 KiB, so sockproxy filters it off its event loop.
+    let entries: Vec<String> = (0..600)
+        .map(|i| {
+            let owner = if i % 2 == 0 {
+                "deer-flow-sandbox"
+            } else {
+                "other"
+            };
+            format!(
+                r#"{{"Names":["/{owner}-{i}"],"Labels":{{"pad":"{}"}}}}"#,
+                "x".repeat(300)
+            )
+        })
+        .collect();
+    let big = format!("[{}]", entries.join(","));
+    assert!(big.len() > 128 * 1024);
+    let up = Recorder::start(move |_, _| (200, big.clone()));
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let r = raw::get(p.socket(), "/containers/json?all=1&limit=250").expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let names: Vec<String> = r
+        .json()
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|e| e["Names"][0].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..500)
+        .step_by(2)
+        .map(|i| format!("/deer-flow-sandbox-{i}"))
+        .collect();
+    assert_eq!(
+        names, expected,
+        "the stack's entries, in order, limit after filtering"
+    );
+}
+
+#[test]
 fn upstream_down_is_502_and_recovers_without_restart() {
     let up = Recorder::fixed("[]");
     let p = StackProxy::start(up.socket(), "deer-flow-", false);
