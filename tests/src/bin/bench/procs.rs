@@ -130,19 +130,10 @@ impl Proc {
         lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
-    /// CPU time used so far by all of the program's threads, from each thread's
-    /// `/proc/PID/task/TID/schedstat` (nanoseconds, unlike the 10 ms ticks of `stat`).
+    /// CPU time used so far by the program: all its threads, including those that have ended
+    /// (tinyproxy serves each connection on a thread of its own), and its running children.
     pub fn cpu(&self) -> Duration {
-        let tasks = format!("/proc/{}/task", self.child.id());
-        let Ok(entries) = std::fs::read_dir(tasks) else {
-            return Duration::ZERO;
-        };
-        let nanos: u64 = entries
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
-            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .sum();
-        Duration::from_nanos(nanos)
+        Duration::from_nanos(cpu_nanos(self.child.id(), 0))
     }
 
     /// Resident memory now and at its peak, in KiB, from `/proc/PID/status`.
@@ -171,6 +162,45 @@ impl Drop for Proc {
             running.retain(|p| *p != self.child.id());
         }
     }
+}
+
+/// CPU nanoseconds of `pid` and, a few levels down, its children. Live threads are summed from
+/// `/proc/PID/task/TID/schedstat` (nanoseconds); `/proc/PID/stat` also counts ended threads but
+/// only in clock ticks (10 ms), so the larger of the two is taken.
+fn cpu_nanos(pid: u32, depth: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    let mut live = 0;
+    let mut children = 0;
+    for task in tasks.flatten() {
+        let read = |name: &str| std::fs::read_to_string(task.path().join(name)).unwrap_or_default();
+        live += read("schedstat")
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if depth < 3 {
+            children += read("children")
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .map(|c| cpu_nanos(c, depth + 1))
+                .sum::<u64>();
+        }
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are the 14th and 15th.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    live.max(ticks * 10_000_000) + children
 }
 
 #[derive(Debug, Clone, Copy)]

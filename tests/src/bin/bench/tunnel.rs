@@ -143,6 +143,18 @@ pub fn start_netproxy(bins: &Path, dir: &Path, up: u16, tag: &str) -> anyhow::Re
     Ok((proc, port))
 }
 
+/// How to reach the upstream and which program (if any) carries the tunnel, or why that
+/// program is not there.
+type Reach<'a> = Result<(Route, Option<&'a Proc>), String>;
+
+/// The route through a proxy that started, or why it did not.
+fn via(started: &Result<(Proc, u16), String>) -> Reach<'_> {
+    started
+        .as_ref()
+        .map(|(proc, port)| (Route::Connect(*port), Some(proc)))
+        .map_err(Clone::clone)
+}
+
 fn start_tinyproxy(dir: &Path) -> Result<(Proc, u16), String> {
     let bin = installed("tinyproxy").ok_or("not installed (Debian: apt-get install tinyproxy)")?;
     let port = free_port().map_err(|e| e.to_string())?;
@@ -186,7 +198,7 @@ fn start_squid(dir: &Path) -> Result<(Proc, u16), String> {
 pub fn tunnels(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
     println!("## 4. Egress tunnels (CONNECT on loopback)\n");
     let up = rt.block_on(upstream())?;
-    let (_netproxy, np) = start_netproxy(bins, dir, up, "part4")?;
+    let (netproxy, np) = start_netproxy(bins, dir, up, "part4")?;
     let tiny = start_tinyproxy(dir);
     let squid = start_squid(dir);
     let bytes = args.tunnel_mb * 1_000_000;
@@ -194,34 +206,24 @@ pub fn tunnels(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Re
         "Throughput: one {} MB download per round, median of {} rounds. Set-up: {} connections one after another (connect, CONNECT, 200, one byte there and back).\n",
         args.tunnel_mb, args.rounds, args.setups
     );
-    println!("| route | MB/s | ratio | set-up p50 ms | set-up p99 ms |");
-    println!("|---|---|---|---|---|");
-    let mut routes: Vec<(&str, Result<Route, String>)> = vec![
-        ("direct", Ok(Route::Direct)),
-        ("netproxy", Ok(Route::Connect(np))),
+    println!("| route | MB/s | ratio | set-up p50 ms | set-up p99 ms | proxy CPU ms per 100 MB |");
+    println!("|---|---|---|---|---|---|");
+    let routes: Vec<(&str, Reach<'_>)> = vec![
+        ("direct", Ok((Route::Direct, None))),
+        ("netproxy", Ok((Route::Connect(np), Some(&netproxy)))),
+        ("tinyproxy", via(&tiny)),
+        ("squid", via(&squid)),
     ];
-    routes.push((
-        "tinyproxy",
-        tiny.as_ref()
-            .map(|t| Route::Connect(t.1))
-            .map_err(Clone::clone),
-    ));
-    routes.push((
-        "squid",
-        squid
-            .as_ref()
-            .map(|t| Route::Connect(t.1))
-            .map_err(Clone::clone),
-    ));
     let mut direct = None;
     for (name, route) in routes {
-        let route = match route {
+        let (route, proc) = match route {
             Ok(r) => r,
             Err(why) => {
-                println!("| {name} | {why} | | | |");
+                println!("| {name} | {why} | | | | |");
                 continue;
             }
         };
+        let cpu_before = proc.map(Proc::cpu);
         let measured: anyhow::Result<(f64, Vec<Duration>)> = rt.block_on(async {
             let mut rates = Vec::new();
             for _ in 0..args.rounds {
@@ -241,17 +243,26 @@ pub fn tunnels(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Re
             setups.sort();
             Ok((median(rates, |r| *r), setups))
         });
+        // Over the downloads and the set-ups; the set-ups move almost no bytes.
+        let cpu = match (proc, cpu_before) {
+            (Some(p), Some(before)) => {
+                let per_100mb = (p.cpu() - before).as_secs_f64() * 1000.0 * 100.0
+                    / (args.tunnel_mb as f64 * args.rounds as f64).max(1.0);
+                format!("{per_100mb:.1}")
+            }
+            _ => String::new(),
+        };
         match measured {
             Ok((rate, setups)) => {
                 let base = *direct.get_or_insert(rate);
                 println!(
-                    "| {name} | {rate:.0} | {:.2} | {} | {} |",
+                    "| {name} | {rate:.0} | {:.2} | {} | {} | {cpu} |",
                     rate / base,
                     ms(quantile(&setups, 0.5)),
                     ms(quantile(&setups, 0.99))
                 );
             }
-            Err(e) => println!("| {name} | failed: {e:#} | | | |"),
+            Err(e) => println!("| {name} | failed: {e:#} | | | | |"),
         }
     }
     println!();
