@@ -69,9 +69,11 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
         positive(row, 2);
         positive(row, 3);
         positive(row, 5);
+        positive(row, 10);
         if installed("haproxy") {
             positive(row, 4);
             positive(row, 6);
+            positive(row, 11);
         }
     }
 
@@ -110,6 +112,9 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
         let row = route(name);
         positive(row, 1);
         positive(row, 3);
+        if name != "direct" {
+            positive(row, 5);
+        }
     }
 
     let footprint = table(&text, "## 5.");
