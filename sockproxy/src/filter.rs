@@ -39,6 +39,11 @@ pub fn filter_list(
     limit: Option<usize>,
 ) -> Result<Vec<u8>, FilterError> {
     let bad = |what: &str, at: usize| FilterError(format!("{what} at byte {at}"));
+    // JSON is UTF-8 throughout; the parser skips the fields it does not read without checking
+    // them, so the whole answer is checked here (a fast scan next to parsing).
+    if let Err(e) = std::str::from_utf8(body) {
+        return Err(bad("not UTF-8", e.valid_up_to()));
+    }
     let mut out = Vec::with_capacity(body.len() / 2 + 2);
     out.push(b'[');
     let mut pos = skip_ws(body, 0);
@@ -208,6 +213,8 @@ mod tests {
             b"[[[\"/deer-flow-x\"]]]",
             b"[{\"Names\":[\"/deer-flow-x\"],\"Names\":[\"/y\"]}]",
             b"[{\"Names\":[\"/deer-flow-x\"]},{\"Names\":1}]",
+            b"[{\"Names\":[\"/deer-flow-1\"],\"Labels\":{\"a\":\"\xff\"}}]",
+            b"[{\"Names\":[\"/deer-flow-1\"]}]\xc3",
         ] {
             assert!(
                 filter_list(Kind::Container, body, &scope(), None).is_err(),
@@ -267,7 +274,13 @@ mod tests {
                 .collect();
             let out = filter_list(Kind::Container, &body, &scope(), limit).expect("ok");
             let got: Vec<serde_json::Value> = serde_json::from_slice(&out).expect("json");
-            proptest::prop_assert_eq!(got.iter().collect::<Vec<_>>(), expected);
+            proptest::prop_assert_eq!(got.iter().collect::<Vec<_>>(), expected.clone());
+            if !pretty {
+                // Byte for byte: each kept entry exactly as the engine wrote it.
+                let entries: Vec<String> = expected.iter().map(|e| e.to_string()).collect();
+                let exact = format!("[{}]\n", entries.join(","));
+                proptest::prop_assert_eq!(String::from_utf8_lossy(&out), exact);
+            }
         }
     }
 

@@ -212,8 +212,8 @@ pub struct Background {
 
 impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        // The binary's runtime (main.rs): one event-loop thread, so tests see what runs.
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(io_err(&cfg.listen))?;

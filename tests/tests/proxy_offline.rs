@@ -329,6 +329,62 @@ fn a_list_larger_than_the_cap_fails_closed_and_one_at_the_cap_passes() {
     assert_eq!(r.json().as_array().map(Vec::len), Some(50));
 }
 
+/// An engine that answers every request with `body` in chunks (no Content-Length), as dockerd
+/// does for large answers; one thread, one connection per answer.
+fn chunked_engine(body: String) -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("engine.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(16).flatten() {
+            let mut reader = BufReader::new(conn);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let mut conn = reader.into_inner();
+            let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+            for piece in body.as_bytes().chunks(100) {
+                out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                out.extend_from_slice(piece);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"0\r\n\r\n");
+            let _ = conn.write_all(&out);
+        }
+    });
+    (dir, sock)
+}
+
+#[test]
+fn a_streamed_list_larger_than_the_cap_fails_closed_too() {
+    let entries: Vec<String> = (0..50)
+        .map(|i| format!(r#"{{"Names":["/deer-flow-{i}"]}}"#))
+        .collect();
+    let big = format!("[{}]", entries.join(","));
+    let size = big.len();
+    let (_dir, engine) = chunked_engine(big);
+    let tight = StackProxy::start_with(&engine, "deer-flow-", false, |c| {
+        c.max_list_bytes = size - 1;
+    });
+    let r = raw::get(tight.socket(), "/containers/json").expect("answer");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(
+        r.message(),
+        format!(
+            "sockproxy: upstream unavailable: answer larger than {} bytes",
+            size - 1
+        )
+    );
+    let exact = StackProxy::start_with(&engine, "deer-flow-", false, |c| {
+        c.max_list_bytes = size;
+    });
+    let r = raw::get(exact.socket(), "/containers/json").expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json().as_array().map(Vec::len), Some(50));
+}
+
 #[test]
 fn a_large_list_is_filtered_like_a_small_one() {
     // Over 128 KiB, so sockproxy filters it off its event loop.
