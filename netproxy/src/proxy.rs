@@ -373,8 +373,13 @@ async fn tunnel(
     let mut upstream = Tracked::new(upstream, clock.clone());
     let (up, down, ended) = tokio::select! {
         r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, TUNNEL_BUFFER, TUNNEL_BUFFER) => {
-            let (u, d) = r.unwrap_or((0, 0));
-            (u, d, "closed")
+            match r {
+                Ok((u, d)) => (u, d, "closed"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "tunnel copy failed");
+                    (0, 0, "error")
+                }
+            }
         }
         () = clock.expired(idle) => (0, 0, "idle_timeout"),
     };
@@ -399,7 +404,13 @@ async fn spliced(
     let (client, pending) = crate::server::client_socket(upgraded)?;
     let moved = crate::splice::Moved::default();
     let ended = tokio::select! {
-        _ = crate::splice::relay(client.stream(), &pending, upstream, &mut pipes, clock, &moved) => "closed",
+        r = crate::splice::relay(client.stream(), &pending, upstream, &mut pipes, clock, &moved) => match r {
+            Ok(()) => "closed",
+            Err(e) => {
+                tracing::debug!(error = %e, "tunnel relay failed");
+                "error"
+            }
+        },
         () = clock.expired(idle) => "idle_timeout",
     };
     Ok((
