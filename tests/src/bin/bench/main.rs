@@ -146,6 +146,10 @@ fn header(args: &Args) {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        args.rounds >= 1 && args.real_rounds >= 1,
+        "--rounds and --real-rounds must be at least 1"
+    );
     let bins = procs::bin_dir(args.bin_dir.clone())?;
     let dir = tempfile::tempdir().context("a temporary directory for sockets and logs")?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -195,6 +195,24 @@ fn start_squid(dir: &Path) -> Result<(Proc, u16), String> {
     Ok((proc, port))
 }
 
+/// One route's measurements.
+#[derive(Debug, Default)]
+struct Measured {
+    rates: Vec<f64>,
+    /// The proxy's CPU over the downloads only.
+    cpu: Duration,
+    failed: Option<String>,
+}
+
+async fn bounded<T>(
+    what: &str,
+    f: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(STEP_LIMIT, f)
+        .await
+        .with_context(|| format!("{what} timed out"))?
+}
+
 pub fn tunnels(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
     println!("## 4. Egress tunnels (CONNECT on loopback)\n");
     let up = rt.block_on(upstream())?;
@@ -203,7 +221,7 @@ pub fn tunnels(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Re
     let squid = start_squid(dir);
     let bytes = args.tunnel_mb * 1_000_000;
     println!(
-        "Throughput: one {} MB download per round, median of {} rounds. Set-up: {} connections one after another (connect, CONNECT, 200, one byte there and back).\n",
+        "Throughput: one {} MB download per round, median of {} rounds, rounds alternating between the routes. Set-up: {} connections one after another (connect, CONNECT, 200, one byte there and back). Proxy CPU: over the downloads only.\n",
         args.tunnel_mb, args.rounds, args.setups
     );
     println!("| route | MB/s | ratio | set-up p50 ms | set-up p99 ms | proxy CPU ms per 100 MB |");
@@ -214,56 +232,74 @@ pub fn tunnels(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Re
         ("tinyproxy", via(&tiny)),
         ("squid", via(&squid)),
     ];
+    let mut measured: Vec<Measured> = routes.iter().map(|_| Measured::default()).collect();
+    // Rounds alternate between routes so a slow spell of the machine hits all of them.
+    for _ in 0..args.rounds {
+        for ((_, reach), m) in routes.iter().zip(measured.iter_mut()) {
+            let (Ok((route, proc)), None) = (reach, &m.failed) else {
+                continue;
+            };
+            let before = proc.map(|p| p.cpu());
+            match rt.block_on(bounded("transfer", throughput(*route, up, bytes))) {
+                Ok(rate) => m.rates.push(rate),
+                Err(e) => m.failed = Some(format!("{e:#}")),
+            }
+            if let (Some(p), Some(before)) = (proc, before) {
+                m.cpu += p.cpu().saturating_sub(before);
+            }
+        }
+    }
     let mut direct = None;
-    for (name, route) in routes {
-        let (route, proc) = match route {
-            Ok(r) => r,
-            Err(why) => {
+    for ((name, reach), m) in routes.iter().zip(measured) {
+        let route = match (reach, &m.failed) {
+            (Err(why), _) => {
                 println!("| {name} | {why} | | | | |");
                 continue;
             }
-        };
-        let cpu_before = proc.map(Proc::cpu);
-        let measured: anyhow::Result<(f64, Vec<Duration>)> = rt.block_on(async {
-            let mut rates = Vec::new();
-            for _ in 0..args.rounds {
-                let rate = tokio::time::timeout(STEP_LIMIT, throughput(route, up, bytes))
-                    .await
-                    .context("transfer timed out")??;
-                rates.push(rate);
+            (_, Some(e)) => {
+                println!("| {name} | failed: {e} | | | | |");
+                continue;
             }
+            (Ok((route, _)), None) => *route,
+        };
+        let setups = rt.block_on(async {
             let mut setups = Vec::new();
             for _ in 0..args.setups {
-                setups.push(
-                    tokio::time::timeout(STEP_LIMIT, setup_once(route, up))
-                        .await
-                        .context("set-up timed out")??,
-                );
+                setups.push(bounded("set-up", setup_once(route, up)).await?);
             }
             setups.sort();
-            Ok((median(rates, |r| *r), setups))
+            anyhow::Ok(setups)
         });
-        // Over the downloads and the set-ups; the set-ups move almost no bytes.
-        let cpu = match (proc, cpu_before) {
-            (Some(p), Some(before)) => {
-                let per_100mb = (p.cpu() - before).as_secs_f64() * 1000.0 * 100.0
-                    / (args.tunnel_mb as f64 * args.rounds as f64).max(1.0);
-                format!("{per_100mb:.1}")
+        let setups = match setups {
+            Ok(s) => s,
+            Err(e) => {
+                println!("| {name} | failed: {e:#} | | | | |");
+                continue;
             }
-            _ => String::new(),
         };
-        match measured {
-            Ok((rate, setups)) => {
-                let base = *direct.get_or_insert(rate);
-                println!(
-                    "| {name} | {rate:.0} | {:.2} | {} | {} | {cpu} |",
-                    rate / base,
-                    ms(quantile(&setups, 0.5)),
-                    ms(quantile(&setups, 0.99))
-                );
-            }
-            Err(e) => println!("| {name} | failed: {e:#} | | | | |"),
-        }
+        let downloaded_mb = args.tunnel_mb as f64 * m.rates.len() as f64;
+        let cpu = if matches!(reach, Ok((_, Some(_)))) && downloaded_mb > 0.0 {
+            format!(
+                "{:.1}",
+                m.cpu.as_secs_f64() * 1000.0 * 100.0 / downloaded_mb
+            )
+        } else {
+            String::new()
+        };
+        let rate = median(m.rates, |r| *r);
+        let ratio = if *name == "direct" {
+            direct = Some(rate);
+            "1.00".to_owned()
+        } else {
+            direct
+                .map(|d| format!("{:.2}", rate / d))
+                .unwrap_or_default()
+        };
+        println!(
+            "| {name} | {rate:.0} | {ratio} | {} | {} | {cpu} |",
+            ms(quantile(&setups, 0.5)),
+            ms(quantile(&setups, 0.99))
+        );
     }
     println!();
     Ok(())
