@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 
 use crate::procs::{mib, Memory, Proc};
-use crate::socket::{start_fake, start_sockproxy};
+use crate::socket::{create, start_fake, start_sockproxy};
 use crate::tunnel::{echo, open, start_netproxy, upstream, Route};
 use crate::Args;
 
@@ -66,14 +66,7 @@ pub fn footprint(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::
 
     let engine = start_fake(bins, dir, "footprint")?;
     for i in 0..10 {
-        let name = format!("bench-sandbox-{i}");
-        let body = serde_json::json!({ "Image": "busybox" }).to_string();
-        sockproxy_tests::raw::request(
-            &engine.socket,
-            "POST",
-            &format!("/containers/create?name={name}"),
-            Some(body.as_bytes()),
-        )?;
+        create(&engine.socket, &format!("bench-sandbox-{i}"))?;
     }
     let sockproxy = start_sockproxy(bins, dir, &engine.socket, "footprint")?;
     sockproxy_tests::raw::get(&sockproxy.socket, "/_ping")?;

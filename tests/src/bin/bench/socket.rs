@@ -99,7 +99,8 @@ pub fn start_haproxy(dir: &Path, engine: &Path) -> Result<Served, String> {
     Ok(Served { proc, socket })
 }
 
-fn create(engine: &Path, name: &str) -> anyhow::Result<String> {
+/// Creates container `name` on the fake engine; its ID.
+pub fn create(engine: &Path, name: &str) -> anyhow::Result<String> {
     let body = serde_json::json!({ "Image": "busybox", "Cmd": ["sleep", "600"] }).to_string();
     let r = raw::request(
         engine,
