@@ -1,0 +1,287 @@
+//! The stack model (DESIGN §1), defined once for sockproxy and lifecycle: the prefix rule, the
+//! declarative table of name families (who may change what, in open and restricted mode), the
+//! sandbox ID and digest derivations deer-flow upstream uses, and the labels lifecycle writes.
+//! Pure string logic, byte-exact and case-sensitive.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// Why a prefix was refused at start-up. The message names the rule so an operator can fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    #[error("prefix {0:?} must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]*[-_.]$ (start alphanumeric, end with '-', '_' or '.')")]
+    Shape(String),
+    #[error("prefix {0:?} must contain at least one character that is not a hex digit, so it can never be read as a container-ID prefix")]
+    AllHex(String),
+}
+
+/// A validated stack prefix `P`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Prefix(String);
+
+impl Prefix {
+    pub fn parse(raw: &str) -> Result<Self, PrefixError> {
+        let bytes = raw.as_bytes();
+        let shape_ok = bytes.len() >= 2
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            && matches!(bytes[bytes.len() - 1], b'-' | b'_' | b'.');
+        if !shape_ok {
+            return Err(PrefixError::Shape(raw.to_owned()));
+        }
+        if bytes.iter().all(u8::is_ascii_hexdigit) {
+            return Err(PrefixError::AllHex(raw.to_owned()));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `C = {P}sandbox`, deer-flow's `container_prefix` (no trailing dash).
+    pub fn container_prefix(&self) -> String {
+        format!("{}sandbox", self.0)
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The kind of object a name belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Container,
+    Network,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Container => "container",
+            Self::Network => "network",
+        }
+    }
+}
+
+/// In which proxy mode a family's objects are the stack's to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangedIn {
+    /// Open and restricted mode.
+    Always,
+    /// Only when the proxy runs with `--restricted`.
+    Restricted,
+}
+
+/// One family of names: `{P}{role}*`, with at least one character after `role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Family {
+    pub kind: Kind,
+    pub role: &'static str,
+    pub changed_in: ChangedIn,
+    pub what: &'static str,
+}
+
+/// Every family a stack may change (DESIGN §1). Everything else under `P` is visible only.
+pub const FAMILIES: [Family; 5] = [
+    Family {
+        kind: Kind::Container,
+        role: "sandbox-",
+        changed_in: ChangedIn::Always,
+        what: "sandbox containers",
+    },
+    Family {
+        kind: Kind::Container,
+        role: "netproxy-",
+        changed_in: ChangedIn::Restricted,
+        what: "netproxy sidecars",
+    },
+    Family {
+        kind: Kind::Network,
+        role: "net-",
+        changed_in: ChangedIn::Restricted,
+        what: "networks (older names)",
+    },
+    Family {
+        kind: Kind::Network,
+        role: "sandbox-net-",
+        changed_in: ChangedIn::Restricted,
+        what: "sandbox internal networks",
+    },
+    Family {
+        kind: Kind::Network,
+        role: "sandbox-egress-",
+        changed_in: ChangedIn::Restricted,
+        what: "sandbox egress networks",
+    },
+];
+
+/// The family `name` belongs to under `prefix`, if any.
+pub fn family_of(prefix: &Prefix, kind: Kind, name: &str) -> Option<&'static Family> {
+    let rest = name.strip_prefix(prefix.as_str())?;
+    FAMILIES.iter().find(|f| {
+        f.kind == kind
+            && rest
+                .strip_prefix(f.role)
+                .is_some_and(|tail| !tail.is_empty())
+    })
+}
+
+/// Whether a stack with `prefix`, in restricted mode or not, may change the object `name`.
+pub fn may_change(prefix: &Prefix, kind: Kind, name: &str, restricted: bool) -> bool {
+    family_of(prefix, kind, name).is_some_and(|f| match f.changed_in {
+        ChangedIn::Always => true,
+        ChangedIn::Restricted => restricted,
+    })
+}
+
+/// The first 16 hex characters of SHA-256 over `x`.
+pub fn k(x: &str) -> String {
+    let digest = Sha256::digest(x.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// deer-flow's `derive_sandbox_scope_token`: 16 hex of SHA-256 over `"{user_id}:{thread_id}"`.
+/// Changing separator, encoding, digest, case or length is a breaking migration.
+pub fn sandbox_id(user_id: &str, thread_id: &str) -> String {
+    k(&format!("{user_id}:{thread_id}"))
+}
+
+/// 16 hex of SHA-256 over `"{C}:{sandbox_id}"`, naming a sandbox's sidecar and networks.
+pub fn digest(prefix: &Prefix, sandbox_id: &str) -> String {
+    k(&format!("{}:{sandbox_id}", prefix.container_prefix()))
+}
+
+/// The names one sandbox uses, exactly as deer-flow upstream derives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub sandbox: String,
+    pub sidecar: String,
+    pub network: String,
+    pub egress: String,
+    pub digest: String,
+}
+
+impl Names {
+    pub fn new(prefix: &Prefix, sandbox_id: &str) -> Self {
+        let p = prefix.as_str();
+        let d = digest(prefix, sandbox_id);
+        Self {
+            sandbox: format!("{p}sandbox-{sandbox_id}"),
+            sidecar: format!("{p}netproxy-{d}"),
+            network: format!("{p}sandbox-net-{d}"),
+            egress: format!("{p}sandbox-egress-{d}"),
+            digest: d,
+        }
+    }
+}
+
+pub const LABEL_ROLE: &str = "deerflow.role";
+pub const LABEL_SANDBOX_ID: &str = "deerflow.sandbox_id";
+pub const LABEL_NETWORK_MODE: &str = "deerflow.network_mode";
+pub const LABEL_STACK: &str = "deerflow.stack";
+
+/// `deerflow.network_mode`: `open`, or one of deer-flow's restricted modes. lifecycle's
+/// restricted mode is written `allowlist`; any value but `open` (or none) reads as restricted.
+pub const MODE_OPEN: &str = "open";
+pub const MODE_ALLOWLIST: &str = "allowlist";
+pub const MODE_ISOLATED: &str = "isolated";
+
+/// Whether a `deerflow.network_mode` label value (or its absence) means a restricted sandbox.
+pub fn label_is_restricted(value: Option<&str>) -> bool {
+    value != Some(MODE_OPEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> Prefix {
+        Prefix::parse("deer-flow-").expect("valid")
+    }
+
+    #[test]
+    fn deer_flow_vectors() {
+        let id = sandbox_id("user-1", "thread-1");
+        assert_eq!(id, "7d9ac0ff9b98cd06");
+        assert_eq!(digest(&p(), &id), "a39cbf0e8f2eeca4");
+        let n = Names::new(&p(), &id);
+        assert_eq!(n.sandbox, "deer-flow-sandbox-7d9ac0ff9b98cd06");
+        assert_eq!(n.sidecar, "deer-flow-netproxy-a39cbf0e8f2eeca4");
+        assert_eq!(n.network, "deer-flow-sandbox-net-a39cbf0e8f2eeca4");
+        assert_eq!(n.egress, "deer-flow-sandbox-egress-a39cbf0e8f2eeca4");
+    }
+
+    #[test]
+    fn sixteen_hex_where_eight_collided() {
+        let a = sandbox_id("user-9721", "thread-9721");
+        let b = sandbox_id("user-94361", "thread-94361");
+        assert_eq!(a[..8], b[..8]);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn prefix_rule_table() {
+        let cases = [
+            ("deer-flow-", true),
+            ("df_", true),
+            ("a.", true),
+            ("abc-", true),
+            ("-x-", false),
+            ("deer-flow", false),
+            ("", false),
+            ("-", false),
+            ("deer flow-", false),
+            ("deer/flow-", false),
+            ("déer-", false),
+            ("DEER-", true),
+            ("abc12", false),
+        ];
+        for (raw, ok) in cases {
+            assert_eq!(Prefix::parse(raw).is_ok(), ok, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn families_table() {
+        use Kind::*;
+        // (name, kind, open, restricted)
+        let cases = [
+            ("deer-flow-sandbox-abc", Container, true, true),
+            ("deer-flow-sandbox-", Container, false, false),
+            ("deer-flow-netproxy-abc", Container, false, true),
+            ("deer-flow-other", Container, false, false),
+            ("Deer-flow-sandbox-abc", Container, false, false),
+            ("x-deer-flow-sandbox-abc", Container, false, false),
+            ("deer-flow-net-abc", Network, false, true),
+            ("deer-flow-sandbox-net-abc", Network, false, true),
+            ("deer-flow-sandbox-egress-abc", Network, false, true),
+            ("deer-flow-sandbox-abc", Network, false, false),
+            ("deer-flow-sandbox-net-", Network, false, false),
+            ("bridge", Network, false, false),
+        ];
+        for (name, kind, open, restricted) in cases {
+            assert_eq!(may_change(&p(), kind, name, false), open, "open {name}");
+            assert_eq!(
+                may_change(&p(), kind, name, true),
+                restricted,
+                "restricted {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn network_mode_labels() {
+        assert!(!label_is_restricted(Some("open")));
+        assert!(label_is_restricted(Some("allowlist")));
+        assert!(label_is_restricted(Some("isolated")));
+        assert!(label_is_restricted(Some("restricted")));
+        assert!(label_is_restricted(None));
+    }
+}
