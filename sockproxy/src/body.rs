@@ -42,6 +42,27 @@ pub async fn read_checked(body: Body) -> Result<Value, Refusal> {
     parse_checked(&bytes)
 }
 
+/// Endpoints that take no body are forwarded with none; a body that says something is a 400
+/// (below API 1.24 a start body would replace the container's HostConfig). Whitespace, `{}` and
+/// `null`, which some clients send for "nothing", are accepted and not forwarded.
+pub async fn no_body(body: Body) -> Result<(), Refusal> {
+    let bytes: Bytes = Limited::new(body, NO_BODY_MAX)
+        .collect()
+        .await
+        .map_err(|_| Refusal::BadRequest("this endpoint takes no request body".into()))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    match text.trim() {
+        "" | "{}" | "null" => Ok(()),
+        _ => Err(Refusal::BadRequest(
+            "this endpoint takes no request body".into(),
+        )),
+    }
+}
+
+/// Enough for any "nothing" a client sends; more is refused without being read.
+const NO_BODY_MAX: usize = 64;
+
 pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, Refusal> {
     match parse_checked(bytes)? {
         Value::Object(map) => Ok(map),

@@ -132,6 +132,19 @@ impl Target {
     }
 }
 
+/// `MAJOR.MINOR` (with or without a leading `v`) compared as dockerd compares versions: each
+/// part as a number, so `1.024` is 1.24.
+pub fn api_version(raw: &str) -> Option<(u32, u32)> {
+    let raw = raw.strip_prefix('v').unwrap_or(raw);
+    let (major, minor) = raw.split_once('.')?;
+    let num = |s: &str| {
+        (!s.is_empty() && s.len() <= 6 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u32>().ok())
+            .flatten()
+    };
+    Some((num(major)?, num(minor)?))
+}
+
 pub fn canonicalize(uri: &Uri, headers: &HeaderMap) -> Result<Target, BadRequest> {
     if uri.scheme().is_some() || uri.authority().is_some() {
         return Err(BadRequest::NotOriginForm);

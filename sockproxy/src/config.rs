@@ -11,6 +11,8 @@ use crate::scope::{Prefix, PrefixError, Scope};
 const DEFAULT_UPSTREAM: &str = "unix:///var/run/docker.sock";
 /// Largest list answer the proxy buffers to filter; over it the list fails closed (502).
 const DEFAULT_MAX_LIST_BYTES: usize = 64 << 20;
+/// Lists buffered at once, all requests together.
+const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 256 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -77,6 +79,46 @@ pub struct Args {
     /// On SIGTERM/SIGINT: seconds in-flight streams may take to finish after the socket closes.
     #[arg(long, env = "SOCKPROXY_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace: u64,
+    /// Let containers run with `seccomp=unconfined`.
+    #[arg(long, env = "SOCKPROXY_ALLOW_SECCOMP_UNCONFINED")]
+    pub allow_seccomp_unconfined: bool,
+    /// SHA-256 (hex) of a custom seccomp profile containers may use, hashed over the profile
+    /// JSON as the client sends it (repeatable).
+    #[arg(
+        long = "allow-seccomp-profile",
+        env = "SOCKPROXY_ALLOW_SECCOMP_PROFILE",
+        value_delimiter = ','
+    )]
+    pub allow_seccomp_profile: Vec<String>,
+    /// A namespaced sysctl containers may set, e.g. net.ipv4.ip_unprivileged_port_start (repeatable).
+    #[arg(
+        long = "allow-sysctl",
+        env = "SOCKPROXY_ALLOW_SYSCTL",
+        value_delimiter = ','
+    )]
+    pub allow_sysctl: Vec<String>,
+    /// Largest HostConfig.ShmSize, in bytes.
+    #[arg(long, env = "SOCKPROXY_MAX_SHM_SIZE", default_value_t = crate::create_body::DEFAULT_MAX_SHM)]
+    pub max_shm_size: u64,
+    /// A logging driver containers may use (repeatable) [default: json-file, local, none].
+    #[arg(
+        long = "allow-log-driver",
+        env = "SOCKPROXY_ALLOW_LOG_DRIVER",
+        value_delimiter = ','
+    )]
+    pub allow_log_driver: Vec<String>,
+    /// Lowest API version a request may use (`/vX.Y/...`); older ones are refused (400).
+    #[arg(long, env = "SOCKPROXY_MIN_API_VERSION", default_value = "1.24")]
+    pub min_api_version: String,
+    /// Seconds a client has to send a complete request head.
+    #[arg(long, env = "SOCKPROXY_HEADER_TIMEOUT", default_value_t = 10)]
+    pub header_timeout: u64,
+    /// Client connections served at once; more are answered 503 and closed.
+    #[arg(long, env = "SOCKPROXY_MAX_CONNECTIONS", default_value_t = 256)]
+    pub max_connections: usize,
+    /// Bytes of list answers buffered at once across all requests; over it a list is 503.
+    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES_TOTAL", default_value_t = DEFAULT_MAX_LIST_BYTES_TOTAL)]
+    pub max_list_bytes_total: usize,
     /// Largest container or network list (bytes) the proxy will filter.
     #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES", default_value_t = DEFAULT_MAX_LIST_BYTES)]
     pub max_list_bytes: usize,
@@ -96,6 +138,14 @@ pub enum ConfigError {
     GroupLookup(String, String),
     #[error("--allow-bind-root {0:?}: must be an absolute path without '..'")]
     BindRoot(PathBuf),
+    #[error("--allow-bind-root {0:?}: the proxy cannot see it ({1}); mount it into the proxy's container at the same path")]
+    BindRootMissing(PathBuf, String),
+    #[error("--allow-bind-root {0:?}: must be the directory's real path ({1:?}), with no symbolic link in it")]
+    BindRootNotCanonical(PathBuf, PathBuf),
+    #[error("--allow-seccomp-profile {0:?}: expected 64 lowercase hex characters (a SHA-256)")]
+    SeccompProfile(String),
+    #[error("--min-api-version {0:?}: expected MAJOR.MINOR, at least 1.24")]
+    MinApiVersion(String),
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +158,11 @@ pub struct Config {
     pub socket_gid: Option<u32>,
     pub log_format: LogFormat,
     pub max_list_bytes: usize,
+    pub max_list_bytes_total: usize,
+    /// Requests naming an older `/vX.Y` are refused.
+    pub min_api_version: (u32, u32),
+    pub header_timeout: std::time::Duration,
+    pub max_connections: usize,
     pub shutdown_grace: std::time::Duration,
     pub create_rules: CreateRules,
     pub require_stack_label: bool,
@@ -127,14 +182,25 @@ impl Config {
         let socket_mode = parse_mode(&args.socket_mode)?;
         let socket_gid = args.socket_group.as_deref().map(parse_group).transpose()?;
         for root in &args.allow_bind_root {
-            let ok = root.is_absolute()
-                && !root
-                    .components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir));
-            if !ok {
-                return Err(ConfigError::BindRoot(root.clone()));
+            check_bind_root(root)?;
+        }
+        for sum in &args.allow_seccomp_profile {
+            if sum.len() != 64
+                || !sum
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(ConfigError::SeccompProfile(sum.clone()));
             }
         }
+        let min_api_version = crate::canon::api_version(&args.min_api_version)
+            .filter(|v| *v >= (1, 24))
+            .ok_or_else(|| ConfigError::MinApiVersion(args.min_api_version.clone()))?;
+        let allow_images: Vec<String> = args
+            .allow_image
+            .iter()
+            .map(|r| normalize_image(r))
+            .collect();
         Ok(Self {
             listen: args.listen,
             upstream,
@@ -145,19 +211,53 @@ impl Config {
             log_format: args.log_format,
             max_list_bytes: args.max_list_bytes,
             shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace),
+            max_list_bytes_total: args.max_list_bytes_total,
+            min_api_version,
+            header_timeout: std::time::Duration::from_secs(args.header_timeout),
+            max_connections: args.max_connections.max(1),
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
                 public_ports: args.allow_public_ports,
+                allow_seccomp_unconfined: args.allow_seccomp_unconfined,
+                seccomp_profiles: args.allow_seccomp_profile,
+                allow_sysctls: args.allow_sysctl,
+                max_shm_size: args.max_shm_size,
+                allow_log_drivers: if args.allow_log_driver.is_empty() {
+                    crate::create_body::default_log_drivers()
+                } else {
+                    args.allow_log_driver
+                },
+                allow_images: allow_images.clone(),
             },
             require_stack_label: args.require_stack_label,
-            allow_images: args
-                .allow_image
-                .iter()
-                .map(|r| normalize_image(r))
-                .collect(),
+            allow_images,
         })
     }
+}
+
+/// A bind root must be a directory the proxy sees, named by its real path: bind sources are
+/// checked component by component on the proxy's own view (`mounts::bind_source`).
+fn check_bind_root(root: &std::path::Path) -> Result<(), ConfigError> {
+    let ok = root.is_absolute()
+        && !root
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir));
+    if !ok {
+        return Err(ConfigError::BindRoot(root.to_owned()));
+    }
+    let real = std::fs::canonicalize(root)
+        .map_err(|e| ConfigError::BindRootMissing(root.to_owned(), e.to_string()))?;
+    if !real.is_dir() {
+        return Err(ConfigError::BindRootMissing(
+            root.to_owned(),
+            "not a directory".into(),
+        ));
+    }
+    if real != root {
+        return Err(ConfigError::BindRootNotCanonical(root.to_owned(), real));
+    }
+    Ok(())
 }
 
 /// `busybox` → `busybox:latest`; `docker.io/library/x` → `x`; a digest is kept as it is.

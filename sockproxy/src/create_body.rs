@@ -1,338 +1,249 @@
-//! What a stack may ask for when it creates a container (`POST /containers/create`): a pure
-//! decision on the parsed body (keys already checked by `body::parse_checked`, matched here
-//! case-insensitively as Go's decoder matches them), returning the body to forward with the
-//! `sockproxy.stack` label stamped on it, or the refusal naming the first reason.
+//! What a stack may ask for when it creates a container (`POST /containers/create`). The body
+//! is read the way dockerd reads it, 20.10's legacy shape included (HostConfig fields at the top
+//! level, used when `HostConfig` is absent or null), checked field by field against an
+//! allowlist, and the value forwarded is rebuilt from what was checked, with the
+//! `sockproxy.stack` label stamped on it. A field outside the allowlist is refused by name.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::fields::{self, value_not_allowed, Reader};
+use crate::host_config;
 use crate::refusal::Refusal;
-use crate::scope::{Access, Kind, Scope};
+use crate::scope::Scope;
 
 /// The label every created container carries.
 pub const STACK_LABEL: &str = "sockproxy.stack";
 
+/// Default cap on `HostConfig.ShmSize` (1 GiB).
+pub const DEFAULT_MAX_SHM: u64 = 1 << 30;
+
 /// Operator choices that open doors the defaults keep shut.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRules {
     /// Capabilities `CapAdd` may name (`--allow-cap`).
     pub allow_caps: Vec<String>,
-    /// Host directories bind mounts may come from (`--allow-bind-root`).
+    /// Host directories bind mounts may come from (`--allow-bind-root`), canonical paths.
     pub bind_roots: Vec<PathBuf>,
     /// Publish ports on addresses other than loopback (`--allow-public-ports`).
     pub public_ports: bool,
+    /// `seccomp=unconfined` (`--allow-seccomp-unconfined`).
+    pub allow_seccomp_unconfined: bool,
+    /// SHA-256 (lowercase hex) of custom seccomp profiles a stack may send
+    /// (`--allow-seccomp-profile`), hashed over the profile text as sent.
+    pub seccomp_profiles: Vec<String>,
+    /// Namespaced sysctls a container may set (`--allow-sysctl`).
+    pub allow_sysctls: Vec<String>,
+    /// Largest `ShmSize` in bytes (`--max-shm-size`).
+    pub max_shm_size: u64,
+    /// Logging drivers `LogConfig.Type` may name (`--allow-log-driver`).
+    pub allow_log_drivers: Vec<String>,
+    /// When not empty, the only images a container may be created from (`--allow-image`),
+    /// normalized as `config::normalize_image` does.
+    pub allow_images: Vec<String>,
 }
 
-fn refuse(why: impl Into<String>) -> Refusal {
-    Refusal::Setting {
-        op: "containers.create".into(),
-        why: why.into(),
-    }
-}
-
-/// The value Go would decode into `field` (keys are unique after folding).
-pub fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    obj.iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v)
-}
-
-fn present(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
-        Some(Value::Number(_)) => true,
-    }
-}
-
-fn strings(v: Option<&Value>) -> Result<Vec<String>, Refusal> {
-    match v {
-        None | Some(Value::Null) => Ok(vec![]),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| {
-                x.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| Refusal::BadRequest("expected a list of strings".into()))
-            })
-            .collect(),
-        Some(_) => Err(Refusal::BadRequest("expected a list of strings".into())),
-    }
-}
-
-fn string(v: Option<&Value>) -> Result<&str, Refusal> {
-    match v {
-        None | Some(Value::Null) => Ok(""),
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(Refusal::BadRequest("expected a string".into())),
-    }
-}
-
-/// A container another setting points at must be the stack's own, by name.
-fn own_container(what: &str, reference: &str, scope: &Scope) -> Result<(), Refusal> {
-    let name = reference.strip_prefix('/').unwrap_or(reference);
-    if scope.allows(Kind::Container, Access::Change, name) && !name.contains('/') {
-        Ok(())
-    } else {
-        Err(refuse(format!(
-            "{what} {reference} is not one of this stack's sandboxes"
-        )))
-    }
-}
-
-fn own_network(what: &str, name: &str, scope: &Scope) -> Result<(), Refusal> {
-    if matches!(name, "" | "default" | "bridge" | "none")
-        || scope.allows(Kind::Network, Access::Change, name)
-    {
-        Ok(())
-    } else {
-        Err(refuse(format!(
-            "{what} {name} is not one of this stack's networks"
-        )))
-    }
-}
-
-/// `host` is refused; `container:X` must name the stack's own container.
-fn namespace_mode(field_name: &str, value: &str, scope: &Scope) -> Result<(), Refusal> {
-    if value == "host" {
-        return Err(refuse(format!("{field_name} host is not allowed")));
-    }
-    if let Some(x) = value.strip_prefix("container:") {
-        return own_container(field_name, x, scope);
-    }
-    Ok(())
-}
-
-/// A host path may be bound only from under an allowed root, with no `..`, never the engine's
-/// socket.
-fn bind_source(source: &str, rules: &CreateRules, engine_socket: &Path) -> Result<(), Refusal> {
-    let path = Path::new(source);
-    if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(refuse(format!("bind source {source} contains '..'")));
-    }
-    let sockets = [
-        engine_socket,
-        Path::new("/var/run/docker.sock"),
-        Path::new("/run/docker.sock"),
-    ];
-    if sockets.iter().any(|s| path == *s || path.starts_with(s)) {
-        return Err(refuse(format!(
-            "bind source {source} is the engine's socket"
-        )));
-    }
-    // `Path::starts_with` compares whole components: /srv/a does not admit /srv/ab.
-    if rules.bind_roots.iter().any(|root| path.starts_with(root)) {
-        Ok(())
-    } else {
-        Err(refuse(format!(
-            "bind source {source} is not under an allowed bind root (--allow-bind-root)"
-        )))
-    }
-}
-
-fn binds(
-    host: &Map<String, Value>,
-    rules: &CreateRules,
-    engine_socket: &Path,
-) -> Result<(), Refusal> {
-    for bind in strings(field(host, "Binds"))? {
-        let source = bind.split(':').next().unwrap_or("");
-        // A source that is not an absolute path is a named volume.
-        if source.starts_with('/') {
-            bind_source(source, rules, engine_socket)?;
+impl Default for CreateRules {
+    fn default() -> Self {
+        Self {
+            allow_caps: vec![],
+            bind_roots: vec![],
+            public_ports: false,
+            allow_seccomp_unconfined: false,
+            seccomp_profiles: vec![],
+            allow_sysctls: vec![],
+            max_shm_size: DEFAULT_MAX_SHM,
+            allow_log_drivers: default_log_drivers(),
+            allow_images: vec![],
         }
     }
-    let mounts = match field(host, "Mounts") {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::Array(m)) => m,
-        Some(_) => return Err(Refusal::BadRequest("Mounts must be a list".into())),
-    };
-    for m in mounts {
-        let m = m
-            .as_object()
-            .ok_or_else(|| Refusal::BadRequest("a mount must be an object".into()))?;
-        let kind = string(field(m, "Type"))?.to_ascii_lowercase();
-        match kind.as_str() {
-            "bind" => bind_source(string(field(m, "Source"))?, rules, engine_socket)?,
-            "volume" => {
-                let driver = field(m, "VolumeOptions")
-                    .and_then(Value::as_object)
-                    .and_then(|o| field(o, "DriverConfig"))
-                    .and_then(Value::as_object);
-                if let Some(d) = driver {
-                    let name = string(field(d, "Name"))?;
-                    let opts = field(d, "Options").and_then(Value::as_object);
-                    let binds_host = opts.is_some_and(|o| {
-                        field(o, "device").is_some()
-                            || field(o, "o")
-                                .and_then(Value::as_str)
-                                .is_some_and(|v| v.split(',').any(|x| x == "bind" || x == "rbind"))
-                    });
-                    if binds_host || !matches!(name, "" | "local") {
-                        return Err(refuse(
-                            "volume driver options that bind a host device or path are not allowed",
-                        ));
-                    }
-                }
-            }
-            "tmpfs" => {}
-            other => return Err(refuse(format!("mounts of type {other:?} are not allowed"))),
-        }
-    }
-    Ok(())
 }
 
-fn ports(host: &Map<String, Value>, rules: &CreateRules) -> Result<(), Refusal> {
-    if rules.public_ports {
-        return Ok(());
-    }
-    if present(field(host, "PublishAllPorts")) {
-        return Err(refuse(
-            "PublishAllPorts publishes on every address (--allow-public-ports)",
-        ));
-    }
-    let Some(Value::Object(bindings)) = field(host, "PortBindings") else {
-        return Ok(());
-    };
-    for (port, list) in bindings {
-        for b in list.as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            let ip = b
-                .as_object()
-                .map(|o| string(field(o, "HostIp")))
-                .transpose()?
-                .unwrap_or("");
-            if !matches!(ip, "127.0.0.1" | "::1") {
-                let shown = if ip.is_empty() { "every address" } else { ip };
-                return Err(refuse(format!(
-                    "port {port} published on {shown}, not loopback (--allow-public-ports)"
-                )));
-            }
-        }
-    }
-    Ok(())
+/// `json-file`, `local`, `none`: drivers that keep the output on the host, or drop it.
+pub fn default_log_drivers() -> Vec<String> {
+    ["json-file", "local", "none"].map(String::from).to_vec()
 }
 
-const UNCONFINED: [&str; 8] = [
-    "seccomp=unconfined",
-    "seccomp:unconfined",
-    "apparmor=unconfined",
-    "apparmor:unconfined",
-    "label=disable",
-    "label:disable",
-    "systempaths=unconfined",
-    "systempaths:unconfined",
-];
-
-fn host_config(
-    host: &Map<String, Value>,
-    scope: &Scope,
-    rules: &CreateRules,
-    engine_socket: &Path,
-) -> Result<(), Refusal> {
-    if present(field(host, "Privileged")) {
-        return Err(refuse("privileged containers are not allowed"));
-    }
-    for cap in strings(field(host, "CapAdd"))? {
-        let bare = cap.trim_start_matches("CAP_").to_ascii_uppercase();
-        if !rules
-            .allow_caps
-            .iter()
-            .any(|a| a.trim_start_matches("CAP_").eq_ignore_ascii_case(&bare))
-        {
-            return Err(refuse(format!(
-                "capability {cap} is not allowed (--allow-cap)"
-            )));
-        }
-    }
-    for f in ["Devices", "DeviceRequests", "DeviceCgroupRules"] {
-        if present(field(host, f)) {
-            return Err(refuse(format!("{f} are not allowed")));
-        }
-    }
-    let net = string(field(host, "NetworkMode"))?;
-    if net == "host" {
-        return Err(refuse("NetworkMode host is not allowed"));
-    } else if let Some(x) = net.strip_prefix("container:") {
-        own_container("NetworkMode", x, scope)?;
-    } else {
-        own_network("NetworkMode", net, scope)?;
-    }
-    for f in [
-        "PidMode",
-        "IpcMode",
-        "UTSMode",
-        "UsernsMode",
-        "CgroupnsMode",
-    ] {
-        namespace_mode(f, string(field(host, f))?, scope)?;
-    }
-    for opt in strings(field(host, "SecurityOpt"))? {
-        let normalized = opt.replace(' ', "").to_ascii_lowercase();
-        if UNCONFINED.contains(&normalized.as_str()) || normalized.starts_with("seccomp=unconfined")
-        {
-            return Err(refuse(format!("SecurityOpt {opt} is not allowed")));
-        }
-    }
-    if present(field(host, "CgroupParent")) {
-        return Err(refuse("CgroupParent is not allowed"));
-    }
-    let runtime = string(field(host, "Runtime"))?;
-    if !matches!(runtime, "" | "runc") {
-        return Err(refuse(format!("Runtime {runtime} is not allowed")));
-    }
-    binds(host, rules, engine_socket)?;
-    for v in strings(field(host, "VolumesFrom"))? {
-        own_container("VolumesFrom", v.split(':').next().unwrap_or(""), scope)?;
-    }
-    for l in strings(field(host, "Links"))? {
-        own_container("Links", l.split(':').next().unwrap_or(""), scope)?;
-    }
-    ports(host, rules)
+/// What the field rules need to know about the stack.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    pub op: &'a str,
+    pub scope: &'a Scope,
+    pub rules: &'a CreateRules,
+    pub engine_socket: &'a Path,
 }
+
+const OP: &str = "containers.create";
 
 /// Decides on a parsed create body; returns the body to forward, labelled for `stack`.
 pub fn check(
-    mut body: Value,
+    body: Value,
     scope: &Scope,
     rules: &CreateRules,
     engine_socket: &Path,
     stack: &str,
 ) -> Result<Value, Refusal> {
-    let obj = body
-        .as_object_mut()
-        .ok_or_else(|| Refusal::BadRequest("body is not a JSON object".into()))?;
-    match field(obj, "HostConfig") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(host)) => host_config(host, scope, rules, engine_socket)?,
-        Some(_) => return Err(Refusal::BadRequest("HostConfig must be an object".into())),
+    let ctx = Ctx {
+        op: OP,
+        scope,
+        rules,
+        engine_socket,
+    };
+    if !body.is_object() {
+        return Err(Refusal::BadRequest("body is not a JSON object".into()));
     }
-    if let Some(Value::Object(nc)) = field(obj, "NetworkingConfig") {
-        if let Some(Value::Object(eps)) = field(nc, "EndpointsConfig") {
-            for name in eps.keys() {
-                own_network("NetworkingConfig.EndpointsConfig", name, scope)?;
-            }
+    let mut r = Reader::new(OP, "", body)?;
+    let mut o = Map::new();
+    let inner = r.take("HostConfig");
+    let legacy = r.take_all(host_config::FIELDS);
+    let host = match (inner, legacy.is_empty()) {
+        (Some(h), true) => Some(h),
+        // 20.10 reads top-level HostConfig fields when `HostConfig` is absent or null.
+        (None, false) => Some(Value::Object(
+            legacy.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        )),
+        (None, true) => None,
+        (Some(_), false) => {
+            let (name, _) = &legacy[0];
+            return Err(Refusal::Setting {
+                op: OP.into(),
+                why: format!(
+                    "{name} at the top level beside HostConfig is not allowed for this stack"
+                ),
+            });
         }
+    };
+    if let Some(h) = host {
+        o.insert("HostConfig".into(), host_config::host_config(&ctx, h)?);
     }
-    let labels_key = obj
-        .keys()
-        .find(|k| k.eq_ignore_ascii_case("Labels"))
-        .cloned()
-        .unwrap_or_else(|| "Labels".into());
-    let labels = obj
-        .entry(labels_key)
-        .or_insert_with(|| Value::Object(Map::new()));
-    if labels.is_null() {
-        *labels = Value::Object(Map::new());
+    r.keep(&mut o, "NetworkingConfig", |_, p, v| {
+        networking_config(&ctx, p, v)
+    })?;
+    for f in ["Hostname", "Domainname", "User", "WorkingDir", "StopSignal"] {
+        r.keep(&mut o, f, fields::any_string)?;
     }
-    let labels = labels
-        .as_object_mut()
-        .ok_or_else(|| Refusal::BadRequest("Labels must be an object".into()))?;
+    for f in [
+        "AttachStdin",
+        "AttachStdout",
+        "AttachStderr",
+        "Tty",
+        "OpenStdin",
+        "StdinOnce",
+        "ArgsEscaped",
+        "NetworkDisabled",
+    ] {
+        r.keep(&mut o, f, fields::any_bool)?;
+    }
+    r.keep(&mut o, "ExposedPorts", fields::any_key_set)?;
+    r.keep(&mut o, "Volumes", fields::any_key_set)?;
+    for f in ["Env", "OnBuild", "Shell"] {
+        r.keep(&mut o, f, fields::any_str_list)?;
+    }
+    r.keep(&mut o, "Cmd", fields::any_str_slice)?;
+    r.keep(&mut o, "Entrypoint", fields::any_str_slice)?;
+    r.keep(&mut o, "Healthcheck", healthcheck)?;
+    r.keep(&mut o, "StopTimeout", fields::any_int)?;
+    r.keep(&mut o, "Image", |r, p, v| {
+        let image = fields::string(p, v)?;
+        let normalized = crate::config::normalize_image(&image);
+        if !rules.allow_images.is_empty() && !rules.allow_images.contains(&normalized) {
+            return Err(value_not_allowed(r.op(), p, &image, "--allow-image"));
+        }
+        Ok(Value::String(image))
+    })?;
+    let mut labels = r
+        .take("Labels")
+        .map(|l| fields::str_map("Labels", l))
+        .transpose()?
+        .unwrap_or_default();
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
-    Ok(body)
+    o.insert("Labels".into(), Value::Object(labels));
+    r.zero_only(&["MacAddress"])?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+fn healthcheck(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(parent.op(), path, v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "Test", fields::any_str_list)?;
+    for f in [
+        "Interval",
+        "Timeout",
+        "StartPeriod",
+        "StartInterval",
+        "Retries",
+    ] {
+        r.keep(&mut o, f, fields::any_int)?;
+    }
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// `NetworkingConfig.EndpointsConfig`: only the stack's networks (or the engine's defaults).
+fn networking_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(ctx.op, path, v)?;
+    let mut o = Map::new();
+    if let Some(eps) = r.take("EndpointsConfig") {
+        let at = r.path("EndpointsConfig");
+        let Value::Object(eps) = eps else {
+            return Err(Refusal::BadRequest(format!("{at} must be an object")));
+        };
+        let mut out = Map::new();
+        for (name, settings) in eps {
+            host_config::own_network(ctx, &at, &name)?;
+            out.insert(
+                name.clone(),
+                endpoint_settings(ctx, &format!("{at}.{name}"), settings)?,
+            );
+        }
+        o.insert("EndpointsConfig".into(), Value::Object(out));
+    }
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// An endpoint on one of the stack's networks (create's `NetworkingConfig`, network connect).
+/// `NetworkID` would let the key name one network and the ID attach another: it, the
+/// engine-assigned fields and driver options are accepted only empty.
+pub fn endpoint_settings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(ctx.op, path, v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "IPAMConfig", |r, p, v| {
+        let mut ir = Reader::new(r.op(), p, v)?;
+        let mut io = Map::new();
+        ir.keep(&mut io, "IPv4Address", fields::any_string)?;
+        ir.keep(&mut io, "IPv6Address", fields::any_string)?;
+        ir.keep(&mut io, "LinkLocalIPs", fields::any_str_list)?;
+        ir.finish()?;
+        Ok(Value::Object(io))
+    })?;
+    r.keep(&mut o, "Links", |_, p, v| {
+        let list = fields::str_list(p, v)?;
+        for l in &list {
+            let name = l.rsplit_once(':').map_or(l.as_str(), |(n, _)| n);
+            host_config::own_container(ctx, p, name)?;
+        }
+        Ok(Value::from(list))
+    })?;
+    r.keep(&mut o, "Aliases", fields::any_str_list)?;
+    r.keep(&mut o, "GwPriority", fields::any_int)?;
+    r.zero_only(&[
+        "NetworkID",
+        "EndpointID",
+        "Gateway",
+        "IPAddress",
+        "IPPrefixLen",
+        "IPv6Gateway",
+        "GlobalIPv6Address",
+        "GlobalIPv6PrefixLen",
+        "MacAddress",
+        "DriverOpts",
+        "DNSNames",
+    ])?;
+    r.finish()?;
+    Ok(Value::Object(o))
 }
 
 #[cfg(test)]

@@ -13,12 +13,27 @@ struct Case {
     want: String,
 }
 
+/// A real directory stands in for the fixtures' `/srv/sandboxes` (bind sources are checked on
+/// the filesystem), with `t1` in it and `escape -> /` planted the way a sandbox would.
+fn bind_root() -> &'static Path {
+    static ROOT: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let d = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(d.path().join("t1")).expect("t1");
+        std::os::unix::fs::symlink("/", d.path().join("t1").join("escape")).expect("link");
+        d
+    })
+    .path()
+}
+
 fn decide(body: &str) -> String {
+    let root = bind_root().to_str().expect("utf-8 temp path");
+    let body = body.replace("/srv/sandboxes", root);
     let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
     let rules = CreateRules {
         allow_caps: vec!["NET_BIND_SERVICE".into()],
-        bind_roots: vec![PathBuf::from("/srv/sandboxes")],
-        public_ports: false,
+        bind_roots: vec![PathBuf::from(root)],
+        ..CreateRules::default()
     };
     let engine = Path::new("/run/custom/docker.sock");
     match parse_checked(body.as_bytes()).and_then(|v| check(v, &scope, &rules, engine, "atlas")) {
@@ -29,7 +44,7 @@ fn decide(body: &str) -> String {
             );
             "allow".into()
         }
-        Err(r) => r.to_string(),
+        Err(r) => r.to_string().replace(root, "/srv/sandboxes"),
     }
 }
 
@@ -68,7 +83,7 @@ fn refused_status_is_403_and_the_engine_socket_is_always_refused() {
     assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
     assert_eq!(
         err.to_string(),
-        "sockproxy: containers.create: bind source /run/custom/docker.sock is the engine's socket"
+        "sockproxy: containers.create: HostConfig.Binds /run/custom/docker.sock is the engine's socket"
     );
 }
 
@@ -84,6 +99,132 @@ fn a_client_label_cannot_claim_another_stack() {
         "atlas",
     )
     .expect("allowed");
-    assert_eq!(out["labels"]["sockproxy.stack"], "atlas");
-    assert_eq!(out["labels"]["k"], "v");
+    assert_eq!(out["Labels"]["sockproxy.stack"], "atlas");
+    assert_eq!(out["Labels"]["k"], "v");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Field names the forwarded body may carry at the top level and in `HostConfig`.
+    const TOP: [&str; 27] = [
+        "HostConfig",
+        "NetworkingConfig",
+        "Hostname",
+        "Domainname",
+        "User",
+        "WorkingDir",
+        "StopSignal",
+        "AttachStdin",
+        "AttachStdout",
+        "AttachStderr",
+        "Tty",
+        "OpenStdin",
+        "StdinOnce",
+        "ArgsEscaped",
+        "NetworkDisabled",
+        "ExposedPorts",
+        "Volumes",
+        "Env",
+        "OnBuild",
+        "Shell",
+        "Cmd",
+        "Entrypoint",
+        "Healthcheck",
+        "StopTimeout",
+        "Image",
+        "Labels",
+        "MacAddress",
+    ];
+
+    fn key() -> impl Strategy<Value = String> {
+        let known: Vec<&'static str> = TOP
+            .iter()
+            .chain(host_config::FIELDS.iter())
+            .copied()
+            .collect();
+        prop_oneof![
+            proptest::sample::select(known).prop_flat_map(|k| {
+                // The same field in any ASCII casing.
+                proptest::collection::vec(any::<bool>(), k.len()).prop_map(move |up| {
+                    k.chars()
+                        .zip(up)
+                        .map(|(c, u)| {
+                            if u {
+                                c.to_ascii_uppercase()
+                            } else {
+                                c.to_ascii_lowercase()
+                            }
+                        })
+                        .collect::<String>()
+                })
+            }),
+            "[A-Za-z]{1,12}",
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-2i64..70_000_000_000).prop_map(Value::from),
+            prop_oneof![
+                Just("host".to_owned()),
+                Just("/".to_owned()),
+                Just("/:/host".to_owned()),
+                Just("container:other".to_owned()),
+                Just("deer-flow-sandbox-1".to_owned()),
+                Just("seccomp=unconfined".to_owned()),
+                "[a-z/:=.-]{0,12}",
+            ]
+            .prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::vec((key(), inner), 0..4)
+                    .prop_map(|kv| Value::Object(dedup(kv))),
+            ]
+        })
+    }
+
+    fn dedup(kv: Vec<(String, Value)>) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (k, v) in kv {
+            if !out.keys().any(|o: &String| o.eq_ignore_ascii_case(&k)) {
+                out.insert(k, v);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// Whatever is sent, what is forwarded holds only listed fields, and reading the
+        /// forwarded body again gives the same body (the engine sees what was decided).
+        #[test]
+        fn forwarded_bodies_hold_only_listed_fields(
+            kv in proptest::collection::vec((key(), value()), 0..8)
+        ) {
+            let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
+            let rules = CreateRules { bind_roots: vec![bind_root().to_owned()], ..CreateRules::default() };
+            let engine = Path::new("/run/docker.sock");
+            if let Ok(out) = check(Value::Object(dedup(kv)), &scope, &rules, engine, "s") {
+                let top = out.as_object().expect("object");
+                for k in top.keys() {
+                    prop_assert!(TOP.contains(&k.as_str()), "top-level {k}");
+                }
+                if let Some(h) = top.get("HostConfig").and_then(Value::as_object) {
+                    for k in h.keys() {
+                        prop_assert!(host_config::FIELDS.contains(&k.as_str()), "HostConfig.{k}");
+                        prop_assert!(k != "Privileged" || h[k] == Value::Bool(false));
+                    }
+                }
+                let again = check(out.clone(), &scope, &rules, engine, "s");
+                prop_assert_eq!(again.ok(), Some(out));
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! sockproxy: a per-stack Docker Engine API proxy. A request is canonicalized (`canon`), typed
 //! (`api`), decided without I/O (`policy`, `scope`), then resolved, pinned and forwarded
 //! (`proxy`, `upstream`); list answers are filtered (`filter`); refusals look like dockerd's
-//! errors (`refusal`). What a stack may write is decided by `create_body` and `write_rules`;
+//! errors (`refusal`). What a stack may write is read field by field (`fields`) and decided by
+//! `create_body`, `host_config`, `mounts` and `write_rules`;
 //! `events` filters the event stream. `server` owns the socket, `config` the flags.
 
 pub mod api;
@@ -10,9 +11,12 @@ pub mod canon;
 pub mod config;
 pub mod create_body;
 pub mod events;
+pub mod fields;
 pub mod filter;
 mod forward;
+pub mod host_config;
 pub mod inflight;
+pub mod mounts;
 pub mod policy;
 pub mod proxy;
 pub mod refusal;

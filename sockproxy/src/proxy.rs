@@ -50,6 +50,14 @@ pub struct Proxy {
     pub allow_images: Vec<String>,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
+    /// Requests naming an older `/vX.Y` are refused before anything else.
+    pub min_api_version: (u32, u32),
+    /// Bytes all buffered lists may hold together.
+    pub list_budget: upstream::ListBudget,
+    /// Client connections served at once (`--max-connections`).
+    pub connection_slots: Arc<tokio::sync::Semaphore>,
+    /// Time a client has to send a whole request head (`--header-timeout`).
+    pub header_timeout: std::time::Duration,
 }
 
 /// How many requests were allowed and refused since start.
@@ -159,6 +167,16 @@ impl Proxy {
         let mut body = Some(body.boxed());
         let (op, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
             Err(e) => ("bad_request".to_owned(), "", Err(e.into())),
+            Ok(target) if self.too_old(&target) => (
+                "bad_request".to_owned(),
+                "",
+                Err(Refusal::BadRequest(format!(
+                    "API version {} is older than this proxy's minimum {}.{}",
+                    target.version.as_deref().unwrap_or(""),
+                    self.min_api_version.0,
+                    self.min_api_version.1
+                ))),
+            ),
             Ok(target) => {
                 let ep = api::parse(&parts.method, &target);
                 let op = ep.op();
@@ -186,6 +204,14 @@ impl Proxy {
         outcome(&op, reason, result)
     }
 
+    /// Below API 1.24 some bodies mean more (a start body replaces the HostConfig).
+    fn too_old(&self, target: &Target) -> bool {
+        target
+            .version
+            .as_deref()
+            .is_some_and(|v| canon::api_version(v).is_none_or(|v| v < self.min_api_version))
+    }
+
     async fn act(
         &self,
         plan: Plan,
@@ -201,8 +227,9 @@ impl Proxy {
         let mut take = || body.take().unwrap_or_else(upstream::empty);
         match plan {
             Plan::Forward => {
-                self.forward(parts, take(), with_query(target.path(), &query), None)
-                    .await
+                body::no_body(take()).await?;
+                let path = with_query(target.path(), &query);
+                self.forward(parts, upstream::empty(), path, None).await
             }
             Plan::CreateContainer => {
                 let checked = body::read_checked(take()).await?;
@@ -217,8 +244,9 @@ impl Proxy {
                     .await
             }
             Plan::Events => {
-                let req =
-                    upstream_request(&parts, with_query(target.path(), &query), take(), false)?;
+                body::no_body(take()).await?;
+                let path = with_query(target.path(), &query);
+                let req = upstream_request(&parts, path, upstream::empty(), false)?;
                 let resp = self.upstream.send(req).await.map_err(upstream_err)?;
                 if resp.status() != StatusCode::OK {
                     return Ok(stream_response(resp));
@@ -236,16 +264,18 @@ impl Proxy {
             } => {
                 // Bodies are decided before anything is asked of the engine.
                 let checked = match cop {
-                    ContainerOp::ExecCreate | ContainerOp::Update => {
-                        let v = body::read_checked(take()).await?;
-                        if cop == ContainerOp::ExecCreate {
-                            crate::write_rules::exec_create(&v)?;
-                        } else {
-                            crate::write_rules::update(&v)?;
-                        }
-                        Some(v)
+                    ContainerOp::ExecCreate => Some(crate::write_rules::exec_create(
+                        body::read_checked(take()).await?,
+                    )?),
+                    ContainerOp::Update => Some(crate::write_rules::update(
+                        body::read_checked(take()).await?,
+                    )?),
+                    // The archive upload's body is the tar stream itself.
+                    ContainerOp::Archive if parts.method == http::Method::PUT => None,
+                    _ => {
+                        body::no_body(take()).await?;
+                        None
                     }
-                    _ => None,
                 };
                 let (id, inspected) = match self
                     .resolve(Kind::Container, access, op, &r, target.version.as_deref())
@@ -263,22 +293,44 @@ impl Proxy {
                     return self.forward_json(parts, &v, path).await;
                 }
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
-                self.forward(parts, take(), path, upgrade).await
+                let sent = if cop == ContainerOp::Archive && parts.method == http::Method::PUT {
+                    take()
+                } else {
+                    upstream::empty()
+                };
+                self.forward(parts, sent, path, upgrade).await
             }
             Plan::Exec {
                 op: eop,
                 id,
                 access,
             } => {
+                let checked = if eop == ExecOp::Start {
+                    Some(crate::write_rules::exec_start(
+                        body::read_checked(take()).await?,
+                    )?)
+                } else {
+                    body::no_body(take()).await?;
+                    None
+                };
                 let exec_id = self.resolve_exec(access, &id, target).await?;
-                let path = pinned(target, 1, &exec_id);
+                let path = with_query(pinned(target, 1, &exec_id), &query);
                 let upgrade = upgrade.filter(|_| eop == ExecOp::Start);
-                self.forward(parts, take(), with_query(path, &query), upgrade)
-                    .await
+                match checked {
+                    Some(v) => {
+                        let bytes = serde_json::to_vec(&v)
+                            .map_err(|e| Refusal::BadRequest(e.to_string()))?;
+                        self.forward(json_parts(parts), upstream::full(bytes), path, upgrade)
+                            .await
+                    }
+                    None => self.forward(parts, upstream::empty(), path, upgrade).await,
+                }
             }
             Plan::CreateNetwork => {
-                let v = body::read_checked(take()).await?;
-                crate::write_rules::network_create(&v, &self.scope)?;
+                let v = crate::write_rules::network_create(
+                    body::read_checked(take()).await?,
+                    &self.scope,
+                )?;
                 self.forward_json(parts, &v, with_query(target.path(), &query))
                     .await
             }
@@ -296,15 +348,22 @@ impl Proxy {
                 };
                 let path = with_query(pinned(target, 1, &id), &query);
                 match nop {
-                    NetworkOp::Inspect => Ok(buffered_response(inspected)),
-                    NetworkOp::Remove => self.forward(parts, take(), path, None).await,
+                    NetworkOp::Inspect => {
+                        body::no_body(take()).await?;
+                        self.own_endpoints_only(inspected)
+                    }
+                    NetworkOp::Remove => {
+                        body::no_body(take()).await?;
+                        self.forward(parts, upstream::empty(), path, None).await
+                    }
                     NetworkOp::Connect | NetworkOp::Disconnect => {
-                        let mut map = body::read_json_object(take()).await?;
-                        let key = body::field_key(&map, "Container").ok_or_else(|| {
-                            Refusal::BadRequest(format!("{op}: body has no Container"))
-                        })?;
-                        let raw = body::string_field(&map, "Container")?.unwrap_or("");
-                        let cref = ObjRef::parse(raw).ok_or_else(|| {
+                        let (raw, mut map) = crate::write_rules::network_attach(
+                            op,
+                            body::read_checked(take()).await?,
+                            &self.scope,
+                            &self.create_rules,
+                        )?;
+                        let cref = ObjRef::parse(&raw).ok_or_else(|| {
                             Refusal::BadRequest(format!(
                                 "{op}: Container {raw:?} is not a reference"
                             ))
@@ -329,7 +388,7 @@ impl Proxy {
                             Ok((cid, _)) => cid,
                             Err(engine) => return Ok(buffered_response(engine)),
                         };
-                        map.insert(key, Value::String(cid));
+                        map.insert("Container".into(), Value::String(cid));
                         let bytes = serde_json::to_vec(&map)
                             .map_err(|e| Refusal::BadRequest(e.to_string()))?;
                         self.forward_body(parts, bytes, path).await
@@ -465,9 +524,10 @@ impl Proxy {
         if resp.status() != StatusCode::OK {
             return Ok(stream_response(resp));
         }
-        let answer = upstream::read_capped(resp, self.max_list_bytes)
-            .await
-            .map_err(upstream_err)?;
+        let (answer, _held) =
+            upstream::read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
+                .await
+                .map_err(upstream_err)?;
         let filtered = if answer.body.len() > FILTER_INLINE_MAX {
             // Off the event loop: a large list takes milliseconds to filter, and every other
             // request of the stack waits on the loop meanwhile (sockproxy runs one; main.rs).
@@ -522,18 +582,49 @@ impl Proxy {
 
     async fn forward_body(
         &self,
-        mut parts: Parts,
+        parts: Parts,
         bytes: Vec<u8>,
         path: String,
     ) -> Result<Response<Body>, Refusal> {
-        parts.headers.remove(header::CONTENT_LENGTH);
-        parts.headers.remove(header::TRANSFER_ENCODING);
-        parts.headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        self.forward(parts, upstream::full(bytes), path, None).await
+        self.forward(json_parts(parts), upstream::full(bytes), path, None)
+            .await
     }
+
+    /// A network's inspect answer with `Containers` cut to the stack's own (by endpoint name),
+    /// so an own or predefined network does not list other stacks' containers.
+    fn own_endpoints_only(&self, inspected: Buffered) -> Result<Response<Body>, Refusal> {
+        let mut v: Value = serde_json::from_slice(&inspected.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
+        if let Some(Value::Object(containers)) = v.get_mut("Containers") {
+            containers.retain(|_, ep| {
+                ep.get("Name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| self.scope.visible(n))
+            });
+        }
+        if let Some(obj) = v.as_object_mut() {
+            // Swarm-only views of other nodes and services.
+            obj.remove("Peers");
+            obj.remove("Services");
+        }
+        let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
+        out.push(b'\n');
+        Ok(buffered_response(Buffered {
+            body: Bytes::from(out),
+            ..inspected
+        }))
+    }
+}
+
+/// The request head for a body the proxy wrote: its own length, JSON.
+fn json_parts(mut parts: Parts) -> Parts {
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts
 }
 
 fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusal>) -> Outcome {
@@ -545,5 +636,8 @@ fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusa
 }
 
 fn upstream_err(e: upstream::UpstreamError) -> Refusal {
-    Refusal::Upstream(e.to_string())
+    match e {
+        upstream::UpstreamError::Busy => Refusal::Busy(e.to_string()),
+        e => Refusal::Upstream(e.to_string()),
+    }
 }

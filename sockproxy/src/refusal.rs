@@ -34,6 +34,9 @@ pub enum Refusal {
     TooLarge(usize),
     #[error("sockproxy: upstream unavailable: {0}")]
     Upstream(String),
+    /// The proxy is at a limit (connections, list buffers); try again later.
+    #[error("sockproxy: busy: {0}")]
+    Busy(String),
 }
 
 impl Refusal {
@@ -51,6 +54,7 @@ impl Refusal {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -67,6 +71,7 @@ impl Refusal {
             Self::BadRequest(_) => "bad_request",
             Self::TooLarge(_) => "body_too_large",
             Self::Upstream(_) => "upstream_unavailable",
+            Self::Busy(_) => "busy",
         }
     }
 

@@ -77,6 +77,10 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         require_stack_label: cfg.require_stack_label,
         allow_images: cfg.allow_images.clone(),
         inflight: Default::default(),
+        min_api_version: cfg.min_api_version,
+        list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
+        connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
+        header_timeout: cfg.header_timeout,
     })
 }
 
@@ -97,9 +101,18 @@ pub async fn serve(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(serve_connection(stream, proxy.clone(), stop_rx.clone()));
-                }
+                Ok((stream, _)) => match proxy.connection_slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        let (p, stop) = (proxy.clone(), stop_rx.clone());
+                        tokio::spawn(async move {
+                            serve_connection(stream, p, stop).await;
+                            drop(slot);
+                        });
+                    }
+                    Err(_) => {
+                        tokio::spawn(reject_busy(stream, proxy.clone()));
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -146,17 +159,34 @@ async fn serve_connection(
         })
         .unwrap_or_default();
     let mut stream = stream;
-    let prefix = match request_line::read_first_line(&mut stream).await {
-        Ok((FirstLine::Ok, prefix)) => prefix,
-        Ok((FirstLine::Bad(why), _)) => {
+    let first = tokio::time::timeout(
+        proxy.header_timeout,
+        request_line::read_first_line(&mut stream),
+    )
+    .await;
+    let prefix = match first {
+        Ok(Ok((FirstLine::Ok, prefix))) => prefix,
+        Ok(Ok((FirstLine::Bad(why), _))) => {
             reject_line(&mut stream, &proxy, peer, why).await;
             return;
         }
-        Ok((FirstLine::Closed, _)) | Err(_) => return,
+        Err(_) => {
+            reject_line(
+                &mut stream,
+                &proxy,
+                peer,
+                "no complete request line in time",
+            )
+            .await;
+            return;
+        }
+        Ok(Ok((FirstLine::Closed, _))) | Ok(Err(_)) => return,
     };
     let svc_proxy = proxy.clone();
     let svc = service_fn(move |req| svc_proxy.clone().handle(peer, req));
     let conn = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(proxy.header_timeout)
         .serve_connection(TokioIo::new(Rewound::new(prefix, stream)), svc)
         .with_upgrades();
     tokio::pin!(conn);
@@ -175,13 +205,30 @@ async fn serve_connection(
     }
 }
 
+/// Over `--max-connections`: a 503 in dockerd's shape, then close.
+async fn reject_busy(mut stream: UnixStream, proxy: Arc<Proxy>) {
+    let refusal = Refusal::Busy("too many connections (--max-connections)".into());
+    // The answer must not wait on a client that sends nothing.
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        reject(&mut stream, &proxy, Peer::default(), refusal),
+    )
+    .await;
+}
+
 /// Answers an unparsable first request line in dockerd's error shape and closes.
 async fn reject_line(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, why: &'static str) {
+    reject(stream, proxy, peer, Refusal::BadRequest(why.to_owned())).await;
+}
+
+async fn reject(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, refusal: Refusal) {
     proxy.counters.count(false);
-    let refusal = Refusal::BadRequest(why.to_owned());
+    let status = refusal.status();
     let body = refusal.body();
     let head = format!(
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
         body.len()
     );
     tracing::info!(
@@ -192,7 +239,7 @@ async fn reject_line(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, why: &'
         target = "",
         decision = "deny",
         reason = refusal.reason(),
-        status = 400u16,
+        status = status.as_u16(),
         duration_ms = 0.0,
         "decision"
     );

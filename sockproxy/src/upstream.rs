@@ -48,6 +48,47 @@ pub enum UpstreamError {
     Timeout(Duration),
     #[error("reading the answer: {0}")]
     Body(String),
+    #[error("the proxy is buffering as many lists as it may (--max-list-bytes-total)")]
+    Busy,
+}
+
+/// The bytes of list answers all requests may hold at once (`--max-list-bytes-total`), in
+/// 64 KiB blocks: a list that would go over is refused instead of growing the proxy's memory.
+#[derive(Debug)]
+pub struct ListBudget {
+    blocks: Arc<tokio::sync::Semaphore>,
+}
+
+const BLOCK: usize = 64 * 1024;
+
+impl ListBudget {
+    pub fn new(total_bytes: usize) -> Self {
+        let blocks = (total_bytes / BLOCK).clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        Self {
+            blocks: Arc::new(tokio::sync::Semaphore::new(blocks)),
+        }
+    }
+}
+
+/// Blocks held for one buffered answer; returned when dropped.
+#[derive(Debug, Default)]
+pub struct Held(Vec<tokio::sync::OwnedSemaphorePermit>);
+
+impl Held {
+    fn grow_to(&mut self, budget: &ListBudget, bytes: usize) -> Result<(), UpstreamError> {
+        let have: usize = self.0.iter().map(|p| p.num_permits()).sum();
+        let want = bytes.div_ceil(BLOCK);
+        if want > have {
+            let more = u32::try_from(want - have).map_err(|_| UpstreamError::Busy)?;
+            let p = budget
+                .blocks
+                .clone()
+                .try_acquire_many_owned(more)
+                .map_err(|_| UpstreamError::Busy)?;
+            self.0.push(p);
+        }
+        Ok(())
+    }
 }
 
 /// A buffered upstream answer.
@@ -164,6 +205,16 @@ fn client_error(e: hyper_util::client::legacy::Error) -> UpstreamError {
 /// Content-Length when the engine sends one (lists run to megabytes; growing and then joining
 /// chunks copied them twice).
 pub async fn read_capped(resp: Response<Incoming>, cap: usize) -> Result<Buffered, UpstreamError> {
+    read_budgeted(resp, cap, None).await.map(|(b, _)| b)
+}
+
+/// Like `read_capped`, holding blocks of `budget` for every byte buffered.
+pub async fn read_budgeted(
+    resp: Response<Incoming>,
+    cap: usize,
+    budget: Option<&ListBudget>,
+) -> Result<(Buffered, Held), UpstreamError> {
+    let mut held = Held::default();
     let (parts, mut body) = resp.into_parts();
     let announced = parts
         .headers
@@ -173,6 +224,9 @@ pub async fn read_capped(resp: Response<Incoming>, cap: usize) -> Result<Buffere
     if announced.is_some_and(|n| n > cap) {
         return Err(UpstreamError::TooLarge(cap));
     }
+    if let (Some(b), Some(n)) = (budget, announced) {
+        held.grow_to(b, n)?;
+    }
     let mut buf = Vec::with_capacity(announced.unwrap_or(0));
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| UpstreamError::Body(e.to_string()))?;
@@ -180,14 +234,18 @@ pub async fn read_capped(resp: Response<Incoming>, cap: usize) -> Result<Buffere
             if buf.len() + data.len() > cap {
                 return Err(UpstreamError::TooLarge(cap));
             }
+            if let Some(b) = budget {
+                held.grow_to(b, buf.len() + data.len())?;
+            }
             buf.extend_from_slice(&data);
         }
     }
-    Ok(Buffered {
+    let answer = Buffered {
         status: parts.status,
         headers: parts.headers,
         body: Bytes::from(buf),
-    })
+    };
+    Ok((answer, held))
 }
 
 pub fn empty() -> Body {

@@ -1,136 +1,193 @@
-//! Decisions on the bodies of writes other than container create: exec create (no privileged
-//! exec), container update (resource limits only) and network create (name in scope; no driver
-//! or option that attaches to a host bridge or interface). Pure; bodies come from
-//! `body::parse_checked`, fields are matched as Go matches them.
+//! Bodies of writes other than container create, each read field by field into the value
+//! forwarded (`fields::Reader`): exec create and start (no privileged exec), container update
+//! (resource limits only), network create (name in scope, bridge driver,
+//! an allowlist of options, no config-from), network connect and disconnect (own endpoints).
+
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::create_body::field;
+use crate::create_body::{endpoint_settings, CreateRules, Ctx};
+use crate::fields::{self, Reader};
+use crate::host_config;
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
 
-fn setting(op: &str, why: impl Into<String>) -> Refusal {
-    Refusal::Setting {
-        op: op.into(),
-        why: why.into(),
+fn object(v: &Value) -> Result<(), Refusal> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(Refusal::BadRequest("body is not a JSON object".into()))
     }
 }
 
-fn object(v: &Value) -> Result<&Map<String, Value>, Refusal> {
-    v.as_object()
-        .ok_or_else(|| Refusal::BadRequest("body is not a JSON object".into()))
-}
-
-pub fn exec_create(v: &Value) -> Result<(), Refusal> {
-    match field(object(v)?, "Privileged") {
-        Some(Value::Bool(true)) => {
-            Err(setting("containers.exec", "privileged exec is not allowed"))
+/// `POST /containers/{id}/exec`.
+pub fn exec_create(v: Value) -> Result<Value, Refusal> {
+    object(&v)?;
+    let mut r = Reader::new("containers.exec", "", v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "Privileged", |r, p, v| {
+        if fields::boolean(p, &v)? {
+            Err(Refusal::Setting {
+                op: r.op().into(),
+                why: "privileged exec is not allowed".into(),
+            })
+        } else {
+            Ok(Value::Bool(false))
         }
-        None | Some(Value::Null | Value::Bool(false)) => Ok(()),
-        Some(_) => Err(Refusal::BadRequest("Privileged must be a boolean".into())),
+    })?;
+    for f in ["User", "DetachKeys", "WorkingDir"] {
+        r.keep(&mut o, f, fields::any_string)?;
+    }
+    for f in ["Tty", "AttachStdin", "AttachStdout", "AttachStderr"] {
+        r.keep(&mut o, f, fields::any_bool)?;
+    }
+    r.keep(&mut o, "ConsoleSize", console)?;
+    r.keep(&mut o, "Env", fields::any_str_list)?;
+    r.keep(&mut o, "Cmd", fields::any_str_slice)?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// `POST /exec/{id}/start`: `{Detach, Tty, ConsoleSize}`.
+pub fn exec_start(v: Value) -> Result<Value, Refusal> {
+    object(&v)?;
+    let mut r = Reader::new("exec.start", "", v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "Detach", fields::any_bool)?;
+    r.keep(&mut o, "Tty", fields::any_bool)?;
+    r.keep(&mut o, "ConsoleSize", console)?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+fn console(_: &Reader, p: &str, v: Value) -> Result<Value, Refusal> {
+    match &v {
+        Value::Array(a) if a.len() == 2 && a.iter().all(|x| x.as_u64().is_some()) => Ok(v),
+        _ => Err(Refusal::BadRequest(format!(
+            "{p} must be two non-negative integers"
+        ))),
     }
 }
 
-/// Fields of `POST /containers/{id}/update` that only change resource limits (dockerd's
-/// `container.Resources`, less devices, cgroup parent and OOM-killer switches).
-const RESOURCE_FIELDS: [&str; 24] = [
-    "CpuShares",
-    "Memory",
-    "NanoCpus",
-    "CpuPeriod",
-    "CpuQuota",
-    "CpuRealtimePeriod",
-    "CpuRealtimeRuntime",
-    "CpusetCpus",
-    "CpusetMems",
-    "MemoryReservation",
-    "MemorySwap",
-    "MemorySwappiness",
-    "KernelMemory",
-    "KernelMemoryTCP",
-    "PidsLimit",
-    "Ulimits",
-    "CpuCount",
-    "CpuPercent",
-    "IOMaximumIOps",
-    "IOMaximumBandwidth",
-    "BlkioWeight",
-    "BlkioWeightDevice",
-    "BlkioDeviceReadBps",
-    "BlkioDeviceWriteBps",
+/// `POST /containers/{id}/update`: `container.UpdateConfig`, resources and restart policy.
+pub fn update(v: Value) -> Result<Value, Refusal> {
+    object(&v)?;
+    let mut r = Reader::new("containers.update", "", v)?;
+    let mut o = Map::new();
+    host_config::resources(&mut r, &mut o)?;
+    // Changing the restart policy is not a resource limit (the CLI sends it empty).
+    r.zero_only(&["RestartPolicy"])?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// Bridge options a stack may set; everything else (a host bridge's name, host binding
+/// addresses, ...) is refused by name.
+const BRIDGE_OPTIONS: [&str; 6] = [
+    "com.docker.network.bridge.enable_icc",
+    "com.docker.network.bridge.enable_ip_masquerade",
+    "com.docker.network.bridge.gateway_mode_ipv4",
+    "com.docker.network.bridge.gateway_mode_ipv6",
+    "com.docker.network.driver.mtu",
+    "com.docker.network.container_iface_prefix",
 ];
 
-/// Unset or empty is not a change (the docker CLI sends every field, zero when not given).
-fn is_zero(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.values().all(is_zero),
-    }
-}
-
-pub fn update(v: &Value) -> Result<(), Refusal> {
-    for (key, value) in object(v)? {
-        let resource = RESOURCE_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(key))
-            || key.eq_ignore_ascii_case("BlkioDeviceReadIOps")
-            || key.eq_ignore_ascii_case("BlkioDeviceWriteIOps");
-        if !resource && !is_zero(value) {
-            return Err(setting(
-                "containers.update",
-                format!("{key} is not a resource limit"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Options that put a network on an existing host bridge or interface.
-const HOST_ATTACH_OPTIONS: [&str; 3] = ["com.docker.network.bridge.name", "parent", "macvlan_mode"];
-
-pub fn network_create(v: &Value, scope: &Scope) -> Result<(), Refusal> {
-    let obj = object(v)?;
-    let name = match field(obj, "Name") {
-        Some(Value::String(n)) => n.as_str(),
+/// `POST /networks/create`.
+pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
+    const OP: &str = "networks.create";
+    object(&v)?;
+    let mut r = Reader::new(OP, "", v)?;
+    let mut o = Map::new();
+    let name = match r.take("Name") {
+        Some(Value::String(n)) => n,
         _ => {
             return Err(Refusal::BadRequest(
                 "networks.create: body has no string Name".into(),
             ))
         }
     };
-    if !scope.allows(Kind::Network, Access::Change, name) {
+    if !scope.allows(Kind::Network, Access::Change, &name) {
         return Err(Refusal::NetworkOutOfScope {
-            op: "networks.create".into(),
-            name: name.into(),
+            op: OP.into(),
+            name,
         });
     }
-    let driver = match field(obj, "Driver") {
-        None | Some(Value::Null) => "",
-        Some(Value::String(d)) => d.as_str(),
-        Some(_) => return Err(Refusal::BadRequest("Driver must be a string".into())),
-    };
-    if !matches!(driver, "" | "bridge") {
-        return Err(setting(
-            "networks.create",
-            format!("driver {driver} is not allowed"),
-        ));
-    }
-    if let Some(Value::Object(opts)) = field(obj, "Options") {
-        for key in opts.keys() {
-            if HOST_ATTACH_OPTIONS
-                .iter()
-                .any(|o| o.eq_ignore_ascii_case(key))
-            {
-                return Err(setting(
-                    "networks.create",
-                    format!("option {key} would attach to a host bridge or interface"),
-                ));
-            }
+    o.insert("Name".into(), Value::String(name));
+    r.keep(&mut o, "Driver", |r, p, v| {
+        let d = fields::string(p, v)?;
+        if matches!(d.as_str(), "" | "bridge") {
+            Ok(Value::String(d))
+        } else {
+            Err(Refusal::Setting {
+                op: r.op().into(),
+                why: format!("driver {d} is not allowed"),
+            })
         }
+    })?;
+    r.keep(&mut o, "Scope", fields::one_of(&["", "local"]))?;
+    for f in ["CheckDuplicate", "EnableIPv4", "EnableIPv6", "Internal"] {
+        r.keep(&mut o, f, fields::any_bool)?;
     }
-    Ok(())
+    for f in ["Attachable", "Ingress", "ConfigOnly"] {
+        r.keep(&mut o, f, fields::false_only)?;
+    }
+    // A config-only network chosen by name would bring in options refused when sent directly.
+    r.zero_only(&["ConfigFrom"])?;
+    r.keep(&mut o, "Labels", fields::any_str_map)?;
+    r.keep(&mut o, "IPAM", |r, p, v| {
+        let mut ir = Reader::new(r.op(), p, v)?;
+        let mut io = Map::new();
+        ir.keep(&mut io, "Driver", fields::one_of(&["", "default"]))?;
+        // A chosen subnet could shadow a host route; the engine picks one from its pools.
+        ir.zero_only(&["Config", "Options"])?;
+        ir.finish()?;
+        Ok(Value::Object(io))
+    })?;
+    r.keep(&mut o, "Options", |r, p, v| {
+        let opts = fields::str_map(p, v)?;
+        match opts.keys().find(|k| !BRIDGE_OPTIONS.contains(&k.as_str())) {
+            Some(k) => Err(Refusal::Setting {
+                op: r.op().into(),
+                why: format!("option {k} is not allowed for this stack"),
+            }),
+            None => Ok(Value::Object(opts)),
+        }
+    })?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// `POST /networks/{id}/connect` and `/disconnect`: the container reference (returned for the
+/// caller to resolve and pin) and the rest of the body as it will be forwarded.
+pub fn network_attach(
+    op: &str,
+    v: Value,
+    scope: &Scope,
+    rules: &CreateRules,
+) -> Result<(String, Map<String, Value>), Refusal> {
+    object(&v)?;
+    let mut r = Reader::new(op, "", v)?;
+    let container = match r.take("Container") {
+        Some(Value::String(c)) => c,
+        _ => return Err(Refusal::BadRequest(format!("{op}: body has no Container"))),
+    };
+    let mut o = Map::new();
+    if op == "networks.connect" {
+        let ctx = Ctx {
+            op,
+            scope,
+            rules,
+            engine_socket: Path::new("/"),
+        };
+        r.keep(&mut o, "EndpointConfig", |_, p, v| {
+            endpoint_settings(&ctx, p, v)
+        })?;
+    } else {
+        r.keep(&mut o, "Force", fields::any_bool)?;
+    }
+    r.finish()?;
+    Ok((container, o))
 }
 
 #[cfg(test)]
@@ -141,32 +198,80 @@ mod tests {
 
     #[test]
     fn exec_update_and_network_tables() {
-        assert!(exec_create(&json!({ "Cmd": ["sh"], "Privileged": false })).is_ok());
+        assert!(exec_create(json!({ "Cmd": ["sh"], "Privileged": false })).is_ok());
         assert_eq!(
-            exec_create(&json!({ "privileged": true })).map_err(|e| e.to_string()),
+            exec_create(json!({ "privileged": true })).map_err(|e| e.to_string()),
             Err("sockproxy: containers.exec: privileged exec is not allowed".into())
         );
         // What `docker update --memory 64m` sends: every resource field, most of them zero.
-        assert!(update(&json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": { "Name": "", "MaximumRetryCount": 0 } })).is_ok());
+        assert!(update(json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": { "Name": "", "MaximumRetryCount": 0 } })).is_ok());
         assert_eq!(
-            update(&json!({ "RestartPolicy": { "Name": "always" } })).map_err(|e| e.to_string()),
-            Err("sockproxy: containers.update: RestartPolicy is not a resource limit".into())
+            update(json!({ "RestartPolicy": { "Name": "always" } })).map_err(|e| e.to_string()),
+            Err("sockproxy: containers.update: RestartPolicy is not allowed for this stack".into())
         );
-        assert!(update(&json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
-        assert!(update(&json!({ "Privileged": true })).is_err());
+        assert!(update(json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
+        assert!(update(json!({ "Privileged": true })).is_err());
         let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
-        assert!(
-            network_create(&json!({ "Name": "deer-flow-net-1", "Internal": true }), &s).is_ok()
-        );
-        assert!(network_create(&json!({ "Name": "other" }), &s).is_err());
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Internal": true }), &s).is_ok());
+        assert!(network_create(json!({ "Name": "other" }), &s).is_err());
         assert_eq!(
-            network_create(&json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.name": "docker0" } }), &s)
+            network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.name": "docker0" } }), &s)
                 .map_err(|e| e.to_string()),
-            Err("sockproxy: networks.create: option com.docker.network.bridge.name would attach to a host bridge or interface".into())
+            Err("sockproxy: networks.create: option com.docker.network.bridge.name is not allowed for this stack".into())
         );
-        assert!(network_create(&json!({ "Name": "deer-flow-net-1", "Driver": "macvlan", "Options": { "parent": "eth0" } }), &s).is_err());
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Driver": "macvlan", "Options": { "parent": "eth0" } }), &s).is_err());
         assert!(
-            network_create(&json!({ "name": "deer-flow-net-1", "driver": "host" }), &s).is_err()
+            network_create(json!({ "name": "deer-flow-net-1", "driver": "host" }), &s).is_err()
+        );
+        // deer-flow's two networks pass as it sends them.
+        assert!(network_create(json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }), &s).is_ok());
+        assert!(network_create(json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }), &s).is_ok());
+        let refused = |v: Value| {
+            network_create(v, &s)
+                .map_err(|e| e.to_string())
+                .expect_err("refused")
+        };
+        assert_eq!(
+            refused(
+                json!({ "Name": "deer-flow-net-1", "ConfigFrom": { "Network": "foreign-config" } })
+            ),
+            "sockproxy: networks.create: ConfigFrom is not allowed for this stack"
+        );
+        assert_eq!(
+            refused(json!({ "Name": "deer-flow-net-1", "configonly": true })),
+            "sockproxy: networks.create: ConfigOnly is not allowed for this stack"
+        );
+        assert_eq!(
+            refused(
+                json!({ "Name": "deer-flow-net-1", "IPAM": { "Config": [{ "Subnet": "10.0.0.0/8" }] } })
+            ),
+            "sockproxy: networks.create: IPAM.Config is not allowed for this stack"
+        );
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "ConfigFrom": { "Network": "" }, "IPAM": { "Driver": "default", "Config": [], "Options": {} } }), &s).is_ok());
+        // Exec start and network connect bodies are read the same way.
+        assert_eq!(
+            exec_start(json!({ "detach": false, "Tty": true })).expect("ok"),
+            json!({ "Detach": false, "Tty": true })
+        );
+        assert!(exec_start(json!({ "Detach": false, "Privileged": true })).is_err());
+        let rules = CreateRules::default();
+        let (c, body) = network_attach(
+            "networks.connect",
+            json!({ "Container": "deer-flow-sandbox-1", "EndpointConfig": { "Aliases": ["a"] } }),
+            &s,
+            &rules,
+        )
+        .expect("ok");
+        assert_eq!(
+            (c.as_str(), Value::Object(body)),
+            (
+                "deer-flow-sandbox-1",
+                json!({ "EndpointConfig": { "Aliases": ["a"] } })
+            )
+        );
+        assert_eq!(
+            network_attach("networks.connect", json!({ "Container": "deer-flow-sandbox-1", "EndpointConfig": { "NetworkID": "abc" } }), &s, &rules).map_err(|e| e.to_string()).expect_err("refused"),
+            "sockproxy: networks.connect: EndpointConfig.NetworkID is not allowed for this stack"
         );
     }
 }

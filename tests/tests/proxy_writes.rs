@@ -279,8 +279,9 @@ fn rename_update_exec_and_the_stack_label() {
 
         let out = docker(p.socket(), &["update", "--restart", "always", &renamed]);
         assert!(
-            out.stderr
-                .contains("sockproxy: containers.update: RestartPolicy is not a resource limit"),
+            out.stderr.contains(
+                "sockproxy: containers.update: RestartPolicy is not allowed for this stack"
+            ),
             "{}",
             out.stderr
         );

@@ -1,0 +1,476 @@
+//! `HostConfig` and its `Resources` as the stack may set them: an allowlist of every field
+//! dockerd's `container.HostConfig` has (20.10 and current), each with the values a stack may
+//! use. Fields the toolkit has no use for are accepted only with their zero value; a field that
+//! is not listed is refused by name (`fields::Reader::finish`).
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::create_body::Ctx;
+use crate::fields::{self, not_allowed, value_not_allowed, Reader};
+use crate::mounts;
+use crate::refusal::Refusal;
+use crate::scope::{Access, Kind};
+
+/// Every `HostConfig` field name, for reading 20.10's legacy top-level fields.
+pub const FIELDS: &[&str] = &[
+    "Binds",
+    "ContainerIDFile",
+    "LogConfig",
+    "NetworkMode",
+    "PortBindings",
+    "RestartPolicy",
+    "AutoRemove",
+    "VolumeDriver",
+    "VolumesFrom",
+    "ConsoleSize",
+    "Annotations",
+    "CapAdd",
+    "CapDrop",
+    "CgroupnsMode",
+    "Dns",
+    "DnsOptions",
+    "DnsSearch",
+    "ExtraHosts",
+    "GroupAdd",
+    "IpcMode",
+    "Cgroup",
+    "Links",
+    "OomScoreAdj",
+    "PidMode",
+    "Privileged",
+    "PublishAllPorts",
+    "ReadonlyRootfs",
+    "SecurityOpt",
+    "StorageOpt",
+    "Tmpfs",
+    "UTSMode",
+    "UsernsMode",
+    "ShmSize",
+    "Sysctls",
+    "Runtime",
+    "Isolation",
+    "Mounts",
+    "MaskedPaths",
+    "ReadonlyPaths",
+    "Init",
+    "Capabilities",
+    "CpuShares",
+    "Memory",
+    "NanoCpus",
+    "CgroupParent",
+    "BlkioWeight",
+    "BlkioWeightDevice",
+    "BlkioDeviceReadBps",
+    "BlkioDeviceWriteBps",
+    "BlkioDeviceReadIOps",
+    "BlkioDeviceWriteIOps",
+    "CpuPeriod",
+    "CpuQuota",
+    "CpuRealtimePeriod",
+    "CpuRealtimeRuntime",
+    "CpusetCpus",
+    "CpusetMems",
+    "Devices",
+    "DeviceCgroupRules",
+    "DeviceRequests",
+    "KernelMemory",
+    "KernelMemoryTCP",
+    "MemoryReservation",
+    "MemorySwap",
+    "MemorySwappiness",
+    "OomKillDisable",
+    "PidsLimit",
+    "Ulimits",
+    "CpuCount",
+    "CpuPercent",
+    "IOMaximumIOps",
+    "IOMaximumBandwidth",
+    "Cpuset",
+];
+
+/// Reads a whole `HostConfig` into the value forwarded.
+pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(ctx.op, "HostConfig", v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "Binds", |_, p, v| mounts::binds(ctx, p, v))?;
+    r.keep(&mut o, "Mounts", |_, p, v| mounts::mounts(ctx, p, v))?;
+    r.keep(&mut o, "LogConfig", |_, p, v| log_config(ctx, p, v))?;
+    r.keep(&mut o, "NetworkMode", |_, p, v| network_mode(ctx, p, v))?;
+    r.keep(&mut o, "PortBindings", |_, p, v| port_bindings(ctx, p, v))?;
+    r.keep(&mut o, "RestartPolicy", restart_policy)?;
+    r.keep(&mut o, "AutoRemove", fields::any_bool)?;
+    r.keep(&mut o, "VolumesFrom", |_, p, v| {
+        own_containers(ctx, p, v, true)
+    })?;
+    r.keep(&mut o, "Links", |_, p, v| own_containers(ctx, p, v, false))?;
+    r.keep(&mut o, "ConsoleSize", console_size)?;
+    r.keep(&mut o, "CapAdd", |_, p, v| cap_add(ctx, p, v))?;
+    r.keep(&mut o, "CapDrop", fields::any_str_list)?;
+    r.keep(&mut o, "CgroupnsMode", fields::one_of(&["", "private"]))?;
+    for f in ["Dns", "DnsOptions", "DnsSearch", "ExtraHosts", "GroupAdd"] {
+        r.keep(&mut o, f, fields::any_str_list)?;
+    }
+    r.keep(&mut o, "IpcMode", |_, p, v| {
+        namespace(ctx, p, v, &["", "none", "private", "shareable"])
+    })?;
+    r.keep(&mut o, "PidMode", |_, p, v| namespace(ctx, p, v, &[""]))?;
+    r.keep(&mut o, "UTSMode", fields::one_of(&[""]))?;
+    r.keep(&mut o, "UsernsMode", fields::one_of(&[""]))?;
+    r.keep(&mut o, "OomScoreAdj", |r, p, v| {
+        int_in(r, p, &v, 0, 1000).map(Value::from)
+    })?;
+    r.keep(&mut o, "Privileged", fields::false_only)?;
+    r.keep(&mut o, "PublishAllPorts", |r, p, v| {
+        if fields::boolean(p, &v)? && !ctx.rules.public_ports {
+            Err(value_not_allowed(r.op(), p, "true", "--allow-public-ports"))
+        } else {
+            Ok(v)
+        }
+    })?;
+    r.keep(&mut o, "ReadonlyRootfs", fields::any_bool)?;
+    r.keep(&mut o, "SecurityOpt", |_, p, v| security_opt(ctx, p, v))?;
+    r.keep(&mut o, "Tmpfs", fields::any_str_map)?;
+    r.keep(&mut o, "ShmSize", |r, p, v| {
+        let max = i64::try_from(ctx.rules.max_shm_size).unwrap_or(i64::MAX);
+        int_in(r, p, &v, 0, max).map(Value::from)
+    })?;
+    r.keep(&mut o, "Sysctls", |r, p, v| {
+        let m = fields::str_map(p, v)?;
+        match m.keys().find(|k| !ctx.rules.allow_sysctls.contains(k)) {
+            Some(k) => Err(value_not_allowed(r.op(), p, k, "--allow-sysctl")),
+            None => Ok(Value::Object(m)),
+        }
+    })?;
+    r.keep(&mut o, "Runtime", fields::one_of(&["", "runc"]))?;
+    r.keep(&mut o, "Isolation", fields::one_of(&["", "default"]))?;
+    r.keep(&mut o, "Init", fields::any_bool)?;
+    // `[]` here turns off the engine's masking of /proc and /sys paths; only the default.
+    for f in ["MaskedPaths", "ReadonlyPaths", "Capabilities"] {
+        if r.take(f).is_some() {
+            return Err(r.not_allowed(f));
+        }
+    }
+    r.zero_only(&[
+        "ContainerIDFile",
+        "VolumeDriver",
+        "Annotations",
+        "Cgroup",
+        "StorageOpt",
+        "Cpuset",
+    ])?;
+    resources(&mut r, &mut o)?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// `container.Resources`: limits are the stack's to set; devices, cgroup parents, block-device
+/// throttles (they name host devices) and switching the OOM killer off are not. Shared by
+/// create and `POST /containers/{id}/update`.
+pub fn resources(r: &mut Reader, o: &mut Map<String, Value>) -> Result<(), Refusal> {
+    for f in [
+        "CpuShares",
+        "Memory",
+        "NanoCpus",
+        "CpuPeriod",
+        "CpuQuota",
+        "CpuRealtimePeriod",
+        "CpuRealtimeRuntime",
+        "KernelMemory",
+        "KernelMemoryTCP",
+        "MemoryReservation",
+        "MemorySwap",
+    ] {
+        r.keep(o, f, fields::any_int)?;
+    }
+    r.keep(o, "BlkioWeight", fields::any_uint)?;
+    r.keep(o, "CpusetCpus", fields::any_string)?;
+    r.keep(o, "CpusetMems", fields::any_string)?;
+    r.keep(o, "MemorySwappiness", fields::any_int)?;
+    r.keep(o, "OomKillDisable", fields::false_only)?;
+    // 0 and -1 mean "unlimited": a fork bomb's way past the engine's default.
+    r.keep(o, "PidsLimit", |r, p, v| {
+        int_in(r, p, &v, 1, i64::MAX).map(Value::from)
+    })?;
+    r.keep(o, "Ulimits", ulimits)?;
+    r.zero_only(&[
+        "CgroupParent",
+        "BlkioWeightDevice",
+        "BlkioDeviceReadBps",
+        "BlkioDeviceWriteBps",
+        "BlkioDeviceReadIOps",
+        "BlkioDeviceWriteIOps",
+        "Devices",
+        "DeviceCgroupRules",
+        "DeviceRequests",
+        "CpuCount",
+        "CpuPercent",
+        "IOMaximumIOps",
+        "IOMaximumBandwidth",
+    ])
+}
+
+fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, Refusal> {
+    let n = fields::int(path, v)?;
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(value_not_allowed(
+            r.op(),
+            path,
+            &n.to_string(),
+            &format!("allowed: {min}..={max}"),
+        ))
+    }
+}
+
+fn ulimits(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    let Value::Array(list) = v else {
+        return Err(Refusal::BadRequest(format!("{path} must be a list")));
+    };
+    let mut out = Vec::new();
+    for (i, u) in list.into_iter().enumerate() {
+        let mut r = Reader::new(parent.op(), &format!("{path}[{i}]"), u)?;
+        let mut o = Map::new();
+        r.keep(&mut o, "Name", fields::any_string)?;
+        r.keep(&mut o, "Hard", fields::any_int)?;
+        r.keep(&mut o, "Soft", fields::any_int)?;
+        r.finish()?;
+        out.push(Value::Object(o));
+    }
+    Ok(Value::Array(out))
+}
+
+fn restart_policy(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(parent.op(), path, v)?;
+    let mut o = Map::new();
+    r.keep(
+        &mut o,
+        "Name",
+        fields::one_of(&["", "no", "always", "unless-stopped", "on-failure"]),
+    )?;
+    r.keep(&mut o, "MaximumRetryCount", fields::any_int)?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+fn console_size(_: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    match &v {
+        Value::Array(a) if a.len() == 2 && a.iter().all(|x| x.as_u64().is_some()) => Ok(v),
+        _ => Err(Refusal::BadRequest(format!(
+            "{path} must be two non-negative integers"
+        ))),
+    }
+}
+
+/// `LogConfig`: only drivers in `--allow-log-driver`; a remote driver would ship the
+/// container's output from the host's network, past the egress sidecar.
+fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(ctx.op, path, v)?;
+    let mut o = Map::new();
+    let kind = r
+        .take("Type")
+        .map(|t| fields::string(&r.path("Type"), t))
+        .transpose()?
+        .unwrap_or_default();
+    let config = r
+        .take("Config")
+        .map(|c| fields::str_map(&r.path("Config"), c))
+        .transpose()?
+        .unwrap_or_default();
+    r.finish()?;
+    if kind.is_empty() {
+        // The engine's own default driver, chosen by the operator; no options with it.
+        if !config.is_empty() {
+            return Err(not_allowed(ctx.op, &format!("{path}.Config")));
+        }
+        return Ok(Value::Object(o));
+    }
+    if !ctx.rules.allow_log_drivers.contains(&kind) {
+        return Err(value_not_allowed(
+            ctx.op,
+            &format!("{path}.Type"),
+            &kind,
+            "--allow-log-driver",
+        ));
+    }
+    o.insert("Type".into(), Value::String(kind));
+    o.insert("Config".into(), Value::Object(config));
+    Ok(Value::Object(o))
+}
+
+/// A network the stack may attach to: the engine's defaults, or one of its own by name.
+pub fn own_network(ctx: &Ctx, path: &str, name: &str) -> Result<(), Refusal> {
+    if matches!(name, "" | "default" | "bridge" | "none")
+        || ctx.scope.allows(Kind::Network, Access::Change, name)
+    {
+        Ok(())
+    } else {
+        Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!("{path} {name} is not one of this stack's networks"),
+        })
+    }
+}
+
+/// A container another setting points at must be the stack's own, by name.
+pub fn own_container(ctx: &Ctx, path: &str, reference: &str) -> Result<(), Refusal> {
+    let name = reference.strip_prefix('/').unwrap_or(reference);
+    if !name.contains('/') && ctx.scope.allows(Kind::Container, Access::Change, name) {
+        Ok(())
+    } else {
+        Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!("{path} {reference} is not one of this stack's sandboxes"),
+        })
+    }
+}
+
+fn network_mode(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mode = fields::string(path, v)?;
+    match mode.strip_prefix("container:") {
+        Some(c) => own_container(ctx, path, c)?,
+        None if mode == "host" => return Err(value_not_allowed(ctx.op, path, "host", "")),
+        None => own_network(ctx, path, &mode)?,
+    }
+    Ok(Value::String(mode))
+}
+
+/// `IpcMode`/`PidMode`: one of `plain`, or `container:` of the stack's own.
+fn namespace(ctx: &Ctx, path: &str, v: Value, plain: &[&str]) -> Result<Value, Refusal> {
+    let mode = fields::string(path, v)?;
+    match mode.strip_prefix("container:") {
+        Some(c) => own_container(ctx, path, c)?,
+        None if plain.contains(&mode.as_str()) => {}
+        None => return Err(value_not_allowed(ctx.op, path, &mode, "")),
+    }
+    Ok(Value::String(mode))
+}
+
+/// `VolumesFrom` (`NAME[:ro|rw]`) and `Links` (`NAME:ALIAS`) name only the stack's own.
+fn own_containers(ctx: &Ctx, path: &str, v: Value, volumes_from: bool) -> Result<Value, Refusal> {
+    let list = fields::str_list(path, v)?;
+    for item in &list {
+        let name = if volumes_from {
+            item.split(':').next().unwrap_or("")
+        } else {
+            item.rsplit_once(':').map_or(item.as_str(), |(n, _)| n)
+        };
+        own_container(ctx, path, name)?;
+    }
+    Ok(Value::from(list))
+}
+
+fn cap_add(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let caps = fields::str_list(path, v)?;
+    for cap in &caps {
+        let bare = cap
+            .to_ascii_uppercase()
+            .trim_start_matches("CAP_")
+            .to_owned();
+        if !ctx
+            .rules
+            .allow_caps
+            .iter()
+            .any(|a| a.to_ascii_uppercase().trim_start_matches("CAP_") == bare)
+        {
+            return Err(value_not_allowed(ctx.op, path, cap, "--allow-cap"));
+        }
+    }
+    Ok(Value::from(caps))
+}
+
+/// Loopback only, unless `--allow-public-ports`.
+fn port_bindings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let Value::Object(map) = v else {
+        return Err(Refusal::BadRequest(format!("{path} must be an object")));
+    };
+    let mut out = Map::new();
+    for (port, list) in map {
+        let at = format!("{path}.{port}");
+        let list = match list {
+            Value::Null => Vec::new(),
+            Value::Array(a) => a,
+            _ => return Err(Refusal::BadRequest(format!("{at} must be a list"))),
+        };
+        let mut bindings = Vec::new();
+        for b in list {
+            let mut r = Reader::new(ctx.op, &at, b)?;
+            let mut o = Map::new();
+            r.keep(&mut o, "HostIp", fields::any_string)?;
+            r.keep(&mut o, "HostPort", fields::any_string)?;
+            r.finish()?;
+            let ip = o.get("HostIp").and_then(Value::as_str).unwrap_or("");
+            if !ctx.rules.public_ports && !matches!(ip, "127.0.0.1" | "::1") {
+                let shown = if ip.is_empty() { "every address" } else { ip };
+                return Err(Refusal::Setting {
+                    op: ctx.op.to_owned(),
+                    why: format!(
+                        "{at} published on {shown} is not allowed for this stack (loopback only; --allow-public-ports)"
+                    ),
+                });
+            }
+            bindings.push(Value::Object(o));
+        }
+        out.insert(port, Value::Array(bindings));
+    }
+    Ok(Value::Object(out))
+}
+
+/// `SecurityOpt`, read as dockerd's `parseSecurityOpt` reads it: `KEY=VALUE` (or the deprecated
+/// `KEY:VALUE`), keys compared exactly. Only confinement the engine applies by default, or more.
+fn security_opt(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let opts = fields::str_list(path, v)?;
+    for opt in &opts {
+        security_opt_one(ctx, path, opt)?;
+    }
+    Ok(Value::from(opts))
+}
+
+fn security_opt_one(ctx: &Ctx, path: &str, opt: &str) -> Result<(), Refusal> {
+    let refuse = |hint: &str| value_not_allowed(ctx.op, path, opt, hint);
+    if opt == "no-new-privileges" {
+        return Ok(());
+    }
+    let split = if opt.contains('=') {
+        opt.split_once('=')
+    } else {
+        opt.split_once(':')
+    };
+    let Some((key, value)) = split else {
+        // `disable` alone turns SELinux labelling off; anything else the engine refuses.
+        return Err(refuse(""));
+    };
+    match key {
+        "no-new-privileges" => match value {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(()),
+            _ => Err(refuse("")),
+        },
+        "seccomp" if value == "unconfined" => {
+            if ctx.rules.allow_seccomp_unconfined {
+                Ok(())
+            } else {
+                Err(refuse("--allow-seccomp-unconfined"))
+            }
+        }
+        "seccomp" if value == "builtin" => Ok(()),
+        "seccomp" => {
+            let sum: String = Sha256::digest(value.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            if ctx.rules.seccomp_profiles.contains(&sum) {
+                Ok(())
+            } else {
+                Err(value_not_allowed(
+                    ctx.op,
+                    path,
+                    &format!("seccomp profile sha256:{sum}"),
+                    "--allow-seccomp-profile",
+                ))
+            }
+        }
+        "apparmor" if value == "docker-default" => Ok(()),
+        _ => Err(refuse("")),
+    }
+}

@@ -1,0 +1,245 @@
+//! What a container may mount (`HostConfig.Binds`, `HostConfig.Mounts`): host paths only from
+//! beneath an allowed bind root, checked on the proxy's own view of the filesystem with no
+//! symbolic link in any component; named volumes only with the stack's prefix; anonymous
+//! volumes and tmpfs freely. The engine's socket is never mountable.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::create_body::Ctx;
+use crate::fields::{self, value_not_allowed, Reader};
+use crate::refusal::Refusal;
+
+/// Bind options dockerd's Linux parser accepts that do not reach beyond the container:
+/// access mode, SELinux relabel, no-copy, consistency, and propagation that does not flow back
+/// to the host (`shared`/`rshared` would).
+const BIND_MODES: [&str; 12] = [
+    "ro",
+    "rw",
+    "z",
+    "Z",
+    "nocopy",
+    "private",
+    "rprivate",
+    "slave",
+    "rslave",
+    "consistent",
+    "cached",
+    "delegated",
+];
+
+const PROPAGATIONS: [&str; 5] = ["", "private", "rprivate", "slave", "rslave"];
+
+/// Checks a host path that would be bound into a container.
+pub fn bind_source(ctx: &Ctx, path: &str, source: &str) -> Result<(), Refusal> {
+    let refuse = |why: &str| Refusal::Setting {
+        op: ctx.op.to_owned(),
+        why: format!("{path} {source} {why}"),
+    };
+    let p = Path::new(source);
+    if !p.is_absolute() {
+        return Err(refuse("is not an absolute path"));
+    }
+    // dockerd cleans the path; a source that is not already clean could be read two ways.
+    let clean: PathBuf = p.components().collect();
+    if clean.as_os_str() != p.as_os_str()
+        || p.components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(refuse(
+            "is not a clean path (no '..', '.', '//' or trailing '/')",
+        ));
+    }
+    let sockets = [
+        ctx.engine_socket,
+        Path::new("/var/run/docker.sock"),
+        Path::new("/run/docker.sock"),
+    ];
+    if sockets.iter().any(|s| p.starts_with(s)) {
+        return Err(refuse("is the engine's socket"));
+    }
+    // `Path::starts_with` compares whole components: /srv/a does not admit /srv/ab.
+    if !ctx.rules.bind_roots.iter().any(|root| p.starts_with(root)) {
+        return Err(refuse(
+            "is not under an allowed bind root (--allow-bind-root)",
+        ));
+    }
+    no_symlinks(p).map_err(|why| refuse(&why))
+}
+
+/// Walks `path` from `/`, one component at a time without following links: every component
+/// must exist and none may be a symbolic link (a sandbox that can write beneath a bind root
+/// could otherwise plant `escape -> /` and have it bound). The remaining window between this
+/// walk and the engine's own mount is documented in deploy/README.md.
+fn no_symlinks(path: &Path) -> Result<(), String> {
+    let mut at = PathBuf::from("/");
+    for c in path.components().skip(1) {
+        at.push(c);
+        let meta = std::fs::symlink_metadata(&at).map_err(|e| {
+            format!(
+                "cannot be checked on the proxy's view ({}: {e})",
+                at.display()
+            )
+        })?;
+        if meta.file_type().is_symlink() {
+            return Err(format!(
+                "goes through a symbolic link ({}), which is not allowed",
+                at.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A named volume is the stack's when its name carries the stack prefix.
+fn volume_name(ctx: &Ctx, path: &str, name: &str) -> Result<(), Refusal> {
+    if name.starts_with(ctx.scope.prefix().as_str()) {
+        Ok(())
+    } else {
+        Err(value_not_allowed(
+            ctx.op,
+            path,
+            name,
+            "a named volume must start with the stack's prefix",
+        ))
+    }
+}
+
+/// `HostConfig.Binds`: `SOURCE:TARGET[:MODES]`, a host path or a named volume.
+pub fn binds(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let list = fields::str_list(path, v)?;
+    for bind in &list {
+        let parts: Vec<&str> = bind.split(':').collect();
+        let (source, modes) = match parts.as_slice() {
+            [s, _] => (*s, ""),
+            [s, _, m] => (*s, *m),
+            _ => {
+                return Err(value_not_allowed(
+                    ctx.op,
+                    path,
+                    bind,
+                    "expected SOURCE:TARGET[:MODES]",
+                ))
+            }
+        };
+        for m in modes.split(',').filter(|m| !m.is_empty()) {
+            if !BIND_MODES.contains(&m) {
+                return Err(value_not_allowed(ctx.op, path, bind, &format!("mode {m}")));
+            }
+        }
+        if source.starts_with('/') {
+            bind_source(ctx, path, source)?;
+        } else {
+            volume_name(ctx, path, source)?;
+        }
+    }
+    Ok(Value::from(list))
+}
+
+/// `HostConfig.Mounts`: bind (as binds), volume (the stack's or anonymous, local driver, no
+/// driver options) and tmpfs; every other type is refused.
+pub fn mounts(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let Value::Array(list) = v else {
+        return Err(Refusal::BadRequest(format!("{path} must be a list")));
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.into_iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let mut r = Reader::new(ctx.op, &at, m)?;
+        let mut o = Map::new();
+        let kind = r
+            .take("Type")
+            .map(|t| fields::string(&r.path("Type"), t))
+            .transpose()?
+            .unwrap_or_default();
+        o.insert("Type".into(), Value::String(kind.clone()));
+        let source = r
+            .take("Source")
+            .map(|s| fields::string(&r.path("Source"), s))
+            .transpose()?
+            .unwrap_or_default();
+        r.keep(&mut o, "Target", fields::any_string)?;
+        r.keep(&mut o, "ReadOnly", fields::any_bool)?;
+        r.keep(&mut o, "Consistency", fields::any_string)?;
+        match kind.as_str() {
+            "bind" => {
+                bind_source(ctx, &r.path("Source"), &source)?;
+                r.keep(&mut o, "BindOptions", bind_options)?;
+                r.zero_only(&["VolumeOptions", "TmpfsOptions"])?;
+            }
+            "volume" => {
+                if !source.is_empty() {
+                    volume_name(ctx, &r.path("Source"), &source)?;
+                }
+                r.keep(&mut o, "VolumeOptions", volume_options)?;
+                r.zero_only(&["BindOptions", "TmpfsOptions"])?;
+            }
+            "tmpfs" => {
+                if !source.is_empty() {
+                    return Err(r.not_allowed("Source"));
+                }
+                r.keep(&mut o, "TmpfsOptions", tmpfs_options)?;
+                r.zero_only(&["BindOptions", "VolumeOptions"])?;
+            }
+            other => {
+                return Err(value_not_allowed(ctx.op, &r.path("Type"), other, ""));
+            }
+        }
+        if !source.is_empty() {
+            o.insert("Source".into(), Value::String(source));
+        }
+        r.finish()?;
+        out.push(Value::Object(o));
+    }
+    Ok(Value::Array(out))
+}
+
+fn bind_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(parent.op(), path, v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "Propagation", fields::one_of(&PROPAGATIONS))?;
+    r.keep(&mut o, "NonRecursive", fields::any_bool)?;
+    r.keep(&mut o, "ReadOnlyNonRecursive", fields::any_bool)?;
+    r.keep(&mut o, "ReadOnlyForceRecursive", fields::any_bool)?;
+    // Creating a missing host path would create it where the check found nothing.
+    r.keep(&mut o, "CreateMountpoint", fields::false_only)?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+fn volume_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(parent.op(), path, v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "NoCopy", fields::any_bool)?;
+    r.keep(&mut o, "Labels", fields::any_str_map)?;
+    r.keep(&mut o, "Subpath", fields::any_string)?;
+    // A driver or driver options can bind any host device or path (`local` with `o=bind`).
+    if let Some(d) = r.take("DriverConfig") {
+        let mut dr = Reader::new(parent.op(), &r.path("DriverConfig"), d)?;
+        let mut dc = Map::new();
+        dr.keep(&mut dc, "Name", fields::one_of(&["", "local"]))?;
+        dr.zero_only(&["Options"])?;
+        dr.finish()?;
+        o.insert("DriverConfig".into(), Value::Object(dc));
+    }
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+fn tmpfs_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+    let mut r = Reader::new(parent.op(), path, v)?;
+    let mut o = Map::new();
+    r.keep(&mut o, "SizeBytes", fields::any_int)?;
+    r.keep(&mut o, "Mode", fields::any_uint)?;
+    r.keep(&mut o, "Options", |_, p, v| match v {
+        Value::Array(opts) => opts
+            .into_iter()
+            .map(|o| fields::str_list(p, o).map(Value::from))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        _ => Err(Refusal::BadRequest(format!("{p} must be a list"))),
+    })?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
