@@ -71,6 +71,16 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The same query with `key`'s value replaced (the proxy's reading of it).
+    pub fn replaced(&self, key: &str, value: String) -> Self {
+        let pairs = self
+            .pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), if k == key { value.clone() } else { v.clone() }))
+            .collect();
+        Self { pairs }
+    }
+
     /// Re-serializes the parameters the proxy checked, leaving out `drop`.
     pub fn encode_without(&self, drop: &[&str]) -> String {
         let mut ser = form_urlencoded::Serializer::new(String::new());

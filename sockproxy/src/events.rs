@@ -1,7 +1,10 @@
 //! `GET /events` through the proxy: the engine's newline-separated JSON events, streamed, each
 //! kept only when its actor is one of the stack's containers or networks (by the actor's name).
+//! A network event names the container that joined or left by ID; that attribute is kept only
+//! for a container this stream has seen as the stack's own, so no other stack's ID leaks.
 //! A line that cannot be read is dropped: fail closed.
 
+use std::collections::HashSet;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -10,15 +13,36 @@ use http_body::{Body, Frame};
 
 use crate::scope::Scope;
 
-/// Whether one event line concerns the stack.
-pub fn keep(line: &[u8], scope: &Scope) -> bool {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-        return false;
-    };
+/// The line to pass on for one event (rewritten when a foreign container ID must go), or
+/// `None` when it does not concern the stack. `own` collects the stack's container IDs seen.
+pub fn keep(line: &[u8], scope: &Scope, own: &mut HashSet<String>) -> Option<Vec<u8>> {
+    let mut v = serde_json::from_slice::<serde_json::Value>(line).ok()?;
     let kind = v["Type"].as_str().unwrap_or("");
     let name = v["Actor"]["Attributes"]["name"].as_str().unwrap_or("");
-    matches!(kind, "container" | "network") && !name.contains('/') && scope.visible(name)
+    if !matches!(kind, "container" | "network") || name.contains('/') || !scope.visible(name) {
+        return None;
+    }
+    if kind == "container" {
+        if let Some(id) = v["Actor"]["ID"].as_str() {
+            if own.len() < MAX_OWN {
+                own.insert(id.to_owned());
+            }
+        }
+        return Some(line.to_vec());
+    }
+    let attrs = v["Actor"]["Attributes"].as_object_mut()?;
+    let foreign = attrs
+        .get("container")
+        .is_some_and(|c| !c.as_str().is_some_and(|c| own.contains(c)));
+    if !foreign {
+        return Some(line.to_vec());
+    }
+    attrs.remove("container");
+    serde_json::to_vec(&v).ok()
 }
+
+/// Own container IDs remembered per stream (a long stream must not grow without bound).
+const MAX_OWN: usize = 65_536;
 
 /// Longest event line kept in memory; a longer one is dropped.
 const MAX_LINE: usize = 1 << 20;
@@ -30,6 +54,7 @@ pub struct Filtered<B> {
     scope: Scope,
     pending: BytesMut,
     skipping: bool,
+    own: HashSet<String>,
 }
 
 impl<B> Filtered<B> {
@@ -39,6 +64,7 @@ impl<B> Filtered<B> {
             scope,
             pending: BytesMut::new(),
             skipping: false,
+            own: HashSet::new(),
         }
     }
 
@@ -50,8 +76,9 @@ impl<B> Filtered<B> {
             if std::mem::take(&mut self.skipping) {
                 continue;
             }
-            if keep(&line[..pos], &self.scope) {
-                out.extend_from_slice(&line);
+            if let Some(kept) = keep(&line[..pos], &self.scope, &mut self.own) {
+                out.extend_from_slice(&kept);
+                out.extend_from_slice(b"\n");
             }
         }
         if self.pending.len() > MAX_LINE {
@@ -138,6 +165,19 @@ mod tests {
             ]
             .concat()
         );
+    }
+
+    #[test]
+    fn network_events_name_only_the_stacks_containers() {
+        let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
+        let mut own = HashSet::new();
+        let started = br#"{"Type":"container","Action":"start","Actor":{"ID":"aaa","Attributes":{"name":"deer-flow-sandbox-1"}}}"#;
+        assert!(keep(started, &s, &mut own).is_some());
+        let ours = br#"{"Type":"network","Action":"connect","Actor":{"ID":"n","Attributes":{"container":"aaa","name":"deer-flow-net-1"}}}"#;
+        assert_eq!(keep(ours, &s, &mut own).as_deref(), Some(&ours[..]));
+        let theirs = br#"{"Type":"network","Action":"connect","Actor":{"ID":"n","Attributes":{"container":"bbb","name":"deer-flow-net-1"}}}"#;
+        let out = keep(theirs, &s, &mut own).expect("kept without the ID");
+        assert!(!String::from_utf8_lossy(&out).contains("bbb"));
     }
 
     /// A body that yields the given chunks, then ends.

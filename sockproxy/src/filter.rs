@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::refusal::Refusal;
 use crate::scope::{Kind, Scope};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -136,8 +137,94 @@ pub fn parse_limit(raw: Option<&str>) -> Result<Option<usize>, String> {
     }
 }
 
+/// List filters whose values name a container (`before`, `since`): dockerd looks them up and
+/// answers "No such container" when absent, which would tell a stack that another stack's
+/// container exists. The proxy resolves them among the stack's own instead.
+const CONTAINER_REF_FILTERS: [&str; 2] = ["before", "since"];
+
+/// Whether a `filters` value holds a filter that names a container (or cannot be read, in
+/// which case `pin_container_refs` says why).
+pub fn names_containers(raw: &str) -> bool {
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(m)) => m
+            .keys()
+            .any(|k| CONTAINER_REF_FILTERS.contains(&k.as_str())),
+        _ => true,
+    }
+}
+
+/// `filters` with every `before`/`since` value replaced by the full ID of the stack's own
+/// container it names (`own`: full ID and name), in dockerd's map form. A value that names no
+/// own container gets the engine's own "No such container" answer, whether or not it exists.
+pub fn pin_container_refs(raw: &str, own: &[(String, String)]) -> Result<String, Refusal> {
+    use serde_json::{Map, Value};
+    let Ok(Value::Object(mut filters)) = serde_json::from_str::<Value>(raw) else {
+        return Err(Refusal::BadRequest("filters is not a JSON object".into()));
+    };
+    for key in CONTAINER_REF_FILTERS {
+        let Some(v) = filters.remove(key) else {
+            continue;
+        };
+        // Both shapes dockerd accepts: {"before": ["x"]} and {"before": {"x": true}}.
+        let values: Vec<String> = match v {
+            Value::Array(a) => a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect(),
+            Value::Object(m) => m.keys().cloned().collect(),
+            _ => return Err(Refusal::BadRequest(format!("filters.{key} is malformed"))),
+        };
+        let mut out = Map::new();
+        for value in values {
+            let name = value.strip_prefix('/').unwrap_or(&value);
+            let by_name = own.iter().find(|(_, n)| n == name);
+            let hex = !name.is_empty() && name.bytes().all(|b| b.is_ascii_hexdigit());
+            let id = match by_name {
+                Some((id, _)) => id.clone(),
+                None if hex => crate::pinning::own_prefix(Kind::Container, name, own)
+                    .map_err(|_| Refusal::NoSuchContainer(value.clone()))?,
+                None => return Err(Refusal::NoSuchContainer(value.clone())),
+            };
+            out.insert(id, Value::Bool(true));
+        }
+        filters.insert(key.to_owned(), Value::Object(out));
+    }
+    Ok(Value::Object(filters).to_string())
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn before_and_since_name_only_own_containers() {
+        let own = vec![
+            ("aaa111".to_owned(), "deer-flow-sandbox-1".to_owned()),
+            ("bbb222".to_owned(), "deer-flow-sandbox-2".to_owned()),
+        ];
+        assert!(!names_containers(r#"{"name":["x"]}"#));
+        assert!(names_containers(r#"{"since":["x"]}"#));
+        assert_eq!(
+            pin_container_refs(r#"{"before":["deer-flow-sandbox-1"],"name":["d"]}"#, &own),
+            Ok(r#"{"before":{"aaa111":true},"name":["d"]}"#.to_owned())
+        );
+        assert_eq!(
+            pin_container_refs(r#"{"since":{"/deer-flow-sandbox-2":true}}"#, &own),
+            Ok(r#"{"since":{"bbb222":true}}"#.to_owned())
+        );
+        assert_eq!(
+            pin_container_refs(r#"{"since":["aaa"]}"#, &own),
+            Ok(r#"{"since":{"aaa111":true}}"#.to_owned())
+        );
+        // A foreign container and a missing one get the same answer.
+        for r in ["other-stack-db", "ccc", "deer-flow-sandbox-9"] {
+            assert_eq!(
+                pin_container_refs(&format!(r#"{{"before":["{r}"]}}"#), &own),
+                Err(Refusal::NoSuchContainer(r.to_owned()))
+            );
+        }
+        assert!(pin_container_refs("nope", &own).is_err());
+    }
+
     use super::*;
     use crate::scope::Prefix;
 

@@ -10,6 +10,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use crate::canon::Target;
+use crate::pinning::Pinned;
 use crate::refusal::Refusal;
 use crate::upstream::{self, Body, Buffered};
 
@@ -36,20 +37,13 @@ pub(crate) fn with_query(path: String, query: &str) -> String {
     }
 }
 
-/// The target's path with segment `index` replaced by a full ID.
-pub(crate) fn pinned(target: &Target, index: usize, id: &str) -> String {
+/// The target's path with segment `index` replaced by the full ID a decision was made on.
+pub(crate) fn pinned(target: &Target, index: usize, pin: &Pinned) -> String {
     let mut segs: Vec<&str> = target.segments.iter().map(String::as_str).collect();
     if let Some(s) = segs.get_mut(index) {
-        *s = id;
+        *s = pin.id();
     }
     target.path_with(&segs)
-}
-
-pub(crate) fn is_full_id(id: &str) -> bool {
-    id.len() == 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 pub(crate) const HOP_BY_HOP: [header::HeaderName; 7] = [

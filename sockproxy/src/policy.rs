@@ -136,7 +136,16 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
         });
     }
     let from = query.get("fromImage").unwrap_or("");
-    let reference = match query.get("tag").filter(|t| !t.is_empty()) {
+    let tag = query.get("tag").filter(|t| !t.is_empty());
+    let last = from.rsplit('/').next().unwrap_or(from);
+    if tag.is_none() && !last.contains(':') && !from.contains('@') {
+        // Without a tag dockerd pulls every tag of the repository.
+        return Err(Refusal::Setting {
+            op: "images.pull".into(),
+            why: format!("{from} names no tag or digest; pull one tag at a time"),
+        });
+    }
+    let reference = match tag {
         Some(tag) if !from.contains('@') => format!("{from}:{tag}"),
         _ => from.to_owned(),
     };
@@ -335,7 +344,15 @@ mod tests {
             pull("fromImage=docker.io%2Flibrary%2Fbusybox&tag=latest"),
             Ok(())
         );
-        assert_eq!(pull("fromImage=busybox"), Ok(()));
+        assert_eq!(
+            pull("fromImage=busybox"),
+            Err(
+                "sockproxy: images.pull: busybox names no tag or digest; pull one tag at a time"
+                    .into()
+            )
+        );
+        assert_eq!(pull("fromImage=busybox%3Alatest"), Ok(()));
+        assert_eq!(pull("fromImage=busybox&tag=latest"), Ok(()));
         assert_eq!(pull("fromImage=ghcr.io%2Fx%2Fy&tag=1"), Ok(()));
         assert_eq!(
             pull("fromImage=ghcr.io%2Fx%2Fy&tag=2"),

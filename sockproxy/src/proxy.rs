@@ -12,7 +12,6 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::{self, ContainerOp, ExecOp, NetworkOp, ObjRef};
@@ -20,16 +19,13 @@ use crate::body;
 use crate::canon::{self, Target};
 use crate::filter;
 use crate::forward::{
-    buffered_response, drain, is_full_id, pinned, splice, stream_response, upstream_request,
-    vprefix, wants_upgrade, with_query,
+    buffered_response, drain, pinned, splice, stream_response, upstream_request, wants_upgrade,
+    with_query,
 };
 use crate::policy::{self, Plan};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
 use crate::upstream::{self, Body, Buffered, Upstream};
-
-/// Cap on one inspect answer (a network with many endpoints is the largest we read).
-const MAX_INSPECT: usize = 8 << 20;
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,50 +76,11 @@ impl Counters {
     }
 }
 
-/// A resolved object (full ID and the inspect answer), or the engine's own answer for a name
-/// it does not know, which is passed back as it is.
-type Resolved = Result<(String, Buffered), Buffered>;
-
 /// What one request came to, for the decision log line.
 struct Outcome {
     op: String,
     reason: &'static str,
     result: Result<Response<Body>, Refusal>,
-}
-
-#[derive(Deserialize)]
-struct Named {
-    #[serde(rename = "Id")]
-    id: String,
-    #[serde(rename = "Name")]
-    name: String,
-    #[serde(rename = "Config", default)]
-    config: Option<NamedConfig>,
-}
-
-#[derive(Deserialize)]
-struct NamedConfig {
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
-}
-
-impl Named {
-    /// `--require-stack-label`: changes need the label the proxy stamps at create.
-    fn labelled_for(&self, stack: &str) -> bool {
-        self.config
-            .as_ref()
-            .and_then(|c| c.labels.as_ref())
-            .and_then(|l| l.get(crate::create_body::STACK_LABEL))
-            .is_some_and(|v| v == stack)
-    }
-}
-
-#[derive(Deserialize)]
-struct ExecInfo {
-    #[serde(rename = "ID")]
-    id: String,
-    #[serde(rename = "ContainerID")]
-    container_id: String,
 }
 
 /// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
@@ -313,7 +270,9 @@ impl Proxy {
                     body::no_body(take()).await?;
                     None
                 };
-                let exec_id = self.resolve_exec(access, &id, target).await?;
+                let exec_id = self
+                    .resolve_exec(access, &id, target.version.as_deref())
+                    .await?;
                 let path = with_query(pinned(target, 1, &exec_id), &query);
                 let upgrade = upgrade.filter(|_| eop == ExecOp::Start);
                 match checked {
@@ -388,7 +347,7 @@ impl Proxy {
                             Ok((cid, _)) => cid,
                             Err(engine) => return Ok(buffered_response(engine)),
                         };
-                        map.insert("Container".into(), Value::String(cid));
+                        map.insert("Container".into(), Value::String(cid.id().to_owned()));
                         let bytes = serde_json::to_vec(&map)
                             .map_err(|e| Refusal::BadRequest(e.to_string()))?;
                         self.forward_body(parts, bytes, path).await
@@ -398,118 +357,6 @@ impl Proxy {
         }
     }
 
-    /// Inspects `r` upstream and decides on the canonical name; returns the full ID and the
-    /// inspect answer. A name's own "not found" is passed through as the engine said it; an ID
-    /// that is absent, ambiguous or out of scope gets the same 404.
-    async fn resolve(
-        &self,
-        kind: Kind,
-        access: Access,
-        op: &str,
-        r: &ObjRef,
-        version: Option<&str>,
-    ) -> Result<Resolved, Refusal> {
-        let path = match kind {
-            Kind::Container => format!("{}/containers/{}/json", vprefix(version), r.as_str()),
-            Kind::Network => format!("{}/networks/{}", vprefix(version), r.as_str()),
-        };
-        let answer = self
-            .upstream
-            .get(&path, MAX_INSPECT)
-            .await
-            .map_err(upstream_err)?;
-        if answer.status != StatusCode::OK {
-            // An ambiguous prefix is 500 on 20.10 and 400 on 29 (moby `pkg/truncindex`,
-            // `daemon/container/view.go`); either way it must look like an absent object, or
-            // the answer would tell a stack that another stack's ID shares the prefix.
-            let ambiguous = String::from_utf8_lossy(&answer.body)
-                .to_ascii_lowercase()
-                .contains("multiple ids found with provided prefix");
-            return match r {
-                ObjRef::Hex(id) if answer.status.is_client_error() || ambiguous => {
-                    Err(policy::absent(kind, id))
-                }
-                _ if answer.status.is_server_error() => Err(Refusal::Upstream(format!(
-                    "inspect answered {}",
-                    answer.status
-                ))),
-                _ => Ok(Err(answer)),
-            };
-        }
-        let named: Named = serde_json::from_slice(&answer.body)
-            .map_err(|e| Refusal::Upstream(format!("unreadable inspect answer: {e}")))?;
-        policy::check_resolved(kind, access, op, r, &named.name, &self.scope)?;
-        if self.require_stack_label
-            && kind == Kind::Container
-            && access == Access::Change
-            && !named.labelled_for(&self.stack)
-        {
-            return Err(match r {
-                ObjRef::Hex(id) => policy::absent(kind, id),
-                ObjRef::Name(name) => Refusal::ContainerOutOfScope {
-                    op: op.to_owned(),
-                    name: name.clone(),
-                },
-            });
-        }
-        if !is_full_id(&named.id) {
-            return Err(Refusal::Upstream("inspect answer has no full ID".into()));
-        }
-        Ok(Ok((named.id, answer)))
-    }
-
-    async fn resolve_exec(
-        &self,
-        access: Access,
-        id: &str,
-        target: &Target,
-    ) -> Result<String, Refusal> {
-        let v = vprefix(target.version.as_deref());
-        let answer = self
-            .upstream
-            .get(&format!("{v}/exec/{id}/json"), MAX_INSPECT)
-            .await
-            .map_err(upstream_err)?;
-        if answer.status.is_server_error() {
-            return Err(Refusal::Upstream(format!(
-                "exec inspect answered {}",
-                answer.status
-            )));
-        }
-        if answer.status != StatusCode::OK {
-            return Err(Refusal::NoSuchExec(id.to_owned()));
-        }
-        let info: ExecInfo = serde_json::from_slice(&answer.body)
-            .map_err(|e| Refusal::Upstream(format!("unreadable exec inspect answer: {e}")))?;
-        if !is_full_id(&info.id) || !is_full_id(&info.container_id) {
-            return Err(Refusal::Upstream(
-                "exec inspect answer has no full IDs".into(),
-            ));
-        }
-        let container = self
-            .upstream
-            .get(
-                &format!("{v}/containers/{}/json", info.container_id),
-                MAX_INSPECT,
-            )
-            .await
-            .map_err(upstream_err)?;
-        if container.status != StatusCode::OK {
-            return Err(Refusal::NoSuchExec(id.to_owned()));
-        }
-        let named: Named = serde_json::from_slice(&container.body)
-            .map_err(|e| Refusal::Upstream(format!("unreadable inspect answer: {e}")))?;
-        if named.id != info.container_id {
-            return Err(Refusal::NoSuchExec(id.to_owned()));
-        }
-        policy::check_exec(access, id, &named.name, &self.scope)?;
-        if self.require_stack_label && access == Access::Change && !named.labelled_for(&self.stack)
-        {
-            return Err(Refusal::NoSuchExec(id.to_owned()));
-        }
-        Ok(info.id)
-    }
-
     async fn list(
         &self,
         kind: Kind,
@@ -517,8 +364,18 @@ impl Proxy {
         target: &Target,
     ) -> Result<Response<Body>, Refusal> {
         let limit = filter::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
+        let query = match target.query.get("filters") {
+            Some(raw) if kind == Kind::Container && filter::names_containers(raw) => {
+                let own = self
+                    .own_objects(Kind::Container, target.version.as_deref())
+                    .await?;
+                let pinned = filter::pin_container_refs(raw, &own)?;
+                target.query.replaced("filters", pinned)
+            }
+            _ => target.query.clone(),
+        };
         // `limit` applies to the stack's own entries, so it is applied after filtering.
-        let path = with_query(target.path(), &target.query.encode_without(&["limit"]));
+        let path = with_query(target.path(), &query.encode_without(&["limit"]));
         let req = upstream_request(&parts, path, upstream::empty(), false)?;
         let resp = self.upstream.send(req).await.map_err(upstream_err)?;
         if resp.status() != StatusCode::OK {
@@ -635,7 +492,7 @@ fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusa
     }
 }
 
-fn upstream_err(e: upstream::UpstreamError) -> Refusal {
+pub(crate) fn upstream_err(e: upstream::UpstreamError) -> Refusal {
     match e {
         upstream::UpstreamError::Busy => Refusal::Busy(e.to_string()),
         e => Refusal::Upstream(e.to_string()),

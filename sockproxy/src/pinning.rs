@@ -1,0 +1,294 @@
+//! The decisions made once the engine has named an object (pure): whether an inspected
+//! container, network or exec instance is the stack's, and which full ID the forwarded path is
+//! pinned to. A `Pinned` can only be made here, and the forwarder takes nothing else for a path
+//! it pins, so "every forwarded path is pinned to a checked ID" holds by type.
+
+use http::StatusCode;
+
+use crate::api::ObjRef;
+use crate::policy::{absent, check_exec, check_resolved};
+use crate::refusal::Refusal;
+use crate::scope::{Access, Kind, Scope};
+
+/// A full 64-hex ID the proxy decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned(String);
+
+impl Pinned {
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What the rules need: the stack's scope, and `--require-stack-label` with the stack's name.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    pub scope: &'a Scope,
+    pub require_stack_label: bool,
+    pub stack: &'a str,
+}
+
+/// The fields of an inspect answer the decision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Inspected<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    /// The `sockproxy.stack` label, when the object has one.
+    pub stack_label: Option<&'a str>,
+}
+
+pub fn is_full_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// An inspect the engine did not answer with 200: an ID (or ID prefix) that is absent or
+/// ambiguous looks exactly like one out of scope; an engine failure is a 502; otherwise the
+/// engine's own answer for a name goes back to the client (`Ok(())`).
+pub fn inspect_failed(
+    kind: Kind,
+    r: &ObjRef,
+    status: StatusCode,
+    body: &[u8],
+) -> Result<(), Refusal> {
+    // An ambiguous prefix is 500 on 20.10 and 400 on 29 (moby `pkg/truncindex`,
+    // `daemon/container/view.go`); it must not tell a stack that another's ID shares it.
+    let ambiguous = String::from_utf8_lossy(body)
+        .to_ascii_lowercase()
+        .contains("multiple ids found with provided prefix");
+    match r {
+        ObjRef::Hex(id) if status.is_client_error() || ambiguous => Err(absent(kind, id)),
+        _ if status.is_server_error() => {
+            Err(Refusal::Upstream(format!("inspect answered {status}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Decides on an inspected container or network.
+pub fn inspected(
+    kind: Kind,
+    access: Access,
+    op: &str,
+    r: &ObjRef,
+    ins: &Inspected,
+    rules: &Rules,
+) -> Result<Pinned, Refusal> {
+    check_resolved(kind, access, op, r, ins.name, rules.scope)?;
+    if rules.require_stack_label
+        && kind == Kind::Container
+        && access == Access::Change
+        && ins.stack_label != Some(rules.stack)
+    {
+        return Err(match r {
+            ObjRef::Hex(id) => absent(kind, id),
+            ObjRef::Name(name) => Refusal::ContainerOutOfScope {
+                op: op.to_owned(),
+                name: name.clone(),
+            },
+        });
+    }
+    if !is_full_id(ins.id) {
+        return Err(Refusal::Upstream("inspect answer has no full ID".into()));
+    }
+    Ok(Pinned(ins.id.to_owned()))
+}
+
+/// Decides on an exec instance (`exec_id` as the client sent it, `reported` the exec inspect's
+/// own ID and container ID) once its container has been inspected by that container ID.
+pub fn exec(
+    access: Access,
+    exec_id: &str,
+    reported: (&str, &str),
+    container: &Inspected,
+    rules: &Rules,
+) -> Result<Pinned, Refusal> {
+    let (id, container_id) = reported;
+    if !is_full_id(id) || !is_full_id(container_id) {
+        return Err(Refusal::Upstream(
+            "exec inspect answer has no full IDs".into(),
+        ));
+    }
+    if container.id != container_id {
+        return Err(Refusal::NoSuchExec(exec_id.to_owned()));
+    }
+    check_exec(access, exec_id, container.name, rules.scope)?;
+    if rules.require_stack_label
+        && access == Access::Change
+        && container.stack_label != Some(rules.stack)
+    {
+        return Err(Refusal::NoSuchExec(exec_id.to_owned()));
+    }
+    Ok(Pinned(id.to_owned()))
+}
+
+/// An ID prefix is resolved among the stack's own objects only (`(id, name)` of the filtered
+/// list), never by the engine: a prefix another stack's object shares must not change the
+/// answer. One match is the object; none, or more than one, is "no such object".
+pub fn own_prefix(kind: Kind, prefix: &str, own: &[(String, String)]) -> Result<String, Refusal> {
+    let mut matching = own.iter().filter(|(id, _)| id.starts_with(prefix));
+    match (matching.next(), matching.next()) {
+        (Some((id, _)), None) => Ok(id.clone()),
+        _ => Err(absent(kind, prefix)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scope::Prefix;
+
+    fn rules(scope: &Scope) -> Rules<'_> {
+        Rules {
+            scope,
+            require_stack_label: true,
+            stack: "atlas",
+        }
+    }
+
+    const ID: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+
+    #[test]
+    fn inspected_objects() {
+        let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+        let r = rules(&s);
+        let name = ObjRef::Name("deer-flow-sandbox-1".into());
+        let ins = |label| Inspected {
+            id: ID,
+            name: "/deer-flow-sandbox-1",
+            stack_label: label,
+        };
+        let ok = inspected(
+            Kind::Container,
+            Access::Change,
+            "containers.stop",
+            &name,
+            &ins(Some("atlas")),
+            &r,
+        );
+        assert_eq!(ok.map(|p| p.id().to_owned()), Ok(ID.to_owned()));
+        assert!(inspected(
+            Kind::Container,
+            Access::Change,
+            "containers.stop",
+            &name,
+            &ins(None),
+            &r
+        )
+        .is_err());
+        assert!(inspected(
+            Kind::Container,
+            Access::Read,
+            "containers.inspect",
+            &name,
+            &ins(None),
+            &r
+        )
+        .is_ok());
+        let hex = ObjRef::Hex("11".into());
+        let foreign = Inspected {
+            id: ID,
+            name: "/other",
+            stack_label: Some("atlas"),
+        };
+        assert_eq!(
+            inspected(
+                Kind::Container,
+                Access::Read,
+                "containers.inspect",
+                &hex,
+                &foreign,
+                &r
+            ),
+            Err(Refusal::NoSuchContainer("11".into()))
+        );
+        let short = Inspected {
+            id: "11",
+            ..ins(Some("atlas"))
+        };
+        assert!(inspected(
+            Kind::Container,
+            Access::Change,
+            "containers.stop",
+            &name,
+            &short,
+            &r
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn failed_inspects_and_prefixes() {
+        let hex = ObjRef::Hex("ab".into());
+        let name = ObjRef::Name("deer-flow-sandbox-1".into());
+        let amb = b"{\"message\":\"Multiple IDs found with provided prefix: ab\"}";
+        assert_eq!(
+            inspect_failed(
+                Kind::Container,
+                &hex,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                amb
+            ),
+            Err(Refusal::NoSuchContainer("ab".into()))
+        );
+        assert_eq!(
+            inspect_failed(Kind::Container, &name, StatusCode::NOT_FOUND, b""),
+            Ok(())
+        );
+        assert!(matches!(
+            inspect_failed(
+                Kind::Container,
+                &name,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                b""
+            ),
+            Err(Refusal::Upstream(_))
+        ));
+        let own = vec![
+            ("abc1".to_owned(), "/deer-flow-sandbox-1".to_owned()),
+            ("abd2".to_owned(), "/deer-flow-sandbox-2".to_owned()),
+        ];
+        assert_eq!(
+            own_prefix(Kind::Container, "abc", &own),
+            Ok("abc1".to_owned())
+        );
+        assert_eq!(
+            own_prefix(Kind::Container, "ab", &own),
+            Err(Refusal::NoSuchContainer("ab".into()))
+        );
+        assert_eq!(
+            own_prefix(Kind::Network, "ff", &own),
+            Err(Refusal::NoSuchNetwork("ff".into()))
+        );
+    }
+
+    #[test]
+    fn exec_instances() {
+        let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+        let r = Rules {
+            require_stack_label: false,
+            ..rules(&s)
+        };
+        let c = Inspected {
+            id: ID,
+            name: "/deer-flow-sandbox-1",
+            stack_label: None,
+        };
+        assert!(exec(Access::Change, "e", (ID, ID), &c, &r).is_ok());
+        let other = Inspected {
+            name: "/other",
+            ..c
+        };
+        assert_eq!(
+            exec(Access::Change, "e", (ID, ID), &other, &r),
+            Err(Refusal::NoSuchExec("e".into()))
+        );
+        let moved = "2222222222222222222222222222222222222222222222222222222222222222";
+        assert_eq!(
+            exec(Access::Change, "e", (ID, moved), &c, &r),
+            Err(Refusal::NoSuchExec("e".into()))
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! Naming an object through the engine before a decision (I/O; the decisions are `pinning`'s):
+//! inspect a container, network or exec instance, resolve an ID prefix among the stack's own
+//! objects, and read the stack's own objects for list filters that name one.
+
+use http::StatusCode;
+use serde::Deserialize;
+
+use crate::api::ObjRef;
+use crate::forward::vprefix;
+use crate::pinning::{self, Inspected, Pinned, Rules};
+use crate::proxy::Proxy;
+use crate::refusal::Refusal;
+use crate::scope::{Access, Kind};
+use crate::upstream::Buffered;
+
+/// Cap on one inspect answer (a network with many endpoints is the largest we read).
+const MAX_INSPECT: usize = 8 << 20;
+
+/// A pinned object and the inspect answer the check was made on, or the engine's own answer
+/// for a name it does not know, which goes back to the client as it is.
+pub type Resolved = Result<(Pinned, Buffered), Buffered>;
+
+#[derive(Deserialize)]
+struct Named {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "Name")]
+    name: String,
+    #[serde(rename = "Config", default)]
+    config: Option<NamedConfig>,
+}
+
+#[derive(Deserialize)]
+struct NamedConfig {
+    #[serde(rename = "Labels", default)]
+    labels: Option<std::collections::HashMap<String, String>>,
+}
+
+impl Named {
+    fn inspected(&self) -> Inspected<'_> {
+        Inspected {
+            id: &self.id,
+            name: &self.name,
+            stack_label: self
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(crate::create_body::STACK_LABEL))
+                .map(String::as_str),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ExecInfo {
+    #[serde(rename = "ID")]
+    id: String,
+    #[serde(rename = "ContainerID")]
+    container_id: String,
+}
+
+/// One entry of a container or network list: its ID and its names.
+#[derive(Deserialize)]
+struct Listed {
+    #[serde(rename = "Id", alias = "ID")]
+    id: String,
+    #[serde(rename = "Names", default)]
+    names: Vec<String>,
+    #[serde(rename = "Name", default)]
+    name: String,
+}
+
+fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
+    Refusal::Upstream(format!("unreadable {what} answer: {e}"))
+}
+
+impl Proxy {
+    pub(crate) fn rules(&self) -> Rules<'_> {
+        Rules {
+            scope: &self.scope,
+            require_stack_label: self.require_stack_label,
+            stack: &self.stack,
+        }
+    }
+
+    /// Inspects `r` and decides on the canonical name. An ID prefix is first resolved among
+    /// the stack's own objects; a full ID or a name is inspected as it is.
+    pub(crate) async fn resolve(
+        &self,
+        kind: Kind,
+        access: Access,
+        op: &str,
+        r: &ObjRef,
+        version: Option<&str>,
+    ) -> Result<Resolved, Refusal> {
+        let full = match r {
+            ObjRef::Hex(prefix) if !pinning::is_full_id(prefix) => {
+                let own = self.own_objects(kind, version).await?;
+                pinning::own_prefix(kind, prefix, &own)?
+            }
+            _ => r.as_str().to_owned(),
+        };
+        let v = vprefix(version);
+        let path = match kind {
+            Kind::Container => format!("{v}/containers/{full}/json"),
+            Kind::Network => format!("{v}/networks/{full}"),
+        };
+        let answer = self
+            .upstream
+            .get(&path, MAX_INSPECT)
+            .await
+            .map_err(crate::proxy::upstream_err)?;
+        if answer.status != StatusCode::OK {
+            pinning::inspect_failed(kind, r, answer.status, &answer.body)?;
+            return Ok(Err(answer));
+        }
+        let named: Named =
+            serde_json::from_slice(&answer.body).map_err(|e| unreadable("inspect", e))?;
+        let pin = pinning::inspected(kind, access, op, r, &named.inspected(), &self.rules())?;
+        Ok(Ok((pin, answer)))
+    }
+
+    /// An exec instance is the stack's when its container is; pinned to the exec's full ID.
+    pub(crate) async fn resolve_exec(
+        &self,
+        access: Access,
+        id: &str,
+        version: Option<&str>,
+    ) -> Result<Pinned, Refusal> {
+        let v = vprefix(version);
+        let answer = self
+            .upstream
+            .get(&format!("{v}/exec/{id}/json"), MAX_INSPECT)
+            .await
+            .map_err(crate::proxy::upstream_err)?;
+        if answer.status.is_server_error() {
+            return Err(Refusal::Upstream(format!(
+                "exec inspect answered {}",
+                answer.status
+            )));
+        }
+        if answer.status != StatusCode::OK {
+            return Err(Refusal::NoSuchExec(id.to_owned()));
+        }
+        let info: ExecInfo =
+            serde_json::from_slice(&answer.body).map_err(|e| unreadable("exec inspect", e))?;
+        if !pinning::is_full_id(&info.container_id) {
+            return Err(Refusal::Upstream(
+                "exec inspect answer has no full IDs".into(),
+            ));
+        }
+        let container = self
+            .upstream
+            .get(
+                &format!("{v}/containers/{}/json", info.container_id),
+                MAX_INSPECT,
+            )
+            .await
+            .map_err(crate::proxy::upstream_err)?;
+        if container.status != StatusCode::OK {
+            return Err(Refusal::NoSuchExec(id.to_owned()));
+        }
+        let named: Named =
+            serde_json::from_slice(&container.body).map_err(|e| unreadable("inspect", e))?;
+        pinning::exec(
+            access,
+            id,
+            (&info.id, &info.container_id),
+            &named.inspected(),
+            &self.rules(),
+        )
+    }
+
+    /// `(full ID, name)` of every container (all states) or network the stack sees.
+    pub(crate) async fn own_objects(
+        &self,
+        kind: Kind,
+        version: Option<&str>,
+    ) -> Result<Vec<(String, String)>, Refusal> {
+        let v = vprefix(version);
+        let path = match kind {
+            Kind::Container => format!("{v}/containers/json?all=1"),
+            Kind::Network => format!("{v}/networks"),
+        };
+        let answer = self
+            .upstream
+            .get(&path, self.max_list_bytes)
+            .await
+            .map_err(crate::proxy::upstream_err)?;
+        if answer.status != StatusCode::OK {
+            return Err(Refusal::Upstream(format!(
+                "list answered {}",
+                answer.status
+            )));
+        }
+        let listed: Vec<Listed> =
+            serde_json::from_slice(&answer.body).map_err(|e| unreadable("list", e))?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|l| {
+                let name = match kind {
+                    Kind::Container => l
+                        .names
+                        .iter()
+                        .map(|n| n.strip_prefix('/').unwrap_or(n))
+                        .find(|n| !n.contains('/'))?
+                        .to_owned(),
+                    Kind::Network => l.name,
+                };
+                self.scope.visible(&name).then_some((l.id, name))
+            })
+            .collect())
+    }
+}
