@@ -188,10 +188,17 @@ pub fn resources(r: &mut Reader, o: &mut Map<String, Value>) -> Result<(), Refus
     r.keep(o, "CpusetMems", fields::any_string)?;
     r.keep(o, "MemorySwappiness", fields::any_int)?;
     r.keep(o, "OomKillDisable", fields::false_only)?;
-    // 0 and -1 mean "unlimited": a fork bomb's way past the engine's default.
-    r.keep(o, "PidsLimit", |r, p, v| {
-        int_in(r, p, &v, 1, i64::MAX).map(Value::from)
-    })?;
+    // The docker CLI sends 0 for "not set" (read by dockerd as absent, so it is not
+    // forwarded); -1 asks for "unlimited" outright and is refused.
+    if let Some(v) = r.take("PidsLimit") {
+        let path = r.path("PidsLimit");
+        match int_in(r, &path, &v, 0, i64::MAX)? {
+            0 => {}
+            n => {
+                o.insert("PidsLimit".into(), Value::from(n));
+            }
+        }
+    }
     r.keep(o, "Ulimits", ulimits)?;
     r.zero_only(&[
         "CgroupParent",

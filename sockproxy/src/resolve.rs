@@ -171,17 +171,31 @@ impl Proxy {
         )
     }
 
-    /// `(full ID, name)` of every container (all states) or network the stack sees.
+    /// `(full ID, name)` of every container (all states) or network the stack sees. The engine
+    /// is asked with a name filter for the prefix, which keeps the answer small; its `id` filter
+    /// is no use here, as it resolves a prefix the way the engine does (an ambiguity with another
+    /// stack's ID would empty the answer).
     pub(crate) async fn own_objects(
         &self,
         kind: Kind,
         version: Option<&str>,
     ) -> Result<Vec<(String, String)>, Refusal> {
         let v = vprefix(version);
-        let path = match kind {
-            Kind::Container => format!("{v}/containers/json?all=1"),
-            Kind::Network => format!("{v}/networks"),
+        let p = self.scope.prefix().as_str();
+        // Container names are matched as regular expressions against `/NAME`; network names
+        // as substrings. Either way the answer is a superset, filtered below.
+        let (base, name) = match kind {
+            Kind::Container => (
+                "containers/json?all=1&",
+                format!("^/{}", p.replace('.', "\\.")),
+            ),
+            Kind::Network => ("networks?", p.to_owned()),
         };
+        let filters = serde_json::json!({ "name": [name] }).to_string();
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("filters", &filters)
+            .finish();
+        let path = format!("{v}/{base}{query}");
         let answer = self
             .upstream
             .get(&path, self.max_list_bytes)

@@ -39,12 +39,23 @@ pub fn exec_create(v: Value) -> Result<Value, Refusal> {
     for f in ["User", "DetachKeys", "WorkingDir"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
-    for f in ["Tty", "AttachStdin", "AttachStdout", "AttachStderr"] {
+    for f in [
+        "Tty",
+        "AttachStdin",
+        "AttachStdout",
+        "AttachStderr",
+        "Detach",
+    ] {
         r.keep(&mut o, f, fields::any_bool)?;
     }
     r.keep(&mut o, "ConsoleSize", console)?;
     r.keep(&mut o, "Env", fields::any_str_list)?;
     r.keep(&mut o, "Cmd", fields::any_str_slice)?;
+    // docker-py also names the container in the body; dockerd has no such field and reads the
+    // path, which the proxy pins, so the string is accepted and not forwarded.
+    if let Some(c) = r.take("Container") {
+        fields::string("Container", c)?;
+    }
     r.finish()?;
     Ok(Value::Object(o))
 }

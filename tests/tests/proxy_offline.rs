@@ -15,6 +15,17 @@ fn engine(prefix: &str) -> Recorder {
         let path = uri.split('?').next().unwrap_or("");
         let inspect = |id: &str, name: &str| (200, format!(r#"{{"Id":"{id}","Name":"{name}"}}"#));
         match (method, path) {
+            // An ID prefix is looked up among the stack's own containers (an `id` filter).
+            ("GET", p)
+                if p.ends_with("/containers/json") && uri.contains("filters=%7B%22name%22") =>
+            {
+                (
+                    200,
+                    format!(
+                        r#"[{{"Id":"{OWN_ID}","Names":["{own}"]}},{{"Id":"{FOREIGN_ID}","Names":["/foreign"]}}]"#
+                    ),
+                )
+            }
             ("GET", p) if p.ends_with(&format!("{own}/json")) || p.contains("/containers/1111") => {
                 inspect(OWN_ID, &own)
             }
@@ -136,7 +147,9 @@ fn refusals_are_byte_exact_and_never_forwarded() {
     let cases = [
         ("GET", "/info", 403, "sockproxy: system.info: not allowed for this stack"),
         ("GET", "/system/df", 403, "sockproxy: system.df: not allowed for this stack"),
-        ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: busybox is not an allowed image (--allow-image)"),
+        ("POST", "/images/create?fromImage=busybox&tag=latest", 403, "sockproxy: images.pull: busybox:latest is not an allowed image (--allow-image)"),
+        // No tag pulls every tag of the repository.
+        ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: busybox names no tag or digest; pull one tag at a time"),
         ("POST", "/build", 403, "sockproxy: build: not allowed for this stack"),
         ("GET", "/volumes", 403, "sockproxy: volumes: not allowed for this stack"),
         ("POST", "/swarm/init", 403, "sockproxy: swarm.swarm: not allowed for this stack"),
@@ -186,7 +199,9 @@ fn forwarded_paths_are_pinned_to_the_full_id() {
         [
             "GET /v1.41/containers/deer-flow-sandbox-a/json".to_owned(),
             format!("POST /v1.41/containers/{OWN_ID}/stop?t=3"),
-            "GET /containers/111111/json".to_owned(),
+            "GET /containers/json?all=1&filters=%7B%22name%22%3A%5B%22%5E%2Fdeer-flow-%22%5D%7D"
+                .to_owned(),
+            format!("GET /containers/{OWN_ID}/json"),
             format!("DELETE /containers/{OWN_ID}?force=1"),
         ]
     );
@@ -245,9 +260,15 @@ fn foreign_ids_and_prefixes_look_absent() {
         "only inspects were sent: {:?}",
         up.requests()
     );
-    // Any other engine failure is not an absence: 502, and still nothing forwarded.
-    let resp = raw::request(p.socket(), "POST", "/containers/6/stop", None).expect("answer");
-    assert_eq!(resp.status, 502, "{}", resp.text());
+    // An engine failure while resolving is not an absence: 502, and still nothing forwarded.
+    let failing = Recorder::start(|_, _| (500, r#"{"message":"boom"}"#.into()));
+    let p = StackProxy::start(failing.socket(), "deer-flow-", false);
+    for r in ["6", "deer-flow-sandbox-a"] {
+        let resp = raw::request(p.socket(), "POST", &format!("/containers/{r}/stop"), None)
+            .expect("answer");
+        assert_eq!(resp.status, 502, "{}", resp.text());
+    }
+    assert!(failing.requests().iter().all(|l| l.starts_with("GET ")));
 }
 
 #[test]
@@ -492,7 +513,7 @@ fn create_bodies_are_checked_capped_and_reserialized() {
     assert_refusal(
         &r,
         403,
-        "sockproxy: containers.create: privileged containers are not allowed",
+        "sockproxy: containers.create: HostConfig.Privileged is not allowed for this stack",
     );
     assert!(
         up.requests().is_empty(),

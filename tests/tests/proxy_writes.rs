@@ -25,65 +25,122 @@ fn refused_creates_say_why_and_leave_nothing_behind() {
         let cases: Vec<(Vec<&str>, &str)> = vec![
             (
                 vec!["--privileged"],
-                "privileged containers are not allowed",
+                "HostConfig.Privileged is not allowed for this stack",
             ),
             (
                 vec!["--cap-add", "SYS_ADMIN"],
-                "SYS_ADMIN is not allowed (--allow-cap)",
+                "SYS_ADMIN is not allowed for this stack (--allow-cap)",
             ),
-            (vec!["--network", "host"], "NetworkMode host is not allowed"),
-            (vec!["--pid", "host"], "PidMode host is not allowed"),
-            (vec!["--ipc", "host"], "IpcMode host is not allowed"),
-            (vec!["--uts", "host"], "UTSMode host is not allowed"),
-            (vec!["--userns", "host"], "UsernsMode host is not allowed"),
+            (vec!["--network", "host"], "HostConfig.NetworkMode host is not allowed for this stack"),
+            (vec!["--pid", "host"], "HostConfig.PidMode host is not allowed for this stack"),
+            (vec!["--ipc", "host"], "HostConfig.IpcMode host is not allowed for this stack"),
+            (vec!["--uts", "host"], "HostConfig.UTSMode host is not allowed for this stack"),
+            (vec!["--userns", "host"], "HostConfig.UsernsMode host is not allowed for this stack"),
             (
                 vec!["--security-opt", "seccomp=unconfined"],
-                "SecurityOpt seccomp=unconfined is not allowed",
+                "HostConfig.SecurityOpt seccomp=unconfined is not allowed for this stack (--allow-seccomp-unconfined)",
             ),
             (
                 vec!["--security-opt", "apparmor=unconfined"],
-                "SecurityOpt apparmor=unconfined is not allowed",
+                "HostConfig.SecurityOpt apparmor=unconfined is not allowed for this stack",
             ),
             (
                 vec!["--security-opt", "label=disable"],
-                "SecurityOpt label=disable is not allowed",
+                "HostConfig.SecurityOpt label=disable is not allowed for this stack",
             ),
             (
                 vec!["--cgroup-parent", "/escape"],
-                "CgroupParent is not allowed",
+                "HostConfig.CgroupParent is not allowed for this stack",
             ),
-            (vec!["--runtime", "other"], "Runtime other is not allowed"),
+            (vec!["--runtime", "other"], "HostConfig.Runtime other is not allowed for this stack"),
             (
                 vec!["--device", "/dev/null:/dev/x"],
-                "Devices are not allowed",
+                "HostConfig.Devices is not allowed for this stack",
             ),
             (
                 vec!["-v", "/etc:/host-etc"],
-                "bind source /etc is not under an allowed bind root (--allow-bind-root)",
+                "HostConfig.Binds /etc is not under an allowed bind root (--allow-bind-root)",
             ),
             (
                 vec!["-v", "/var/run/docker.sock:/var/run/docker.sock"],
-                "bind source /var/run/docker.sock is the engine's socket",
+                "HostConfig.Binds /var/run/docker.sock is the engine's socket",
             ),
             (
                 vec!["--mount", "type=bind,source=/root,target=/r"],
-                "bind source /root is not under an allowed bind root (--allow-bind-root)",
+                "HostConfig.Mounts[0].Source /root is not under an allowed bind root (--allow-bind-root)",
             ),
             (
                 vec!["-p", "8080:80"],
-                "port 80/tcp published on every address, not loopback (--allow-public-ports)",
+                "HostConfig.PortBindings.80/tcp published on every address is not allowed for this stack (loopback only; --allow-public-ports)",
             ),
             (
                 vec!["-P", "--expose", "80"],
-                "PublishAllPorts publishes on every address (--allow-public-ports)",
+                "HostConfig.PublishAllPorts true is not allowed for this stack (--allow-public-ports)",
             ),
             (
                 vec!["--volumes-from", "someone-else"],
-                "VolumesFrom someone-else is not one of this stack's sandboxes",
+                "HostConfig.VolumesFrom someone-else is not one of this stack's sandboxes",
             ),
             (
                 vec!["--link", "someone-else:peer"],
-                "Links someone-else is not one of this stack's sandboxes",
+                "HostConfig.Links someone-else is not one of this stack's sandboxes",
+            ),
+            // Issue 12: what the CLI sends for each of these reached the engine before.
+            (
+                vec!["--security-opt", "systempaths=unconfined"],
+                "HostConfig.MaskedPaths is not allowed for this stack",
+            ),
+            (
+                vec!["--security-opt", "no-new-privileges=false"],
+                "HostConfig.SecurityOpt no-new-privileges=false is not allowed for this stack",
+            ),
+            (
+                vec!["--security-opt", "seccomp:unconfined"],
+                "HostConfig.SecurityOpt seccomp:unconfined is not allowed for this stack (--allow-seccomp-unconfined)",
+            ),
+            (
+                vec!["--log-driver", "syslog", "--log-opt", "syslog-address=udp://127.0.0.1:514"],
+                "HostConfig.LogConfig.Type syslog is not allowed for this stack (--allow-log-driver)",
+            ),
+            (
+                vec!["-v", "victim-vol:/v"],
+                "HostConfig.Binds victim-vol is not allowed for this stack (a named volume must start with the stack's prefix)",
+            ),
+            (
+                vec!["--mount", "type=volume,source=victim-vol,target=/v"],
+                "HostConfig.Mounts[0].Source victim-vol is not allowed for this stack (a named volume must start with the stack's prefix)",
+            ),
+            (
+                vec!["--sysctl", "net.ipv4.ip_forward=1"],
+                "HostConfig.Sysctls net.ipv4.ip_forward is not allowed for this stack (--allow-sysctl)",
+            ),
+            (
+                vec!["--oom-score-adj", "-500"],
+                "HostConfig.OomScoreAdj -500 is not allowed for this stack (allowed: 0..=1000)",
+            ),
+            (
+                vec!["--oom-kill-disable"],
+                "HostConfig.OomKillDisable is not allowed for this stack",
+            ),
+            (
+                vec!["--pids-limit", "-1"],
+                "HostConfig.PidsLimit -1 is not allowed for this stack (allowed: 0..=9223372036854775807)",
+            ),
+            (
+                vec!["--shm-size", "64g"],
+                "HostConfig.ShmSize 68719476736 is not allowed for this stack (allowed: 0..=1073741824)",
+            ),
+            (
+                vec!["--device-cgroup-rule", "a *:* rwm"],
+                "HostConfig.DeviceCgroupRules is not allowed for this stack",
+            ),
+            (
+                vec!["--network", "container:someone-else"],
+                "HostConfig.NetworkMode someone-else is not one of this stack's sandboxes",
+            ),
+            (
+                vec!["--ipc", "container:someone-else"],
+                "HostConfig.IpcMode someone-else is not one of this stack's sandboxes",
             ),
         ];
         for (i, (flags, why)) in cases.iter().enumerate() {
@@ -346,7 +403,7 @@ fn pulls_only_of_allowed_images_and_no_host_bridges() {
         );
         assert!(
             out.stderr
-                .contains("would attach to a host bridge or interface"),
+                .contains("option com.docker.network.bridge.name is not allowed for this stack"),
             "{}",
             out.stderr
         );

@@ -39,7 +39,25 @@ fn version_negotiation_matches_the_engine() {
             format!("client version 99.0 is too new. Maximum supported API version is {api}")
         );
         let at_min = s.get(&format!("/v{min}/version"));
-        assert_eq!(at_min.status, 200, "{}", at_min.text());
+        let below_proxy_min = sockproxy::canon::api_version(&min).is_some_and(|v| v < (1, 24));
+        if s.via_proxy() && below_proxy_min {
+            // Below 1.24 a start body replaces the HostConfig: the proxy refuses such versions.
+            assert_eq!(at_min.status, 400, "{}", at_min.text());
+            assert_eq!(
+                at_min.message(),
+                format!("sockproxy: bad request: API version v{min} is older than this proxy's minimum 1.24")
+            );
+            let old_start = s.req(
+                "POST",
+                "/v1.23/containers/x/start",
+                Some(&serde_json::json!({ "Binds": ["/:/host"] })),
+            );
+            assert_eq!(old_start.status, 400, "{}", old_start.text());
+            let at_proxy_min = s.get("/v1.24/version");
+            assert_eq!(at_proxy_min.status, 200, "{}", at_proxy_min.text());
+        } else {
+            assert_eq!(at_min.status, 200, "{}", at_min.text());
+        }
         if min == "1.44" {
             let old = s.get("/v1.41/containers/json");
             assert_eq!(old.status, 400);
