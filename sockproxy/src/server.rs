@@ -12,7 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy};
@@ -246,6 +246,19 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, refusal: Ref
     let _ = stream.write_all(head.as_bytes()).await;
     let _ = stream.write_all(&body).await;
     let _ = stream.shutdown().await;
+    // Read what the client already sent before closing: closing on unread bytes resets the
+    // connection, and the client would see the reset instead of the answer.
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), drain).await;
 }
 
 /// A proxy running on its own thread and runtime; dropping the handle stops it.

@@ -529,3 +529,57 @@ fn create_bodies_are_checked_capped_and_reserialized() {
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(up.requests(), [format!("POST {target}")]);
 }
+
+/// Slow clients: a head that never completes is cut off after `--header-timeout`, and past
+/// `--max-connections` a client is answered 503 in dockerd's shape instead of waiting.
+#[test]
+fn slow_clients_are_cut_off_and_extra_ones_answered_busy() {
+    use std::io::{Read, Write};
+    let up = engine("deer-flow-");
+    let p = StackProxy::start_with(up.socket(), "deer-flow-", false, |c| {
+        c.header_timeout = std::time::Duration::from_secs(1);
+        c.max_connections = 2;
+    });
+    let slow = |partial: &[u8]| {
+        let mut s = std::os::unix::net::UnixStream::connect(p.socket()).expect("connect");
+        s.write_all(partial).expect("write");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .expect("timeout");
+        s
+    };
+    // Two slow clients fill the proxy.
+    let mut a = slow(b"GET /_ping HTTP/1.1\r\nHost: x\r\n");
+    let mut b = slow(b"GET /_pi");
+    let busy = raw::get(p.socket(), "/_ping").expect("answer");
+    assert_refusal(
+        &busy,
+        503,
+        "sockproxy: busy: too many connections (--max-connections)",
+    );
+    // Each slow client is closed by the proxy (it does not wait for the client to go).
+    let mut rest = Vec::new();
+    a.read_to_end(&mut rest).expect("closed by the proxy");
+    let mut line = Vec::new();
+    b.read_to_end(&mut line).expect("closed by the proxy");
+    let answered = sockproxy_tests::raw::parse(&line).expect("an answer");
+    assert_refusal(
+        &answered,
+        400,
+        "sockproxy: bad request: no complete request line in time",
+    );
+    // Room again once they are gone.
+    let mut ok = None;
+    for _ in 0..50 {
+        let r = raw::get(p.socket(), "/_ping").expect("answer");
+        if r.status == 200 {
+            ok = Some(r);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        ok.is_some(),
+        "the proxy serves again after the slow clients"
+    );
+    assert!(up.requests().iter().all(|r| r.contains("_ping")));
+}
