@@ -134,6 +134,8 @@ pub enum ViewKind {
 pub enum Endpoint {
     Ping,
     Version,
+    /// `GET /info`: answered for the stack alone (or refused with `--info deny`).
+    Info,
     ContainerList,
     ContainerCreate,
     Container {
@@ -179,6 +181,7 @@ impl Endpoint {
         match self {
             Self::Ping => "system.ping".into(),
             Self::Version => "system.version".into(),
+            Self::Info => "system.info".into(),
             Self::ContainerList => "containers.list".into(),
             Self::ContainerCreate => "containers.create".into(),
             Self::Container { op, .. } => op.name().into(),
@@ -212,6 +215,7 @@ pub fn parse(method: &Method, target: &Target) -> Endpoint {
     match segs.as_slice() {
         ["_ping"] if m == "GET" || m == "HEAD" => Endpoint::Ping,
         ["version"] if m == "GET" => Endpoint::Version,
+        ["info"] if m == "GET" => Endpoint::Info,
         ["events"] if m == "GET" => Endpoint::Events,
         ["containers", rest @ ..] => containers(m, rest).unwrap_or_else(unknown),
         ["exec", id, action] => exec(m, id, action).unwrap_or_else(unknown),

@@ -58,8 +58,9 @@ fn endpoint_table() {
             "/images/library/busybox:latest/json",
             Endpoint::ImageInspect,
         ),
+        ("GET", "/info", Endpoint::Info),
         (
-            "GET",
+            "POST",
             "/info",
             Endpoint::Denied {
                 op: "system.info".into(),

@@ -14,6 +14,15 @@ const DEFAULT_MAX_LIST_BYTES: usize = 64 << 20;
 /// Lists buffered at once, all requests together.
 const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 256 << 20;
 
+/// What `GET /info` gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InfoMode {
+    /// The engine's description with the stack's own counts and name (DESIGN §2).
+    Stack,
+    /// Refused, like other host-wide endpoints.
+    Deny,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Plain,
@@ -79,6 +88,9 @@ pub struct Args {
     /// On SIGTERM/SIGINT: seconds in-flight streams may take to finish after the socket closes.
     #[arg(long, env = "SOCKPROXY_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace: u64,
+    /// How `GET /info` is answered: for the stack alone, or refused.
+    #[arg(long, env = "SOCKPROXY_INFO", value_enum, default_value = "stack")]
+    pub info: InfoMode,
     /// Let containers run with `seccomp=unconfined`.
     #[arg(long, env = "SOCKPROXY_ALLOW_SECCOMP_UNCONFINED")]
     pub allow_seccomp_unconfined: bool,
@@ -205,7 +217,7 @@ impl Config {
             listen: args.listen,
             upstream,
             stack: args.stack.unwrap_or_else(|| prefix.to_string()),
-            scope: Scope::new(prefix, args.restricted),
+            scope: Scope::new(prefix, args.restricted).with_info(args.info == InfoMode::Stack),
             socket_mode,
             socket_gid,
             log_format: args.log_format,

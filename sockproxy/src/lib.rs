@@ -16,6 +16,7 @@ pub mod filter;
 mod forward;
 pub mod host_config;
 pub mod inflight;
+pub mod info;
 pub mod mounts;
 pub mod pinning;
 pub mod policy;

@@ -38,6 +38,8 @@ pub enum Plan {
     },
     /// Stream the engine's events, keeping only the stack's own.
     Events,
+    /// Answer `GET /info` for the stack alone.
+    Info,
 }
 
 /// `allow_images`: normalized references `--allow-image` lets the stack pull.
@@ -50,6 +52,8 @@ pub fn decide(
     let op = ep.op();
     match ep {
         Endpoint::Events => Ok(Plan::Events),
+        Endpoint::Info if scope.info_for_stack() => Ok(Plan::Info),
+        Endpoint::Info => Err(Refusal::NotAllowed { op }),
         Endpoint::ImagePull => pull(query, allow_images),
         Endpoint::Ping | Endpoint::Version | Endpoint::ImageInspect => Ok(Plan::Forward),
         Endpoint::ContainerList => Ok(Plan::List(Kind::Container)),
@@ -264,6 +268,7 @@ mod tests {
                 true,
                 Err("sockproxy: system.info: not allowed for this stack".into()),
             ),
+            (Endpoint::Info, false, Ok(())),
             (
                 Endpoint::NetworkCreate,
                 false,
@@ -292,6 +297,15 @@ mod tests {
                 .map_err(|r| r.to_string());
             assert_eq!(got, want, "{ep:?} restricted={restricted}");
         }
+    }
+
+    #[test]
+    fn info_deny_refuses_info() {
+        let s = scope(false).with_info(false);
+        assert_eq!(
+            decide(&Endpoint::Info, &Query::default(), &s, &[]).map_err(|r| r.to_string()),
+            Err("sockproxy: system.info: not allowed for this stack".into())
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::forward::{
     buffered_response, drain, pinned, splice, stream_response, upstream_request, wants_upgrade,
     with_query,
 };
+use crate::pinning::Pinned;
 use crate::policy::{self, Plan};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
@@ -214,6 +215,10 @@ impl Proxy {
                 Ok(Response::from_parts(rparts, filtered.boxed()))
             }
             Plan::List(kind) => self.list(kind, parts, target).await,
+            Plan::Info => {
+                body::no_body(take()).await?;
+                self.info(target.version.as_deref()).await
+            }
             Plan::Container {
                 op: cop,
                 target: r,
@@ -247,7 +252,8 @@ impl Proxy {
                 }
                 let path = with_query(pinned(target, 1, &id), &query);
                 if let Some(v) = checked {
-                    return self.forward_json(parts, &v, path).await;
+                    let resp = self.forward_json(parts, &v, path).await?;
+                    return Ok(in_client_words(resp, &id, r.as_str()).await);
                 }
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
                 let sent = if cop == ContainerOp::Archive && parts.method == http::Method::PUT {
@@ -255,7 +261,8 @@ impl Proxy {
                 } else {
                     upstream::empty()
                 };
-                self.forward(parts, sent, path, upgrade).await
+                let resp = self.forward(parts, sent, path, upgrade).await?;
+                Ok(in_client_words(resp, &id, r.as_str()).await)
             }
             Plan::Exec {
                 op: eop,
@@ -313,7 +320,8 @@ impl Proxy {
                     }
                     NetworkOp::Remove => {
                         body::no_body(take()).await?;
-                        self.forward(parts, upstream::empty(), path, None).await
+                        let resp = self.forward(parts, upstream::empty(), path, None).await?;
+                        Ok(in_client_words(resp, &id, r.as_str()).await)
                     }
                     NetworkOp::Connect | NetworkOp::Disconnect => {
                         let (raw, mut map) = crate::write_rules::network_attach(
@@ -447,6 +455,37 @@ impl Proxy {
             .await
     }
 
+    /// `GET /info` for the stack alone (`info::for_stack`).
+    async fn info(&self, version: Option<&str>) -> Result<Response<Body>, Refusal> {
+        let v = crate::forward::vprefix(version);
+        let answer = self
+            .upstream
+            .get(&format!("{v}/info"), 1 << 20)
+            .await
+            .map_err(upstream_err)?;
+        if answer.status != StatusCode::OK {
+            return Ok(buffered_response(answer));
+        }
+        let engine: Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
+        let own: Vec<crate::info::State> = self
+            .own_listed(Kind::Container, version)
+            .await?
+            .iter()
+            .map(|o| crate::info::State::parse(&o.state))
+            .collect();
+        let mut out = serde_json::to_vec(&crate::info::for_stack(&engine, &self.stack, &own))
+            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        out.push(b'\n');
+        let mut headers = answer.headers;
+        headers.remove(header::CONTENT_LENGTH);
+        Ok(buffered_response(Buffered {
+            status: answer.status,
+            headers,
+            body: Bytes::from(out),
+        }))
+    }
+
     /// A network's inspect answer with `Containers` cut to the stack's own (by endpoint name),
     /// so an own or predefined network does not list other stacks' containers.
     fn own_endpoints_only(&self, inspected: Buffered) -> Result<Response<Body>, Refusal> {
@@ -471,6 +510,42 @@ impl Proxy {
             ..inspected
         }))
     }
+}
+
+/// dockerd's messages that repeat the reference they were asked about (moby `errdefs`
+/// wordings of 20.10 and 29: containers, networks).
+const ECHOED: [(&str, &str); 4] = [
+    ("No such container: ", ""),
+    ("no such container: ", ""),
+    ("network ", " not found"),
+    ("No such network: ", ""),
+];
+
+/// The engine names the pinned full ID in its errors (`No such container: 3fa9…`) where the
+/// client named something else; the client's reference is put back so callers that match on
+/// the name they used still recognise the answer.
+async fn in_client_words(resp: Response<Body>, pin: &Pinned, reference: &str) -> Response<Body> {
+    if resp.status().as_u16() < 400 || pin.id() == reference {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
+        .collect()
+        .await
+    else {
+        return Refusal::Upstream("unreadable error answer".into()).into_response();
+    };
+    let mut text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
+    // Only where dockerd echoes the reference it was given; elsewhere it names the ID itself
+    // ("You cannot remove a running container ID"), and so does the proxied answer.
+    for (before, after) in ECHOED {
+        text = text.replace(
+            &format!("{before}{}{after}", pin.id()),
+            &format!("{before}{reference}{after}"),
+        );
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, upstream::full(text))
 }
 
 /// The request head for a body the proxy wrote: its own length, JSON.

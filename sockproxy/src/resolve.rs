@@ -68,6 +68,16 @@ struct Listed {
     names: Vec<String>,
     #[serde(rename = "Name", default)]
     name: String,
+    #[serde(rename = "State", default)]
+    state: String,
+}
+
+/// One of the stack's own objects, from a list.
+#[derive(Debug, Clone)]
+pub(crate) struct Own {
+    pub id: String,
+    pub name: String,
+    pub state: String,
 }
 
 fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
@@ -171,31 +181,42 @@ impl Proxy {
         )
     }
 
-    /// `(full ID, name)` of every container (all states) or network the stack sees. The engine
-    /// is asked with a name filter for the prefix, which keeps the answer small; its `id` filter
-    /// is no use here, as it resolves a prefix the way the engine does (an ambiguity with another
-    /// stack's ID would empty the answer).
+    /// `(full ID, name)` of every container (all states) or network the stack sees.
     pub(crate) async fn own_objects(
         &self,
         kind: Kind,
         version: Option<&str>,
     ) -> Result<Vec<(String, String)>, Refusal> {
+        Ok(self
+            .own_listed(kind, version)
+            .await?
+            .into_iter()
+            .map(|o| (o.id, o.name))
+            .collect())
+    }
+
+    /// Every container (all states) the stack sees, or every network it may read (its own and
+    /// the predefined ones). Containers are asked for with a name filter for the prefix, which
+    /// keeps the answer small; the engine's `id` filter is no use for prefixes, as it resolves
+    /// them the way the engine does (an ambiguity with another stack's ID would empty it).
+    pub(crate) async fn own_listed(
+        &self,
+        kind: Kind,
+        version: Option<&str>,
+    ) -> Result<Vec<Own>, Refusal> {
         let v = vprefix(version);
-        let p = self.scope.prefix().as_str();
-        // Container names are matched as regular expressions against `/NAME`; network names
-        // as substrings. Either way the answer is a superset, filtered below.
-        let (base, name) = match kind {
-            Kind::Container => (
-                "containers/json?all=1&",
-                format!("^/{}", p.replace('.', "\\.")),
-            ),
-            Kind::Network => ("networks?", p.to_owned()),
+        let path = match kind {
+            Kind::Container => {
+                // Names are matched as regular expressions against `/NAME`.
+                let p = self.scope.prefix().as_str().replace('.', "\\.");
+                let filters = serde_json::json!({ "name": [format!("^/{p}")] }).to_string();
+                let query = form_urlencoded::Serializer::new(String::new())
+                    .append_pair("filters", &filters)
+                    .finish();
+                format!("{v}/containers/json?all=1&{query}")
+            }
+            Kind::Network => format!("{v}/networks"),
         };
-        let filters = serde_json::json!({ "name": [name] }).to_string();
-        let query = form_urlencoded::Serializer::new(String::new())
-            .append_pair("filters", &filters)
-            .finish();
-        let path = format!("{v}/{base}{query}");
         let answer = self
             .upstream
             .get(&path, self.max_list_bytes)
@@ -221,7 +242,11 @@ impl Proxy {
                         .to_owned(),
                     Kind::Network => l.name,
                 };
-                self.scope.visible(&name).then_some((l.id, name))
+                self.scope.allows(kind, Access::Read, &name).then_some(Own {
+                    id: l.id,
+                    name,
+                    state: l.state,
+                })
             })
             .collect())
     }

@@ -3,6 +3,9 @@
 
 pub use stackmodel::{Kind, Prefix, PrefixError};
 
+/// Networks every engine has; a stack may read them, never change them.
+pub const PREDEFINED_NETWORKS: [&str; 3] = ["bridge", "host", "none"];
+
 /// What a request wants to do to an object: look at it, or change it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -15,11 +18,26 @@ pub enum Access {
 pub struct Scope {
     prefix: Prefix,
     restricted: bool,
+    info: bool,
 }
 
 impl Scope {
     pub fn new(prefix: Prefix, restricted: bool) -> Self {
-        Self { prefix, restricted }
+        Self {
+            prefix,
+            restricted,
+            info: true,
+        }
+    }
+
+    /// `--info deny`: refuse `GET /info` instead of answering it for the stack.
+    pub fn with_info(mut self, for_stack: bool) -> Self {
+        self.info = for_stack;
+        self
+    }
+
+    pub fn info_for_stack(&self) -> bool {
+        self.info
     }
 
     pub fn prefix(&self) -> &Prefix {
@@ -37,9 +55,13 @@ impl Scope {
 
     /// Whether `name` (no leading `/`) is in scope for `access` on an object of `kind`.
     pub fn allows(&self, kind: Kind, access: Access, name: &str) -> bool {
-        match access {
-            Access::Read => self.visible(name),
-            Access::Change => stackmodel::may_change(&self.prefix, kind, name, self.restricted),
+        match (access, kind) {
+            // The engine's predefined networks are readable (their containers are filtered).
+            (Access::Read, Kind::Network) if PREDEFINED_NETWORKS.contains(&name) => true,
+            (Access::Read, _) => self.visible(name),
+            (Access::Change, _) => {
+                stackmodel::may_change(&self.prefix, kind, name, self.restricted)
+            }
         }
     }
 }
@@ -66,7 +88,9 @@ mod tests {
             ("deer-flow-net-abc", Network, Change, false, true),
             ("deer-flow-net-egress", Network, Change, false, true),
             ("deer-flow-net-egress", Network, Read, true, true),
-            ("bridge", Network, Read, false, false),
+            ("bridge", Network, Read, true, true),
+            ("bridge", Network, Change, false, false),
+            ("bridge", Container, Read, false, false),
             ("deer-flow-sandbox-abc", Network, Change, false, false),
         ];
         for (name, kind, access, in_open, in_restricted) in cases {

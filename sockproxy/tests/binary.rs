@@ -106,6 +106,7 @@ fn env_fallbacks_json_decision_lines_and_the_engine_notice() {
             ("SOCKPROXY_UPSTREAM", &missing),
             ("SOCKPROXY_STACK", "atlas"),
             ("SOCKPROXY_LOG_FORMAT", "json"),
+            ("SOCKPROXY_INFO", "deny"),
         ],
     );
     assert_eq!(sock, listen);

@@ -271,36 +271,50 @@ fn the_design_example_message_is_printed_by_the_cli() {
 }
 
 #[test]
-fn inspect_of_an_absent_name_prints_the_info_denial_and_no_such_object() {
-    for e in engines("inspect_of_an_absent_name_prints_the_info_denial_and_no_such_object") {
+fn inspect_of_an_absent_name_prints_exactly_what_the_engine_prints() {
+    for e in engines("inspect_of_an_absent_name_prints_exactly_what_the_engine_prints") {
         eprintln!("== on {}", e.label());
         let prefix = unique_prefix();
         let p = StackProxy::start(&e.socket, &prefix, false);
+        let denying = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+            c.scope = c.scope.clone().with_info(false)
+        });
         let name = format!("{prefix}sandbox-gone");
         for cli in cli::clis() {
-            let out = docker_with(
-                &cli,
-                p.socket(),
-                &["inspect", &name],
-                None,
-                Duration::from_secs(60),
-            );
-            assert_eq!(out.code, Some(1), "{}", out.stderr);
+            let run = |sock: &std::path::Path| {
+                docker_with(
+                    &cli,
+                    sock,
+                    &["inspect", &name],
+                    None,
+                    Duration::from_secs(60),
+                )
+            };
+            let (direct, through) = (run(&e.socket), run(p.socket()));
+            // The CLI walks images, networks, volumes, /info and plugins: through the proxy
+            // every step answers as the engine does, so deer-flow's absence check sees only
+            // "No such object".
+            assert_eq!(through.code, Some(1), "{}", through.stderr);
+            assert_eq!(through.code, direct.code, "{}", cli.display());
+            assert_eq!(through.stderr, direct.stderr, "{}", cli.display());
             assert!(
-            out.stderr.contains(
-                "Error response from daemon: sockproxy: system.info: not allowed for this stack"
-            ),
-            "{}: {}",
-            cli.display(),
-            out.stderr
-        );
-            assert!(
-                out.stderr
+                through
+                    .stderr
                     .to_lowercase()
                     .contains(&format!("error: no such object: {name}")),
+                "{}",
+                through.stderr
+            );
+            assert!(!through.stderr.contains("sockproxy"), "{}", through.stderr);
+            // `--info deny` keeps the old refusal, and the CLI prints it as an extra line.
+            let denied = run(denying.socket());
+            assert!(
+                denied.stderr.contains(
+                    "Error response from daemon: sockproxy: system.info: not allowed for this stack"
+                ),
                 "{}: {}",
                 cli.display(),
-                out.stderr
+                denied.stderr
             );
         }
     }

@@ -145,7 +145,7 @@ fn refusals_are_byte_exact_and_never_forwarded() {
         b"{\"message\":\"sockproxy: containers.stop: deer-flow-netproxy-c1a44b2434411cc2 is not one of this stack's sandboxes\"}\n"
     );
     let cases = [
-        ("GET", "/info", 403, "sockproxy: system.info: not allowed for this stack"),
+        ("POST", "/info", 403, "sockproxy: system.info: not allowed for this stack"),
         ("GET", "/system/df", 403, "sockproxy: system.df: not allowed for this stack"),
         ("POST", "/images/create?fromImage=busybox&tag=latest", 403, "sockproxy: images.pull: busybox:latest is not an allowed image (--allow-image)"),
         // No tag pulls every tag of the repository.
@@ -164,7 +164,7 @@ fn refusals_are_byte_exact_and_never_forwarded() {
         ("POST", "/containers/create", 403, "sockproxy: containers.create: a container without a name is not one of this stack's sandboxes"),
         ("POST", "/networks/create", 403, "sockproxy: networks.create: not allowed for this stack"),
         ("DELETE", "/networks/deer-flow-net-1", 403, "sockproxy: networks.remove: not allowed for this stack"),
-        ("GET", "/networks/bridge", 403, "sockproxy: networks.inspect: bridge is not one of this stack's networks"),
+        ("GET", "/networks/other-net", 403, "sockproxy: networks.inspect: other-net is not one of this stack's networks"),
         ("GET", "/volumes/deer-flow-x", 404, "get deer-flow-x: no such volume"),
         ("GET", "/plugins/deer-flow-x/json", 404, "plugin \"deer-flow-x\" not found"),
     ];
@@ -582,4 +582,35 @@ fn slow_clients_are_cut_off_and_extra_ones_answered_busy() {
         "the proxy serves again after the slow clients"
     );
     assert!(up.requests().iter().all(|r| r.contains("_ping")));
+}
+
+/// dockerd names the pinned ID where the client named the container; the proxy puts the
+/// client's name back (a container removed between the check and the act, say).
+#[test]
+fn engine_errors_name_what_the_client_named() {
+    let up = Recorder::start(|method, uri| match method {
+        "GET" if uri.ends_with("/json") => (
+            200,
+            format!(r#"{{"Id":"{OWN_ID}","Name":"/deer-flow-sandbox-a"}}"#),
+        ),
+        _ => (
+            404,
+            format!(r#"{{"message":"No such container: {OWN_ID}"}}"#),
+        ),
+    });
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let r = raw::request(
+        p.socket(),
+        "POST",
+        "/containers/deer-flow-sandbox-a/stop",
+        None,
+    )
+    .expect("answer");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.message(), "No such container: deer-flow-sandbox-a");
+    assert_eq!(
+        up.requests().last().map(String::as_str),
+        Some(format!("POST /containers/{OWN_ID}/stop").as_str()),
+        "still pinned"
+    );
 }
