@@ -88,9 +88,9 @@ pub struct Args {
     /// On SIGTERM/SIGINT: seconds in-flight streams may take to finish after the socket closes.
     #[arg(long, env = "SOCKPROXY_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace: u64,
-    /// How `GET /info` is answered: for the stack alone, or refused.
-    #[arg(long, env = "SOCKPROXY_INFO", value_enum, default_value = "stack")]
-    pub info: InfoMode,
+    /// How `GET /info` is answered: for the stack alone, or refused [default: stack].
+    #[arg(long, env = "SOCKPROXY_INFO", value_enum)]
+    pub info: Option<InfoMode>,
     /// Let containers run with `seccomp=unconfined`.
     #[arg(long, env = "SOCKPROXY_ALLOW_SECCOMP_UNCONFINED")]
     pub allow_seccomp_unconfined: bool,
@@ -109,9 +109,9 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub allow_sysctl: Vec<String>,
-    /// Largest HostConfig.ShmSize, in bytes.
-    #[arg(long, env = "SOCKPROXY_MAX_SHM_SIZE", default_value_t = crate::create_body::DEFAULT_MAX_SHM)]
-    pub max_shm_size: u64,
+    /// Largest HostConfig.ShmSize, in bytes [default: 1073741824].
+    #[arg(long, env = "SOCKPROXY_MAX_SHM_SIZE")]
+    pub max_shm_size: Option<u64>,
     /// A logging driver containers may use (repeatable) [default: json-file, local, none].
     #[arg(
         long = "allow-log-driver",
@@ -119,21 +119,30 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub allow_log_driver: Vec<String>,
-    /// Lowest API version a request may use (`/vX.Y/...`); older ones are refused (400).
-    #[arg(long, env = "SOCKPROXY_MIN_API_VERSION", default_value = "1.24")]
-    pub min_api_version: String,
-    /// Seconds a client has to send a complete request head.
-    #[arg(long, env = "SOCKPROXY_HEADER_TIMEOUT", default_value_t = 10)]
-    pub header_timeout: u64,
-    /// Client connections served at once; more are answered 503 and closed.
-    #[arg(long, env = "SOCKPROXY_MAX_CONNECTIONS", default_value_t = 256)]
-    pub max_connections: usize,
-    /// Bytes of list answers buffered at once across all requests; over it a list is 503.
-    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES_TOTAL", default_value_t = DEFAULT_MAX_LIST_BYTES_TOTAL)]
-    pub max_list_bytes_total: usize,
-    /// Largest container or network list (bytes) the proxy will filter.
-    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES", default_value_t = DEFAULT_MAX_LIST_BYTES)]
-    pub max_list_bytes: usize,
+    /// Lowest API version a request may use (`/vX.Y/...`); older ones are refused (400)
+    /// [default: 1.24].
+    #[arg(long, env = "SOCKPROXY_MIN_API_VERSION")]
+    pub min_api_version: Option<String>,
+    /// Seconds a client has to send a complete request head [default: 10].
+    #[arg(long, env = "SOCKPROXY_HEADER_TIMEOUT")]
+    pub header_timeout: Option<u64>,
+    /// Client connections served at once; more are answered 503 and closed [default: 256].
+    #[arg(long, env = "SOCKPROXY_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Bytes of list answers buffered at once across all requests; over it a list is 503
+    /// [default: 268435456].
+    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES_TOTAL")]
+    pub max_list_bytes_total: Option<usize>,
+    /// A TOML file with the same settings as the flags (`sockproxy --print-policy` writes
+    /// one); flags add to its lists and switches and override its numbers.
+    #[arg(long, env = "SOCKPROXY_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Print the effective policy (name families, every setting) as TOML and exit.
+    #[arg(long)]
+    pub print_policy: bool,
+    /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
+    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES")]
+    pub max_list_bytes: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +167,8 @@ pub enum ConfigError {
     SeccompProfile(String),
     #[error("--min-api-version {0:?}: expected MAJOR.MINOR, at least 1.24")]
     MinApiVersion(String),
+    #[error("--policy {0:?}: {1}")]
+    PolicyFile(PathBuf, String),
 }
 
 #[derive(Debug, Clone)]
@@ -185,6 +196,16 @@ pub struct Config {
 impl Config {
     /// `docker_host` is `$DOCKER_HOST`, passed in so validation stays free of the environment.
     pub fn from_args(args: Args, docker_host: Option<String>) -> Result<Self, ConfigError> {
+        let args = match &args.policy {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError::PolicyFile(path.clone(), e.to_string()))?;
+                let file = crate::policy_file::PolicyFile::parse(&text)
+                    .map_err(|e| ConfigError::PolicyFile(path.clone(), e))?;
+                file.merge_into(args)
+            }
+            None => args,
+        };
         let prefix = Prefix::parse(&args.prefix)?;
         let upstream_raw = args
             .upstream
@@ -205,9 +226,10 @@ impl Config {
                 return Err(ConfigError::SeccompProfile(sum.clone()));
             }
         }
-        let min_api_version = crate::canon::api_version(&args.min_api_version)
+        let min_raw = args.min_api_version.as_deref().unwrap_or("1.24");
+        let min_api_version = crate::canon::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
-            .ok_or_else(|| ConfigError::MinApiVersion(args.min_api_version.clone()))?;
+            .ok_or_else(|| ConfigError::MinApiVersion(min_raw.to_owned()))?;
         let allow_images: Vec<String> = args
             .allow_image
             .iter()
@@ -217,16 +239,19 @@ impl Config {
             listen: args.listen,
             upstream,
             stack: args.stack.unwrap_or_else(|| prefix.to_string()),
-            scope: Scope::new(prefix, args.restricted).with_info(args.info == InfoMode::Stack),
+            scope: Scope::new(prefix, args.restricted)
+                .with_info(args.info.unwrap_or(InfoMode::Stack) == InfoMode::Stack),
             socket_mode,
             socket_gid,
             log_format: args.log_format,
-            max_list_bytes: args.max_list_bytes,
+            max_list_bytes: args.max_list_bytes.unwrap_or(DEFAULT_MAX_LIST_BYTES),
             shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace),
-            max_list_bytes_total: args.max_list_bytes_total,
+            max_list_bytes_total: args
+                .max_list_bytes_total
+                .unwrap_or(DEFAULT_MAX_LIST_BYTES_TOTAL),
             min_api_version,
-            header_timeout: std::time::Duration::from_secs(args.header_timeout),
-            max_connections: args.max_connections.max(1),
+            header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
+            max_connections: args.max_connections.unwrap_or(256).max(1),
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
@@ -234,7 +259,9 @@ impl Config {
                 allow_seccomp_unconfined: args.allow_seccomp_unconfined,
                 seccomp_profiles: args.allow_seccomp_profile,
                 allow_sysctls: args.allow_sysctl,
-                max_shm_size: args.max_shm_size,
+                max_shm_size: args
+                    .max_shm_size
+                    .unwrap_or(crate::create_body::DEFAULT_MAX_SHM),
                 allow_log_drivers: if args.allow_log_driver.is_empty() {
                     crate::create_body::default_log_drivers()
                 } else {

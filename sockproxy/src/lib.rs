@@ -20,6 +20,7 @@ pub mod info;
 pub mod mounts;
 pub mod pinning;
 pub mod policy;
+pub mod policy_file;
 pub mod proxy;
 pub mod refusal;
 pub mod request_line;

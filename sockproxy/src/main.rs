@@ -30,8 +30,16 @@ fn init_logging(format: LogFormat) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let print_policy = args.print_policy;
     let cfg = Config::from_args(args, std::env::var("DOCKER_HOST").ok())
         .context("invalid configuration")?;
+    if print_policy {
+        let text = sockproxy::policy_file::print(&cfg)
+            .map_err(anyhow::Error::msg)
+            .context("printing the policy")?;
+        print!("{text}");
+        return Ok(());
+    }
     init_logging(cfg.log_format);
     if tokio::net::UnixStream::connect(&cfg.upstream)
         .await

@@ -344,3 +344,42 @@ fn sigterm_lets_docker_logs_f_finish_and_refuses_new_clients() {
     let status = child.wait().expect("exit");
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn a_policy_file_is_read_printed_and_checked() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("stack.toml");
+    std::fs::write(
+        &file,
+        "allow-cap = [\"CHOWN\", \"FOWNER\"]\nallow-seccomp-unconfined = true\ninfo = \"deny\"\n",
+    )
+    .expect("write");
+    let run = |extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["--listen", "/tmp/unused.sock", "--prefix", "deer-flow-"])
+            .args(extra)
+            .env_remove("DOCKER_HOST")
+            .output()
+            .expect("runs")
+    };
+    let f = file.display().to_string();
+    let out = run(&["--policy", &f, "--allow-cap", "SETUID", "--print-policy"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("allow-cap = [\"SETUID\", \"CHOWN\", \"FOWNER\"]"),
+        "{text}"
+    );
+    assert!(text.contains("allow-seccomp-unconfined = true"), "{text}");
+    assert!(text.contains("info = \"deny\""), "{text}");
+    assert!(text.contains("deer-flow-sandbox-*  open: yes"), "{text}");
+    std::fs::write(&file, "allow-privileged = true\n").expect("write");
+    let out = run(&["--policy", &f, "--print-policy"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown field `allow-privileged`"), "{err}");
+}
