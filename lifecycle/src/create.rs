@@ -278,9 +278,16 @@ impl Lifecycle {
         if let Err(e) = self.ledger.mark(id, &generation) {
             errors.push(e.to_string());
         }
+        let cause = match cause {
+            // Its own message claims the undo succeeded; here it did not.
+            OpError::NotReady { url, secs, .. } => {
+                format!("failed to become ready within {secs}s at {url}")
+            }
+            other => other.to_string(),
+        };
         OpError::RollbackFailed {
             id: id.to_owned(),
-            cause: cause.to_string(),
+            cause,
             left,
             errors,
             generation,
