@@ -67,7 +67,9 @@ impl Lifecycle {
             Discovery::Reuse => Ok(self.discovered(id, &c)),
             Discovery::Replace => {
                 tracing::info!(sandbox_id = id, container_id = %c.id, running = c.running, health = ?c.health, "replacing a sandbox that is not running or unhealthy");
-                self.destroy_present(id, &c).await?;
+                self.destroy_present(id, &c)
+                    .await
+                    .map_err(|e| crate::teardown::unfinished(id, e))?;
                 self.create_fresh(id).await
             }
         }

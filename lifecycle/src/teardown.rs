@@ -23,11 +23,13 @@ impl Lifecycle {
         }
         let mut ports_released = Vec::new();
         if let Some(c) = &present {
-            ports_released.extend(self.destroy_present(&id, c).await?);
+            let port = self.destroy_present(&id, c).await;
+            ports_released.extend(port.map_err(|e| unfinished(&id, e))?);
         }
         let absent_teardown = self.ledger.is_quarantined(&id)?;
         if absent_teardown {
-            ports_released.extend(self.absent_teardown(&id).await?.ports_released);
+            let t = self.absent_teardown(&id).await;
+            ports_released.extend(t.map_err(|e| unfinished(&id, e))?.ports_released);
         }
         Ok(Destroyed {
             sandbox_id: id,
@@ -245,10 +247,7 @@ impl Lifecycle {
             Some(c) => Some(self.ledger.fences(id, &c.id)?),
             None => None,
         };
-        let keep_storage_errors = |e: OpError| match e {
-            OpError::Ledger(_) | OpError::Ports(_) | OpError::Deferred { .. } => e,
-            other => deferred(id, other.to_string()),
-        };
+        let keep_storage_errors = |e| unfinished(id, e);
         match (decide::before_create(true, fenced), present) {
             (decide::BeforeCreate::RetireStaleThenDiscover, Some(c)) => {
                 for key in self.ledger.generations(id)? {
@@ -275,5 +274,14 @@ impl Lifecycle {
                 Ok(None)
             }
         }
+    }
+}
+
+/// A teardown that failed after its record was written is deferred (exit 3), so the exit code
+/// says a record is kept; storage and lock errors stay what they are.
+pub(crate) fn unfinished(id: &str, e: OpError) -> OpError {
+    match e {
+        OpError::Ledger(_) | OpError::Ports(_) | OpError::Lock(_) | OpError::Deferred { .. } => e,
+        other => deferred(id, other.to_string()),
     }
 }

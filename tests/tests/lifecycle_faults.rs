@@ -96,7 +96,11 @@ async fn a_destroy_retry_retires_its_generation_and_an_absent_quarantined_destro
     let (id, cid) = (made.sandbox_id.clone(), made.container_id.clone());
     let port = made.host_port.expect("a port");
     relay.fail_once("POST", "/stop");
-    lc.destroy(&id).await.expect_err("the stop failed");
+    let err = lc.destroy(&id).await.expect_err("the stop failed");
+    assert!(
+        matches!(err, OpError::Deferred { .. }),
+        "a failed teardown says its record is kept (exit 3): {err}"
+    );
     assert!(s.ledger().fences(&id, &cid).expect("read"));
     assert_eq!(s.port(&id, &cid), Some(port));
     let done = lc.destroy(&id).await.expect("the retry succeeds");

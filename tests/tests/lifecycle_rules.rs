@@ -78,7 +78,10 @@ async fn a_failed_stop_is_an_error_and_leaves_a_record() {
     let lc = s.through_proxy(Mode::Open).await;
     let err = lc.destroy(&id).await.expect_err("stop failed").to_string();
     assert!(
-        err.starts_with(&format!("stop {}", names.sandbox)) && err.contains("injected fault"),
+        err.contains(&format!(
+            "teardown deferred, quarantine record kept: stop {}",
+            names.sandbox
+        )) && err.contains("injected fault"),
         "{err}"
     );
     assert!(s.ledger().fences(&id, &cid).expect("read"));
