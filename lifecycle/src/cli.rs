@@ -252,8 +252,7 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         lock_timeout: Duration::from_secs(args.lock_timeout),
         removal_wait: Duration::from_secs(args.removal_wait),
     };
-    let mut lc = Lifecycle::new(engine, &args.state_dir, settings);
-    lc.locks = lc.locks.clone().with_cancel(signals());
+    let lc = Lifecycle::new(engine, &args.state_dir, settings).with_cancel(signals());
     let printed = match args.command {
         Command::Create { user, thread } => {
             lc.create(&user, &thread).await.map(|c| print(&json!(c)))

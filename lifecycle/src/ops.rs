@@ -161,6 +161,12 @@ impl Lifecycle {
         }
     }
 
+    /// Lock waits also give up once `cancel` turns `true` (the CLI's SIGINT/SIGTERM).
+    pub fn with_cancel(mut self, cancel: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.locks = self.locks.with_cancel(cancel);
+        self
+    }
+
     pub(crate) fn names(&self, id: &str) -> Names {
         Names::new(&self.settings.prefix, id)
     }
