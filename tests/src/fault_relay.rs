@@ -17,6 +17,9 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
+/// How long a test waits for a request it expects to hold before calling it missing.
+const NEVER_CAME: Duration = Duration::from_secs(60);
+
 /// A held request: the test learns when it arrived and decides when it goes on.
 #[derive(Debug, Clone)]
 pub struct Gate {
@@ -32,17 +35,25 @@ impl Gate {
         }
     }
 
-    /// Waits until the held request has arrived (from async tests).
+    /// Waits until the held request has arrived (from async tests). Panics after
+    /// `NEVER_CAME`: a request that never comes is a failure, not a reason to hang.
     pub async fn arrived(&self) {
         let mut rx = self.arrived.subscribe();
-        let _ = rx.wait_for(|a| *a).await;
+        let came = tokio::time::timeout(NEVER_CAME, rx.wait_for(|a| *a)).await;
+        assert!(came.is_ok_and(|r| r.is_ok()), "the held request never came");
     }
 
-    /// Waits until the held request has arrived (from a plain thread).
-    pub fn wait_arrived(&self) {
+    /// Waits until the held request has arrived (from a plain thread); `false` if it did not
+    /// within `NEVER_CAME`.
+    pub fn wait_arrived(&self) -> bool {
+        let start = std::time::Instant::now();
         while !*self.arrived.borrow() {
+            if start.elapsed() > NEVER_CAME {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
+        true
     }
 
     /// Lets the held request go on to the proxy.

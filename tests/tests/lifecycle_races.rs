@@ -3,6 +3,8 @@
 //! with a fault relay in front of it holding one request for a while (as the delayed
 //! stop). The hold is released after a fixed pause or when the other processes are done; no
 //! assertion depends on timing. Also case 7 (an `--rm` container's removal) on the real engine.
+//! `LIFECYCLE_TEST_BIN` runs them against another build of the binary (an older one, to see
+//! them fail).
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -58,8 +60,10 @@ impl Race {
         } else {
             ("httpd -f -p 8080 -h /tmp", "30")
         };
+        let bin = std::env::var("LIFECYCLE_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_lifecycle-cli").to_owned());
         let mut c = lifecycle_command(
-            env!("CARGO_BIN_EXE_lifecycle-cli"),
+            &bin,
             self.relay.socket(),
             &self.prefix,
             "open",
@@ -123,8 +127,10 @@ fn engines(test: &str) -> Vec<Engine> {
 /// Waits for the held request, then lets it go on after `HOLD`.
 fn release_later(gate: sockproxy_tests::lc::fault_relay::Gate) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        gate.wait_arrived();
-        std::thread::sleep(HOLD);
+        // Released either way, so a build that never sends it fails instead of hanging.
+        if gate.wait_arrived() {
+            std::thread::sleep(HOLD);
+        }
         gate.release();
     })
 }
@@ -206,7 +212,10 @@ fn a_stale_retire_never_frees_a_live_generations_port() {
         assert_eq!(rm.status, 204, "{label}: removed out of band");
         let gate = r.relay.hold_once("GET", "/containers/json");
         let retire = r.spawn(&["retire"]);
-        gate.wait_arrived();
+        assert!(
+            gate.wait_arrived(),
+            "{label}: the retire's listing never came"
+        );
         let creator = r.spawn(&create);
         std::thread::sleep(HOLD);
         gate.release();
@@ -222,6 +231,19 @@ fn a_stale_retire_never_frees_a_live_generations_port() {
             .as_u64()
             .and_then(|p| u16::try_from(p).ok());
         assert!(port.is_some(), "{label}: {made}");
+        // Whatever the ports' layout: the retire did not say it released the live one's port.
+        let said = String::from_utf8_lossy(&retired.stdout).into_owned();
+        for line in said.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            let released: Vec<u64> = match (&v["ports_released"], &v["port_released"]) {
+                (serde_json::Value::Array(a), _) => a.iter().filter_map(|p| p.as_u64()).collect(),
+                (_, p) => p.as_u64().into_iter().collect(),
+            };
+            assert!(
+                !released.contains(&made["host_port"].as_u64().unwrap_or_default()),
+                "{label}: the stale retire released the live generation's port: {said}"
+            );
+        }
         assert!(r.running(&g2), "{label}");
         assert_eq!(
             r.ports().get(&id, &g2).expect("read"),
