@@ -31,7 +31,7 @@ struct Race {
     _proxy: StackProxy,
     prefix: String,
     state: tempfile::TempDir,
-    _clean: Cleanup,
+    clean: Cleanup,
 }
 
 impl Race {
@@ -49,7 +49,7 @@ impl Race {
             _proxy: proxy,
             prefix,
             state: tempfile::tempdir().expect("dir"),
-            _clean: clean,
+            clean,
         };
         (race, id)
     }
@@ -142,12 +142,13 @@ fn release_later(gate: sockproxy_tests::lc::fault_relay::Gate) -> std::thread::J
 fn racing_creates_end_with_one_live_sandbox_that_all_report() {
     for engine in engines("racing_creates_end_with_one_live_sandbox_that_all_report") {
         let label = engine.label();
-        let (r, id) = Race::new(engine, "race-create");
+        let (mut r, _) = Race::new(engine, "race-create");
         let create = ["create", "--user", "user-1", "--thread", "race-create"];
-        let g1 = ok_json(&r.run(&create))["container_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let first = ok_json(&r.run(&create));
+        // The ID and name as the binary under test derives them (LIFECYCLE_TEST_BIN).
+        let field = |k: &str| first[k].as_str().unwrap_or_default().to_owned();
+        let (id, g1) = (field("sandbox_id"), field("container_id"));
+        r.clean.container(&field("container_name"));
         ok_json(&r.run(&["quarantine", "mark", &id]));
         let gate = r.relay.hold_once("POST", "/stop");
         let children: Vec<Child> = (0..3).map(|_| r.spawn(&create)).collect();
@@ -195,12 +196,13 @@ fn racing_creates_end_with_one_live_sandbox_that_all_report() {
 fn a_stale_retire_never_frees_a_live_generations_port() {
     for engine in engines("a_stale_retire_never_frees_a_live_generations_port") {
         let label = engine.label();
-        let (r, id) = Race::new(engine, "race-retire");
+        let (mut r, _) = Race::new(engine, "race-retire");
         let create = ["create", "--user", "user-1", "--thread", "race-retire"];
-        let g1 = ok_json(&r.run(&create))["container_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let first = ok_json(&r.run(&create));
+        // The ID and name as the binary under test derives them (LIFECYCLE_TEST_BIN).
+        let field = |k: &str| first[k].as_str().unwrap_or_default().to_owned();
+        let (id, g1) = (field("sandbox_id"), field("container_id"));
+        r.clean.container(&field("container_name"));
         ok_json(&r.run(&["quarantine", "mark", &id]));
         let rm = raw::request(
             r.socket(),

@@ -148,6 +148,13 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
     assert_eq!(net.status, 200);
     assert_eq!(net.json()["Internal"], true);
     let sandbox = inspect(&format!("/containers/{}/json", names.sandbox)).json();
+    assert_eq!(
+        sandbox["Config"]["Labels"]["deerflow.network_mode"], "allowlist",
+        "restricted is written as deer-flow's allowlist"
+    );
+    let egress = inspect(&format!("/networks/{}", names.egress));
+    assert_eq!(egress.status, 200, "the sandbox's own egress network");
+    assert_eq!(egress.json()["Labels"]["deerflow.sandbox_id"], id.as_str());
     let sandbox_nets: Vec<String> = sandbox["NetworkSettings"]["Networks"]
         .as_object()
         .map(|m| m.keys().cloned().collect())
