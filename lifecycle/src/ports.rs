@@ -50,8 +50,8 @@ impl Ports {
         }
     }
 
-    /// Makes `{k(id)}/`, moving a per-ID file of the old layout into it as generation `unknown`.
-    fn ensure_dir(&self, id: &str) -> Result<PathBuf, PortError> {
+    /// Moves a per-ID file of the old layout into `{k(id)}/` as generation `unknown`.
+    fn migrate(&self, id: &str) -> Result<PathBuf, PortError> {
         let dir = self.sandbox_dir(id);
         if dir.is_file() {
             let port = fs::read_to_string(&dir).map_err(Self::e(&dir))?;
@@ -59,6 +59,12 @@ impl Ports {
             fs::create_dir_all(&dir).map_err(Self::e(&dir))?;
             write_new(&dir.join(k(UNKNOWN_GENERATION)), port.trim())?;
         }
+        Ok(dir)
+    }
+
+    /// Makes `{k(id)}/` (after `migrate`).
+    fn ensure_dir(&self, id: &str) -> Result<PathBuf, PortError> {
+        let dir = self.migrate(id)?;
         fs::create_dir_all(&dir).map_err(Self::e(&dir))?;
         Ok(dir)
     }
@@ -134,15 +140,19 @@ impl Ports {
         if !(key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit())) {
             return Ok(None);
         }
-        self.ensure_dir(id)?;
-        Self::remove(&self.sandbox_dir(id).join(key))
+        Self::remove(&self.migrate(id)?.join(key))
     }
 
     /// Releases every reservation of sandbox `id` (when its generation is `unknown`).
     pub fn release_all(&self, id: &str) -> Result<Vec<u16>, PortError> {
-        let dir = self.ensure_dir(id)?;
+        let dir = self.migrate(id)?;
+        let read = match fs::read_dir(&dir) {
+            Ok(r) => r,
+            Err(e) if not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(Self::e(&dir)(e)),
+        };
         let mut out = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(Self::e(&dir))? {
+        for entry in read {
             let path = entry.map_err(Self::e(&dir))?.path();
             out.extend(Self::remove(&path)?);
         }
