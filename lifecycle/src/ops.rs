@@ -3,6 +3,8 @@
 //! `create`, tearing down in `teardown`. Every engine call goes through `Engine`, i.e. through
 //! the one address lifecycle was given; decisions come from `decide`; storage from `ledger` and
 //! `ports`, whose errors fail closed; every operation on a sandbox ID runs under its `lock`.
+//! A library caller should not drop an operation's future once it may hold the lock (the CLI
+//! never does): the step in flight would be cut off, which the lock exists to prevent.
 
 use std::collections::HashMap;
 use std::path::Path;
