@@ -1,6 +1,8 @@
 //! The `lifecycle` command line: flags (each with a `LIFECYCLE_*` fallback) validated into
 //! `Settings` once, one JSON value or line per result on stdout, one-line errors on stderr, and
-//! exit codes 0 done, 1 error, 2 usage, 3 deferred (teardown not finished; the record is kept).
+//! the exit codes below. It only parses and prints: every operation is a `Lifecycle` method.
+//! SIGINT/SIGTERM make a process that is still waiting for a sandbox's lock give up (exit 130);
+//! one that holds it finishes what it sent the engine first, so no step is cut off halfway.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,10 +14,9 @@ use serde_json::json;
 
 use crate::decide::Mode;
 use crate::engine::Engine;
-use crate::ledger::{Ledger, UNKNOWN_GENERATION};
-use crate::naming;
-use crate::ops::{Lifecycle, OpError, Settings};
-use crate::ports::Ports;
+use crate::lock::LockError;
+use crate::naming::Prefix;
+use crate::ops::{Lifecycle, OpError, Retired, Settings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -77,6 +78,12 @@ pub struct Args {
     /// Seconds `stop` gives a container before the engine kills it.
     #[arg(long, env = "LIFECYCLE_STOP_TIMEOUT", default_value_t = 5)]
     pub stop_timeout: i64,
+    /// Seconds to wait for another lifecycle operation on the same sandbox ID (exit 5 after).
+    #[arg(long, env = "LIFECYCLE_LOCK_TIMEOUT", default_value_t = 120)]
+    pub lock_timeout: u64,
+    /// Seconds to wait for a container the engine is already removing to be gone.
+    #[arg(long, env = "LIFECYCLE_REMOVAL_WAIT", default_value_t = 30)]
+    pub removal_wait: u64,
     #[arg(
         long,
         env = "LIFECYCLE_LOG_FORMAT",
@@ -92,9 +99,9 @@ pub struct Args {
 pub enum Command {
     /// Create (or discover) the sandbox of a user's thread; prints one JSON object.
     Create {
-        #[arg(long)]
+        #[arg(long, env = "LIFECYCLE_USER")]
         user: String,
-        #[arg(long)]
+        #[arg(long, env = "LIFECYCLE_THREAD")]
         thread: String,
     },
     /// Stop and remove a sandbox (and its restricted resources).
@@ -113,14 +120,24 @@ pub enum QuarantineCommand {
     /// Quarantine a sandbox's generation (default: its current container, else `unknown`).
     Mark {
         id: String,
-        #[arg(long)]
+        #[arg(long, env = "LIFECYCLE_GENERATION")]
         generation: Option<String>,
     },
     /// Every record, one JSON line per sandbox.
     Ls,
 }
 
+/// Exit codes (documented in the README).
+const ERROR: u8 = 1;
+const USAGE: u8 = 2;
+/// Teardown not finished; the quarantine record is kept.
 const DEFERRED: u8 = 3;
+/// A create failed and so did its rollback: objects are left, quarantined, their port kept.
+const ROLLBACK_FAILED: u8 = 4;
+/// Another operation on the same sandbox ID held its lock for --lock-timeout.
+const LOCK_TIMEOUT: u8 = 5;
+/// SIGINT/SIGTERM while waiting for the lock (nothing was done).
+const INTERRUPTED: u8 = 130;
 
 fn split_cmd(cmd: Option<String>) -> Option<Vec<String>> {
     cmd.map(|c| vec!["sh".into(), "-c".into(), c])
@@ -131,13 +148,20 @@ fn print(v: &serde_json::Value) {
     let _ = writeln!(out, "{v}");
 }
 
+fn exit_code(e: &OpError) -> u8 {
+    match e {
+        OpError::Invalid(_) | OpError::Usage(_) => USAGE,
+        OpError::Deferred { .. } => DEFERRED,
+        OpError::RollbackFailed { .. } => ROLLBACK_FAILED,
+        OpError::Lock(LockError::Timeout { .. }) => LOCK_TIMEOUT,
+        OpError::Lock(LockError::Interrupted { .. }) => INTERRUPTED,
+        _ => ERROR,
+    }
+}
+
 fn fail(e: &OpError) -> ExitCode {
     eprintln!("lifecycle: {e}");
-    ExitCode::from(match e {
-        OpError::Invalid(_) | OpError::Usage(_) => 2,
-        OpError::Deferred { .. } => DEFERRED,
-        _ => 1,
-    })
+    ExitCode::from(exit_code(e))
 }
 
 fn init_logging(format: LogFormat) {
@@ -160,10 +184,13 @@ pub fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.log_format);
     // The same rule sockproxy enforces (DESIGN §1), from the one place it is written.
-    if let Err(e) = sockproxy::scope::Prefix::parse(&args.prefix) {
-        eprintln!("lifecycle: --prefix: {e}");
-        return ExitCode::from(2);
-    }
+    let prefix = match Prefix::parse(&args.prefix) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("lifecycle: --prefix: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -171,147 +198,118 @@ pub fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("lifecycle: cannot start: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(ERROR);
         }
     };
-    runtime.block_on(run(args))
+    runtime.block_on(run(args, prefix))
 }
 
-async fn run(args: Args) -> ExitCode {
+/// Turns SIGINT/SIGTERM into `true` on the returned channel; only a lock wait listens, so an
+/// operation that holds its lock is never cut off mid-step.
+fn signals() -> tokio::sync::watch::Receiver<bool> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (int, term) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    );
+    if let (Ok(mut int), Ok(mut term)) = (int, term) {
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = int.recv() => {},
+                _ = term.recv() => {},
+            }
+            tracing::warn!(
+                "signal received: giving up any lock wait; an operation under way finishes first"
+            );
+            let _ = tx.send(true);
+        });
+    }
+    rx
+}
+
+async fn run(args: Args, prefix: Prefix) -> ExitCode {
     let engine = match Engine::new(&args.docker_host) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("lifecycle: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(USAGE);
         }
     };
-    let lc = Lifecycle {
-        engine,
-        ledger: Ledger::new(&args.state_dir, &args.prefix),
-        ports: Ports::new(&args.state_dir),
-        settings: Settings {
-            prefix: args.prefix.clone(),
-            mode: args.mode,
-            image: args.image,
-            sandbox_port: args.sandbox_port,
-            sandbox_cmd: split_cmd(args.sandbox_cmd),
-            sidecar_image: args.sidecar_image,
-            sidecar_cmd: split_cmd(args.sidecar_cmd),
-            egress_allow: args.egress_allow,
-            egress_allow_cidr: args.egress_allow_cidr,
-            ready_timeout: Duration::from_secs(args.ready_timeout),
-            list_timeout: Duration::from_secs(args.list_timeout),
-            stop_timeout: args.stop_timeout,
-        },
+    let settings = Settings {
+        prefix,
+        mode: args.mode,
+        image: args.image,
+        sandbox_port: args.sandbox_port,
+        sandbox_cmd: split_cmd(args.sandbox_cmd),
+        sidecar_image: args.sidecar_image,
+        sidecar_cmd: split_cmd(args.sidecar_cmd),
+        egress_allow: args.egress_allow,
+        egress_allow_cidr: args.egress_allow_cidr,
+        ready_timeout: Duration::from_secs(args.ready_timeout),
+        list_timeout: Duration::from_secs(args.list_timeout),
+        stop_timeout: args.stop_timeout,
+        lock_timeout: Duration::from_secs(args.lock_timeout),
+        removal_wait: Duration::from_secs(args.removal_wait),
     };
-    match args.command {
-        Command::Create { user, thread } => match lc.create(&user, &thread).await {
-            Ok(c) => {
-                print(&json!(c));
-                ExitCode::SUCCESS
+    let lc = Lifecycle::new(engine, &args.state_dir, settings).with_cancel(signals());
+    let printed = match args.command {
+        Command::Create { user, thread } => {
+            lc.create(&user, &thread).await.map(|c| print(&json!(c)))
+        }
+        Command::Destroy { id } => lc.destroy(&id).await.map(|d| {
+            print(&json!({
+                "sandbox_id": d.sandbox_id,
+                "destroyed": true,
+                "container_id": d.container_id,
+                "ports_released": d.ports_released,
+                "absent_teardown": d.absent_teardown,
+            }))
+        }),
+        Command::Ls => lc.list().await.map(|list| {
+            for l in list {
+                print(&json!(l));
             }
-            Err(e) => fail(&e),
-        },
-        Command::Destroy { id } => match lc.destroy(&id).await {
-            Ok(port) => {
-                print(&json!({ "sandbox_id": id, "destroyed": true, "port_released": port }));
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&e),
-        },
-        Command::Ls => match lc.engine.list_sandboxes(&args.prefix).await {
-            Ok(list) => {
-                for (name, id, state, labels) in list {
-                    print(&json!({
-                        "sandbox_id": labels.get(naming::LABEL_SANDBOX_ID),
-                        "container_name": name,
-                        "container_id": id,
-                        "state": state,
-                        "mode": labels.get(naming::LABEL_NETWORK_MODE),
-                    }));
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("lifecycle: listing sandboxes: {e}");
-                ExitCode::from(1)
-            }
-        },
+        }),
         Command::Quarantine(QuarantineCommand::Mark { id, generation }) => {
-            let id = match naming::parse_sandbox_id(&id) {
-                Ok(id) => id,
-                Err(e) => return fail(&OpError::Invalid(e)),
-            };
-            let generation = match generation {
-                Some(g) => g,
-                None => match lc
-                    .engine
-                    .inspect(&naming::Names::new(&args.prefix, &id).sandbox)
-                    .await
-                {
-                    Ok(Some(c)) if !c.id.is_empty() => c.id,
-                    _ => UNKNOWN_GENERATION.to_owned(),
-                },
-            };
-            match lc.ledger.mark(&id, &generation) {
-                Ok(path) => {
-                    print(&json!({ "sandbox_id": id, "generation": generation, "record": path }));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&OpError::Ledger(e)),
-            }
+            lc.mark(&id, generation).await.map(|(generation, path)| {
+                print(&json!({ "sandbox_id": id, "generation": generation, "record": path }))
+            })
         }
-        Command::Quarantine(QuarantineCommand::Ls) => match lc.ledger.entries() {
-            Ok(entries) => {
+        Command::Quarantine(QuarantineCommand::Ls) => lc
+            .ledger
+            .entries()
+            .map(|entries| {
                 for e in entries {
                     print(&json!(e));
                 }
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&OpError::Ledger(e)),
-        },
-        Command::Retire => retire_all(&lc).await,
-    }
-}
-
-/// `retire`: one JSON line per record; exit 3 if any teardown is deferred.
-async fn retire_all(lc: &Lifecycle) -> ExitCode {
-    let entries = match lc.ledger.entries() {
-        Ok(e) => e,
-        Err(e) => return fail(&OpError::Ledger(e)),
+            })
+            .map_err(OpError::from),
+        Command::Retire => {
+            return match lc.retire_all().await {
+                Ok(lines) => {
+                    let deferred = lines.iter().any(|l| {
+                        !matches!(
+                            l,
+                            Retired::Retired { .. }
+                                | Retired::Kept {
+                                    sandbox_id: Some(_),
+                                    ..
+                                }
+                        )
+                    });
+                    for l in lines {
+                        print(&json!(l));
+                    }
+                    // A record kept because its container is present is not a failure.
+                    ExitCode::from(if deferred { DEFERRED } else { 0 })
+                }
+                Err(e) => fail(&e),
+            };
+        }
     };
-    let mut deferred = false;
-    for entry in entries {
-        let Some(id) = entry.sandbox_id.clone() else {
-            deferred = true;
-            print(
-                &json!({ "key": entry.key, "result": "kept", "reason": "record names no sandbox ID; it retires on the next create in its thread" }),
-            );
-            continue;
-        };
-        let line = match lc.is_absent(&id).await {
-            Ok(false) => {
-                json!({ "sandbox_id": id, "result": "kept", "reason": "container present" })
-            }
-            Ok(true) => match lc.complete_absent_teardown(&id).await {
-                Ok(t) => {
-                    json!({ "sandbox_id": id, "result": "retired", "strict": t.strict, "port_released": t.port_released })
-                }
-                Err(e) => {
-                    deferred = true;
-                    json!({ "sandbox_id": id, "result": "deferred", "error": e.to_string() })
-                }
-            },
-            Err(e) => {
-                deferred = true;
-                json!({ "sandbox_id": id, "result": "deferred", "error": e.to_string() })
-            }
-        };
-        print(&line);
-    }
-    if deferred {
-        ExitCode::from(DEFERRED)
-    } else {
-        ExitCode::SUCCESS
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
     }
 }

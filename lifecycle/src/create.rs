@@ -1,19 +1,107 @@
-//! Creating a sandbox (DESIGN §4): open mode publishes the sandbox port on a reserved loopback
-//! port; restricted mode makes the internal network, the sidecar (on it and on the egress
-//! network) and the sandbox (internal only, its proxy variables pointing at the sidecar). Then
-//! the readiness wait; a failed create removes what it made, unless it lost a name race.
+//! Creating a sandbox (DESIGN §4), under its lock: first what `decide::before_create` says about
+//! quarantine records, then the create. Open mode publishes the sandbox port on a reserved
+//! loopback port (the reservation moves to the container's generation as soon as it has an
+//! ID); restricted mode makes the sandbox's internal and egress networks, the sidecar (on both)
+//! and the sandbox (internal only, its proxy variables pointing at the sidecar). Then the
+//! readiness wait. A name conflict means another create won: the container found is discovered
+//! (or replaced when it is exited or unhealthy). A failed create undoes what it made, by ID;
+//! if that fails too, the error says what is left, which is quarantined with its port kept.
 
 use std::collections::HashMap;
 
 use bollard::container::Config;
 use bollard::models::{HostConfig, PortBinding};
 
-use crate::decide::Mode;
+use crate::decide::{self, Discovery, Mode};
+use crate::ledger::UNKNOWN_GENERATION;
 use crate::naming;
 use crate::ops::{is_conflict, step, Created, Lifecycle, OpError};
 use crate::ready;
 
+/// What a create attempt made so far, for an honest undo.
+#[derive(Debug, Default)]
+struct Made {
+    /// The sandbox container's ID, once the engine returned one.
+    sandbox: Option<String>,
+    /// Whether restricted objects (networks, sidecar) may exist.
+    restricted: bool,
+}
+
 impl Lifecycle {
+    pub async fn create(&self, user: &str, thread: &str) -> Result<Created, OpError> {
+        let id = naming::sandbox_id(user, thread)?;
+        if self.settings.image.is_none() {
+            return Err(OpError::Usage("create needs --image".into()));
+        }
+        if self.settings.mode == Mode::Restricted && self.settings.sidecar_image.is_none() {
+            return Err(OpError::Usage(
+                "restricted mode needs --sidecar-image".into(),
+            ));
+        }
+        // Nothing is written before the engine is known to answer.
+        self.engine.ping().await.map_err(step("ping".into()))?;
+        let _lock = self.locks.acquire(&id).await?;
+        if self.ledger.is_quarantined(&id)? {
+            if let Some(c) = self.retire_before_create(&id).await? {
+                return self.discover_or_replace(&id, c).await;
+            }
+        }
+        match self.create_fresh(&id).await {
+            Err(e) if is_conflict(&e) => match self.inspect_sandbox(&id).await? {
+                Some(c) => self.discover_or_replace(&id, c).await,
+                // The conflicting object is not the sandbox (a leftover sidecar, say).
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+
+    /// A container found under the sandbox's name: handed out if it runs and is not unhealthy,
+    /// else destroyed by its ID and replaced by a fresh one, in this call.
+    async fn discover_or_replace(
+        &self,
+        id: &str,
+        c: crate::engine::Container,
+    ) -> Result<Created, OpError> {
+        match decide::discovery(c.running, c.health.as_deref()) {
+            Discovery::Reuse => Ok(self.discovered(id, &c)),
+            Discovery::Replace => {
+                tracing::info!(sandbox_id = id, container_id = %c.id, running = c.running, health = ?c.health, "replacing a sandbox that is not running or unhealthy");
+                self.destroy_present(id, &c)
+                    .await
+                    .map_err(|e| crate::teardown::unfinished(id, e))?;
+                self.create_fresh(id).await
+            }
+        }
+    }
+
+    async fn create_fresh(&self, id: &str) -> Result<Created, OpError> {
+        let mut made = Made::default();
+        let result = match self.settings.mode {
+            Mode::Open => self.create_open(id, &mut made).await,
+            Mode::Restricted => self.create_restricted(id, &mut made).await,
+        };
+        let created = match result {
+            Ok(c) => c,
+            // Someone else's objects: nothing of ours to undo but the pending port.
+            Err(e) if is_conflict(&e) && made.sandbox.is_none() => {
+                self.ports.release_pending(id)?;
+                return Err(e);
+            }
+            Err(e) => return Err(self.undo(id, &made, e).await),
+        };
+        let limit = self.settings.ready_timeout;
+        if limit.is_zero() || ready::wait(&created.url, limit).await {
+            return Ok(created);
+        }
+        let not_ready = OpError::NotReady {
+            id: id.to_owned(),
+            url: created.url.clone(),
+            secs: limit.as_secs(),
+        };
+        Err(self.undo(id, &made, not_ready).await)
+    }
+
     fn sandbox_config(
         &self,
         id: &str,
@@ -32,8 +120,7 @@ impl Lifecycle {
         }
     }
 
-    pub(crate) async fn create_open(&self, id: &str) -> Result<Created, OpError> {
-        let names = self.names(id);
+    async fn create_open(&self, id: &str, made: &mut Made) -> Result<Created, OpError> {
         let port = self.ports.reserve(id)?;
         let binding = PortBinding {
             host_ip: Some("127.0.0.1".into()),
@@ -46,166 +133,166 @@ impl Lifecycle {
             )])),
             ..Default::default()
         };
-        let made = self
-            .create_and_start(&names.sandbox, self.sandbox_config(id, host, None))
-            .await;
-        let cid = match made {
-            Ok(cid) => cid,
-            Err(e) => return Err(self.failed_create(id, false, e).await),
-        };
-        let url = format!("http://127.0.0.1:{port}");
-        self.await_ready(id, &url).await?;
-        Ok(Created {
-            sandbox_id: id.to_owned(),
-            container_name: names.sandbox,
-            container_id: cid,
-            url,
-            mode: Mode::Open,
-            host_port: Some(port),
-            discovered: false,
-        })
+        self.create_and_start(id, self.sandbox_config(id, host, None), made)
+            .await?;
+        let cid = made.sandbox.clone().unwrap_or_default();
+        Ok(self.created(id, &cid, Mode::Open, Some(port), "", false))
     }
 
-    pub(crate) async fn create_restricted(&self, id: &str) -> Result<Created, OpError> {
+    async fn create_restricted(&self, id: &str, made: &mut Made) -> Result<Created, OpError> {
         let names = self.names(id);
-        let made = async {
-            let mut net_labels = self.labels(id, "network");
+        made.restricted = true;
+        // One internal and one egress network per sandbox, both labelled with its ID.
+        let net_labels = self.labels(id, "network");
+        for (network, internal) in [(&names.network, true), (&names.egress, false)] {
             self.engine
-                .create_network(&names.network, true, net_labels.clone())
+                .create_network(network, internal, net_labels.clone())
                 .await
-                .map_err(step(format!("create network {}", names.network)))?;
-            net_labels.remove(naming::LABEL_SANDBOX_ID);
-            self.engine
-                .create_network(&names.egress, false, net_labels)
-                .await
-                .map_err(step(format!("create network {}", names.egress)))?;
-            let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {
-                let mut cmd = vec!["--listen".to_owned(), "0.0.0.0:3128".to_owned()];
-                for rule in &self.settings.egress_allow {
-                    cmd.push("--allow".into());
-                    cmd.push(rule.clone());
-                }
-                for cidr in &self.settings.egress_allow_cidr {
-                    cmd.push("--allow-cidr".into());
-                    cmd.push(cidr.clone());
-                }
-                cmd
-            });
-            let sidecar = Config {
-                image: self.settings.sidecar_image.clone(),
-                cmd: Some(sidecar_cmd),
-                labels: Some(self.labels(id, "netproxy")),
-                host_config: Some(HostConfig {
-                    network_mode: Some(names.network.clone()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            self.engine
-                .create(&names.sidecar, sidecar)
-                .await
-                .map_err(step(format!("create {}", names.sidecar)))?;
-            self.engine
-                .connect_network(&names.egress, &names.sidecar)
-                .await
-                .map_err(step(format!(
-                    "connect {} to {}",
-                    names.sidecar, names.egress
-                )))?;
-            self.engine
-                .start(&names.sidecar)
-                .await
-                .map_err(step(format!("start {}", names.sidecar)))?;
-            let proxy = format!("http://{}:3128", names.sidecar);
-            let env = vec![
-                format!("HTTP_PROXY={proxy}"),
-                format!("HTTPS_PROXY={proxy}"),
-                format!("http_proxy={proxy}"),
-                format!("https_proxy={proxy}"),
-            ];
-            let host = HostConfig {
+                .map_err(step(format!("create network {network}")))?;
+        }
+        let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {
+            let mut cmd = vec!["--listen".to_owned(), "0.0.0.0:3128".to_owned()];
+            for rule in &self.settings.egress_allow {
+                cmd.push("--allow".into());
+                cmd.push(rule.clone());
+            }
+            for cidr in &self.settings.egress_allow_cidr {
+                cmd.push("--allow-cidr".into());
+                cmd.push(cidr.clone());
+            }
+            cmd
+        });
+        let sidecar = Config {
+            image: self.settings.sidecar_image.clone(),
+            cmd: Some(sidecar_cmd),
+            labels: Some(self.labels(id, "netproxy")),
+            host_config: Some(HostConfig {
                 network_mode: Some(names.network.clone()),
                 ..Default::default()
-            };
-            let cid = self
-                .create_and_start(&names.sandbox, self.sandbox_config(id, host, Some(env)))
-                .await?;
-            let c = self
-                .engine
-                .inspect(&names.sandbox)
-                .await
-                .map_err(step(format!("inspect {}", names.sandbox)))?;
-            let ip = c
-                .and_then(|c| c.networks.get(&names.network).cloned())
-                .unwrap_or_default();
-            Ok::<_, OpError>((cid, ip))
-        }
-        .await;
-        let (cid, ip) = match made {
-            Ok(x) => x,
-            Err(e) => return Err(self.failed_create(id, true, e).await),
+            }),
+            ..Default::default()
         };
-        let url = format!("http://{ip}:{}", self.settings.sandbox_port);
-        self.await_ready(id, &url).await?;
-        Ok(Created {
-            sandbox_id: id.to_owned(),
-            container_name: names.sandbox,
-            container_id: cid,
-            url,
-            mode: Mode::Restricted,
-            host_port: None,
-            discovered: false,
-        })
+        self.engine
+            .create(&names.sidecar, sidecar)
+            .await
+            .map_err(step(format!("create {}", names.sidecar)))?;
+        self.engine
+            .connect_network(&names.egress, &names.sidecar)
+            .await
+            .map_err(step(format!(
+                "connect {} to {}",
+                names.sidecar, names.egress
+            )))?;
+        self.engine
+            .start(&names.sidecar)
+            .await
+            .map_err(step(format!("start {}", names.sidecar)))?;
+        let proxy = format!("http://{}:3128", names.sidecar);
+        let env = vec![
+            format!("HTTP_PROXY={proxy}"),
+            format!("HTTPS_PROXY={proxy}"),
+            format!("http_proxy={proxy}"),
+            format!("https_proxy={proxy}"),
+        ];
+        let host = HostConfig {
+            network_mode: Some(names.network.clone()),
+            ..Default::default()
+        };
+        self.create_and_start(id, self.sandbox_config(id, host, Some(env)), made)
+            .await?;
+        let cid = made.sandbox.clone().unwrap_or_default();
+        let c = self
+            .engine
+            .inspect(&cid)
+            .await
+            .map_err(step(format!("inspect {} ({cid})", names.sandbox)))?;
+        let ip = c
+            .and_then(|c| c.networks.get(&names.network).cloned())
+            .unwrap_or_default();
+        Ok(self.created(id, &cid, Mode::Restricted, None, &ip, false))
     }
 
-    async fn await_ready(&self, id: &str, url: &str) -> Result<(), OpError> {
-        let limit = self.settings.ready_timeout;
-        if limit.is_zero() || ready::wait(url, limit).await {
-            return Ok(());
-        }
-        self.undo(id, self.settings.mode == Mode::Restricted).await;
-        Err(OpError::NotReady {
-            id: id.to_owned(),
-            url: url.to_owned(),
-            secs: limit.as_secs(),
-        })
-    }
-
+    /// Creates and starts the sandbox; its ID goes into `made` (and, in open mode, the pending
+    /// port reservation to that generation) before the start, so an undo knows what to remove.
     async fn create_and_start(
         &self,
-        name: &str,
+        id: &str,
         config: Config<String>,
-    ) -> Result<String, OpError> {
+        made: &mut Made,
+    ) -> Result<(), OpError> {
+        let name = &self.names(id).sandbox;
         let cid = self
             .engine
             .create(name, config)
             .await
             .map_err(step(format!("create {name}")))?;
+        made.sandbox = Some(cid.clone());
+        if self.settings.mode == Mode::Open {
+            self.ports.assign(id, &cid)?;
+        }
         self.engine
-            .start(name)
+            .start(&cid)
             .await
-            .map_err(step(format!("start {name}")))?;
-        Ok(cid)
+            .map_err(step(format!("start {name} ({cid})")))?;
+        Ok(())
     }
 
-    /// A create failed: undo what it made, unless the failure is a name conflict (then the
-    /// objects are someone else's and stay).
-    async fn failed_create(&self, id: &str, restricted: bool, e: OpError) -> OpError {
-        if !is_conflict(&e) {
-            self.undo(id, restricted).await;
-        }
-        e
-    }
-
-    /// Best-effort removal of what a failed create made (never called on a name conflict, when
-    /// the objects are someone else's); the reservation goes with it.
-    async fn undo(&self, id: &str, restricted: bool) {
+    /// Undoes a failed create: the sandbox by its ID, then (restricted) the sidecar and both
+    /// networks. Success releases the port and returns `cause`; a failure quarantines the
+    /// generation, keeps its port, and returns `RollbackFailed` naming what is left.
+    async fn undo(&self, id: &str, made: &Made, cause: OpError) -> OpError {
         let names = self.names(id);
-        let _ = self.engine.remove(&names.sandbox).await;
-        if restricted {
-            let _ = self.engine.remove(&names.sidecar).await;
-            let _ = self.engine.remove_network(&names.network).await;
+        let mut left = Vec::new();
+        let mut errors = Vec::new();
+        if let Some(cid) = &made.sandbox {
+            if let Err(e) = self.stop_and_remove(cid, &names.sandbox).await {
+                left.push(format!("container {} ({cid})", names.sandbox));
+                errors.push(e.to_string());
+            }
         }
-        let _ = self.ports.release(id);
+        if made.restricted {
+            if let Err(e) = self.stop_and_remove(&names.sidecar, &names.sidecar).await {
+                left.push(format!("container {}", names.sidecar));
+                errors.push(e.to_string());
+            }
+            for network in [&names.network, &names.egress] {
+                if let Err(e) = self.engine.remove_network(network).await {
+                    left.push(format!("network {network}"));
+                    errors.push(format!("remove network {network}: {e}"));
+                }
+            }
+        }
+        let generation = made
+            .sandbox
+            .clone()
+            .unwrap_or_else(|| UNKNOWN_GENERATION.to_owned());
+        if left.is_empty() {
+            let released = match &made.sandbox {
+                Some(cid) => self.ports.release(id, cid),
+                None => self.ports.release_pending(id),
+            };
+            return match released {
+                Ok(_) => cause,
+                Err(e) => OpError::Ports(e),
+            };
+        }
+        tracing::error!(sandbox_id = id, generation = %generation, left = ?left, "a failed create could not be undone");
+        if let Err(e) = self.ledger.mark(id, &generation) {
+            errors.push(e.to_string());
+        }
+        let cause = match cause {
+            // Its own message claims the undo succeeded; here it did not.
+            OpError::NotReady { url, secs, .. } => {
+                format!("failed to become ready within {secs}s at {url}")
+            }
+            other => other.to_string(),
+        };
+        OpError::RollbackFailed {
+            id: id.to_owned(),
+            cause,
+            left,
+            errors,
+            generation,
+        }
     }
 }

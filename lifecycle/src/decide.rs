@@ -1,6 +1,8 @@
-//! Pure teardown decisions (DESIGN §4): whether a destroy needs the restricted cleanup, whether
-//! an absent sandbox's teardown must be strict, and whether an engine error means "no such
-//! object" for exactly the name that was asked about.
+//! Pure decisions (DESIGN §4): what a create does first when the sandbox has quarantine records
+//! ("retire before create"), whether a found container is reused or replaced, whether a destroy
+//! needs the restricted cleanup, whether an absent sandbox's teardown must be strict, and
+//! whether an engine error means "no such object" for exactly the name that was asked about, or
+//! a removal the engine is already doing.
 
 /// The process's network mode, from its configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -59,9 +61,62 @@ pub fn absent_plan(mode: Mode, listing: Option<&Listing>, sidecar: &str) -> Abse
     }
 }
 
-/// The restricted cleanup of a present container runs unless its label says `open`.
+/// The restricted cleanup of a present container runs unless its label says `open`
+/// (`allowlist`, `isolated`, an old `restricted`, or no label at all are restricted).
 pub fn destroy_needs_restricted_cleanup(network_mode_label: Option<&str>) -> bool {
-    network_mode_label != Some("open")
+    stackmodel::label_is_restricted(network_mode_label)
+}
+
+/// What a create does first, by the sandbox's quarantine records and the container (if any)
+/// under its name ("retire before create").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeCreate {
+    /// No record: create straight away; the engine is asked nothing about old records.
+    Create,
+    /// Records, and the name is confirmed absent: absent teardown, retire, then create.
+    TeardownThenCreate,
+    /// Records, and a quarantined generation is still there: destroy that container (by its
+    /// ID), run the absent teardown, retire, then create, all in this call.
+    DestroyThenCreate,
+    /// Records, but the name holds a generation that is not quarantined: the recorded ones
+    /// are proven gone (names are unique), so their records retire without any cleanup (which
+    /// would hit the live generation's sidecar), and the found container goes to discovery.
+    RetireStaleThenDiscover,
+}
+
+/// `present`: `None` when the name is confirmed absent, else whether the ledger fences the
+/// container found (its generation is recorded, or an `unknown` generation is).
+pub fn before_create(quarantined: bool, present: Option<bool>) -> BeforeCreate {
+    match (quarantined, present) {
+        (false, _) => BeforeCreate::Create,
+        (true, None) => BeforeCreate::TeardownThenCreate,
+        (true, Some(true)) => BeforeCreate::DestroyThenCreate,
+        (true, Some(false)) => BeforeCreate::RetireStaleThenDiscover,
+    }
+}
+
+/// Whether a container found under the sandbox's name is handed out or replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discovery {
+    Reuse,
+    /// Exited, dead or unhealthy: destroy it (by ID), then create a fresh one.
+    Replace,
+}
+
+/// Only a running container whose health check (if it has one) does not say `unhealthy` is
+/// reused; `starting` is given the benefit of the doubt, as the readiness wait would be.
+pub fn discovery(running: bool, health: Option<&str>) -> Discovery {
+    if running && health != Some("unhealthy") {
+        Discovery::Reuse
+    } else {
+        Discovery::Replace
+    }
+}
+
+/// dockerd's 409 "removal of container X is already in progress" (an `--rm` container that was
+/// just stopped removes itself): not a failure, the container is going; wait for its absence.
+pub fn is_removal_in_progress(status: u16, message: &str) -> bool {
+    status == 409 && message.contains("already in progress")
 }
 
 /// What an absent object's error looks like, for exactly this name (both the 20.10 and the
@@ -136,7 +191,57 @@ mod tests {
     }
 
     #[test]
+    fn before_create_table() {
+        use BeforeCreate::*;
+        let cases = [
+            (false, None, Create),
+            (false, Some(true), Create),
+            (false, Some(false), Create),
+            (true, None, TeardownThenCreate),
+            (true, Some(true), DestroyThenCreate),
+            (true, Some(false), RetireStaleThenDiscover),
+        ];
+        for (quarantined, present, want) in cases {
+            assert_eq!(
+                before_create(quarantined, present),
+                want,
+                "{quarantined} {present:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn discovery_table() {
+        use Discovery::*;
+        let cases = [
+            (true, None, Reuse),
+            (true, Some("healthy"), Reuse),
+            (true, Some("starting"), Reuse),
+            (true, Some("none"), Reuse),
+            (true, Some("unhealthy"), Replace),
+            (false, None, Replace),
+            (false, Some("healthy"), Replace),
+        ];
+        for (running, health, want) in cases {
+            assert_eq!(discovery(running, health), want, "{running} {health:?}");
+        }
+    }
+
+    #[test]
+    fn removal_in_progress_table() {
+        let msg = "removal of container 0123abcd is already in progress";
+        assert!(is_removal_in_progress(409, msg));
+        assert!(!is_removal_in_progress(500, msg));
+        assert!(!is_removal_in_progress(
+            409,
+            "Conflict. The container name is already in use"
+        ));
+    }
+
+    #[test]
     fn destroy_cleanup_table() {
+        assert!(destroy_needs_restricted_cleanup(Some("allowlist")));
+        assert!(destroy_needs_restricted_cleanup(Some("isolated")));
         assert!(destroy_needs_restricted_cleanup(Some("restricted")));
         assert!(destroy_needs_restricted_cleanup(None));
         assert!(destroy_needs_restricted_cleanup(Some("")));

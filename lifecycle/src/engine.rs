@@ -1,6 +1,8 @@
 //! The engine client: bollard over the one address lifecycle is given (the stack's sockproxy),
 //! nothing else. Answers are reduced to what the operations decide on, and every failure keeps
-//! what the engine (or the proxy) said, so a refusal reaches the caller verbatim.
+//! what the engine (or the proxy) said, so a refusal reaches the caller verbatim. Stops and
+//! removes of sandboxes are given the container ID the caller inspected (the proxy pins it),
+//! never a name that a replacement could have taken since.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use bollard::container::{
 use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions};
 use bollard::Docker;
 
-use crate::decide::{is_no_such, Object};
+use crate::decide::{is_no_such, is_removal_in_progress, Object};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {
@@ -51,16 +53,20 @@ impl EngineError {
 pub struct Container {
     pub id: String,
     pub running: bool,
+    /// `State.Health.Status` when the container has a health check.
+    pub health: Option<String>,
     pub labels: HashMap<String, String>,
     pub networks: HashMap<String, String>,
     pub host_port: Option<u16>,
 }
 
-/// Whether a stop or remove found the object or it was already gone.
+/// Whether a stop or remove found the object, it was already gone, or the engine is already
+/// removing it (dockerd's 409 "removal … is already in progress"; wait for its absence).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Done {
     Done,
     AlreadyGone,
+    InProgress,
 }
 
 #[derive(Debug)]
@@ -148,9 +154,16 @@ impl Engine {
                             .find_map(|b| b.host_port.clone())
                     })
                     .and_then(|p| p.parse().ok());
+                let health = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.health.as_ref())
+                    .and_then(|h| h.status)
+                    .map(|h| h.to_string());
                 Ok(Some(Container {
                     id: c.id.unwrap_or_default(),
                     running: c.state.and_then(|s| s.running).unwrap_or(false),
+                    health,
                     labels,
                     networks,
                     host_port,
@@ -257,6 +270,31 @@ impl Engine {
             .map_err(|e| EngineError::from_bollard(e, &self.address))
     }
 
+    /// Polls an inspect of `name` until the container `id` (any container, when `None`) no
+    /// longer holds it (`Ok(true)`) or `limit` passes (`Ok(false)`); any other error ends the
+    /// wait. By name, not by ID: names are unique, so an absent name or another container under
+    /// it proves `id` gone, and a name in scope never reads as a refusal in the proxy's log the
+    /// way an unknown ID's 404 does.
+    pub async fn wait_gone(
+        &self,
+        name: &str,
+        id: Option<&str>,
+        limit: Duration,
+    ) -> Result<bool, EngineError> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.inspect(name).await? {
+                None => return Ok(true),
+                Some(c) if id.is_some_and(|id| c.id != id) => return Ok(true),
+                Some(_) => {}
+            }
+            if start.elapsed() >= limit {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Stop; a stopped container (304) is done, an absent one (exact name) already gone.
     pub async fn stop(&self, name: &str, timeout_secs: i64) -> Result<Done, EngineError> {
         match self
@@ -349,6 +387,10 @@ fn absent(e: &EngineError, object: Object, name: &str) -> bool {
 fn gone_or(e: EngineError, object: Object, name: &str) -> Result<Done, EngineError> {
     match e {
         EngineError::Api { status: 304, .. } => Ok(Done::Done),
+        EngineError::Api {
+            status,
+            ref message,
+        } if is_removal_in_progress(status, message) => Ok(Done::InProgress),
         e if absent(&e, object, name) => Ok(Done::AlreadyGone),
         e => Err(e),
     }

@@ -96,6 +96,27 @@ impl Ledger {
         }
     }
 
+    /// Removes the record of one generation (by `k(generation)`, as `generations` lists it);
+    /// the sandbox's directory goes with its last record. Already gone counts as done.
+    pub fn retire_key(&self, id: &str, key: &str) -> Result<(), LedgerError> {
+        let dir = self.sandbox_dir(id);
+        let record = dir.join(key);
+        match fs::remove_file(&record) {
+            Ok(()) => sync_dir(&dir)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err(&record)(e)),
+        }
+        if self.generations(id)?.is_empty() {
+            self.retire(id)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the record of `generation` (a container ID, or `unknown`).
+    pub fn retire_generation(&self, id: &str, generation: &str) -> Result<(), LedgerError> {
+        self.retire_key(id, &k(generation))
+    }
+
     /// Every sandbox with records.
     pub fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
         let read = match fs::read_dir(&self.dir) {
@@ -224,6 +245,12 @@ mod tests {
         let entries = again.entries().expect("entries");
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].sandbox_id.as_deref(), Some("aaaaaaaaaaaaaaaa"));
+        again.mark("aaaaaaaaaaaaaaaa", "gen2").expect("mark");
+        again
+            .retire_generation("aaaaaaaaaaaaaaaa", "gen1")
+            .expect("retire one");
+        assert!(!again.fences("aaaaaaaaaaaaaaaa", "gen1").expect("read"));
+        assert!(again.fences("aaaaaaaaaaaaaaaa", "gen2").expect("read"));
         again.retire("aaaaaaaaaaaaaaaa").expect("retire");
         again
             .retire("aaaaaaaaaaaaaaaa")

@@ -1,13 +1,11 @@
-//! Names, IDs and labels (DESIGN §1): the sandbox ID of a (user, thread) pair, the names of a
-//! sandbox's container, sidecar and networks under the stack prefix, and the labels lifecycle
-//! puts on what it creates.
+//! Names, IDs and labels (DESIGN §1) come from `stackmodel`, the one place they are defined (and
+//! shared with sockproxy); this module only adds what the command line needs: rejecting IDs
+//! that cannot be a user's or thread's, and checking a sandbox ID typed by an operator.
 
-use sha2::{Digest, Sha256};
-
-pub const LABEL_ROLE: &str = "deerflow.role";
-pub const LABEL_SANDBOX_ID: &str = "deerflow.sandbox_id";
-pub const LABEL_NETWORK_MODE: &str = "deerflow.network_mode";
-pub const LABEL_STACK: &str = "deerflow.stack";
+pub use stackmodel::{
+    digest, k, label_is_restricted, Names, Prefix, PrefixError, LABEL_NETWORK_MODE, LABEL_ROLE,
+    LABEL_SANDBOX_ID, LABEL_STACK, MODE_ALLOWLIST, MODE_OPEN,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
@@ -19,13 +17,8 @@ pub enum IdError {
     NotSandboxId(String),
 }
 
-/// The first 16 hex characters of SHA-256 over `x`.
-pub fn k(x: &str) -> String {
-    let digest = Sha256::digest(x.as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The sandbox ID of a thread: 16 hex of SHA-256 over `user_id + "\n" + thread_id`.
+/// deer-flow's sandbox ID of a thread (`stackmodel::sandbox_id`), for input that can be a
+/// user's and a thread's: empty IDs and newlines are refused before anything is derived.
 pub fn sandbox_id(user_id: &str, thread_id: &str) -> Result<String, IdError> {
     for (what, v) in [("user ID", user_id), ("thread ID", thread_id)] {
         if v.is_empty() {
@@ -35,7 +28,7 @@ pub fn sandbox_id(user_id: &str, thread_id: &str) -> Result<String, IdError> {
             return Err(IdError::Newline(what));
         }
     }
-    Ok(k(&format!("{user_id}\n{thread_id}")))
+    Ok(stackmodel::sandbox_id(user_id, thread_id))
 }
 
 /// Checks a sandbox ID given on the command line.
@@ -51,41 +44,37 @@ pub fn parse_sandbox_id(raw: &str) -> Result<String, IdError> {
     }
 }
 
-/// The names one sandbox uses under prefix `P`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names {
-    pub sandbox: String,
-    pub sidecar: String,
-    pub network: String,
-    pub egress: String,
-}
-
-impl Names {
-    pub fn new(prefix: &str, id: &str) -> Self {
-        Self {
-            sandbox: format!("{prefix}sandbox-{id}"),
-            sidecar: format!("{prefix}netproxy-{id}"),
-            network: format!("{prefix}net-{id}"),
-            egress: format!("{prefix}net-egress"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn ids_and_names_are_deer_flows() {
+        // deer-flow upstream's vectors: `derive_sandbox_scope_token("user-1", "thread-1")` and
+        // the digest its container names use with `container_prefix = "deer-flow-sandbox"`.
+        let p = Prefix::parse("deer-flow-").expect("valid");
+        let id = sandbox_id("user-1", "thread-1").expect("ok");
+        assert_eq!(id, "7d9ac0ff9b98cd06");
+        assert_eq!(digest(&p, &id), "a39cbf0e8f2eeca4");
+        let n = Names::new(&p, &id);
+        assert_eq!(n.sandbox, "deer-flow-sandbox-7d9ac0ff9b98cd06");
+        assert_eq!(n.sidecar, "deer-flow-netproxy-a39cbf0e8f2eeca4");
+        assert_eq!(n.network, "deer-flow-sandbox-net-a39cbf0e8f2eeca4");
+        assert_eq!(n.egress, "deer-flow-sandbox-egress-a39cbf0e8f2eeca4");
+        // The prefix stays configurable: only the prefix part of the names changes... and the
+        // digest, which hashes the container prefix.
+        let q = Prefix::parse("other_").expect("valid");
+        let m = Names::new(&q, &id);
+        assert_eq!(m.sandbox, "other_sandbox-7d9ac0ff9b98cd06");
+        assert_eq!(m.digest, k(&format!("other_sandbox:{id}")));
+        assert_eq!(m.egress, format!("other_sandbox-egress-{}", m.digest));
+    }
+
+    #[test]
     fn ids_are_16_hex_and_do_not_collide_where_8_did() {
-        // The seed's legacy IDs, sha256("user:thread")[:8], collide for this pair.
-        let legacy = |u: &str, t: &str| k(&format!("{u}:{t}"))[..8].to_owned();
-        assert_eq!(
-            legacy("user-9721", "thread-9721"),
-            legacy("user-94361", "thread-94361")
-        );
         let a = sandbox_id("user-9721", "thread-9721").expect("ok");
         let b = sandbox_id("user-94361", "thread-94361").expect("ok");
-        assert_eq!(a.len(), 16);
+        assert_eq!(a[..8], b[..8]);
         assert_ne!(a, b);
         assert_eq!(sandbox_id("", "t"), Err(IdError::Empty("user ID")));
         assert_eq!(sandbox_id("u", "a\nb"), Err(IdError::Newline("thread ID")));
@@ -95,11 +84,17 @@ mod tests {
     }
 
     #[test]
-    fn names_follow_the_design() {
-        let n = Names::new("deer-flow-", "c1a44b2434411cc2");
-        assert_eq!(n.sandbox, "deer-flow-sandbox-c1a44b2434411cc2");
-        assert_eq!(n.sidecar, "deer-flow-netproxy-c1a44b2434411cc2");
-        assert_eq!(n.network, "deer-flow-net-c1a44b2434411cc2");
-        assert_eq!(n.egress, "deer-flow-net-egress");
+    fn restricted_is_written_allowlist_and_anything_but_open_reads_restricted() {
+        assert_eq!(MODE_ALLOWLIST, "allowlist");
+        for (v, restricted) in [
+            (Some("open"), false),
+            (Some("allowlist"), true),
+            (Some("isolated"), true),
+            (Some("restricted"), true),
+            (Some(""), true),
+            (None, true),
+        ] {
+            assert_eq!(label_is_restricted(v), restricted, "{v:?}");
+        }
     }
 }

@@ -1,21 +1,26 @@
-//! The operations: create (retiring a quarantined generation first), discover, is_absent,
-//! destroy, complete_absent_teardown and retire. Every engine call goes through `Engine`, i.e.
-//! through the one address lifecycle was given. Decisions come from `decide`; storage from
-//! `ledger` and `ports`, whose errors fail closed.
+//! The operations' shared parts: `Settings`, `OpError`, what operations return, the `Lifecycle`
+//! value (made by `Lifecycle::new`), and the small operations (mark, list). Creating lives in
+//! `create`, tearing down in `teardown`. Every engine call goes through `Engine`, i.e. through
+//! the one address lifecycle was given; decisions come from `decide`; storage from `ledger` and
+//! `ports`, whose errors fail closed; every operation on a sandbox ID runs under its `lock`.
+//! A library caller should not drop an operation's future once it may hold the lock (the CLI
+//! never does): the step in flight would be cut off, which the lock exists to prevent.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
-use crate::decide::{self, AbsentPlan, Listing, Mode};
+use crate::decide::Mode;
 use crate::engine::{Container, Engine, EngineError};
 use crate::ledger::{Ledger, LedgerError, UNKNOWN_GENERATION};
-use crate::naming::{self, IdError, Names};
+use crate::lock::{LockError, Locks};
+use crate::naming::{self, IdError, Names, Prefix};
 use crate::ports::{PortError, Ports};
 
 /// How lifecycle creates sandboxes; validated once from the flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub prefix: String,
+    pub prefix: Prefix,
     pub mode: Mode,
     pub image: Option<String>,
     pub sandbox_port: u16,
@@ -29,6 +34,10 @@ pub struct Settings {
     pub ready_timeout: Duration,
     pub list_timeout: Duration,
     pub stop_timeout: i64,
+    /// How long an operation waits for another one on the same sandbox ID.
+    pub lock_timeout: Duration,
+    /// How long a removal the engine reports as already in progress may take.
+    pub removal_wait: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +52,8 @@ pub enum OpError {
     Ledger(#[from] LedgerError),
     #[error("{0}")]
     Ports(#[from] PortError),
+    #[error("{0}")]
+    Lock(#[from] LockError),
     #[error("no sandbox {0} on this stack (nothing to destroy)")]
     NoSuchSandbox(String),
     #[error("sandbox {id} failed to become ready within {secs}s at {url}; what was created is destroyed")]
@@ -50,6 +61,16 @@ pub enum OpError {
     /// Teardown did not finish; the quarantine record is kept.
     #[error("sandbox {id}: teardown deferred, quarantine record kept: {reason}")]
     Deferred { id: String, reason: String },
+    /// A create failed and undoing it failed too: what is left is named, quarantined under
+    /// `generation`, and its port stays reserved.
+    #[error("sandbox {id}: create failed ({cause}) and its rollback failed; left behind: {}; quarantined as generation {generation}, port kept reserved; rollback errors: {}", left.join(", "), errors.join("; "))]
+    RollbackFailed {
+        id: String,
+        cause: String,
+        left: Vec<String>,
+        errors: Vec<String>,
+        generation: String,
+    },
 }
 
 pub(crate) fn step(what: String) -> impl FnOnce(EngineError) -> OpError {
@@ -73,7 +94,51 @@ pub struct Created {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Teardown {
     pub strict: bool,
-    pub port_released: Option<u16>,
+    /// The ports of the retired generations (every port of the sandbox for `unknown`).
+    pub ports_released: Vec<u16>,
+}
+
+/// What `destroy` did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Destroyed {
+    pub sandbox_id: String,
+    /// The container stopped and removed, if one was present.
+    pub container_id: Option<String>,
+    pub ports_released: Vec<u16>,
+    /// Whether quarantine records were retired by an absent teardown.
+    pub absent_teardown: bool,
+}
+
+/// One line of `retire`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "result", rename_all = "lowercase")]
+pub enum Retired {
+    Retired {
+        sandbox_id: String,
+        strict: bool,
+        ports_released: Vec<u16>,
+    },
+    Kept {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        reason: String,
+    },
+    Deferred {
+        sandbox_id: String,
+        error: String,
+    },
+}
+
+/// One sandbox in `ls`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Listed {
+    pub sandbox_id: Option<String>,
+    pub container_name: String,
+    pub container_id: String,
+    pub state: String,
+    pub mode: Option<String>,
 }
 
 #[derive(Debug)]
@@ -81,229 +146,142 @@ pub struct Lifecycle {
     pub engine: Engine,
     pub ledger: Ledger,
     pub ports: Ports,
+    pub locks: Locks,
     pub settings: Settings,
 }
 
 impl Lifecycle {
+    /// A lifecycle talking to `engine`, keeping its ledger, ports and locks under `state_dir`.
+    pub fn new(engine: Engine, state_dir: &Path, settings: Settings) -> Self {
+        let prefix = settings.prefix.as_str();
+        Self {
+            engine,
+            ledger: Ledger::new(state_dir, prefix),
+            ports: Ports::new(state_dir),
+            locks: Locks::new(state_dir, prefix, settings.lock_timeout),
+            settings,
+        }
+    }
+
+    /// Lock waits also give up once `cancel` turns `true` (the CLI's SIGINT/SIGTERM).
+    pub fn with_cancel(mut self, cancel: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.locks = self.locks.with_cancel(cancel);
+        self
+    }
+
     pub(crate) fn names(&self, id: &str) -> Names {
         Names::new(&self.settings.prefix, id)
     }
 
+    /// deer-flow's labels; lifecycle's restricted mode is written `allowlist`.
     pub(crate) fn labels(&self, id: &str, role: &str) -> HashMap<String, String> {
+        let mode = match self.settings.mode {
+            Mode::Open => naming::MODE_OPEN,
+            Mode::Restricted => naming::MODE_ALLOWLIST,
+        };
         HashMap::from([
             (naming::LABEL_ROLE.to_owned(), role.to_owned()),
             (naming::LABEL_SANDBOX_ID.to_owned(), id.to_owned()),
+            (naming::LABEL_NETWORK_MODE.to_owned(), mode.to_owned()),
             (
-                naming::LABEL_NETWORK_MODE.to_owned(),
-                self.settings.mode.as_str().to_owned(),
+                naming::LABEL_STACK.to_owned(),
+                self.settings.prefix.as_str().to_owned(),
             ),
-            (naming::LABEL_STACK.to_owned(), self.settings.prefix.clone()),
         ])
+    }
+
+    /// The one place a `Created` is built: from what was made, or from a found container.
+    pub(crate) fn created(
+        &self,
+        id: &str,
+        container_id: &str,
+        mode: Mode,
+        host_port: Option<u16>,
+        ip: &str,
+        discovered: bool,
+    ) -> Created {
+        let url = match mode {
+            Mode::Open => format!("http://127.0.0.1:{}", host_port.unwrap_or(0)),
+            Mode::Restricted => format!("http://{ip}:{}", self.settings.sandbox_port),
+        };
+        Created {
+            sandbox_id: id.to_owned(),
+            container_name: self.names(id).sandbox,
+            container_id: container_id.to_owned(),
+            url,
+            mode,
+            host_port,
+            discovered,
+        }
+    }
+
+    pub(crate) fn discovered(&self, id: &str, c: &Container) -> Created {
+        let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
+        let mode = if naming::label_is_restricted(label) {
+            Mode::Restricted
+        } else {
+            Mode::Open
+        };
+        let ip = c
+            .networks
+            .get(&self.names(id).network)
+            .cloned()
+            .unwrap_or_default();
+        self.created(id, &c.id, mode, c.host_port, &ip, true)
+    }
+
+    /// Inspect of the sandbox's name: `None` only for "no such container" about that name.
+    pub(crate) async fn inspect_sandbox(&self, id: &str) -> Result<Option<Container>, OpError> {
+        let name = self.names(id).sandbox;
+        self.engine
+            .inspect(&name)
+            .await
+            .map_err(step(format!("inspect {name}")))
     }
 
     /// Exact-name inspect answering "no such container" means absent; anything else is not.
     pub async fn is_absent(&self, id: &str) -> Result<bool, OpError> {
-        let name = self.names(id).sandbox;
-        Ok(self
-            .engine
-            .inspect(&name)
-            .await
-            .map_err(step(format!("inspect {name}")))?
-            .is_none())
+        Ok(self.inspect_sandbox(id).await?.is_none())
     }
 
-    pub async fn create(&self, user: &str, thread: &str) -> Result<Created, OpError> {
-        let id = naming::sandbox_id(user, thread)?;
-        if self.settings.image.is_none() {
-            return Err(OpError::Usage("create needs --image".into()));
-        }
-        if self.settings.mode == Mode::Restricted && self.settings.sidecar_image.is_none() {
-            return Err(OpError::Usage(
-                "restricted mode needs --sidecar-image".into(),
-            ));
-        }
-        // Nothing is written before the engine is known to answer.
-        self.engine.ping().await.map_err(step("ping".into()))?;
-        if self.ledger.is_quarantined(&id)? {
-            if let Some(existing) = self.retire_before_create(&id).await? {
-                return Ok(existing);
-            }
-        }
-        let result = match self.settings.mode {
-            Mode::Open => self.create_open(&id).await,
-            Mode::Restricted => self.create_restricted(&id).await,
-        };
-        if let Err(OpError::Engine {
-            source: EngineError::Api { status: 409, .. },
-            ..
-        }) = &result
-        {
-            // The sandbox exists already (another create won): discover it.
-            let names = self.names(&id);
-            if let Some(c) = self
-                .engine
-                .inspect(&names.sandbox)
-                .await
-                .map_err(step(format!("inspect {}", names.sandbox)))?
-            {
-                return Ok(self.discovered(&id, &c));
-            }
-        }
-        result
-    }
-
-    /// A quarantined sandbox: confirm absence (or stop and remove a quarantined generation),
-    /// run the absent teardown, retire the record. A live container of another generation
-    /// proves the old ones gone: their records retire and it is returned as discovered.
-    async fn retire_before_create(&self, id: &str) -> Result<Option<Created>, OpError> {
-        let names = self.names(id);
-        let present = self.engine.inspect(&names.sandbox).await.map_err(|e| {
-            deferred(
-                id,
-                format!("cannot confirm {} is absent: {e}", names.sandbox),
-            )
-        })?;
-        if let Some(c) = present {
-            if !self.ledger.fences(id, &c.id)? {
-                self.ledger.retire(id)?;
-                return Ok(Some(self.discovered(id, &c)));
-            }
-            self.destroy_present(id, &c)
-                .await
-                .map_err(|e| deferred(id, e.to_string()))?;
-        }
-        self.complete_absent_teardown(id)
-            .await
-            .map_err(|e| match e {
-                OpError::Ledger(_) | OpError::Ports(_) | OpError::Deferred { .. } => e,
-                other => deferred(id, other.to_string()),
-            })?;
-        Ok(None)
-    }
-
-    fn discovered(&self, id: &str, c: &Container) -> Created {
-        let names = self.names(id);
-        let mode = match c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str) {
-            Some("restricted") => Mode::Restricted,
-            _ => Mode::Open,
-        };
-        let url = match mode {
-            Mode::Open => format!("http://127.0.0.1:{}", c.host_port.unwrap_or(0)),
-            Mode::Restricted => format!(
-                "http://{}:{}",
-                c.networks.get(&names.network).cloned().unwrap_or_default(),
-                self.settings.sandbox_port
-            ),
-        };
-        Created {
-            sandbox_id: id.to_owned(),
-            container_name: names.sandbox,
-            container_id: c.id.clone(),
-            url,
-            mode,
-            host_port: c.host_port,
-            discovered: true,
-        }
-    }
-
-    /// `destroy ID`: the sandbox must exist.
-    pub async fn destroy(&self, id: &str) -> Result<Option<u16>, OpError> {
+    /// `quarantine mark`: records `generation` (default: the container now under the name,
+    /// else `unknown`) under the sandbox's lock. Returns the generation and the record's path.
+    pub async fn mark(
+        &self,
+        id: &str,
+        generation: Option<String>,
+    ) -> Result<(String, std::path::PathBuf), OpError> {
         let id = naming::parse_sandbox_id(id)?;
-        let name = self.names(&id).sandbox;
-        match self
+        let _lock = self.locks.acquire(&id).await?;
+        let generation = match generation {
+            Some(g) => g,
+            None => match self.inspect_sandbox(&id).await {
+                Ok(Some(c)) if !c.id.is_empty() => c.id,
+                // Not readable: `unknown` fences whatever container the next create finds.
+                _ => UNKNOWN_GENERATION.to_owned(),
+            },
+        };
+        let path = self.ledger.mark(&id, &generation)?;
+        Ok((generation, path))
+    }
+
+    /// The stack's sandboxes.
+    pub async fn list(&self) -> Result<Vec<Listed>, OpError> {
+        let listed = self
             .engine
-            .inspect(&name)
+            .list_sandboxes(self.settings.prefix.as_str())
             .await
-            .map_err(step(format!("inspect {name}")))?
-        {
-            Some(c) => self.destroy_present(&id, &c).await,
-            None => Err(OpError::NoSuchSandbox(id)),
-        }
-    }
-
-    /// Stop and remove a present sandbox; the restricted cleanup runs unless its label says
-    /// `open`. Any failure is returned and leaves a quarantine record for this generation.
-    pub async fn destroy_present(&self, id: &str, c: &Container) -> Result<Option<u16>, OpError> {
-        let names = self.names(id);
-        let generation = if c.id.is_empty() {
-            UNKNOWN_GENERATION
-        } else {
-            c.id.as_str()
-        };
-        let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
-        let result = async {
-            self.engine
-                .stop(&names.sandbox, self.settings.stop_timeout)
-                .await
-                .map_err(step(format!("stop {}", names.sandbox)))?;
-            self.engine
-                .remove(&names.sandbox)
-                .await
-                .map_err(step(format!("remove {}", names.sandbox)))?;
-            if decide::destroy_needs_restricted_cleanup(label) {
-                self.strict_cleanup(&names).await?;
-            }
-            Ok::<_, OpError>(())
-        }
-        .await;
-        if let Err(e) = result {
-            self.ledger.mark(id, generation)?;
-            return Err(e);
-        }
-        Ok(self.ports.release(id)?)
-    }
-
-    async fn strict_cleanup(&self, names: &Names) -> Result<(), OpError> {
-        let t = self.settings.stop_timeout;
-        self.engine
-            .stop(&names.sidecar, t)
-            .await
-            .map_err(step(format!("stop {}", names.sidecar)))?;
-        self.engine
-            .remove(&names.sidecar)
-            .await
-            .map_err(step(format!("remove {}", names.sidecar)))?;
-        self.engine
-            .remove_network(&names.network)
-            .await
-            .map_err(step(format!("remove network {}", names.network)))?;
-        Ok(())
-    }
-
-    /// Teardown of a sandbox whose container is gone (DESIGN §4), then the port and the record.
-    pub async fn complete_absent_teardown(&self, id: &str) -> Result<Teardown, OpError> {
-        let names = self.names(id);
-        let listing = if decide::needs_listing(self.settings.mode) {
-            Some(
-                match self
-                    .engine
-                    .list_names(&names.sidecar, self.settings.list_timeout)
-                    .await
-                {
-                    Ok(n) => Listing::Names(n),
-                    Err(e) => Listing::Failed(e.to_string()),
-                },
-            )
-        } else {
-            None
-        };
-        let plan = decide::absent_plan(self.settings.mode, listing.as_ref(), &names.sidecar);
-        if let Some(Listing::Failed(why)) = &listing {
-            tracing::warn!(sandbox_id = id, error = %why, "listing the network proxy failed; keeping the restricted cleanup");
-        }
-        match plan {
-            AbsentPlan::Strict => self.strict_cleanup(&names).await?,
-            AbsentPlan::Skip => tracing::info!(
-                "Retiring open-mode sandbox {id} without restricted cleanup: no network proxy {} is listed.",
-                names.sidecar
-            ),
-        }
-        let port_released = self.ports.release(id)?;
-        self.ledger.retire(id)?;
-        Ok(Teardown {
-            strict: plan == AbsentPlan::Strict,
-            port_released,
-        })
+            .map_err(step("list sandboxes".into()))?;
+        Ok(listed
+            .into_iter()
+            .map(|(name, id, state, labels)| Listed {
+                sandbox_id: labels.get(naming::LABEL_SANDBOX_ID).cloned(),
+                container_name: name,
+                container_id: id,
+                state,
+                mode: labels.get(naming::LABEL_NETWORK_MODE).cloned(),
+            })
+            .collect())
     }
 }
 
@@ -319,7 +297,7 @@ pub(crate) fn is_conflict(e: &OpError) -> bool {
     )
 }
 
-fn deferred(id: &str, reason: String) -> OpError {
+pub(crate) fn deferred(id: &str, reason: String) -> OpError {
     OpError::Deferred {
         id: id.to_owned(),
         reason,

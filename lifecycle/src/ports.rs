@@ -1,13 +1,20 @@
-//! Host-port reservations for open-mode sandboxes: `{state_dir}/ports/{k(id)}` holds the port a
-//! sandbox was given. A reservation outlives the process (a later teardown releases it), is
-//! kept when a teardown fails, and is released exactly once even when two teardowns race.
+//! Host-port reservations for open-mode sandboxes, keyed by generation (issue 15):
+//! `{state_dir}/ports/{k(id)}/{k(generation)}` holds the port a generation (container ID) was
+//! given; `{k(id)}/pending` a port reserved for a create that has no container ID yet. Releasing
+//! one generation's port never frees another's, so a stale teardown of generation G1 cannot free
+//! the port of a newer G2. A reservation outlives the process, is kept when a teardown fails,
+//! and is released exactly once even when two releases race (the file removal decides).
+//! A per-ID file from before generations existed is read as generation `unknown`.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 
+use crate::ledger::UNKNOWN_GENERATION;
 use crate::naming::k;
+
+const PENDING: &str = "pending";
 
 #[derive(Debug, thiserror::Error)]
 #[error("port reservations at {path}: {source}")]
@@ -21,6 +28,10 @@ pub struct Ports {
     dir: PathBuf,
 }
 
+fn not_found(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+}
+
 impl Ports {
     pub fn new(state_dir: &Path) -> Self {
         Self {
@@ -28,99 +39,209 @@ impl Ports {
         }
     }
 
-    fn file(&self, id: &str) -> PathBuf {
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.dir.join(k(id))
     }
 
-    fn e(&self, source: io::Error) -> PortError {
-        PortError {
-            path: self.dir.clone(),
+    fn e(path: &Path) -> impl FnOnce(io::Error) -> PortError + '_ {
+        move |source| PortError {
+            path: path.to_owned(),
             source,
         }
     }
 
-    /// The sandbox's reserved port, if any.
-    pub fn get(&self, id: &str) -> Result<Option<u16>, PortError> {
-        match fs::read_to_string(self.file(id)) {
+    /// Moves a per-ID file of the old layout into `{k(id)}/` as generation `unknown`.
+    fn migrate(&self, id: &str) -> Result<PathBuf, PortError> {
+        let dir = self.sandbox_dir(id);
+        if dir.is_file() {
+            let port = fs::read_to_string(&dir).map_err(Self::e(&dir))?;
+            fs::remove_file(&dir).map_err(Self::e(&dir))?;
+            fs::create_dir_all(&dir).map_err(Self::e(&dir))?;
+            write_new(&dir.join(k(UNKNOWN_GENERATION)), port.trim())?;
+        }
+        Ok(dir)
+    }
+
+    /// Makes `{k(id)}/` (after `migrate`).
+    fn ensure_dir(&self, id: &str) -> Result<PathBuf, PortError> {
+        let dir = self.migrate(id)?;
+        fs::create_dir_all(&dir).map_err(Self::e(&dir))?;
+        Ok(dir)
+    }
+
+    fn read(path: &Path) -> Result<Option<u16>, PortError> {
+        match fs::read_to_string(path) {
             Ok(s) => Ok(s.trim().parse().ok()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.e(e)),
+            Err(e) if not_found(&e) || e.kind() == io::ErrorKind::NotADirectory => Ok(None),
+            Err(e) => Err(Self::e(path)(e)),
         }
     }
 
-    /// Reserves a free loopback port for sandbox `id` (its existing one, if it has one).
+    /// The port reserved for `generation` of sandbox `id`, if any.
+    pub fn get(&self, id: &str, generation: &str) -> Result<Option<u16>, PortError> {
+        Self::read(&self.sandbox_dir(id).join(k(generation)))
+    }
+
+    /// The port reserved for a create that has no container yet.
+    pub fn pending(&self, id: &str) -> Result<Option<u16>, PortError> {
+        Self::read(&self.sandbox_dir(id).join(PENDING))
+    }
+
+    /// Reserves a free loopback port for the next create of sandbox `id` (a pending one left by
+    /// an interrupted create is reused: no container was made with it, or it would be bound).
     pub fn reserve(&self, id: &str) -> Result<u16, PortError> {
-        if let Some(p) = self.get(id)? {
+        if let Some(p) = self.pending(id)? {
             return Ok(p);
         }
-        fs::create_dir_all(&self.dir).map_err(|e| self.e(e))?;
+        let dir = self.ensure_dir(id)?;
         let taken = self.all()?;
         for _ in 0..64 {
             // The kernel's pick of a free port; the listener closes before the engine binds it.
             let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                 .and_then(|l| l.local_addr())
-                .map_err(|e| self.e(e))?
+                .map_err(Self::e(&self.dir))?
                 .port();
             if taken.contains(&port) {
                 continue;
             }
-            let mut f = match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(self.file(id))
-            {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    return self.get(id)?.ok_or_else(|| self.e(e));
+            let path = dir.join(PENDING);
+            return match write_new(&path, &port.to_string()) {
+                Ok(()) => Ok(port),
+                Err(e) if e.source.kind() == io::ErrorKind::AlreadyExists => {
+                    self.pending(id)?.ok_or(e)
                 }
-                Err(e) => return Err(self.e(e)),
+                Err(e) => Err(e),
             };
-            f.write_all(port.to_string().as_bytes())
-                .and_then(|()| f.sync_all())
-                .map_err(|e| self.e(e))?;
-            return Ok(port);
         }
-        Err(self.e(io::Error::other("no free port found")))
+        Err(Self::e(&self.dir)(io::Error::other("no free port found")))
     }
 
-    /// Releases the sandbox's port; `Some(port)` only for the one call that released it.
-    pub fn release(&self, id: &str) -> Result<Option<u16>, PortError> {
-        let port = self.get(id)?;
-        match fs::remove_file(self.file(id)) {
+    /// The pending reservation now belongs to `generation` (the container that was created).
+    pub fn assign(&self, id: &str, generation: &str) -> Result<(), PortError> {
+        let dir = self.sandbox_dir(id);
+        let to = dir.join(k(generation));
+        fs::rename(dir.join(PENDING), &to).map_err(Self::e(&to))
+    }
+
+    /// Releases the pending reservation (its create made no container).
+    pub fn release_pending(&self, id: &str) -> Result<Option<u16>, PortError> {
+        Self::remove(&self.sandbox_dir(id).join(PENDING))
+    }
+
+    /// Releases `generation`'s port; `Some(port)` only for the one call that released it.
+    pub fn release(&self, id: &str, generation: &str) -> Result<Option<u16>, PortError> {
+        self.release_key(id, &k(generation))
+    }
+
+    /// Releases the port of the generation whose key (`k(generation)`, as the ledger stores
+    /// it) is `key`.
+    pub fn release_key(&self, id: &str, key: &str) -> Result<Option<u16>, PortError> {
+        // Keys come from file names; anything else could walk out of the directory.
+        if !(key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit())) {
+            return Ok(None);
+        }
+        Self::remove(&self.migrate(id)?.join(key))
+    }
+
+    /// Releases every reservation of sandbox `id` (when its generation is `unknown`).
+    pub fn release_all(&self, id: &str) -> Result<Vec<u16>, PortError> {
+        let dir = self.migrate(id)?;
+        let read = match fs::read_dir(&dir) {
+            Ok(r) => r,
+            Err(e) if not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(Self::e(&dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in read {
+            let path = entry.map_err(Self::e(&dir))?.path();
+            out.extend(Self::remove(&path)?);
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Every port reserved for sandbox `id` (any generation, or pending).
+    pub fn held(&self, id: &str) -> Result<Vec<u16>, PortError> {
+        let dir = self.sandbox_dir(id);
+        let read = match fs::read_dir(&dir) {
+            Ok(r) => r,
+            Err(e) if not_found(&e) || e.kind() == io::ErrorKind::NotADirectory => {
+                return Ok(Self::read(&dir)?.into_iter().collect())
+            }
+            Err(e) => return Err(Self::e(&dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in read {
+            out.extend(Self::read(&entry.map_err(Self::e(&dir))?.path())?);
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn remove(path: &Path) -> Result<Option<u16>, PortError> {
+        let port = Self::read(path)?;
+        match fs::remove_file(path) {
             Ok(()) => Ok(port),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.e(e)),
+            Err(e) if not_found(&e) || e.kind() == io::ErrorKind::NotADirectory => Ok(None),
+            Err(e) => Err(Self::e(path)(e)),
         }
     }
 
+    /// Every reserved port, of every sandbox and generation (and old per-ID files).
     fn all(&self) -> Result<Vec<u16>, PortError> {
         let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(|e| self.e(e))? {
-            let path = entry.map_err(|e| self.e(e))?.path();
-            if let Ok(s) = fs::read_to_string(&path) {
-                if let Ok(p) = s.trim().parse() {
-                    out.push(p);
+        let read = match fs::read_dir(&self.dir) {
+            Ok(r) => r,
+            Err(e) if not_found(&e) => return Ok(out),
+            Err(e) => return Err(Self::e(&self.dir)(e)),
+        };
+        for entry in read {
+            let path = entry.map_err(Self::e(&self.dir))?.path();
+            if path.is_dir() {
+                for inner in fs::read_dir(&path).map_err(Self::e(&path))? {
+                    let inner = inner.map_err(Self::e(&path))?.path();
+                    out.extend(Self::read(&inner)?);
                 }
+            } else {
+                out.extend(Self::read(&path)?);
             }
         }
         Ok(out)
     }
 }
 
+/// Creates `path` with `data`, synced; an existing file is an `AlreadyExists` error.
+fn write_new(path: &Path, data: &str) -> Result<(), PortError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(Ports::e(path))?;
+    f.write_all(data.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(Ports::e(path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const A: &str = "aaaaaaaaaaaaaaaa";
+
     #[test]
-    fn reserve_is_stable_and_release_happens_once_under_a_race() {
+    fn reservations_are_per_generation_and_release_happens_once_under_a_race() {
         let state = tempfile::tempdir().expect("dir");
         let ports = Ports::new(state.path());
-        let p = ports.reserve("aaaaaaaaaaaaaaaa").expect("reserve");
-        assert_eq!(ports.reserve("aaaaaaaaaaaaaaaa").expect("again"), p);
-        assert_ne!(ports.reserve("bbbbbbbbbbbbbbbb").expect("other"), p);
+        let p1 = ports.reserve(A).expect("reserve");
+        assert_eq!(ports.reserve(A).expect("pending reused"), p1);
+        ports.assign(A, "gen1").expect("assign");
+        let p2 = ports.reserve(A).expect("reserve for the next generation");
+        assert_ne!(p1, p2);
+        ports.assign(A, "gen2").expect("assign");
+        assert_ne!(ports.reserve("bbbbbbbbbbbbbbbb").expect("other"), p1);
         let releases: Vec<Option<u16>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8)
-                .map(|_| s.spawn(|| ports.release("aaaaaaaaaaaaaaaa").expect("release")))
+                .map(|_| s.spawn(|| ports.release(A, "gen1").expect("release")))
                 .collect();
             handles
                 .into_iter()
@@ -128,10 +249,30 @@ mod tests {
                 .collect()
         });
         assert_eq!(
-            releases.iter().filter(|r| r.is_some()).count(),
-            1,
+            releases.iter().flatten().collect::<Vec<_>>(),
+            [&p1],
             "{releases:?}"
         );
-        assert_eq!(ports.get("aaaaaaaaaaaaaaaa").expect("read"), None);
+        assert_eq!(ports.get(A, "gen1").expect("read"), None);
+        assert_eq!(
+            ports.get(A, "gen2").expect("read"),
+            Some(p2),
+            "a stale generation's release never frees a newer one's port"
+        );
+        assert_eq!(ports.release_all(A).expect("all"), vec![p2]);
+    }
+
+    #[test]
+    fn an_old_per_id_file_reads_as_generation_unknown() {
+        let state = tempfile::tempdir().expect("dir");
+        let ports = Ports::new(state.path());
+        fs::create_dir_all(state.path().join("ports")).expect("mkdir");
+        fs::write(state.path().join("ports").join(k(A)), "4242").expect("write");
+        assert_ne!(ports.reserve(A).expect("reserve"), 4242, "still taken");
+        assert_eq!(ports.get(A, UNKNOWN_GENERATION).expect("read"), Some(4242));
+        assert_eq!(
+            ports.release_key(A, &k(UNKNOWN_GENERATION)).expect("rel"),
+            Some(4242)
+        );
     }
 }

@@ -1,5 +1,10 @@
 //! A stack for lifecycle tests: a fake engine, a sockproxy in front of it, a state dir, and
 //! `Lifecycle` values pointed at the proxy or (where the seed says "a raw engine") at the fake.
+//! `fault_relay` is the fault-injecting pass-through tests put between lifecycle and the proxy
+//! (declared here because this module is where lifecycle's test support lives).
+
+#[path = "fault_relay.rs"]
+pub mod fault_relay;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,7 +13,7 @@ use std::time::Duration;
 use lifecycle::decide::Mode;
 use lifecycle::engine::Engine as Client;
 use lifecycle::ledger::Ledger;
-use lifecycle::naming::{self, Names};
+use lifecycle::naming::{self, Names, Prefix};
 use lifecycle::ops::{Lifecycle, Settings};
 use lifecycle::ports::Ports;
 use serde_json::json;
@@ -29,7 +34,7 @@ pub struct LcStack {
 
 pub fn settings(prefix: &str, mode: Mode) -> Settings {
     Settings {
-        prefix: prefix.to_owned(),
+        prefix: Prefix::parse(prefix).expect("valid test prefix"),
         mode,
         image: Some(TEST_IMAGE.to_owned()),
         sandbox_port: 8080,
@@ -42,6 +47,8 @@ pub fn settings(prefix: &str, mode: Mode) -> Settings {
         ready_timeout: Duration::ZERO,
         list_timeout: Duration::from_secs(1),
         stop_timeout: 1,
+        lock_timeout: Duration::from_secs(60),
+        removal_wait: Duration::from_secs(10),
     }
 }
 
@@ -72,12 +79,11 @@ impl LcStack {
     }
 
     pub async fn at(&self, socket: &Path, mode: Mode) -> Lifecycle {
-        Lifecycle {
-            engine: Client::new(&format!("unix://{}", socket.display())).expect("address"),
-            ledger: self.ledger(),
-            ports: self.ports(),
-            settings: settings(&self.prefix, mode),
-        }
+        Lifecycle::new(
+            Client::new(&format!("unix://{}", socket.display())).expect("address"),
+            self.state.path(),
+            settings(&self.prefix, mode),
+        )
     }
 
     pub fn ledger(&self) -> Ledger {
@@ -89,7 +95,19 @@ impl LcStack {
     }
 
     pub fn names(&self, id: &str) -> Names {
-        Names::new(&self.prefix, id)
+        names(&self.prefix, id)
+    }
+
+    /// Reserves a port for `generation` of sandbox `id`, as a create would have.
+    pub fn reserve(&self, id: &str, generation: &str) -> u16 {
+        let port = self.ports().reserve(id).expect("reserve");
+        self.ports().assign(id, generation).expect("assign");
+        port
+    }
+
+    /// The port reserved for `generation` of sandbox `id`.
+    pub fn port(&self, id: &str, generation: &str) -> Option<u16> {
+        self.ports().get(id, generation).expect("read")
     }
 
     pub fn id(&self, thread: &str) -> String {
@@ -147,6 +165,11 @@ impl LcStack {
     pub fn state_dir(&self) -> PathBuf {
         self.state.path().to_owned()
     }
+}
+
+/// deer-flow's names of sandbox `id` under the test prefix `prefix`.
+pub fn names(prefix: &str, id: &str) -> Names {
+    Names::new(&Prefix::parse(prefix).expect("valid test prefix"), id)
 }
 
 /// The lifecycle binary at `bin` pointed at `sock` with the stack's flags only; `DOCKER_HOST`

@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::process::Output;
 
-use lifecycle::naming::{sandbox_id, Names};
+use lifecycle::naming::sandbox_id;
 use sockproxy_tests::engine::{real_engine, Cleanup};
-use sockproxy_tests::lc::lifecycle_command;
+use sockproxy_tests::lc::{lifecycle_command, names as names_of};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
@@ -56,7 +56,7 @@ fn the_incident_end_to_end_on_the_real_engine() {
     };
     let prefix = unique_prefix();
     let id = sandbox_id("user-1", "thread-9a38e323").expect("valid");
-    let names = Names::new(&prefix, &id);
+    let names = names_of(&prefix, &id);
     let mut clean = Cleanup::new(&e.socket);
     clean.container(&names.sandbox);
     let proxy = StackProxy::start(&e.socket, &prefix, false);
@@ -123,7 +123,7 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
     };
     let prefix = unique_prefix();
     let id = sandbox_id("user-2", "thread-r").expect("valid");
-    let names = Names::new(&prefix, &id);
+    let names = names_of(&prefix, &id);
     let mut clean = Cleanup::new(&e.socket);
     clean.container(&names.sandbox);
     clean.container(&names.sidecar);
@@ -148,6 +148,13 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
     assert_eq!(net.status, 200);
     assert_eq!(net.json()["Internal"], true);
     let sandbox = inspect(&format!("/containers/{}/json", names.sandbox)).json();
+    assert_eq!(
+        sandbox["Config"]["Labels"]["deerflow.network_mode"], "allowlist",
+        "restricted is written as deer-flow's allowlist"
+    );
+    let egress = inspect(&format!("/networks/{}", names.egress));
+    assert_eq!(egress.status, 200, "the sandbox's own egress network");
+    assert_eq!(egress.json()["Labels"]["deerflow.sandbox_id"], id.as_str());
     let sandbox_nets: Vec<String> = sandbox["NetworkSettings"]["Networks"]
         .as_object()
         .map(|m| m.keys().cloned().collect())
@@ -195,5 +202,10 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
         404
     );
     assert_eq!(inspect(&format!("/networks/{}", names.network)).status, 404);
+    assert_eq!(
+        inspect(&format!("/networks/{}", names.egress)).status,
+        404,
+        "the sandbox's own egress network goes with it"
+    );
     assert_eq!(proxy.decisions().1, 0, "nothing was refused");
 }

@@ -32,7 +32,7 @@ async fn destroy_cleans_restricted_resources_only_when_the_label_says_so_or_cann
         };
         let cid = s.make(&names.sandbox, labels);
         let lc = s.through_proxy(Mode::Open).await;
-        let port = s.ports().reserve(&id).expect("reserve");
+        let port = s.reserve(&id, &cid);
         s.fake().clear_requests();
         let result = lc.destroy(&id).await;
         assert!(
@@ -40,7 +40,7 @@ async fn destroy_cleans_restricted_resources_only_when_the_label_says_so_or_cann
             "{label:?}: the sandbox is gone either way"
         );
         if label == Some("open") {
-            assert_eq!(result.expect("destroyed"), Some(port));
+            assert_eq!(result.expect("destroyed").ports_released, vec![port]);
             assert!(
                 s.asked().iter().all(|l| !l.contains("netproxy")),
                 "{:?}",
@@ -55,7 +55,7 @@ async fn destroy_cleans_restricted_resources_only_when_the_label_says_so_or_cann
                 "{label:?}: a record for this generation"
             );
             assert_eq!(
-                s.ports().get(&id).expect("read"),
+                s.port(&id, &cid),
                 Some(port),
                 "{label:?}: the port is retained"
             );
@@ -74,15 +74,18 @@ async fn a_failed_stop_is_an_error_and_leaves_a_record() {
         &format!("/containers/{cid}/stop"),
         Fault::Status500,
     ));
-    let port = s.ports().reserve(&id).expect("reserve");
+    let port = s.reserve(&id, &cid);
     let lc = s.through_proxy(Mode::Open).await;
     let err = lc.destroy(&id).await.expect_err("stop failed").to_string();
     assert!(
-        err.starts_with(&format!("stop {}", names.sandbox)) && err.contains("injected fault"),
+        err.contains(&format!(
+            "teardown deferred, quarantine record kept: stop {}",
+            names.sandbox
+        )) && err.contains("injected fault"),
         "{err}"
     );
     assert!(s.ledger().fences(&id, &cid).expect("read"));
-    assert_eq!(s.ports().get(&id).expect("read"), Some(port));
+    assert_eq!(s.port(&id, &cid), Some(port));
     assert!(
         s.exists(&format!("/containers/{}/json", names.sandbox)),
         "nothing was removed after the failed stop"
@@ -94,7 +97,7 @@ async fn a_restricted_process_tears_down_strictly_without_a_listing() {
     let s = LcStack::new(false);
     let id = s.id("strict");
     s.ledger().mark(&id, "unknown").expect("mark");
-    let port = s.ports().reserve(&id).expect("reserve");
+    let port = s.reserve(&id, "unknown");
     let lc = s.through_proxy(Mode::Restricted).await;
     s.fake().clear_requests();
     let err = lc
@@ -114,11 +117,7 @@ async fn a_restricted_process_tears_down_strictly_without_a_listing() {
         s.ledger().is_quarantined(&id).expect("read"),
         "the record is kept"
     );
-    assert_eq!(
-        s.ports().get(&id).expect("read"),
-        Some(port),
-        "the port is retained"
-    );
+    assert_eq!(s.port(&id, "unknown"), Some(port), "the port is retained");
 }
 
 #[tokio::test]
@@ -126,12 +125,12 @@ async fn an_open_process_lists_once_refuses_nothing_and_retires() {
     let s = LcStack::new(false);
     let id = s.id("open");
     s.ledger().mark(&id, "unknown").expect("mark");
-    let port = s.ports().reserve(&id).expect("reserve");
+    let port = s.reserve(&id, "unknown");
     let lc = s.through_proxy(Mode::Open).await;
     s.fake().clear_requests();
     let (_, denied_before) = s.proxy.decisions();
     let done = lc.complete_absent_teardown(&id).await.expect("retired");
-    assert_eq!((done.strict, done.port_released), (false, Some(port)));
+    assert_eq!((done.strict, done.ports_released), (false, vec![port]));
     let asked = s.asked();
     assert_eq!(asked.len(), 1, "exactly one listing: {asked:?}");
     // bollard spells `all=1` as `all=true`; dockerd reads both.
@@ -145,7 +144,7 @@ async fn an_open_process_lists_once_refuses_nothing_and_retires() {
     );
     assert_eq!(s.proxy.decisions().1, denied_before, "no refused call");
     assert!(!s.ledger().is_quarantined(&id).expect("read"));
-    assert_eq!(s.ports().get(&id).expect("read"), None);
+    assert_eq!(s.port(&id, "unknown"), None);
 }
 
 #[tokio::test]
@@ -246,7 +245,7 @@ async fn a_failed_listing_keeps_the_strict_cleanup() {
     for socket in [missing, refused] {
         let id = s.id(&socket.display().to_string());
         s.ledger().mark(&id, "unknown").expect("mark");
-        let port = s.ports().reserve(&id).expect("reserve");
+        let port = s.reserve(&id, "unknown");
         let lc = s.at(&socket, Mode::Open).await;
         let err = lc
             .complete_absent_teardown(&id)
@@ -254,7 +253,7 @@ async fn a_failed_listing_keeps_the_strict_cleanup() {
             .expect_err("strict cannot finish");
         assert!(matches!(err, OpError::Engine { .. }), "{err}");
         assert!(s.ledger().is_quarantined(&id).expect("read"));
-        assert_eq!(s.ports().get(&id).expect("read"), Some(port));
+        assert_eq!(s.port(&id, "unknown"), Some(port));
     }
 }
 
@@ -263,7 +262,7 @@ async fn two_racing_teardowns_release_the_port_once() {
     let s = LcStack::new(false);
     let id = s.id("race");
     s.ledger().mark(&id, "unknown").expect("mark");
-    let port = s.ports().reserve(&id).expect("reserve");
+    let port = s.reserve(&id, "unknown");
     let (a, b) = (
         s.through_proxy(Mode::Open).await,
         s.through_proxy(Mode::Open).await,
@@ -272,9 +271,9 @@ async fn two_racing_teardowns_release_the_port_once() {
         a.complete_absent_teardown(&id),
         b.complete_absent_teardown(&id)
     );
-    let released: Vec<Option<u16>> = [ra, rb]
+    let released: Vec<Vec<u16>> = [ra, rb]
         .into_iter()
-        .map(|r| r.expect("ok").port_released)
+        .map(|r| r.expect("ok").ports_released)
         .collect();
     assert_eq!(
         released.iter().flatten().collect::<Vec<_>>(),
@@ -405,7 +404,10 @@ async fn a_storage_error_fails_closed_and_is_returned() {
         .await
         .expect_err("storage error");
     assert!(
-        matches!(err, OpError::Ports(_) | OpError::Ledger(_)),
+        matches!(
+            err,
+            OpError::Ports(_) | OpError::Ledger(_) | OpError::Lock(_)
+        ),
         "{err}"
     );
     assert!(

@@ -3,7 +3,7 @@
 //! allowed upstream container answers through the sidecar, a name that is not allowed gets 403
 //! with `X-Netproxy-Error`, and the upstream cannot be reached directly at all.
 
-use lifecycle::naming::{sandbox_id, Names};
+use lifecycle::naming::sandbox_id;
 use sockproxy_tests::cli::docker;
 use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
 use sockproxy_tests::lc::lifecycle_base;
@@ -19,7 +19,7 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     let sidecar_image = ensure_netproxy_image(&e.socket);
     let prefix = unique_prefix();
     let id = sandbox_id("user-e2e", "thread-e2e").expect("valid");
-    let names = Names::new(&prefix, &id);
+    let names = sockproxy_tests::lc::names(&prefix, &id);
     let upstream = format!("{prefix}upstream");
     let mut clean = Cleanup::new(&e.socket);
     clean.container(&names.sandbox);

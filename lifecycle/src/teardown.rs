@@ -1,0 +1,287 @@
+//! Tearing down (DESIGN §4): destroy of a present container (stop and remove by the ID that was
+//! inspected, absence confirmed, the restricted cleanup when its label is not `open`), the
+//! absent teardown of a quarantined sandbox, and `retire`. A failure is returned, leaves a
+//! quarantine record for the generation it was about and keeps that generation's port; success
+//! retires exactly that generation's record and port.
+
+use crate::decide::{self, AbsentPlan, Listing};
+use crate::engine::{Container, Done, EngineError};
+use crate::ledger::UNKNOWN_GENERATION;
+use crate::naming::{self, k, Names};
+use crate::ops::{deferred, step, Destroyed, Lifecycle, OpError, Retired, Teardown};
+
+impl Lifecycle {
+    /// `destroy ID`: the sandbox's container (if present) is destroyed by its ID; records of
+    /// generations the name no longer holds, or of an absent sandbox, finish their absent
+    /// teardown. Only a sandbox with neither a container nor a record is "nothing to destroy".
+    pub async fn destroy(&self, id: &str) -> Result<Destroyed, OpError> {
+        let id = naming::parse_sandbox_id(id)?;
+        let _lock = self.locks.acquire(&id).await?;
+        let present = self.inspect_sandbox(&id).await?;
+        if present.is_none() && !self.ledger.is_quarantined(&id)? {
+            return Err(OpError::NoSuchSandbox(id));
+        }
+        let mut ports_released = Vec::new();
+        if let Some(c) = &present {
+            let port = self.destroy_present(&id, c).await;
+            ports_released.extend(port.map_err(|e| unfinished(&id, e))?);
+        }
+        let absent_teardown = self.ledger.is_quarantined(&id)?;
+        if absent_teardown {
+            let t = self.absent_teardown(&id).await;
+            ports_released.extend(t.map_err(|e| unfinished(&id, e))?.ports_released);
+        }
+        Ok(Destroyed {
+            sandbox_id: id,
+            container_id: present.map(|c| c.id),
+            ports_released,
+            absent_teardown,
+        })
+    }
+
+    /// Stop and remove a present sandbox `c` by its ID; the restricted cleanup runs unless its
+    /// label says `open`. Any failure is returned and leaves a quarantine record for this
+    /// generation (its port stays reserved); success releases the generation's port and
+    /// retires its record. The caller holds the sandbox's lock.
+    pub(crate) async fn destroy_present(
+        &self,
+        id: &str,
+        c: &Container,
+    ) -> Result<Option<u16>, OpError> {
+        let names = self.names(id);
+        if c.id.is_empty() {
+            // Without an ID there is nothing to pin a stop to; a name could be a replacement.
+            self.ledger.mark(id, UNKNOWN_GENERATION)?;
+            return Err(OpError::Engine {
+                step: format!("inspect {}", names.sandbox),
+                source: EngineError::Unreadable("the container has no ID; nothing stopped".into()),
+            });
+        }
+        let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
+        let result = async {
+            self.stop_and_remove(&c.id, &names.sandbox).await?;
+            if decide::destroy_needs_restricted_cleanup(label) {
+                self.strict_cleanup(&names).await?;
+            }
+            Ok::<_, OpError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            self.ledger.mark(id, &c.id)?;
+            return Err(e);
+        }
+        let port = self.ports.release(id, &c.id)?;
+        self.ledger.retire_generation(id, &c.id)?;
+        Ok(port)
+    }
+
+    /// Stops and removes `reference` (a container ID, or the sidecar's name) of the container
+    /// named `what`, then confirms it no longer holds that name: a 409 "removal already in progress" or a remove
+    /// the engine answered early both end in a bounded wait for absence.
+    pub(crate) async fn stop_and_remove(&self, reference: &str, what: &str) -> Result<(), OpError> {
+        let shown = if reference == what {
+            what.to_owned()
+        } else {
+            format!("{what} ({reference})")
+        };
+        let stopped = self
+            .engine
+            .stop(reference, self.settings.stop_timeout)
+            .await
+            .map_err(step(format!("stop {shown}")))?;
+        if stopped == Done::AlreadyGone {
+            return Ok(());
+        }
+        if stopped == Done::Done {
+            self.engine
+                .remove(reference)
+                .await
+                .map_err(step(format!("remove {shown}")))?;
+        }
+        let limit = self.settings.removal_wait;
+        let id = (reference != what).then_some(reference);
+        let gone = self
+            .engine
+            .wait_gone(what, id, limit)
+            .await
+            .map_err(step(format!("confirm {shown} is gone")))?;
+        if gone {
+            Ok(())
+        } else {
+            Err(OpError::Engine {
+                step: format!("confirm {shown} is gone"),
+                source: EngineError::Timeout(limit),
+            })
+        }
+    }
+
+    /// Sidecar and both networks; "no such" for that exact name counts as done. The sidecar
+    /// is addressed by name: it belongs to this sandbox ID alone, whose lock the caller holds.
+    pub(crate) async fn strict_cleanup(&self, names: &Names) -> Result<(), OpError> {
+        self.stop_and_remove(&names.sidecar, &names.sidecar).await?;
+        for network in [&names.network, &names.egress] {
+            self.engine
+                .remove_network(network)
+                .await
+                .map_err(step(format!("remove network {network}")))?;
+        }
+        Ok(())
+    }
+
+    /// Teardown of a sandbox whose container is gone (DESIGN §4), under the sandbox's lock.
+    pub async fn complete_absent_teardown(&self, id: &str) -> Result<Teardown, OpError> {
+        let _lock = self.locks.acquire(id).await?;
+        self.absent_teardown(id).await
+    }
+
+    /// The absent teardown proper; then the recorded generations' ports and the records. The
+    /// caller holds the lock and knows the name is absent.
+    pub(crate) async fn absent_teardown(&self, id: &str) -> Result<Teardown, OpError> {
+        let names = self.names(id);
+        let listing = if decide::needs_listing(self.settings.mode) {
+            Some(
+                match self
+                    .engine
+                    .list_names(&names.sidecar, self.settings.list_timeout)
+                    .await
+                {
+                    Ok(n) => Listing::Names(n),
+                    Err(e) => Listing::Failed(e.to_string()),
+                },
+            )
+        } else {
+            None
+        };
+        let plan = decide::absent_plan(self.settings.mode, listing.as_ref(), &names.sidecar);
+        if let Some(Listing::Failed(why)) = &listing {
+            tracing::warn!(sandbox_id = id, error = %why, "listing the network proxy failed; keeping the restricted cleanup");
+        }
+        match plan {
+            AbsentPlan::Strict => self.strict_cleanup(&names).await?,
+            AbsentPlan::Skip => tracing::info!(
+                "Retiring open-mode sandbox {id} without restricted cleanup: no network proxy {} is listed.",
+                names.sidecar
+            ),
+        }
+        let keys = self.ledger.generations(id)?;
+        // An `unknown` generation's port is not known either: every port of this sandbox is a
+        // dead generation's, since its name is absent and its lock is held.
+        let ports_released = if keys.contains(&k(UNKNOWN_GENERATION)) {
+            self.ports.release_all(id)?
+        } else {
+            let mut out = Vec::new();
+            for key in &keys {
+                out.extend(self.ports.release_key(id, key)?);
+            }
+            out
+        };
+        self.ledger.retire(id)?;
+        Ok(Teardown {
+            strict: plan == AbsentPlan::Strict,
+            ports_released,
+        })
+    }
+
+    /// Retires one sandbox's records if its container is confirmed absent, all under its lock
+    /// (an absence check made outside it could be stale by the time the port is released).
+    pub async fn retire(&self, id: &str) -> Retired {
+        let run = async {
+            let _lock = self.locks.acquire(id).await?;
+            if !self.is_absent(id).await? {
+                return Ok(None);
+            }
+            self.absent_teardown(id).await.map(Some)
+        };
+        match run.await {
+            Ok(None) => Retired::Kept {
+                sandbox_id: Some(id.to_owned()),
+                key: None,
+                reason: "container present".into(),
+            },
+            Ok(Some(t)) => Retired::Retired {
+                sandbox_id: id.to_owned(),
+                strict: t.strict,
+                ports_released: t.ports_released,
+            },
+            Err(e) => Retired::Deferred {
+                sandbox_id: id.to_owned(),
+                error: e.to_string(),
+            },
+        }
+    }
+
+    /// `retire`: every record, one result each.
+    pub async fn retire_all(&self) -> Result<Vec<Retired>, OpError> {
+        let mut out = Vec::new();
+        for entry in self.ledger.entries()? {
+            match entry.sandbox_id {
+                Some(id) => out.push(self.retire(&id).await),
+                None => out.push(Retired::Kept {
+                    sandbox_id: None,
+                    key: Some(entry.key),
+                    reason:
+                        "record names no sandbox ID; it retires on the next create in its thread"
+                            .into(),
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Before a create of a quarantined sandbox (`decide::before_create`): confirm absence and
+    /// run the absent teardown, or destroy the quarantined generation first, or retire records
+    /// the name proves stale. Returns the container to discover, if the name holds a newer one.
+    /// Any failure defers the create: the record is kept and nothing new is made.
+    pub(crate) async fn retire_before_create(
+        &self,
+        id: &str,
+    ) -> Result<Option<Container>, OpError> {
+        let names = self.names(id);
+        let present = self.engine.inspect(&names.sandbox).await.map_err(|e| {
+            deferred(
+                id,
+                format!("cannot confirm {} is absent: {e}", names.sandbox),
+            )
+        })?;
+        let fenced = match &present {
+            Some(c) => Some(self.ledger.fences(id, &c.id)?),
+            None => None,
+        };
+        let keep_storage_errors = |e| unfinished(id, e);
+        match (decide::before_create(true, fenced), present) {
+            (decide::BeforeCreate::RetireStaleThenDiscover, Some(c)) => {
+                for key in self.ledger.generations(id)? {
+                    self.ports.release_key(id, &key)?;
+                }
+                self.ledger.retire(id)?;
+                Ok(Some(c))
+            }
+            (decide::BeforeCreate::DestroyThenCreate, Some(c)) => {
+                self.destroy_present(id, &c)
+                    .await
+                    .map_err(|e| deferred(id, e.to_string()))?;
+                if self.ledger.is_quarantined(id)? {
+                    self.absent_teardown(id)
+                        .await
+                        .map_err(keep_storage_errors)?;
+                }
+                Ok(None)
+            }
+            _ => {
+                self.absent_teardown(id)
+                    .await
+                    .map_err(keep_storage_errors)?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A teardown that failed after its record was written is deferred (exit 3), so the exit code
+/// says a record is kept; storage and lock errors stay what they are.
+pub(crate) fn unfinished(id: &str, e: OpError) -> OpError {
+    match e {
+        OpError::Ledger(_) | OpError::Ports(_) | OpError::Lock(_) | OpError::Deferred { .. } => e,
+        other => deferred(id, other.to_string()),
+    }
+}
