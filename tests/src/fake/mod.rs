@@ -7,6 +7,7 @@
 
 mod containers;
 pub mod flavor;
+pub mod hostconfig;
 mod networks;
 pub mod program;
 mod render;

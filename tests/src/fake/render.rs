@@ -57,7 +57,7 @@ fn endpoints(state: &State, c: &Container) -> Value {
                 "EndpointID": if running { ep.endpoint_id.clone() } else { String::new() },
                 "Gateway": "",
                 "IPAddress": if running { ep.ip.clone() } else { String::new() },
-                "IPPrefixLen": if running { 16 } else { 0 },
+                "IPPrefixLen": if running && !ep.ip.is_empty() { 16 } else { 0 },
                 "MacAddress": "",
             }),
         );
@@ -144,7 +144,7 @@ pub fn network(state: &State, n: &Network) -> Value {
                     "Name": c.name.trim_start_matches('/'),
                     "EndpointID": ep.endpoint_id,
                     "MacAddress": "",
-                    "IPv4Address": format!("{}/16", ep.ip),
+                    "IPv4Address": if ep.ip.is_empty() { String::new() } else { format!("{}/16", ep.ip) },
                     "IPv6Address": "",
                 }),
             );
