@@ -14,6 +14,7 @@ mod render;
 mod routes;
 pub mod state;
 mod streams;
+mod system;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
 use super::state::{self, Container, Endpoint, Lookup, RunState};
-use super::{hostconfig, render, streams, Fault, Logged, Shared};
+use super::{hostconfig, render, streams, system, Fault, Logged, Shared};
 
 pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -251,7 +251,8 @@ async fn route(
     match (method, segs) {
         ("GET" | "HEAD", ["_ping"]) => n::ping(shared, method == "HEAD"),
         ("GET", ["version"]) => Reply::Json(200, render::version(shared.flavor)),
-        ("GET", ["info"]) => Reply::Json(200, render::info(&shared.state(), shared.flavor)),
+        ("GET", ["info"]) => Reply::Json(200, system::info(&shared.state(), shared.flavor)),
+        ("GET", ["images", "json"]) => system::images(shared, params),
         ("GET", ["events"]) => streams::events(shared),
         ("GET", ["containers", "json"]) => c::list(shared, params),
         ("POST", ["containers", "create"]) => match read_bytes(req.into_body()).await {
