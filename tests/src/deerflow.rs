@@ -64,6 +64,29 @@ impl Names {
     }
 }
 
+/// Splits a shell-like line into words: whitespace separates, quotes group.
+pub fn words(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+    for ch in s.chars() {
+        match (quote, ch) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => (quote, any) = (Some(ch), true),
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
 fn random_hex() -> String {
     let mut buf = [0u8; 8];
     let _ = std::fs::File::open("/dev/urandom")
@@ -122,6 +145,14 @@ impl Step {
         }
     }
 
+    /// A step written as a shell line (single or double quotes group words, no escapes);
+    /// `<placeholder>`s are filled from the run's masks when it runs.
+    pub fn cmd(label: &'static str, ok: bool, line: &str) -> Self {
+        let mut s = Self::new(label, ok, &[]);
+        s.args = words(line);
+        s
+    }
+
     pub fn learn(mut self, placeholder: &'static str) -> Self {
         self.learn = Some(placeholder);
         self
@@ -173,14 +204,6 @@ impl Masks {
         }
     }
 
-    /// The value learned or given for `placeholder`.
-    pub fn value_of(&self, placeholder: &str) -> Option<&str> {
-        self.literal
-            .iter()
-            .find(|(_, p)| p == placeholder)
-            .map(|(v, _)| v.as_str())
-    }
-
     /// `<placeholder>` tokens in a step's argument, replaced by their values.
     pub fn fill(&self, arg: &str) -> String {
         let mut out = arg.to_owned();
@@ -229,6 +252,14 @@ impl Masks {
                     let val = match key.as_str() {
                         // Process IDs and a sandbox's network namespace are the engine's own.
                         "Pid" | "SandboxKey" => Value::String("<masked>".into()),
+                        // The CLI passes `-e` values through a map: their order varies.
+                        "Env" => {
+                            let mut v = self.json(val);
+                            if let Value::Array(a) = &mut v {
+                                a.sort_by_key(ToString::to_string);
+                            }
+                            v
+                        }
                         _ => self.json(val),
                     };
                     out.insert(self.text(key), val);
@@ -292,7 +323,7 @@ pub fn replay(
             masks.add(got.out().trim(), p);
         }
         if let Some(name) = &step.gone {
-            wait_gone(engine, name);
+            wait_gone(engine, &masks.fill(name));
         }
         let stdout = masks.text(&got.out());
         let json = serde_json::from_slice::<Value>(&got.stdout)
@@ -332,7 +363,7 @@ pub struct BindRoot {
 }
 
 impl BindRoot {
-    pub fn new() -> Self {
+    pub fn create() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("dfbind")
             .tempdir()
@@ -349,12 +380,6 @@ impl BindRoot {
             user_data,
             skills,
         }
-    }
-}
-
-impl Default for BindRoot {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
