@@ -5,6 +5,7 @@
 //! and paths become placeholders, and timestamps, addresses and other engine-made IDs are masked.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -89,12 +90,8 @@ pub fn words(s: &str) -> Vec<String> {
 
 fn random_hex() -> String {
     let mut buf = [0u8; 8];
-    let _ = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    k(&format!("{buf:?}{nanos}"))
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
+    k(&format!("{buf:?}{:?}", Instant::now()))
 }
 
 /// A host port nobody listens on now (deer-flow's `get_free_port` does the same).
@@ -287,7 +284,8 @@ fn patterns() -> &'static [(Regex, &'static str)] {
                 "<TS>",
             ),
             (r"\b(?:[0-9a-f]{2}:){5}[0-9a-f]{2}\b", "<MAC>"),
-            (r"\b172\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", "<IP>"),
+            // Container and network addresses (never loopback, which published ports name).
+            (r"\b(?:10|172|192)\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", "<IP>"),
             (
                 r"\bUp (Less than a second|\d+ seconds?|About a minute)",
                 "Up <T>",
@@ -391,6 +389,14 @@ pub fn own_lines(text: &str, needles: &[&str]) -> String {
         .collect()
 }
 
+/// Normalized JSON output, for reports.
+fn pretty(p: &Printed) -> String {
+    p.json
+        .as_ref()
+        .and_then(|v| serde_json::to_string_pretty(v).ok())
+        .unwrap_or_else(|| p.stdout.clone())
+}
+
 /// Steps whose outputs differ, as readable reports; `property` checks `Compare::Property`
 /// steps' proxied output (and may compare it with the direct one).
 pub fn differences(
@@ -414,7 +420,7 @@ pub fn differences(
                 if d.json.is_some() && d.json != p.json {
                     why.insert(
                         "stdout (JSON)",
-                        format!("directly:\n{}\nproxied:\n{}", d.stdout, p.stdout),
+                        format!("directly:\n{}\nproxied:\n{}", pretty(d), pretty(p)),
                     );
                 } else if d.json.is_none() && d.stdout != p.stdout {
                     why.insert(
