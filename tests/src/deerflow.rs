@@ -94,14 +94,6 @@ fn random_hex() -> String {
     k(&format!("{buf:?}{:?}", Instant::now()))
 }
 
-/// A host port nobody listens on now (deer-flow's `get_free_port` does the same).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 /// How a step's two outputs are compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compare {
@@ -248,9 +240,10 @@ impl Masks {
                 for (key, val) in m {
                     let val = match key.as_str() {
                         // Process IDs and a sandbox's network namespace are the engine's own.
-                        "Pid" | "SandboxKey" => Value::String("<masked>".into()),
-                        // The CLI passes `-e` values through a map: their order varies.
-                        "Env" => {
+                        "Pid" | "SandboxKey" | "IPPrefixLen" => Value::String("<masked>".into()),
+                        // The CLI passes `-e` values through a map, dockerd its mounts: the
+                        // order of both varies.
+                        "Env" | "Mounts" => {
                             let mut v = self.json(val);
                             if let Value::Array(a) = &mut v {
                                 a.sort_by_key(ToString::to_string);
@@ -286,6 +279,8 @@ fn patterns() -> &'static [(Regex, &'static str)] {
             (r"\b(?:[0-9a-f]{2}:){5}[0-9a-f]{2}\b", "<MAC>"),
             // Container and network addresses (never loopback, which published ports name).
             (r"\b(?:10|172|192)\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", "<IP>"),
+            // The engine's address pools hand out /16s, then /20s.
+            (r"<IP>/\d{1,2}\b", "<IP>/<len>"),
             (
                 r"\bUp (Less than a second|\d+ seconds?|About a minute)",
                 "Up <T>",
@@ -483,13 +478,13 @@ mod tests {
         m.add(&id, "sandbox-id");
         m.add("deadbeefdeadbeef", "id");
         let s = format!(
-            "{id} {} deer-flow-sandbox-deadbeefdeadbeef {} 2026-01-02T03:04:05.123Z 172.18.0.3 02:42:ac:11:00:02",
+            "{id} {} deer-flow-sandbox-deadbeefdeadbeef {} 2026-01-02T03:04:05.123Z 172.18.0.3/16 02:42:ac:11:00:02",
             &id[..12],
             "cd".repeat(32)
         );
         assert_eq!(
             m.text(&s),
-            "<sandbox-id> <sandbox-id12> deer-flow-sandbox-<id> <ID> <TS> <IP> <MAC>"
+            "<sandbox-id> <sandbox-id12> deer-flow-sandbox-<id> <ID> <TS> <IP>/<len> <MAC>"
         );
         let v = serde_json::json!({ id.clone(): { "Pid": 7, "Labels": { "sockproxy.stack": "x", "a": "b" } } });
         assert_eq!(

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use sockproxy_tests::cli::{clis, docker_with};
 use sockproxy_tests::deerflow::{
-    differences, free_port, replay, BindRoot, Compare, Masks, Names, Printed, Step, PREFIX,
+    differences, replay, BindRoot, Compare, Masks, Names, Printed, Step, PREFIX,
 };
 use sockproxy_tests::engine::{all_engines, Cleanup, Engine};
 use sockproxy_tests::stack::StackProxy;
@@ -34,6 +34,14 @@ const CAPS: [&str; 6] = [
     "DAC_OVERRIDE",
     "NET_BIND_SERVICE",
 ];
+
+/// A host port nobody listens on now (deer-flow's `get_free_port` does the same).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
 
 /// The stack name `StackProxy` gives a proxy: what a scoped `docker info` must call itself.
 fn stack_name() -> String {
