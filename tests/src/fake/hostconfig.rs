@@ -307,10 +307,13 @@ pub fn decode(flavor: Flavor, raw: &[u8]) -> Result<Decoded, String> {
         .filter(|(k, _)| canonical(k, WRAPPER).is_none() && canonical(k, HOST).is_some())
         .collect();
     let top = (flavor == Flavor::Debian2010 && !top.is_empty()).then(|| host_object(top));
-    let inner = wrapper
-        .get("HostConfig")
-        .and_then(object_members)
-        .map(host_object);
+    let inner = match wrapper.get("HostConfig") {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => object_members(v).map(host_object),
+        Some(_) => {
+            return Err("json: cannot unmarshal into Go struct field ContainerConfigWrapper.HostConfig of type container.HostConfig".into())
+        }
+    };
     let mut host = match (inner, top) {
         (None, top) => top,
         (Some(mut inner), Some(top)) => {

@@ -72,6 +72,7 @@ fn config_keys_are_case_insensitive_too() {
     assert_eq!(d.config["Cmd"], json!(["sh"]));
     assert_eq!(d.networking, json!({ "EndpointsConfig": {} }));
     assert_eq!(d.host, None);
+    assert!(decode(Flavor::Debian2010, br#"{"Image":"x","HostConfig":"host"}"#).is_err());
 }
 
 #[test]
