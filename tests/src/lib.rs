@@ -1,9 +1,11 @@
 //! Test support for the toolkit's integration tests: engines to test against (`engine`), a
 //! stack's proxy started in-process (`stack`), the docker CLI with deadlines (`cli`), a raw
 //! HTTP/1.1 client for requests no well-behaved client would send (`raw`), and a recording
-//! upstream that proves what was (not) forwarded (`recorder`).
+//! upstream that proves what was (not) forwarded (`recorder`), and deer-flow's gateway replayed
+//! as docker CLI steps (`deerflow`).
 
 pub mod cli;
+pub mod deerflow;
 pub mod engine;
 pub mod fake;
 pub mod lc;

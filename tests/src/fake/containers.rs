@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::hostconfig::{self, Decoded};
 use super::routes::{container_index, endpoint_for, flag, is_running, param, Reply};
 use super::state::{self, Container, Exec, RunState};
 use super::{render, streams, Shared};
@@ -54,8 +55,9 @@ fn valid_name(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
-pub fn create(shared: &Arc<Shared>, name: Option<&str>, body: &Value) -> Reply {
+pub fn create(shared: &Arc<Shared>, name: Option<&str>, decoded: Decoded) -> Reply {
     let flavor = shared.flavor;
+    let body = Value::Object(decoded.config);
     let image_ref = body["Image"].as_str().unwrap_or("").to_owned();
     let mut st = shared.state();
     let Some(image) = st.image(&image_ref).cloned() else {
@@ -78,7 +80,7 @@ pub fn create(shared: &Arc<Shared>, name: Option<&str>, body: &Value) -> Reply {
     if let Some(other) = st.containers.iter().find(|c| c.name[1..] == *name) {
         return Reply::Error(409, flavor.name_conflict(&name, &other.id));
     }
-    let host = body.get("HostConfig").cloned().unwrap_or_else(|| json!({}));
+    let host = hostconfig::with_defaults(decoded.host);
     let mut links = Vec::new();
     for link in strings(&host["Links"]) {
         let (target, alias) = link.split_once(':').unwrap_or((&link, &link));
@@ -90,15 +92,12 @@ pub fn create(shared: &Arc<Shared>, name: Option<&str>, body: &Value) -> Reply {
             Err(_) => return Reply::Error(400, format!("could not get container for {target}")),
         }
     }
-    let mode = match host["NetworkMode"].as_str().unwrap_or("") {
-        "" | "default" => "bridge".to_owned(),
-        m => m.to_owned(),
-    };
+    let mode = network_mode(&host);
     let mut wanted: Vec<(String, Vec<String>)> = Vec::new();
-    if mode != "none" && mode != "host" && !mode.starts_with("container:") {
+    if !mode.starts_with("container:") {
         wanted.push((mode.clone(), vec![]));
     }
-    if let Some(eps) = body["NetworkingConfig"]["EndpointsConfig"].as_object() {
+    if let Some(eps) = decoded.networking["EndpointsConfig"].as_object() {
         for (net, cfg) in eps {
             let net = if net == "default" {
                 "bridge".to_owned()
@@ -138,8 +137,6 @@ pub fn create(shared: &Arc<Shared>, name: Option<&str>, body: &Value) -> Reply {
     let id = st.next_id();
     let mut config = body.clone();
     if let Some(obj) = config.as_object_mut() {
-        obj.remove("HostConfig");
-        obj.remove("NetworkingConfig");
         obj.insert("Hostname".into(), Value::String(id[..12].to_owned()));
         obj.insert("Labels".into(), json!(labels));
         obj.insert("Cmd".into(), json!(cmd));
@@ -189,14 +186,40 @@ pub fn exists_then(shared: &Shared, r: &str, ok: Reply) -> Reply {
     container_index(shared, &st, r).map_or_else(|e| e, |_| ok)
 }
 
-pub fn start(shared: &Arc<Shared>, r: &str) -> Reply {
+/// The network a HostConfig's `NetworkMode` attaches to (`default` is the bridge).
+fn network_mode(host: &Value) -> String {
+    match host["NetworkMode"].as_str().unwrap_or("") {
+        "" | "default" => "bridge".to_owned(),
+        m => m.to_owned(),
+    }
+}
+
+/// Starts a container; `replacement` is a pre-1.24 start body's HostConfig, which 20.10's
+/// `ContainerStart` puts in place of the container's own (a changed network mode drops the
+/// old networks) after the state check.
+pub fn start(shared: &Arc<Shared>, r: &str, replacement: Option<Value>) -> Reply {
     let id = {
-        let st = shared.state();
-        match container_index(shared, &st, r) {
+        let mut st = shared.state();
+        let i = match container_index(shared, &st, r) {
             Ok(i) if is_running(&st.containers[i]) => return Reply::Empty(304),
-            Ok(i) => st.containers[i].id.clone(),
+            Ok(i) => i,
             Err(e) => return e,
+        };
+        if let Some(hc) = replacement {
+            let mode = network_mode(&hc);
+            if mode != st.containers[i].network_mode {
+                let mut networks = BTreeMap::new();
+                if let Ok(n) = st.find_network(&mode) {
+                    let name = st.networks[n].name.clone();
+                    let ep = endpoint_for(&mut st, &name, vec![]);
+                    networks.insert(name, ep);
+                }
+                st.containers[i].networks = networks;
+                st.containers[i].network_mode = mode;
+            }
+            st.containers[i].host_config = hc;
         }
+        st.containers[i].id.clone()
     };
     streams::run_container(shared, &id);
     Reply::Empty(204)

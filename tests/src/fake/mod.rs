@@ -7,12 +7,14 @@
 
 mod containers;
 pub mod flavor;
+pub mod hostconfig;
 mod networks;
 pub mod program;
 mod render;
 mod routes;
 pub mod state;
 mod streams;
+mod system;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use super::flavor::Flavor;
 use super::state::{Container, Exec, Image, Network, RunState, State};
 
-fn rfc3339(secs: Option<i64>) -> String {
+pub fn rfc3339(secs: Option<i64>) -> String {
     let Some(secs) = secs else {
         return "0001-01-01T00:00:00Z".into();
     };
@@ -57,12 +57,42 @@ fn endpoints(state: &State, c: &Container) -> Value {
                 "EndpointID": if running { ep.endpoint_id.clone() } else { String::new() },
                 "Gateway": "",
                 "IPAddress": if running { ep.ip.clone() } else { String::new() },
-                "IPPrefixLen": if running { 16 } else { 0 },
+                "IPPrefixLen": if running && !ep.ip.is_empty() { 16 } else { 0 },
                 "MacAddress": "",
             }),
         );
     }
     Value::Object(nets)
+}
+
+/// Published ports of a running container: (`8080/tcp`, host IP, host port). An empty host
+/// port gets one from the ephemeral range, fixed per container.
+fn published(c: &Container) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let Some(bindings) = c.host_config["PortBindings"].as_object() else {
+        return out;
+    };
+    if c.state != RunState::Running {
+        return out;
+    }
+    let base =
+        c.id.get(..4)
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+            .map_or(32768, |n| 32768 + n % 20000);
+    for (port, list) in bindings {
+        for b in list.as_array().into_iter().flatten() {
+            let ip = b["HostIp"]
+                .as_str()
+                .filter(|i| !i.is_empty())
+                .unwrap_or("0.0.0.0");
+            let host_port = match b["HostPort"].as_str().filter(|p| !p.is_empty()) {
+                Some(p) => p.to_owned(),
+                None => (base + u16::try_from(out.len()).unwrap_or(0)).to_string(),
+            };
+            out.push((port.clone(), ip.to_owned(), host_port));
+        }
+    }
+    out
 }
 
 fn status_text(c: &Container) -> String {
@@ -76,6 +106,13 @@ fn status_text(c: &Container) -> String {
 pub fn container_inspect(state: &State, c: &Container) -> Value {
     let running = c.state == RunState::Running;
     let nets = endpoints(state, c);
+    let mut ports = Map::new();
+    for (port, ip, host_port) in published(c) {
+        let entry = ports.entry(port).or_insert_with(|| json!([]));
+        if let Some(a) = entry.as_array_mut() {
+            a.push(json!({ "HostIp": ip, "HostPort": host_port }));
+        }
+    }
     let bridge_ip = c
         .networks
         .get("bridge")
@@ -109,7 +146,7 @@ pub fn container_inspect(state: &State, c: &Container) -> Value {
         "Mounts": [],
         "NetworkSettings": {
             "Bridge": "",
-            "Ports": {},
+            "Ports": ports,
             "IPAddress": bridge_ip,
             "Networks": nets,
         },
@@ -124,7 +161,18 @@ pub fn container_list_entry(state: &State, c: &Container) -> Value {
         "ImageID": c.image_id,
         "Command": c.cmd.join(" "),
         "Created": c.created,
-        "Ports": [],
+        "Ports": published(c)
+            .into_iter()
+            .map(|(port, ip, host_port)| {
+                let (number, proto) = port.split_once('/').unwrap_or((&port, "tcp"));
+                json!({
+                    "IP": ip,
+                    "PrivatePort": number.parse::<u16>().unwrap_or(0),
+                    "PublicPort": host_port.parse::<u16>().unwrap_or(0),
+                    "Type": proto,
+                })
+            })
+            .collect::<Vec<_>>(),
         "Labels": labels(&c.labels),
         "State": c.state.as_str(),
         "Status": status_text(c),
@@ -144,7 +192,7 @@ pub fn network(state: &State, n: &Network) -> Value {
                     "Name": c.name.trim_start_matches('/'),
                     "EndpointID": ep.endpoint_id,
                     "MacAddress": "",
-                    "IPv4Address": format!("{}/16", ep.ip),
+                    "IPv4Address": if ep.ip.is_empty() { String::new() } else { format!("{}/16", ep.ip) },
                     "IPv6Address": "",
                 }),
             );
@@ -215,32 +263,8 @@ pub fn version(flavor: Flavor) -> Value {
         "GoVersion": "n/a",
         "Os": "linux",
         "Arch": "amd64",
-        "KernelVersion": "fake",
+        "KernelVersion": super::system::KERNEL,
         "Components": [{ "Name": "Engine", "Version": flavor.engine_version(), "Details": { "ApiVersion": flavor.api_version(), "MinAPIVersion": flavor.min_api_version(), "Os": "linux", "Arch": "amd64" } }],
-    })
-}
-
-pub fn info(state: &State, flavor: Flavor) -> Value {
-    let running = state
-        .containers
-        .iter()
-        .filter(|c| c.state == RunState::Running)
-        .count();
-    json!({
-        "ID": "FAKE:DOCKERD",
-        "Containers": state.containers.len(),
-        "ContainersRunning": running,
-        "ContainersPaused": 0,
-        "ContainersStopped": state.containers.len() - running,
-        "Images": state.images.len(),
-        "Driver": "fake",
-        "ServerVersion": flavor.engine_version(),
-        "OperatingSystem": "fake-dockerd",
-        "OSType": "linux",
-        "Architecture": "x86_64",
-        "NCPU": 2,
-        "Name": "fake-dockerd",
-        "Swarm": { "LocalNodeState": "inactive", "ControlAvailable": false },
     })
 }
 

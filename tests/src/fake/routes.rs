@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
 use super::state::{self, Container, Endpoint, Lookup, RunState};
-use super::{render, streams, Fault, Logged, Shared};
+use super::{hostconfig, render, streams, system, Fault, Logged, Shared};
 
 pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -109,7 +109,7 @@ async fn handle(
         None => {
             let params: Vec<(String, String)> = form_urlencoded_pairs(&query);
             let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
-            route(&shared, req, &method, &segs, &params).await
+            route(&shared, req, &method, &segs, &params, version.as_deref()).await
         }
     };
     let reply = match (fault, reply) {
@@ -211,12 +211,16 @@ pub fn flag(params: &[(String, String)], key: &str) -> bool {
     matches!(param(params, key), Some("1" | "true" | "True" | "yes"))
 }
 
-pub async fn read_json(body: Incoming) -> Result<Value, Reply> {
-    let bytes = Limited::new(body, 16 << 20)
+pub async fn read_bytes(body: Incoming) -> Result<Bytes, Reply> {
+    Ok(Limited::new(body, 16 << 20)
         .collect()
         .await
         .map_err(|e| Reply::Error(400, format!("reading body: {e}")))?
-        .to_bytes();
+        .to_bytes())
+}
+
+pub async fn read_json(body: Incoming) -> Result<Value, Reply> {
+    let bytes = read_bytes(body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(serde_json::Map::new()));
     }
@@ -240,17 +244,22 @@ async fn route(
     method: &str,
     segs: &[&str],
     params: &[(String, String)],
+    version: Option<&str>,
 ) -> Reply {
     use super::{containers as c, networks as n};
     let upgrade = req.headers().contains_key(http::header::UPGRADE);
     match (method, segs) {
         ("GET" | "HEAD", ["_ping"]) => n::ping(shared, method == "HEAD"),
         ("GET", ["version"]) => Reply::Json(200, render::version(shared.flavor)),
-        ("GET", ["info"]) => Reply::Json(200, render::info(&shared.state(), shared.flavor)),
+        ("GET", ["info"]) => Reply::Json(200, system::info(&shared.state(), shared.flavor)),
+        ("GET", ["images", "json"]) => system::images(shared, params),
         ("GET", ["events"]) => streams::events(shared),
         ("GET", ["containers", "json"]) => c::list(shared, params),
-        ("POST", ["containers", "create"]) => match read_json(req.into_body()).await {
-            Ok(body) => c::create(shared, param(params, "name"), &body),
+        ("POST", ["containers", "create"]) => match read_bytes(req.into_body()).await {
+            Ok(raw) => match hostconfig::decode(shared.flavor, &raw) {
+                Ok(body) => c::create(shared, param(params, "name"), body),
+                Err(e) => Reply::Error(400, e),
+            },
             Err(r) => r,
         },
         ("DELETE", ["containers", rest @ ..]) if !rest.is_empty() => {
@@ -260,7 +269,26 @@ async fn route(
             let r = rest.join("/");
             match (method, *action) {
                 ("GET", "json") => c::inspect(shared, &r),
-                ("POST", "start") => c::start(shared, &r),
+                ("POST", "start") => {
+                    let h = req.headers();
+                    let length = h
+                        .get(http::header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok()?.parse().ok());
+                    let chunked = h.contains_key(http::header::TRANSFER_ENCODING);
+                    let ct = h
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    let raw = match read_bytes(req.into_body()).await {
+                        Ok(b) => b,
+                        Err(e) => return e,
+                    };
+                    let f = shared.flavor;
+                    match hostconfig::start_body(f, version, length, chunked, ct.as_deref(), &raw) {
+                        Ok(replacement) => c::start(shared, &r, replacement),
+                        Err(e) => Reply::Error(400, e),
+                    }
+                }
                 ("POST", "stop") => c::stop(shared, &r).await,
                 ("POST", "restart") => c::restart(shared, &r).await,
                 ("POST", "kill") => c::kill(shared, &r, param(params, "signal")).await,
@@ -319,8 +347,17 @@ async fn route(
 }
 
 /// Adds the endpoint a container gets on `network` (IP, endpoint ID).
+/// On `host` and `none` the endpoint has no address, as in dockerd.
 pub fn endpoint_for(st: &mut state::State, network: &str, aliases: Vec<String>) -> Endpoint {
-    let ip = st.next_ip(network);
+    let addressless = st
+        .networks
+        .iter()
+        .any(|n| n.name == network && matches!(n.driver.as_str(), "host" | "null"));
+    let ip = if addressless {
+        String::new()
+    } else {
+        st.next_ip(network)
+    };
     let endpoint_id = st.next_id();
     Endpoint {
         endpoint_id,

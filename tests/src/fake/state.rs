@@ -109,6 +109,7 @@ pub struct State {
     pub images: Vec<Image>,
     pub execs: Vec<Exec>,
     counter: u64,
+    seed: u64,
 }
 
 /// A 64-hex ID, unique in this engine (sha256 of a counter and a per-engine seed).
@@ -128,6 +129,7 @@ impl State {
     pub fn new(seed: u64) -> Self {
         let mut s = Self {
             counter: seed.wrapping_mul(1_000_003),
+            seed,
             ..Self::default()
         };
         for (name, driver, subnet) in [
@@ -142,7 +144,14 @@ impl State {
                 driver: driver.into(),
                 internal: false,
                 labels: BTreeMap::new(),
-                options: BTreeMap::new(),
+                options: if name == "bridge" {
+                    super::system::BRIDGE_OPTIONS
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect()
+                } else {
+                    BTreeMap::new()
+                },
                 subnet: subnet.into(),
                 created: now(),
                 predefined: true,
@@ -152,6 +161,10 @@ impl State {
             s.add_image(tag);
         }
         s
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     pub fn next_id(&mut self) -> String {
