@@ -89,6 +89,24 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    /// Like `zero_only`, but the zero value is forwarded as sent (the engine stores `{}` and
+    /// `null` differently, and a client comparing answers would see it).
+    pub fn zero_kept(
+        &mut self,
+        out: &mut Map<String, Value>,
+        names: &[&str],
+    ) -> Result<(), Refusal> {
+        for name in names {
+            if let Some(v) = self.take(name) {
+                if !is_zero(&v) {
+                    return Err(self.not_allowed(name));
+                }
+                out.insert((*name).to_owned(), v);
+            }
+        }
+        Ok(())
+    }
+
     /// `name` (a field of this object) is not allowed for this stack.
     pub fn not_allowed(&self, name: &str) -> Refusal {
         not_allowed(self.op, &self.path(name))

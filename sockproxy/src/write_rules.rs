@@ -151,7 +151,7 @@ pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
         let mut io = Map::new();
         ir.keep(&mut io, "Driver", fields::one_of(&["", "default"]))?;
         // A chosen subnet could shadow a host route; the engine picks one from its pools.
-        ir.zero_only(&["Config", "Options"])?;
+        ir.zero_kept(&mut io, &["Config", "Options"])?;
         ir.finish()?;
         Ok(Value::Object(io))
     })?;

@@ -11,25 +11,12 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::cli::{docker_with, CliOutput};
 use crate::raw;
 
 /// The stack prefix deer-flow's names use.
 pub const PREFIX: &str = "deer-flow-";
-
-/// 16 hex of SHA-256, as `stackmodel::k`.
-// The tests crate does not depend on `stackmodel` (its Cargo.toml is not this change's to
-// edit), so the two derivations are mirrored here and pinned to DESIGN §1's vectors by
-// `names_match_the_design_vectors`; swap in `stackmodel::{sandbox_id, Names}` once it does.
-fn k(x: &str) -> String {
-    Sha256::digest(x.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// deer-flow's names for one (user, thread): `stackmodel::sandbox_id` + `stackmodel::Names`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,15 +31,16 @@ pub struct Names {
 
 impl Names {
     pub fn new(user: &str, thread: &str) -> Self {
-        let id = k(&format!("{user}:{thread}"));
-        let digest = k(&format!("{PREFIX}sandbox:{id}"));
+        let prefix = stackmodel::Prefix::parse(PREFIX).unwrap_or_else(|e| panic!("{e}"));
+        let id = stackmodel::sandbox_id(user, thread);
+        let n = stackmodel::Names::new(&prefix, &id);
         Self {
-            sandbox: format!("{PREFIX}sandbox-{id}"),
-            sidecar: format!("{PREFIX}netproxy-{digest}"),
-            network: format!("{PREFIX}sandbox-net-{digest}"),
-            egress: format!("{PREFIX}sandbox-egress-{digest}"),
+            sandbox: n.sandbox,
+            sidecar: n.sidecar,
+            network: n.network,
+            egress: n.egress,
+            digest: n.digest,
             id,
-            digest,
         }
     }
 
@@ -91,7 +79,7 @@ pub fn words(s: &str) -> Vec<String> {
 fn random_hex() -> String {
     let mut buf = [0u8; 8];
     let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
-    k(&format!("{buf:?}{:?}", Instant::now()))
+    stackmodel::k(&format!("{buf:?}{:?}", Instant::now()))
 }
 
 /// How a step's two outputs are compared.
