@@ -71,6 +71,11 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The parameter names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.pairs.iter().map(|(k, _)| k.as_str())
+    }
+
     /// The same query with `key`'s value replaced (the proxy's reading of it).
     pub fn replaced(&self, key: &str, value: String) -> Self {
         let pairs = self

@@ -159,7 +159,7 @@ pub fn check(
         .unwrap_or_default();
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
     o.insert("Labels".into(), Value::Object(labels));
-    r.zero_only(&["MacAddress"])?;
+    r.zero_kept(&mut o, &["MacAddress"])?;
     r.finish()?;
     Ok(Value::Object(o))
 }
@@ -229,19 +229,22 @@ pub fn endpoint_settings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refus
     })?;
     r.keep(&mut o, "Aliases", fields::any_str_list)?;
     r.keep(&mut o, "GwPriority", fields::any_int)?;
-    r.zero_only(&[
-        "NetworkID",
-        "EndpointID",
-        "Gateway",
-        "IPAddress",
-        "IPPrefixLen",
-        "IPv6Gateway",
-        "GlobalIPv6Address",
-        "GlobalIPv6PrefixLen",
-        "MacAddress",
-        "DriverOpts",
-        "DNSNames",
-    ])?;
+    r.zero_kept(
+        &mut o,
+        &[
+            "NetworkID",
+            "EndpointID",
+            "Gateway",
+            "IPAddress",
+            "IPPrefixLen",
+            "IPv6Gateway",
+            "GlobalIPv6Address",
+            "GlobalIPv6PrefixLen",
+            "MacAddress",
+            "DriverOpts",
+            "DNSNames",
+        ],
+    )?;
     r.finish()?;
     Ok(Value::Object(o))
 }

@@ -54,6 +54,16 @@ impl<'a> Reader<'a> {
         self.map.remove(&key).filter(|v| !v.is_null())
     }
 
+    /// Removes `name` if the client sent it as `null`.
+    pub fn take_null(&mut self, name: &str) -> bool {
+        let key = self
+            .map
+            .iter()
+            .find(|(k, v)| k.eq_ignore_ascii_case(name) && v.is_null())
+            .map(|(k, _)| k.clone());
+        key.is_some_and(|k| self.map.remove(&k).is_some())
+    }
+
     /// Removes every key that names a field in `names`, as (canonical name, value) pairs.
     pub fn take_all(&mut self, names: &[&'static str]) -> Vec<(&'static str, Value)> {
         names
@@ -62,42 +72,36 @@ impl<'a> Reader<'a> {
             .collect()
     }
 
-    /// Reads `name` with `check` and forwards what it returns under the canonical name.
+    /// Reads `name` with `check` and forwards what it returns under the canonical name. An
+    /// explicit `null` (the field's zero value to Go) is forwarded as `null` unchecked, so the
+    /// engine stores what it would have stored for the client's own body.
     pub fn keep(
         &mut self,
         out: &mut Map<String, Value>,
         name: &str,
         check: impl FnOnce(&Self, &str, Value) -> Result<Value, Refusal>,
     ) -> Result<(), Refusal> {
-        if let Some(v) = self.take(name) {
+        if self.take_null(name) {
+            out.insert(name.to_owned(), Value::Null);
+        } else if let Some(v) = self.take(name) {
             let path = self.path(name);
             out.insert(name.to_owned(), check(self, &path, v)?);
         }
         Ok(())
     }
 
-    /// Fields the stack may name only with their zero value (what clients send when unset);
-    /// nothing of them is forwarded, which the engine reads as the same zero value.
-    pub fn zero_only(&mut self, names: &[&str]) -> Result<(), Refusal> {
-        for name in names {
-            if let Some(v) = self.take(name) {
-                if !is_zero(&v) {
-                    return Err(self.not_allowed(name));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Like `zero_only`, but the zero value is forwarded as sent (the engine stores `{}` and
-    /// `null` differently, and a client comparing answers would see it).
+    /// Fields the stack may name only with their zero value (what clients send when unset:
+    /// `""`, `0`, `false`, `[]`, `{}`, `null`); the value is forwarded as sent, since the engine
+    /// stores `[]` and `null` differently and a client comparing answers would see it.
     pub fn zero_kept(
         &mut self,
         out: &mut Map<String, Value>,
         names: &[&str],
     ) -> Result<(), Refusal> {
         for name in names {
-            if let Some(v) = self.take(name) {
+            if self.take_null(name) {
+                out.insert((*name).to_owned(), Value::Null);
+            } else if let Some(v) = self.take(name) {
                 if !is_zero(&v) {
                     return Err(self.not_allowed(name));
                 }
@@ -292,8 +296,10 @@ mod tests {
     fn zero_only_and_types() {
         let mut r = Reader::new("o", "", json!({"A": "", "B": [], "C": {"x": 0}, "D": "on"}))
             .expect("object");
-        r.zero_only(&["A", "B", "C"]).expect("zeros");
-        assert!(r.zero_only(&["D"]).is_err());
+        let mut out = Map::new();
+        r.zero_kept(&mut out, &["A", "B", "C"]).expect("zeros");
+        assert_eq!(Value::Object(out), json!({"A": "", "B": [], "C": {"x": 0}}));
+        assert!(r.zero_kept(&mut Map::new(), &["D"]).is_err());
         assert!(int("p", &json!(1.5)).is_err());
         assert!(int("p", &json!(1e3)).is_err());
         assert!(int("p", &json!(u64::MAX)).is_err());

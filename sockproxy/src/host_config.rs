@@ -147,18 +147,23 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "Init", fields::any_bool)?;
     // `[]` here turns off the engine's masking of /proc and /sys paths; only the default.
     for f in ["MaskedPaths", "ReadonlyPaths", "Capabilities"] {
-        if r.take(f).is_some() {
+        if r.take_null(f) {
+            o.insert(f.to_owned(), Value::Null);
+        } else if r.take(f).is_some() {
             return Err(r.not_allowed(f));
         }
     }
-    r.zero_only(&[
-        "ContainerIDFile",
-        "VolumeDriver",
-        "Annotations",
-        "Cgroup",
-        "StorageOpt",
-        "Cpuset",
-    ])?;
+    r.zero_kept(
+        &mut o,
+        &[
+            "ContainerIDFile",
+            "VolumeDriver",
+            "Annotations",
+            "Cgroup",
+            "StorageOpt",
+            "Cpuset",
+        ],
+    )?;
     resources(&mut r, &mut o)?;
     r.finish()?;
     Ok(Value::Object(o))
@@ -188,33 +193,30 @@ pub fn resources(r: &mut Reader, o: &mut Map<String, Value>) -> Result<(), Refus
     r.keep(o, "CpusetMems", fields::any_string)?;
     r.keep(o, "MemorySwappiness", fields::any_int)?;
     r.keep(o, "OomKillDisable", fields::false_only)?;
-    // The docker CLI sends 0 for "not set" (read by dockerd as absent, so it is not
-    // forwarded); -1 asks for "unlimited" outright and is refused.
-    if let Some(v) = r.take("PidsLimit") {
-        let path = r.path("PidsLimit");
-        match int_in(r, &path, &v, 0, i64::MAX)? {
-            0 => {}
-            n => {
-                o.insert("PidsLimit".into(), Value::from(n));
-            }
-        }
-    }
+    // The docker CLI sends 0 for "not set" (dockerd reads it as no limit of the stack's own);
+    // -1 asks for "unlimited" outright and is refused.
+    r.keep(o, "PidsLimit", |r, p, v| {
+        int_in(r, p, &v, 0, i64::MAX).map(Value::from)
+    })?;
     r.keep(o, "Ulimits", ulimits)?;
-    r.zero_only(&[
-        "CgroupParent",
-        "BlkioWeightDevice",
-        "BlkioDeviceReadBps",
-        "BlkioDeviceWriteBps",
-        "BlkioDeviceReadIOps",
-        "BlkioDeviceWriteIOps",
-        "Devices",
-        "DeviceCgroupRules",
-        "DeviceRequests",
-        "CpuCount",
-        "CpuPercent",
-        "IOMaximumIOps",
-        "IOMaximumBandwidth",
-    ])
+    r.zero_kept(
+        o,
+        &[
+            "CgroupParent",
+            "BlkioWeightDevice",
+            "BlkioDeviceReadBps",
+            "BlkioDeviceWriteBps",
+            "BlkioDeviceReadIOps",
+            "BlkioDeviceWriteIOps",
+            "Devices",
+            "DeviceCgroupRules",
+            "DeviceRequests",
+            "CpuCount",
+            "CpuPercent",
+            "IOMaximumIOps",
+            "IOMaximumBandwidth",
+        ],
+    )
 }
 
 fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, Refusal> {
@@ -275,34 +277,28 @@ fn console_size(_: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
 fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let mut r = Reader::new(ctx.op, path, v)?;
     let mut o = Map::new();
-    let kind = r
-        .take("Type")
-        .map(|t| fields::string(&r.path("Type"), t))
-        .transpose()?
-        .unwrap_or_default();
-    let config = r
-        .take("Config")
-        .map(|c| fields::str_map(&r.path("Config"), c))
-        .transpose()?
-        .unwrap_or_default();
-    r.finish()?;
-    if kind.is_empty() {
-        // The engine's own default driver, chosen by the operator; no options with it.
-        if !config.is_empty() {
-            return Err(not_allowed(ctx.op, &format!("{path}.Config")));
+    r.keep(&mut o, "Type", |r, p, v| {
+        let kind = fields::string(p, v)?;
+        if !kind.is_empty() && !ctx.rules.allow_log_drivers.contains(&kind) {
+            return Err(value_not_allowed(r.op(), p, &kind, "--allow-log-driver"));
         }
-        return Ok(Value::Object(o));
+        Ok(Value::String(kind))
+    })?;
+    r.keep(&mut o, "Config", fields::any_str_map)?;
+    r.finish()?;
+    // The engine's own default driver is the operator's choice; no options are given with it.
+    let default_driver = o
+        .get("Type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty();
+    let has_options = o
+        .get("Config")
+        .and_then(Value::as_object)
+        .is_some_and(|c| !c.is_empty());
+    if default_driver && has_options {
+        return Err(not_allowed(ctx.op, &format!("{path}.Config")));
     }
-    if !ctx.rules.allow_log_drivers.contains(&kind) {
-        return Err(value_not_allowed(
-            ctx.op,
-            &format!("{path}.Type"),
-            &kind,
-            "--allow-log-driver",
-        ));
-    }
-    o.insert("Type".into(), Value::String(kind));
-    o.insert("Config".into(), Value::Object(config));
     Ok(Value::Object(o))
 }
 

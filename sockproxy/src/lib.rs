@@ -19,6 +19,7 @@ pub mod inflight;
 pub mod info;
 pub mod mounts;
 pub mod pinning;
+mod plans;
 pub mod policy;
 pub mod policy_file;
 pub mod proxy;

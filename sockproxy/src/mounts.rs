@@ -166,21 +166,21 @@ pub fn mounts(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
             "bind" => {
                 bind_source(ctx, &r.path("Source"), &source)?;
                 r.keep(&mut o, "BindOptions", bind_options)?;
-                r.zero_only(&["VolumeOptions", "TmpfsOptions"])?;
+                r.zero_kept(&mut o, &["VolumeOptions", "TmpfsOptions"])?;
             }
             "volume" => {
                 if !source.is_empty() {
                     volume_name(ctx, &r.path("Source"), &source)?;
                 }
                 r.keep(&mut o, "VolumeOptions", volume_options)?;
-                r.zero_only(&["BindOptions", "TmpfsOptions"])?;
+                r.zero_kept(&mut o, &["BindOptions", "TmpfsOptions"])?;
             }
             "tmpfs" => {
                 if !source.is_empty() {
                     return Err(r.not_allowed("Source"));
                 }
                 r.keep(&mut o, "TmpfsOptions", tmpfs_options)?;
-                r.zero_only(&["BindOptions", "VolumeOptions"])?;
+                r.zero_kept(&mut o, &["BindOptions", "VolumeOptions"])?;
             }
             other => {
                 return Err(value_not_allowed(ctx.op, &r.path("Type"), other, ""));
@@ -219,7 +219,7 @@ fn volume_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusa
         let mut dr = Reader::new(parent.op(), &r.path("DriverConfig"), d)?;
         let mut dc = Map::new();
         dr.keep(&mut dc, "Name", fields::one_of(&["", "local"]))?;
-        dr.zero_only(&["Options"])?;
+        dr.zero_kept(&mut dc, &["Options"])?;
         dr.finish()?;
         o.insert("DriverConfig".into(), Value::Object(dc));
     }

@@ -14,18 +14,17 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::api::{self, ContainerOp, ExecOp, NetworkOp, ObjRef};
+use crate::api;
 use crate::body;
 use crate::canon::{self, Target};
 use crate::filter;
 use crate::forward::{
-    buffered_response, drain, pinned, splice, stream_response, upstream_request, wants_upgrade,
-    with_query,
+    buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
 use crate::pinning::Pinned;
 use crate::policy::{self, Plan};
 use crate::refusal::Refusal;
-use crate::scope::{Access, Kind, Scope};
+use crate::scope::{Kind, Scope};
 use crate::upstream::{self, Body, Buffered, Upstream};
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
@@ -224,73 +223,16 @@ impl Proxy {
                 target: r,
                 access,
             } => {
-                // Bodies are decided before anything is asked of the engine.
-                let checked = match cop {
-                    ContainerOp::ExecCreate => Some(crate::write_rules::exec_create(
-                        body::read_checked(take()).await?,
-                    )?),
-                    ContainerOp::Update => Some(crate::write_rules::update(
-                        body::read_checked(take()).await?,
-                    )?),
-                    // The archive upload's body is the tar stream itself.
-                    ContainerOp::Archive if parts.method == http::Method::PUT => None,
-                    _ => {
-                        body::no_body(take()).await?;
-                        None
-                    }
-                };
-                let (id, inspected) = match self
-                    .resolve(Kind::Container, access, op, &r, target.version.as_deref())
-                    .await?
-                {
-                    Ok(found) => found,
-                    Err(engine) => return Ok(buffered_response(engine)),
-                };
-                if cop == ContainerOp::Inspect {
-                    // The inspect the check was made on is the answer: no second round trip.
-                    return Ok(buffered_response(inspected));
-                }
-                let path = with_query(pinned(target, 1, &id), &query);
-                if let Some(v) = checked {
-                    let resp = self.forward_json(parts, &v, path).await?;
-                    return Ok(in_client_words(resp, &id, r.as_str()).await);
-                }
-                let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
-                let sent = if cop == ContainerOp::Archive && parts.method == http::Method::PUT {
-                    take()
-                } else {
-                    upstream::empty()
-                };
-                let resp = self.forward(parts, sent, path, upgrade).await?;
-                Ok(in_client_words(resp, &id, r.as_str()).await)
+                self.container(cop, &r, access, op, parts, body, target, upgrade)
+                    .await
             }
             Plan::Exec {
                 op: eop,
                 id,
                 access,
             } => {
-                let checked = if eop == ExecOp::Start {
-                    Some(crate::write_rules::exec_start(
-                        body::read_checked(take()).await?,
-                    )?)
-                } else {
-                    body::no_body(take()).await?;
-                    None
-                };
-                let exec_id = self
-                    .resolve_exec(access, &id, target.version.as_deref())
-                    .await?;
-                let path = with_query(pinned(target, 1, &exec_id), &query);
-                let upgrade = upgrade.filter(|_| eop == ExecOp::Start);
-                match checked {
-                    Some(v) => {
-                        let bytes = serde_json::to_vec(&v)
-                            .map_err(|e| Refusal::BadRequest(e.to_string()))?;
-                        self.forward(json_parts(parts), upstream::full(bytes), path, upgrade)
-                            .await
-                    }
-                    None => self.forward(parts, upstream::empty(), path, upgrade).await,
-                }
+                self.exec(eop, &id, access, parts, body, target, upgrade)
+                    .await
             }
             Plan::CreateNetwork => {
                 let v = crate::write_rules::network_create(
@@ -304,64 +246,7 @@ impl Proxy {
                 op: nop,
                 target: r,
                 access,
-            } => {
-                let (id, inspected) = match self
-                    .resolve(Kind::Network, access, op, &r, target.version.as_deref())
-                    .await?
-                {
-                    Ok(found) => found,
-                    Err(engine) => return Ok(buffered_response(engine)),
-                };
-                let path = with_query(pinned(target, 1, &id), &query);
-                match nop {
-                    NetworkOp::Inspect => {
-                        body::no_body(take()).await?;
-                        self.own_endpoints_only(inspected)
-                    }
-                    NetworkOp::Remove => {
-                        body::no_body(take()).await?;
-                        let resp = self.forward(parts, upstream::empty(), path, None).await?;
-                        Ok(in_client_words(resp, &id, r.as_str()).await)
-                    }
-                    NetworkOp::Connect | NetworkOp::Disconnect => {
-                        let (raw, mut map) = crate::write_rules::network_attach(
-                            op,
-                            body::read_checked(take()).await?,
-                            &self.scope,
-                            &self.create_rules,
-                        )?;
-                        let cref = ObjRef::parse(&raw).ok_or_else(|| {
-                            Refusal::BadRequest(format!(
-                                "{op}: Container {raw:?} is not a reference"
-                            ))
-                        })?;
-                        policy::check_name(
-                            Kind::Container,
-                            Access::Change,
-                            op,
-                            &cref,
-                            &self.scope,
-                        )?;
-                        let cid = match self
-                            .resolve(
-                                Kind::Container,
-                                Access::Change,
-                                op,
-                                &cref,
-                                target.version.as_deref(),
-                            )
-                            .await?
-                        {
-                            Ok((cid, _)) => cid,
-                            Err(engine) => return Ok(buffered_response(engine)),
-                        };
-                        map.insert("Container".into(), Value::String(cid.id().to_owned()));
-                        let bytes = serde_json::to_vec(&map)
-                            .map_err(|e| Refusal::BadRequest(e.to_string()))?;
-                        self.forward_body(parts, bytes, path).await
-                    }
-                }
-            }
+            } => self.network(nop, &r, access, op, parts, body, target).await,
         }
     }
 
@@ -410,7 +295,7 @@ impl Proxy {
         }))
     }
 
-    async fn forward(
+    pub(crate) async fn forward(
         &self,
         parts: Parts,
         body: Body,
@@ -435,7 +320,7 @@ impl Proxy {
     }
 
     /// Forwards the JSON the proxy checked, not the bytes it received.
-    async fn forward_json(
+    pub(crate) async fn forward_json(
         &self,
         parts: Parts,
         v: &Value,
@@ -445,7 +330,7 @@ impl Proxy {
         self.forward_body(parts, bytes, path).await
     }
 
-    async fn forward_body(
+    pub(crate) async fn forward_body(
         &self,
         parts: Parts,
         bytes: Vec<u8>,
@@ -488,7 +373,10 @@ impl Proxy {
 
     /// A network's inspect answer with `Containers` cut to the stack's own (by endpoint name),
     /// so an own or predefined network does not list other stacks' containers.
-    fn own_endpoints_only(&self, inspected: Buffered) -> Result<Response<Body>, Refusal> {
+    pub(crate) fn own_endpoints_only(
+        &self,
+        inspected: Buffered,
+    ) -> Result<Response<Body>, Refusal> {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
         if let Some(Value::Object(containers)) = v.get_mut("Containers") {
@@ -524,7 +412,11 @@ const ECHOED: [(&str, &str); 4] = [
 /// The engine names the pinned full ID in its errors (`No such container: 3fa9…`) where the
 /// client named something else; the client's reference is put back so callers that match on
 /// the name they used still recognise the answer.
-async fn in_client_words(resp: Response<Body>, pin: &Pinned, reference: &str) -> Response<Body> {
+pub(crate) async fn in_client_words(
+    resp: Response<Body>,
+    pin: &Pinned,
+    reference: &str,
+) -> Response<Body> {
     if resp.status().as_u16() < 400 || pin.id() == reference {
         return resp;
     }
@@ -549,7 +441,7 @@ async fn in_client_words(resp: Response<Body>, pin: &Pinned, reference: &str) ->
 }
 
 /// The request head for a body the proxy wrote: its own length, JSON.
-fn json_parts(mut parts: Parts) -> Parts {
+pub(crate) fn json_parts(mut parts: Parts) -> Parts {
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts.headers.insert(

@@ -88,7 +88,7 @@ pub fn update(v: Value) -> Result<Value, Refusal> {
     let mut o = Map::new();
     host_config::resources(&mut r, &mut o)?;
     // Changing the restart policy is not a resource limit (the CLI sends it empty).
-    r.zero_only(&["RestartPolicy"])?;
+    r.zero_kept(&mut o, &["RestartPolicy"])?;
     r.finish()?;
     Ok(Value::Object(o))
 }
@@ -144,7 +144,7 @@ pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
         r.keep(&mut o, f, fields::false_only)?;
     }
     // A config-only network chosen by name would bring in options refused when sent directly.
-    r.zero_only(&["ConfigFrom"])?;
+    r.zero_kept(&mut o, &["ConfigFrom"])?;
     r.keep(&mut o, "Labels", fields::any_str_map)?;
     r.keep(&mut o, "IPAM", |r, p, v| {
         let mut ir = Reader::new(r.op(), p, v)?;

@@ -151,6 +151,7 @@ fn refusals_are_byte_exact_and_never_forwarded() {
         // No tag pulls every tag of the repository.
         ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: busybox names no tag or digest; pull one tag at a time"),
         ("POST", "/build", 403, "sockproxy: build: not allowed for this stack"),
+        ("PUT", "/containers/deer-flow-sandbox-a/archive?path=%2Ftmp&extract=1", 403, "sockproxy: containers.archive: query parameter extract is not allowed for this stack"),
         ("GET", "/volumes", 403, "sockproxy: volumes: not allowed for this stack"),
         ("POST", "/swarm/init", 403, "sockproxy: swarm.swarm: not allowed for this stack"),
         ("POST", "/containers/prune", 403, "sockproxy: containers.prune: not allowed for this stack"),
