@@ -306,6 +306,11 @@ impl Background {
         &self.path
     }
 
+    /// Client connections and upgrade streams in flight.
+    pub fn inflight(&self) -> usize {
+        self.proxy.inflight.count()
+    }
+
     /// (allowed, denied) decisions so far.
     pub fn decisions(&self) -> (u64, u64) {
         self.proxy.counters.snapshot()

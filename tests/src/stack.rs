@@ -70,6 +70,11 @@ impl StackProxy {
         self.background.decisions()
     }
 
+    /// Client connections and upgrade streams the proxy still holds.
+    pub fn inflight(&self) -> usize {
+        self.background.inflight()
+    }
+
     pub fn socket_buf(&self) -> PathBuf {
         self.socket().to_owned()
     }
