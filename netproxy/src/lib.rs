@@ -1,6 +1,7 @@
 //! netproxy: the restricted-mode egress sidecar (DESIGN §3). `target` parses and canonicalizes
 //! request targets; `rules` decides on the name before any lookup; `resolve` looks names up
-//! (injectable); `addr` refuses special-purpose addresses; `proxy` is the one pipeline for
+//! (injectable); `addr` refuses special-purpose addresses (`special` is the table; `own` the sidecar's
+//! networks); `proxy` is the one pipeline for
 //! CONNECT and absolute-form requests; `server` the listener and its limits; `idle` tunnel
 //! idleness; `splice` the zero-copy tunnel relay (Linux); `framing` judges every request head as
 //! sent; `config` the flags.
@@ -9,10 +10,13 @@ pub mod addr;
 pub mod config;
 pub mod framing;
 pub mod idle;
+pub mod own;
+pub mod policy;
 pub mod proxy;
 pub mod resolve;
 pub mod rules;
 pub mod server;
+pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
 pub mod target;

@@ -14,13 +14,13 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use ipnet::IpNet;
 use tokio::net::TcpStream;
 
-use crate::addr;
 use crate::idle::{Clock, Tracked};
+use crate::own::Interfaces;
+pub use crate::policy::Policy;
 use crate::resolve::Resolve;
-use crate::rules::{self, NameDecision, Rule};
+use crate::rules::NameDecision;
 use crate::target::{self, Host, Target};
 
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -40,19 +40,12 @@ impl std::fmt::Debug for ConnectionHold {
 /// The header every refusal carries (and that is stripped from upstream answers).
 pub const ERROR_HEADER: &str = "x-netproxy-error";
 
-#[derive(Debug, Clone)]
-pub struct Policy {
-    pub allow: Vec<Rule>,
-    pub deny: Vec<Rule>,
-    pub allow_cidrs: Vec<IpNet>,
-    /// The sidecar's own networks: never a destination.
-    pub own_networks: Vec<IpNet>,
-}
-
 #[derive(Debug)]
 pub struct NetProxy {
     pub policy: std::sync::RwLock<Arc<Policy>>,
     pub resolver: Arc<dyn Resolve>,
+    /// The sidecar's interfaces, read for every vetting (`own`).
+    pub interfaces: Arc<dyn Interfaces>,
     pub dns_timeout: Duration,
     pub connect_timeout: Duration,
     /// A tunnel with no bytes either way for this long is closed.
@@ -134,6 +127,19 @@ const HOP_BY_HOP: [&str; 8] = [
 ];
 
 impl NetProxy {
+    /// A proxy with the default timeouts (DNS 5 s, connect 10 s, tunnel idle 300 s) that reads
+    /// this namespace's interfaces as its own networks.
+    pub fn new(policy: Policy, resolver: Arc<dyn Resolve>) -> Self {
+        Self {
+            policy: std::sync::RwLock::new(Arc::new(policy)),
+            resolver,
+            interfaces: Arc::new(crate::own::System),
+            dns_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+            tunnel_idle: Duration::from_secs(300),
+        }
+    }
+
     pub fn policy(&self) -> Arc<Policy> {
         self.policy
             .read()
@@ -260,7 +266,7 @@ impl NetProxy {
         let shown = t.host.to_string();
         trace.host = shown.clone();
         trace.port = t.port;
-        match rules::decide(&policy.allow, &policy.deny, &t.host, t.port) {
+        match policy.decide_name(t) {
             NameDecision::Deny { reason, rule } => {
                 trace.rule = rule;
                 return Err(Refusal::new(StatusCode::FORBIDDEN, reason, shown));
@@ -293,18 +299,11 @@ impl NetProxy {
             }
         };
         trace.resolved = answers.clone();
-        // Every answer is vetted: a name that can resolve somewhere special is refused whole,
-        // so a rebinding answer cannot be picked by a later retry.
-        for ip in &answers {
-            if let Some(why) = addr::refuse(fold(*ip), &policy.allow_cidrs, &policy.own_networks) {
-                return Err(Refusal::new(
-                    StatusCode::FORBIDDEN,
-                    format!("special_address:{why}"),
-                    shown,
-                ));
-            }
-        }
-        let chosen = SocketAddr::new(fold(answers[0]), t.port);
+        // Own networks are read now, not at start: an interface added since is refused too.
+        let vetted = policy
+            .vet(&self.interfaces.networks(), &answers)
+            .map_err(|why| Refusal::new(StatusCode::FORBIDDEN, why.reason(), shown.clone()))?;
+        let chosen = SocketAddr::new(vetted[0], t.port);
         trace.chosen = Some(chosen);
         match tokio::time::timeout(self.connect_timeout, TcpStream::connect(chosen)).await {
             Err(_) => Err(Refusal::new(
@@ -319,13 +318,6 @@ impl NetProxy {
             )),
             Ok(Ok(s)) => Ok(s),
         }
-    }
-}
-
-fn fold(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

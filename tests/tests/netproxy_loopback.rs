@@ -104,23 +104,23 @@ fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
 
 fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits) -> Background {
     let tunnel_idle = limits.tunnel_idle;
+    let policy = Policy {
+        allow: allow
+            .iter()
+            .map(|r| Rule::parse(r).expect("rule"))
+            .collect(),
+        deny: deny
+            .iter()
+            .map(|r| Rule::parse_deny(r).expect("rule"))
+            .collect(),
+        allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
+        own_networks: vec![],
+    };
     let np = NetProxy {
-        policy: std::sync::RwLock::new(Arc::new(Policy {
-            allow: allow
-                .iter()
-                .map(|r| Rule::parse(r).expect("rule"))
-                .collect(),
-            deny: deny
-                .iter()
-                .map(|r| Rule::parse_deny(r).expect("rule"))
-                .collect(),
-            allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
-            own_networks: vec![],
-        })),
-        resolver,
         dns_timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_secs(2),
         tunnel_idle,
+        ..NetProxy::new(policy, resolver)
     };
     Background::start("127.0.0.1:0".parse().expect("addr"), Arc::new(np), limits)
         .expect("netproxy starts")
