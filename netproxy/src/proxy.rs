@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::framing::HeadRefusal;
 use crate::idle::{Clock, Tracked};
 use crate::own::Interfaces;
 pub use crate::policy::Policy;
@@ -72,7 +73,9 @@ impl Refusal {
     pub fn response(&self) -> Response<Body> {
         let error = match self.status {
             StatusCode::FORBIDDEN => "forbidden",
-            StatusCode::BAD_REQUEST => "bad_request",
+            StatusCode::BAD_REQUEST
+            | StatusCode::REQUEST_TIMEOUT
+            | StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "bad_request",
             StatusCode::GATEWAY_TIMEOUT => "upstream_timeout",
             StatusCode::SERVICE_UNAVAILABLE => "busy",
             _ => "upstream_unavailable",
@@ -88,7 +91,12 @@ impl Refusal {
         if let Ok(v) = HeaderValue::from_str(&self.reason) {
             h.insert(ERROR_HEADER, v);
         }
-        if self.status == StatusCode::BAD_REQUEST {
+        if matches!(
+            self.status,
+            StatusCode::BAD_REQUEST
+                | StatusCode::REQUEST_TIMEOUT
+                | StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        ) {
             // After a malformed request the rest of the stream cannot be trusted.
             h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
@@ -147,20 +155,20 @@ impl NetProxy {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// `framing`: why this request's head, as the client sent it, can be read two ways (from
-    /// `framing::Verdicts`), if it can.
+    /// `framing`: why this request's head, as the client sent it, was refused (from
+    /// `framing::Verdicts`), if it was; the request is then a stand-in and only answered.
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
-        framing: Option<&'static str>,
+        framing: Option<HeadRefusal>,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
         let mut trace = Trace::default();
         let method = req.method().clone();
         let result = match framing {
-            // hyper would resolve it one way; another parser could read it another.
-            Some(why) => Err(bad(why, "")),
+            // Ambiguous, malformed, too large or too slow: never parsed by hyper.
+            Some(why) => Err(Refusal::new(why.status, why.reason, "")),
             None => self.process(req, &mut trace).await,
         };
         let (decision, reason, status) = match &result {
@@ -393,7 +401,9 @@ async fn spliced(
     let Ok(mut pipes) = crate::splice::Pipes::new() else {
         return Err(upgraded);
     };
-    let (client, pending) = crate::server::client_socket(upgraded)?;
+    let Some((client, pending)) = crate::server::client_socket(upgraded)? else {
+        return Ok((0, 0, "error"));
+    };
     let moved = crate::splice::Moved::default();
     let ended = tokio::select! {
         r = crate::splice::relay(client.stream(), &pending, upstream, &mut pipes, clock, &moved) => match r {

@@ -1,6 +1,7 @@
 //! The listening side: TCP accept loop with a global connection cap (over it: 503 with
-//! `Retry-After`), header size and header-read-time limits, and an in-process background handle
-//! for tests.
+//! `Retry-After`), each connection served by hyper through the `framing::Scanner` (which
+//! enforces the head size, count and time limits), and an in-process background handle for
+//! tests.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -16,7 +17,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::framing::{Scanner, Verdicts};
+use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
 
 #[derive(Debug, Clone, Copy)]
@@ -128,78 +129,54 @@ async fn busy(mut stream: TcpStream, reason: &'static str) {
     let _ = stream.shutdown().await;
 }
 
-/// Reads the first request head before hyper does, so a head that is too large or too slow is
-/// answered in the proxy's own shape. (Framing is judged for every request by `framing`.)
-async fn first_head(
-    stream: &mut TcpStream,
-    limits: Limits,
-) -> Option<Result<Vec<u8>, &'static str>> {
-    let mut buf = Vec::with_capacity(1024);
-    let read = async {
-        loop {
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                return Some(if end > limits.max_header_bytes {
-                    Err(TOO_LARGE)
-                } else {
-                    Ok(())
-                });
-            }
-            if buf.len() > limits.max_header_bytes {
-                return Some(Err(TOO_LARGE));
-            }
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            }
+/// Exactly what hyper serves a client connection on (see `connection`): the type a tunnel
+/// downcasts its `Upgraded` to, to reach the client's socket.
+pub(crate) type ClientIo = TokioIo<tokio::io::Join<ClientRead, OwnedWriteHalf>>;
+
+/// The read side hyper is given: the client's socket through the `Scanner`. After a refused
+/// head the client may still be sending; closing a socket with unread input makes the kernel
+/// reset the connection, which can destroy the answer in flight, so on drop what is still
+/// coming is read (bounded: 1 MiB, 1 s) before the socket closes.
+#[derive(Debug)]
+pub(crate) struct ClientRead(Option<Scanner<OwnedReadHalf>>);
+
+impl tokio::io::AsyncRead for ClientRead {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            None => std::task::Poll::Ready(Ok(())),
         }
-    };
-    match tokio::time::timeout(limits.header_timeout, read).await {
-        Err(_) => Some(Err("request head too slow")),
-        Ok(None) => None,
-        Ok(Some(Err(why))) => Some(Err(why)),
-        Ok(Some(Ok(()))) => Some(Ok(buf)),
     }
 }
 
-const TOO_LARGE: &str = "request head too large";
-
-async fn reject(mut stream: TcpStream, reason: &str) {
-    let body = format!(r#"{{"error":"bad_request","reason":"{reason}","host":""}}"#);
-    let status = if reason == TOO_LARGE {
-        "431 Request Header Fields Too Large"
-    } else {
-        "400 Bad Request"
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
-    let _ = stream.shutdown().await;
-    // Closing with unread input makes the kernel reset the connection, which can destroy the
-    // answer in flight: read (bounded) what the client is still sending first.
-    let drain = async {
-        let mut sink = [0u8; 8192];
-        let mut left: usize = 1 << 20;
-        while left > 0 {
-            match stream.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+impl Drop for ClientRead {
+    fn drop(&mut self) {
+        let Some(scanner) = self.0.take().filter(Scanner::refused) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (mut read, _) = scanner.into_parts();
+        rt.spawn(async move {
+            let drain = async {
+                let mut sink = [0u8; 8192];
+                let mut left: usize = 1 << 20;
+                while left > 0 {
+                    match read.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        });
+    }
 }
-
-/// Exactly what hyper serves a client connection on (see `connection`): the type a tunnel
-/// downcasts its `Upgraded` to, to reach the client's socket.
-pub(crate) type ClientIo = TokioIo<
-    tokio::io::Join<
-        Scanner<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>,
-        OwnedWriteHalf,
-    >,
->;
 
 /// A client's socket taken back out of hyper: the two halves of its one `TcpStream`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -218,54 +195,45 @@ impl ClientSocket {
 }
 
 /// The client's socket back out of an upgraded connection, with every byte already read from
-/// it that hyper did not consume, in order: hyper's read-ahead, then what `first_head` read
-/// that hyper had not read yet (in practice hyper has read all of it; taking the rest keeps the
-/// order from depending on that). The connection comes back untouched when it is not a
-/// `ClientIo`.
-///
-/// The `Scanner` is dropped here without loss: it only looks at the bytes passing through it
-/// (its head buffer is a copy for judging) and after a CONNECT it stops judging anyway.
+/// it that hyper did not consume, in order: hyper's read-ahead, then what the `Scanner` had
+/// judged but hyper had not read yet (in practice nothing; taking it keeps the order from
+/// depending on that). The connection comes back untouched when it is not a `ClientIo`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn client_socket(
     upgraded: hyper::upgrade::Upgraded,
-) -> Result<(ClientSocket, Vec<u8>), hyper::upgrade::Upgraded> {
+) -> Result<Option<(ClientSocket, Vec<u8>)>, hyper::upgrade::Upgraded> {
     let parts = upgraded.downcast::<ClientIo>()?;
-    let (reader, write) = parts.io.into_inner().into_inner();
-    let (cursor, read) = reader.into_inner().into_inner();
+    let (mut reader, write) = parts.io.into_inner().into_inner();
+    // Always there: only a drop takes the scanner out.
+    let Some((read, rest)) = reader.0.take().map(Scanner::into_parts) else {
+        return Ok(None);
+    };
     let mut pending = parts.read_buf.to_vec();
-    let at = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
-    pending.extend_from_slice(cursor.get_ref().get(at..).unwrap_or_default());
-    Ok((
+    pending.extend_from_slice(&rest);
+    Ok(Some((
         ClientSocket {
             read,
             _write: write,
         },
         pending,
-    ))
+    )))
 }
 
 async fn connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     proxy: Arc<NetProxy>,
     limits: Limits,
     hold: ConnectionHold,
 ) {
-    let prefix = match first_head(&mut stream, limits).await {
-        None => return,
-        Some(Err(reason)) => {
-            tracing::info!(client = %peer, decision = "deny", reason, status = 400u16, "decision");
-            return reject(stream, reason).await;
-        }
-        Some(Ok(prefix)) => prefix,
-    };
     let (rd, wr) = stream.into_split();
     let verdicts = Verdicts::default();
-    let reader = Scanner::new(
-        std::io::Cursor::new(prefix).chain(rd),
-        verdicts.clone(),
-        limits.max_header_bytes,
-    );
+    let head_limits = HeadLimits {
+        max_bytes: limits.max_header_bytes,
+        max_headers: limits.max_headers,
+        timeout: limits.header_timeout,
+    };
+    let reader = ClientRead(Some(Scanner::new(rd, verdicts.clone(), head_limits)));
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
@@ -274,10 +242,16 @@ async fn connection(
         proxy.clone().handle(peer, verdicts.get(nth), req)
     });
     let _ = http1::Builder::new()
-        .max_headers(limits.max_headers)
-        .max_buf_size(limits.max_header_bytes.max(8192))
+        // The scanner has judged every head hyper sees against these limits already; hyper's
+        // own are only a backstop, set wider so that it never answers in its own shape.
+        .max_headers(limits.max_headers.saturating_add(1))
+        .max_buf_size(limits.max_header_bytes.saturating_mul(2).max(16 * 1024))
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        // An idle kept-alive connection is closed after this; a head that has started is the
+        // scanner's to time.
+        .header_read_timeout(limits.header_timeout.saturating_mul(2))
+        // A client that half-closes after its request still gets the answer.
+        .half_close(true)
         .serve_connection(io, svc)
         .with_upgrades()
         .await;
