@@ -10,6 +10,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use ipnet::IpNet;
 
+use crate::forward::Timeouts;
 use crate::proxy::Policy;
 use crate::rules::{Rule, RuleError};
 use crate::server::Limits;
@@ -63,6 +64,26 @@ pub struct Args {
         default_value_t = 300_000
     )]
     pub tunnel_idle_timeout_ms: u64,
+    /// An absolute-form request whose body from the client stalls this long between bytes is
+    /// cut off (504 `request_body_timeout` if no answer has started).
+    #[arg(
+        long,
+        env = "NETPROXY_REQUEST_BODY_IDLE_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub request_body_idle_timeout_ms: u64,
+    /// How long the upstream may take to start its answer once the request is sent whole
+    /// (504 `upstream_response_timeout`).
+    #[arg(
+        long,
+        env = "NETPROXY_UPSTREAM_RESPONSE_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
+    pub upstream_response_timeout_ms: u64,
+    /// The most an absolute-form request may take, answer included (504 `request_timeout`
+    /// before the answer starts; cut off after).
+    #[arg(long, env = "NETPROXY_REQUEST_TIMEOUT_MS", default_value_t = 600_000)]
+    pub request_timeout_ms: u64,
     #[arg(long, env = "NETPROXY_MAX_HEADERS", default_value_t = 100)]
     pub max_headers: usize,
     #[arg(long, env = "NETPROXY_MAX_HEADER_BYTES", default_value_t = 16384)]
@@ -174,12 +195,19 @@ impl Args {
         })
     }
 
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            body_idle: Duration::from_millis(self.request_body_idle_timeout_ms),
+            response_head: Duration::from_millis(self.upstream_response_timeout_ms),
+            request: Duration::from_millis(self.request_timeout_ms),
+        }
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             max_connections: self.max_connections.max(1),
             max_per_client: self.max_connections_per_client.max(1),
             max_headers: self.max_headers.max(8),
-            tunnel_idle: Duration::from_millis(self.tunnel_idle_timeout_ms),
             max_header_bytes: self.max_header_bytes,
             header_timeout: Duration::from_millis(self.header_timeout_ms),
         }

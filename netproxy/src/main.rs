@@ -26,6 +26,7 @@ async fn main() -> anyhow::Result<()> {
         dns_timeout: Duration::from_millis(args.dns_timeout_ms),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         tunnel_idle: Duration::from_millis(args.tunnel_idle_timeout_ms),
+        timeouts: args.timeouts(),
         ..NetProxy::new(policy, resolver)
     });
     let reload_proxy = proxy.clone();

@@ -90,7 +90,7 @@ mod tests {
         for (target, answers, want) in cases {
             let t = parse_authority(target).expect("target");
             let got = match p.decide_name(&t) {
-                NameDecision::Deny { reason, .. } => Err(reason.to_owned()),
+                NameDecision::Deny { reason, .. } => Err(reason.as_str().to_owned()),
                 NameDecision::Allow { .. } => {
                     let answers: Vec<IpAddr> = answers.iter().map(|a| ip(a)).collect();
                     p.vet(&ifaces, &answers).map_err(AddrRefusal::reason)

@@ -105,6 +105,24 @@ fn split_rule(text: &str) -> Option<(&str, Option<&str>)> {
     }
 }
 
+/// Why a name is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameDenial {
+    /// A deny rule matched (it wins over any allow rule).
+    DeniedByRule,
+    /// No allow rule matched.
+    NotAllowed,
+}
+
+impl NameDenial {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DeniedByRule => "denied_by_rule",
+            Self::NotAllowed => "not_allowed",
+        }
+    }
+}
+
 /// What the name-level decision is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NameDecision {
@@ -112,7 +130,7 @@ pub enum NameDecision {
         rule: String,
     },
     Deny {
-        reason: &'static str,
+        reason: NameDenial,
         rule: Option<String>,
     },
 }
@@ -121,7 +139,7 @@ pub enum NameDecision {
 pub fn decide(allow: &[Rule], deny: &[Rule], host: &Host, port: u16) -> NameDecision {
     if let Some(r) = deny.iter().find(|r| r.matches(host, port)) {
         return NameDecision::Deny {
-            reason: "denied_by_rule",
+            reason: NameDenial::DeniedByRule,
             rule: Some(r.text.clone()),
         };
     }
@@ -130,7 +148,7 @@ pub fn decide(allow: &[Rule], deny: &[Rule], host: &Host, port: u16) -> NameDeci
             rule: r.text.clone(),
         },
         None => NameDecision::Deny {
-            reason: "not_allowed",
+            reason: NameDenial::NotAllowed,
             rule: None,
         },
     }
@@ -209,7 +227,7 @@ mod tests {
         assert!(matches!(
             decide(&allow, &deny, &h("secret.example.com"), 443),
             NameDecision::Deny {
-                reason: "denied_by_rule",
+                reason: NameDenial::DeniedByRule,
                 ..
             }
         ));
@@ -220,7 +238,7 @@ mod tests {
         assert!(matches!(
             decide(&allow, &deny, &h("example.org"), 443),
             NameDecision::Deny {
-                reason: "not_allowed",
+                reason: NameDenial::NotAllowed,
                 ..
             }
         ));

@@ -19,13 +19,13 @@ use tokio::sync::Semaphore;
 
 use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
+use crate::refusal::{Reason, Refusal};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
     pub max_per_client: usize,
     pub max_headers: usize,
-    pub tunnel_idle: Duration,
     /// hyper's read buffer, which bounds the request head (at least 8192).
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
@@ -37,7 +37,6 @@ impl Default for Limits {
             max_connections: 1024,
             max_per_client: 64,
             max_headers: 100,
-            tunnel_idle: Duration::from_secs(300),
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(10),
         }
@@ -62,7 +61,7 @@ pub async fn serve(
                     continue;
                 };
                 let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
-                    tokio::spawn(busy(stream, "client_connection_limit"));
+                    tokio::spawn(busy(stream, Reason::ClientConnectionLimit));
                     continue;
                 };
                 match permits.clone().try_acquire_owned() {
@@ -72,7 +71,7 @@ pub async fn serve(
                         tokio::spawn(connection(stream, peer, proxy, limits, hold));
                     }
                     Err(_) => {
-                        tokio::spawn(busy(stream, "connection_limit"));
+                        tokio::spawn(busy(stream, Reason::ConnectionLimit));
                     }
                 }
             }
@@ -118,14 +117,8 @@ impl Drop for ClientSlot {
     }
 }
 
-async fn busy(mut stream: TcpStream, reason: &'static str) {
-    let body = format!(r#"{{"error":"busy","reason":"{reason}","host":""}}"#);
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
+async fn busy(mut stream: TcpStream, reason: Reason) {
+    let _ = stream.write_all(&Refusal::new(reason, "").to_bytes()).await;
     let _ = stream.shutdown().await;
 }
 
