@@ -12,7 +12,11 @@ use netproxy::resolve::Stub;
 async fn main() -> anyhow::Result<()> {
     let args = Args::load();
     let policy = args.policy().context("invalid policy")?;
+    // Like SOCKPROXY_LOG and LIFECYCLE_LOG: an EnvFilter, default info.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NETPROXY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
         // Colour codes only on a terminal: a log file or the journal gets plain text.

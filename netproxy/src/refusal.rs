@@ -51,6 +51,8 @@ pub enum Reason {
     RequestTimeout,
     ConnectionLimit,
     ClientConnectionLimit,
+    /// The process is at its file descriptor limit.
+    FdLimit,
 }
 
 impl Reason {
@@ -71,7 +73,9 @@ impl Reason {
             | Self::ConnectFailed
             | Self::UpstreamHandshake
             | Self::UpstreamFailed => StatusCode::BAD_GATEWAY,
-            Self::ConnectionLimit | Self::ClientConnectionLimit => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ConnectionLimit | Self::ClientConnectionLimit | Self::FdLimit => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -98,6 +102,7 @@ impl Reason {
             Self::RequestTimeout => "request_timeout".to_owned(),
             Self::ConnectionLimit => "connection_limit".to_owned(),
             Self::ClientConnectionLimit => "client_connection_limit".to_owned(),
+            Self::FdLimit => "fd_limit".to_owned(),
         }
     }
 }

@@ -52,13 +52,36 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     tokio::pin!(shutdown);
+    let mut spare = Spare::new();
+    let mut backoff = BACKOFF_MIN;
+    let mut at_limit = false;
     loop {
         tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => {
-                let Ok((stream, peer)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+                let (stream, peer) = match accepted {
+                    Ok(a) => {
+                        backoff = BACKOFF_MIN;
+                        at_limit = false;
+                        spare.refill();
+                        a
+                    }
+                    Err(e) => {
+                        if is_fd_limit(&e) {
+                            if !std::mem::replace(&mut at_limit, true) {
+                                // Once per episode, not per client: a flood must not flood the log.
+                                tracing::warn!(error = %e, "at the file descriptor limit: answering 503");
+                            }
+                            if spare.answer_one(&listener).await {
+                                // A client was answered: that is progress, not a spin.
+                                continue;
+                            }
+                        }
+                        // The waiting connection stays queued; retrying at once would spin.
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        continue;
+                    }
                 };
                 let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
                     tokio::spawn(busy(stream, Reason::ClientConnectionLimit));
@@ -76,6 +99,50 @@ pub async fn serve(
                 }
             }
         }
+    }
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+fn is_fd_limit(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE)
+}
+
+/// One descriptor kept in reserve: at the descriptor limit, giving it back makes room to accept
+/// one waiting connection and tell it 503, instead of leaving every client queued in silence.
+#[derive(Debug)]
+struct Spare(Option<std::fs::File>);
+
+impl Spare {
+    fn new() -> Self {
+        let mut s = Self(None);
+        s.refill();
+        s
+    }
+
+    fn refill(&mut self) {
+        if self.0.is_none() {
+            self.0 = std::fs::File::open("/dev/null").ok();
+        }
+    }
+
+    /// Whether a waiting client was answered.
+    async fn answer_one(&mut self, listener: &TcpListener) -> bool {
+        if self.0.take().is_none() {
+            return false;
+        }
+        // The connection that could not be accepted is waiting: this returns at once.
+        let answered =
+            match tokio::time::timeout(Duration::from_millis(100), listener.accept()).await {
+                Ok(Ok((stream, _))) => {
+                    busy(stream, Reason::FdLimit).await;
+                    true
+                }
+                _ => false,
+            };
+        self.refill();
+        answered
     }
 }
 

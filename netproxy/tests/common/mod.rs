@@ -49,8 +49,27 @@ impl Netproxy {
 
     /// Started with `args` added and `env` set.
     pub fn start_env<S: AsRef<OsStr>>(args: &[S], env: &[(&str, &str)]) -> Self {
+        Self::start_under(&[], args, env)
+    }
+
+    /// Started as an argument of `wrapper` (e.g. `prlimit --nofile=…`), `args` added and
+    /// `env` set.
+    pub fn start_under<S: AsRef<OsStr>>(
+        wrapper: &[&str],
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_netproxy"))
+        let bin = env!("CARGO_BIN_EXE_netproxy");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
             .envs(env.iter().copied())
             .args([
                 "--listen",
