@@ -11,7 +11,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use ipnet::IpNet;
 
 use crate::forward::Timeouts;
-use crate::proxy::Policy;
+use crate::policy::Policy;
 use crate::rules::{Rule, RuleError};
 use crate::server::Limits;
 

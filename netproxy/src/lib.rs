@@ -4,12 +4,13 @@
 //! sidecar's networks); `policy` joins them into the pure halves of the pipeline; `proxy` is
 //! the one pipeline for CONNECT and absolute-form requests, which `dial` connects (Happy
 //! Eyeballs) and hands to `tunnel` or `forward`; `refusal` says why not; `audit` writes the
-//! decision and end lines; `server` is the listener and its limits; `framing` judges every
+//! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
 //! `config` the flags.
 
 pub mod addr;
 pub mod audit;
+mod client;
 pub mod config;
 pub mod dial;
 pub mod forward;

@@ -94,7 +94,7 @@ async fn spliced(
     let Ok(mut pipes) = crate::splice::Pipes::new() else {
         return Err(upgraded);
     };
-    let Some((client, pending)) = crate::server::client_socket(upgraded)? else {
+    let Some((client, pending)) = crate::client::client_socket(upgraded)? else {
         return Ok((0, 0, "error"));
     };
     let moved = crate::splice::Moved::default();
