@@ -201,9 +201,9 @@ impl http_body::Body for Watched {
                 if let Some(data) = frame.data_ref() {
                     this.exchange.count(this.up, data.len() as u64);
                 }
-                if let (Some(idle), Some(t)) = (this.idle, this.idle_timer.as_mut()) {
-                    t.as_mut().reset(Instant::now() + idle);
-                }
+                // The idle clock runs only while waiting on the client: time the upstream
+                // spent not asking for more (backpressure) is not the client's.
+                this.idle_timer = None;
                 // With a known length, hyper stops polling after the last byte.
                 if this.inner.is_end_stream() {
                     this.finished();
