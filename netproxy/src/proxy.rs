@@ -245,7 +245,10 @@ impl NetProxy {
         };
         match tokio::time::timeout(self.connect_timeout, race).await {
             Err(_) => Err(failed(Reason::ConnectTimeout)),
-            Ok(Err(_)) => Err(failed(Reason::ConnectFailed)),
+            Ok(Err(e)) => {
+                tracing::debug!(host = %t.host, error = %e, "every vetted address failed");
+                Err(failed(Reason::ConnectFailed))
+            }
             Ok(Ok((stream, chosen))) => {
                 exchange.chosen(chosen);
                 Ok((stream, chosen))

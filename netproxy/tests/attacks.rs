@@ -151,11 +151,11 @@ fn case03_a_trusted_translator_prefix_is_judged_by_the_ipv4_inside() {
         "case03_a_trusted_translator_prefix_is_judged_by_the_ipv4_inside",
         &[
             "addr add 169.254.169.254/32 dev lo",
-            "addr add 64:ff9b::a9fe:a9fe/128 dev lo",
-            "addr add 64:ff9b::7f00:1/128 dev lo",
-            "addr add 64:ff9b::a00:1/128 dev lo",
-            "addr add 64:ff9b::808:808/128 dev lo",
-            "addr add 2002:a9fe:a9fe::1/128 dev lo",
+            "addr add 64:ff9b::a9fe:a9fe/128 dev lo nodad",
+            "addr add 64:ff9b::7f00:1/128 dev lo nodad",
+            "addr add 64:ff9b::a00:1/128 dev lo nodad",
+            "addr add 64:ff9b::808:808/128 dev lo nodad",
+            "addr add 2002:a9fe:a9fe::1/128 dev lo nodad",
         ],
     ) {
         return;
@@ -209,7 +209,7 @@ fn case03_a_trusted_translator_prefix_is_judged_by_the_ipv4_inside() {
 fn case04_siit_addresses_are_special() {
     if !ns::enter(
         "case04_siit_addresses_are_special",
-        &["addr add ::ffff:0:a9fe:a9fe/128 dev lo"],
+        &["addr add ::ffff:0:a9fe:a9fe/128 dev lo nodad"],
     ) {
         return;
     }

@@ -11,8 +11,9 @@ use std::sync::Arc;
 const INSIDE: &str = "NETPROXY_TEST_NETNS";
 
 /// Runs the test `name` (this test binary, `--exact`) again inside a new network namespace,
-/// with `lo` up and each `ip` command of `setup` run first. Returns `true` inside (go on with
-/// the test), `false` in the parent, after asserting the run inside passed.
+/// with `lo` up and each `ip` command of `setup` run first (IPv6 addresses want `nodad`, or
+/// they are briefly tentative and cannot be bound). Returns `true` inside (go on with the
+/// test), `false` in the parent, after asserting the run inside passed.
 pub fn enter(name: &str, setup: &[&str]) -> bool {
     if std::env::var(INSIDE).as_deref() == Ok(name) {
         for cmd in std::iter::once("link set lo up").chain(setup.iter().copied()) {
