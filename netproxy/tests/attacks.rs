@@ -126,11 +126,7 @@ fn case02_own_networks_win_over_allow_cidr_and_are_read_per_dial() {
         "link set own0 up",
         "link set own1 up",
     ] {
-        let ok = std::process::Command::new("ip")
-            .args(cmd.split_whitespace())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "ip {cmd}");
+        ns::ip(cmd);
     }
     let late = Recorder::bind(&format!("10.77.0.1:{port}"));
     let out = np.get(&format!("http://10.77.0.1:{port}/"));
@@ -192,7 +188,15 @@ fn case03_a_trusted_translator_prefix_is_judged_by_the_ipv4_inside() {
         let out = get(p.addr, &format!("http://{target}:{port}/"));
         assert!(refused_with(&out, "403", reason), "{target}: {out}");
     }
-    let out = get(p.addr, &format!("http://public.test:{port}/"));
+    // The control. In a fresh namespace, lo's IPv6 routes can still go missing for a moment
+    // (about 1 run in 25 under load: "Network is unreachable", a 502 connect_failed); that is
+    // the namespace settling, not the proxy, so the control may be asked twice. The refusals
+    // above happen before any dial and cannot pass by such an accident.
+    let mut out = get(p.addr, &format!("http://public.test:{port}/"));
+    if out.contains("x-netproxy-error: connect_failed") {
+        ns::wait_routable("64:ff9b::808:808");
+        out = get(p.addr, &format!("http://public.test:{port}/"));
+    }
     assert!(
         out.starts_with("HTTP/1.1 200"),
         "through the translator: {out}"

@@ -16,12 +16,20 @@ const INSIDE: &str = "NETPROXY_TEST_NETNS";
 /// test), `false` in the parent, after asserting the run inside passed.
 pub fn enter(name: &str, setup: &[&str]) -> bool {
     if std::env::var(INSIDE).as_deref() == Ok(name) {
-        for cmd in std::iter::once("link set lo up").chain(setup.iter().copied()) {
-            let ok = Command::new("ip")
-                .args(cmd.split_whitespace())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "ip {cmd}");
+        ip("link set lo up");
+        // lo's IPv6 comes up asynchronously; an address added before it has would lose its
+        // route again for a moment ("Network is unreachable").
+        wait_routable("::1");
+        for cmd in setup {
+            ip(cmd);
+        }
+        for cmd in setup {
+            if let Some(addr) = cmd
+                .strip_prefix("addr add ")
+                .and_then(|rest| rest.split('/').next())
+            {
+                wait_routable(addr);
+            }
         }
         return true;
     }
@@ -38,6 +46,37 @@ pub fn enter(name: &str, setup: &[&str]) -> bool {
         "{name} failed inside its network namespace"
     );
     false
+}
+
+/// Runs `ip` with `args` (split on whitespace); it must succeed.
+pub fn ip(args: &str) {
+    let ok = Command::new("ip")
+        .args(args.split_whitespace())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "ip {args}");
+}
+
+/// Waits (5 s at most) until `addr` can be routed to: right after `lo` comes up, its IPv6
+/// routes can still be missing for a moment ("Network is unreachable" on connect). A UDP
+/// `connect` only looks the route up; nothing is sent.
+pub fn wait_routable(addr: &str) {
+    let ip: std::net::IpAddr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
+    let any: SocketAddr = if ip.is_ipv4() {
+        "0.0.0.0:0".parse().expect("addr")
+    } else {
+        "[::]:0".parse().expect("addr")
+    };
+    for _ in 0..250 {
+        let routed = std::net::UdpSocket::bind(any)
+            .and_then(|s| s.connect(SocketAddr::new(ip, 9)))
+            .is_ok();
+        if routed {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("{addr} never became routable");
 }
 
 /// A listener on a forbidden address that counts connections and answers each with a small
