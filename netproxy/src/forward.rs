@@ -20,7 +20,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 use crate::audit::Exchange;
 use crate::refusal::{Body, BoxError, Reason, Refusal, ERROR_HEADER};
@@ -65,7 +65,7 @@ pub async fn forward(
     exchange: Arc<Exchange>,
 ) -> Result<Response<Body>, Refusal> {
     let shown = t.host.to_string();
-    let deadline = Instant::now() + limits.request;
+    let deadline = crate::framing::after(limits.request);
     let (parts, body) = req.into_parts();
     if body.is_end_stream() {
         exchange.request_done.notify_one();

@@ -70,6 +70,13 @@ pub struct HeadLimits {
     pub timeout: Duration,
 }
 
+/// `d` from now; a limit too large to add (from a flag) is a year.
+pub(crate) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
 /// What hyper is given in place of a refused head: the service answers it with the verdict.
 const STAND_IN: &[u8] = b"GET http://refused.invalid/ HTTP/1.1\r\nconnection: close\r\n\r\n";
 
@@ -193,7 +200,7 @@ impl<R> Scanner<R> {
             limits,
             out: Vec::new(),
             out_at: 0,
-            deadline: Some(Instant::now() + limits.timeout),
+            deadline: Some(after(limits.timeout)),
             sleep: None,
             refused: false,
         }
@@ -237,7 +244,7 @@ impl<R> Scanner<R> {
                             return self.refuse(LEADING_EMPTY_LINE);
                         }
                         self.deadline
-                            .get_or_insert_with(|| Instant::now() + self.limits.timeout);
+                            .get_or_insert_with(|| after(self.limits.timeout));
                     }
                     // One line (or what has come of it) at a time; each byte is looked at once.
                     let (line, complete) = match data.iter().position(|b| *b == b'\n') {
