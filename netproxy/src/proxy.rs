@@ -88,7 +88,11 @@ impl NetProxy {
     ) -> Result<Response<Body>, Infallible> {
         let mut trace = Trace {
             client: Some(client),
-            method: req.method().to_string(),
+            // A refused head reached hyper as a stand-in: its method is not the client's.
+            method: match framing {
+                Some(_) => String::new(),
+                None => req.method().to_string(),
+            },
             ..Trace::default()
         };
         let connect = req.method() == Method::CONNECT;

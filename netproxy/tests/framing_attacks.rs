@@ -10,6 +10,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::logs::Logs;
 use common::ns::{self, Recorder};
 use common::scripted::Scripted;
 use common::Netproxy;
@@ -114,6 +115,7 @@ fn case07_every_head_refusal_carries_the_header_and_the_json_body() {
     ) {
         return;
     }
+    let logs = Logs::capture();
     let up = Recorder::bind("127.0.0.1:0");
     let limits = Limits {
         header_timeout: Duration::from_millis(300),
@@ -172,6 +174,24 @@ fn case07_every_head_refusal_carries_the_header_and_the_json_body() {
         assert_refusal(&out, *status, reason);
     }
     assert_eq!(up.hits(), 0);
+    // Each got its one decision line, in order, saying why (case 8: every head decided).
+    let decisions = logs.with_message("decision");
+    let said: Vec<(&str, &str, u64)> = decisions
+        .iter()
+        .map(|v| {
+            (
+                v["decision"].as_str().unwrap_or(""),
+                v["reason"].as_str().unwrap_or(""),
+                v["status"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want: Vec<(&str, &str, u64)> = cases
+        .iter()
+        .map(|(_, status, reason)| ("deny", *reason, u64::from(*status)))
+        .collect();
+    assert_eq!(said, want);
+    assert!(decisions.iter().all(|v| v["method"] == ""), "{decisions:?}");
 }
 
 /// Case 11: one head-size limit however the bytes arrive: a head of exactly the limit is
