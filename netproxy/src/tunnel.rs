@@ -51,6 +51,8 @@ pub async fn tunnel(
 ) {
     let start = Instant::now();
     let Ok(upgraded) = on_upgrade.await else {
+        // The client went away before the 200 reached it: still one end line.
+        who.closed(0, 0, "client_gone", "none", start);
         return;
     };
     let clock = Clock::new();
