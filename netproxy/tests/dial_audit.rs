@@ -233,3 +233,56 @@ fn case08_the_decision_is_logged_before_any_byte_goes_upstream() {
         "one decision per request: {decisions:?}"
     );
 }
+
+/// Case 8: a client that resets its connection right after a complete head still gets its
+/// request decided and logged (the lookup here never answers: the decision is the DNS
+/// timeout's refusal, made after the client is long gone).
+#[test]
+fn case08_a_reset_after_the_head_still_gets_a_decision() {
+    if !ns::enter("case08_a_reset_after_the_head_still_gets_a_decision", &[]) {
+        return;
+    }
+    let logs = Logs::capture();
+    let r = Scripted::with(&[]);
+    let policy = Policy {
+        allow: vec![Rule::parse("hang.test:80").expect("rule")],
+        ..Policy::default()
+    };
+    let np = NetProxy {
+        dns_timeout: Duration::from_millis(300),
+        ..NetProxy::new(policy, r.clone())
+    };
+    let p = Background::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        Arc::new(np),
+        Limits::default(),
+    )
+    .expect("netproxy starts");
+    let mut s = TcpStream::connect(p.addr).expect("connect");
+    s.write_all(b"GET http://hang.test/ HTTP/1.1\r\nHost: hang.test\r\n\r\n")
+        .expect("write");
+    // Wait until the head is being decided (the lookup was asked), then reset.
+    for _ in 0..500 {
+        if r.queries() > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(r.queries(), 1, "the head reached the pipeline");
+    nix::sys::socket::setsockopt(
+        &s,
+        nix::sys::socket::sockopt::Linger,
+        &nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    )
+    .expect("linger 0");
+    drop(s);
+    let d = logs.wait_for("decision", |v| v["host"] == "hang.test");
+    assert_eq!(
+        (d["decision"].as_str(), d["reason"].as_str()),
+        (Some("deny"), Some("dns_timeout")),
+        "{d}"
+    );
+}
