@@ -1,160 +1,190 @@
-//! Which addresses a sandbox may never reach, whatever the name resolved to: the IANA
-//! special-purpose registries for IPv4 and IPv6 (loopback, private, link-local and the cloud
-//! metadata address, CGNAT, multicast, reserved, documentation, benchmarking…), every IPv6 form
-//! that embeds an IPv4 address (mapped, compatible, NAT64, 6to4, Teredo), and the proxy's own
-//! networks. An operator's `--allow-cidr` trusts a range explicitly. Pure.
+//! Which addresses a sandbox may never reach, whatever the name resolved to. Checked in this
+//! order, first refusal wins:
+//!
+//! 1. the sidecar's own networks (explicit `--own-cidr` and its interfaces' networks): never
+//!    dialable, whatever `--allow-cidr` says;
+//! 2. the special-purpose ranges (`special`), loopback among them, unless an operator's
+//!    `--allow-cidr` trusts the address.
+//!
+//! Both checks run on the address itself *and* on every IPv4 it embeds (NAT64 well-known and
+//! local-use, 6to4, Teredo server and client, SIIT, IPv4-compatible; IPv4-mapped is folded to
+//! IPv4 first): trusting a translator prefix (e.g. `64:ff9b::/96` for IPv6-only egress) trusts
+//! the translation, never the metadata service or loopback behind it. Pure.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use ipnet::IpNet;
 
-/// IANA IPv4 Special-Purpose Address Registry (plus multicast and the limited broadcast).
-const V4: [(&str, &str); 19] = [
-    ("0.0.0.0/8", "this_network"),
-    ("10.0.0.0/8", "private"),
-    ("100.64.0.0/10", "cgnat"),
-    ("127.0.0.0/8", "loopback"),
-    ("169.254.0.0/16", "link_local"),
-    ("172.16.0.0/12", "private"),
-    ("192.0.0.0/24", "ietf_protocol"),
-    ("192.0.2.0/24", "documentation"),
-    ("192.31.196.0/24", "as112"),
-    ("192.52.193.0/24", "amt"),
-    ("192.88.99.0/24", "6to4_relay"),
-    ("192.168.0.0/16", "private"),
-    ("192.175.48.0/24", "as112"),
-    ("198.18.0.0/15", "benchmarking"),
-    ("198.51.100.0/24", "documentation"),
-    ("203.0.113.0/24", "documentation"),
-    ("224.0.0.0/4", "multicast"),
-    ("240.0.0.0/4", "reserved"),
-    ("255.255.255.255/32", "broadcast"),
-];
+use crate::special::{classify, Special};
 
-/// IANA IPv6 Special-Purpose Address Registry (plus multicast and site-local).
-const V6: [(&str, &str); 17] = [
-    ("::/128", "unspecified"),
-    ("::1/128", "loopback"),
-    ("::ffff:0:0/96", "ipv4_mapped"),
-    ("::/96", "ipv4_compatible"),
-    ("64:ff9b::/96", "nat64"),
-    ("64:ff9b:1::/48", "nat64_local"),
-    ("100::/64", "discard_only"),
-    ("2001::/23", "ietf_protocol"),
-    ("2001::/32", "teredo"),
-    ("2001:db8::/32", "documentation"),
-    ("2002::/16", "6to4"),
-    ("3fff::/20", "documentation"),
-    ("5f00::/16", "srv6_sids"),
-    ("fc00::/7", "unique_local"),
-    ("fe80::/10", "link_local"),
-    ("fec0::/10", "site_local"),
-    ("ff00::/8", "multicast"),
-];
+/// Why an address may not be dialed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrRefusal {
+    /// In one of the sidecar's own networks.
+    OwnNetwork,
+    /// In a special-purpose range that no `--allow-cidr` trusts.
+    Special(Special),
+}
 
-/// The special-purpose range `ip` is in, if any (most specific name first for v6 forms).
-pub fn special(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => V4
-            .iter()
-            .find(|(net, _)| contains4(net, v4))
-            .map(|(_, n)| *n),
-        IpAddr::V6(v6) => {
-            // The most specific range names it: 2001::/32 is teredo, not the /23 around it.
-            V6.iter()
-                .filter_map(|(net, name)| {
-                    let n: Ipv6Net = net.parse().ok()?;
-                    n.contains(&v6).then_some((n.prefix_len(), *name))
-                })
-                .max_by_key(|(len, _)| *len)
-                .map(|(_, n)| n)
+impl AddrRefusal {
+    /// The reason as logs and `X-Netproxy-Error` say it.
+    pub fn reason(self) -> String {
+        match self {
+            Self::OwnNetwork => "proxy_network".to_owned(),
+            Self::Special(s) => format!("special_address:{}", s.as_str()),
         }
     }
 }
 
-fn contains4(net: &str, ip: Ipv4Addr) -> bool {
-    net.parse::<Ipv4Net>().is_ok_and(|n| n.contains(&ip))
+/// IPv4-mapped IPv6 as the IPv4 it is: one spelling for policy, dialing and logs.
+pub fn fold(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
 }
 
-/// Why `ip` may not be dialed, unless an `--allow-cidr` range trusts it.
-pub fn refuse(ip: IpAddr, allow: &[IpNet], own: &[IpNet]) -> Option<&'static str> {
-    if allow.iter().any(|n| n.contains(&ip)) {
-        return None;
-    }
-    if own.iter().any(|n| n.contains(&ip)) {
-        return Some("proxy_network");
-    }
-    special(ip)
-}
-
-/// `Ipv6Addr` helper for tests and logs: the IPv4 inside an embedding form, if any.
-pub fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+/// The IPv4 addresses an IPv6 address embeds (at most two: Teredo's server and client).
+/// For the local-use NAT64 prefix (`64:ff9b:1::/48`, RFC 8215) the IPv4 is read where a /96
+/// translator puts it, the last 32 bits.
+pub fn embedded(v6: Ipv6Addr) -> Vec<Ipv4Addr> {
     let o = v6.octets();
     let tail = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
-    match special(IpAddr::V6(v6)) {
-        Some("ipv4_mapped" | "ipv4_compatible" | "nat64" | "nat64_local") => Some(tail),
-        Some("6to4") => Some(Ipv4Addr::new(o[2], o[3], o[4], o[5])),
-        Some("teredo") => {
-            let x = !u32::from(tail);
-            Some(Ipv4Addr::from(x))
-        }
-        _ => None,
+    match classify(IpAddr::V6(v6)) {
+        Some(
+            Special::Ipv4Mapped | Special::Ipv4Translated | Special::Nat64 | Special::Nat64Local,
+        ) => vec![tail],
+        // `::` and `::1` are in ::/96 too, but they are themselves, not 0.0.0.0 and 0.0.0.1.
+        Some(Special::Ipv4Compatible) => vec![tail],
+        Some(Special::SixToFour) => vec![Ipv4Addr::new(o[2], o[3], o[4], o[5])],
+        Some(Special::Teredo) => vec![
+            Ipv4Addr::new(o[4], o[5], o[6], o[7]),
+            Ipv4Addr::from(!tail.to_bits()),
+        ],
+        _ => Vec::new(),
     }
+}
+
+/// Whether `ip` may be dialed: `Ok` with the folded address to dial, or why not.
+pub fn judge(ip: IpAddr, allow: &[IpNet], own: &[IpNet]) -> Result<IpAddr, AddrRefusal> {
+    let ip = fold(ip);
+    let mut all = vec![ip];
+    if let IpAddr::V6(v6) = ip {
+        all.extend(embedded(v6).into_iter().map(IpAddr::V4));
+    }
+    if all.iter().any(|a| own.iter().any(|n| n.contains(a))) {
+        return Err(AddrRefusal::OwnNetwork);
+    }
+    for a in &all {
+        if let Some(kind) = classify(*a) {
+            if !allow.iter().any(|n| n.contains(a)) {
+                return Err(AddrRefusal::Special(kind));
+            }
+        }
+    }
+    Ok(ip)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn classifier_table() {
-        let cases = [
-            ("127.0.0.1", Some("loopback")),
-            ("169.254.169.254", Some("link_local")),
-            ("100.100.100.200", Some("cgnat")),
-            ("0.0.0.0", Some("this_network")),
-            ("10.1.2.3", Some("private")),
-            ("172.20.0.2", Some("private")),
-            ("192.168.1.1", Some("private")),
-            ("224.0.0.251", Some("multicast")),
-            ("255.255.255.255", Some("reserved")),
-            ("8.8.8.8", None),
-            ("::1", Some("loopback")),
-            ("::", Some("unspecified")),
-            ("64:ff9b::a9fe:a9fe", Some("nat64")),
-            ("2002:7f00:1::1", Some("6to4")),
-            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", Some("teredo")),
-            ("fd00::1", Some("unique_local")),
-            ("fe80::1", Some("link_local")),
-            ("ff02::1", Some("multicast")),
-            ("::7f00:1", Some("ipv4_compatible")),
-            ("2606:4700::1111", None),
-        ];
-        for (ip, want) in cases {
-            assert_eq!(special(ip.parse().expect("ip")), want, "{ip}");
-        }
-        assert_eq!(
-            embedded_v4("2002:7f00:1::1".parse().expect("ip")),
-            Some(Ipv4Addr::new(127, 0, 0, 1))
-        );
-        assert_eq!(
-            embedded_v4("64:ff9b::a9fe:a9fe".parse().expect("ip")),
-            Some(Ipv4Addr::new(169, 254, 169, 254))
-        );
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|n| n.parse().expect("net")).collect()
     }
 
     #[test]
-    fn allow_cidr_trusts_and_own_networks_refuse() {
-        let allow: Vec<IpNet> = vec!["127.0.0.1/32".parse().expect("net")];
-        let own: Vec<IpNet> = vec!["8.8.8.0/24".parse().expect("net")];
-        assert_eq!(refuse("127.0.0.1".parse().expect("ip"), &allow, &own), None);
-        assert_eq!(
-            refuse("127.0.0.2".parse().expect("ip"), &allow, &own),
-            Some("loopback")
-        );
-        assert_eq!(
-            refuse("8.8.8.8".parse().expect("ip"), &allow, &own),
-            Some("proxy_network")
-        );
+    fn judge_table() {
+        use Special as S;
+        let none: &[&str] = &[];
+        let lo = &["127.0.0.1/32", "::1/128"];
+        let nat64 = &["64:ff9b::/96"];
+        let wide = &["10.0.0.0/8", "::/0", "0.0.0.0/0"];
+        let own = &["10.77.0.0/24", "192.0.2.0/24"];
+        let cases: &[(&str, &[&str], Result<&str, AddrRefusal>)] = &[
+            ("8.8.8.8", none, Ok("8.8.8.8")),
+            ("::ffff:8.8.8.8", none, Ok("8.8.8.8")),
+            ("127.0.0.1", none, Err(AddrRefusal::Special(S::Loopback))),
+            ("127.0.0.1", lo, Ok("127.0.0.1")),
+            ("127.0.0.2", lo, Err(AddrRefusal::Special(S::Loopback))),
+            ("::1", lo, Ok("::1")),
+            ("::ffff:127.0.0.1", lo, Ok("127.0.0.1")),
+            // Own networks are never overridable, not even by a trust-everything rule.
+            ("10.77.0.5", wide, Err(AddrRefusal::OwnNetwork)),
+            ("192.0.2.1", wide, Err(AddrRefusal::OwnNetwork)),
+            ("10.78.0.5", wide, Ok("10.78.0.5")),
+            // ...nor through a translator.
+            ("64:ff9b::a4d:5", wide, Err(AddrRefusal::OwnNetwork)),
+            // A trusted translator prefix still judges the IPv4 inside.
+            ("64:ff9b::808:808", nat64, Ok("64:ff9b::808:808")),
+            (
+                "64:ff9b::a9fe:a9fe",
+                nat64,
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "64:ff9b::7f00:1",
+                nat64,
+                Err(AddrRefusal::Special(S::Loopback)),
+            ),
+            (
+                "64:ff9b::a00:1",
+                nat64,
+                Err(AddrRefusal::Special(S::Private)),
+            ),
+            (
+                "64:ff9b::a9fe:a9fe",
+                none,
+                Err(AddrRefusal::Special(S::Nat64)),
+            ),
+            (
+                "64:ff9b:1::a9fe:a9fe",
+                &["64:ff9b:1::/48"],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2002:a9fe:a9fe::1",
+                &["2002::/16"],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            ("2002:808:808::1", &["2002::/16"], Ok("2002:808:808::1")),
+            // Teredo: server 65.54.227.120, client !0x5601_5601 = 169.254.169.254.
+            (
+                "2001:0:4136:e378:8000:63bf:5601:5601",
+                &["2001::/32"],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2001:0:a9fe:a9fe:8000:63bf:f7f7:f7f7",
+                &["2001::/32"],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+                &["2001::/32"],
+                Ok("2001:0:4136:e378:8000:63bf:f7f7:f7f7"),
+            ),
+            (
+                "::ffff:0:a9fe:a9fe",
+                none,
+                Err(AddrRefusal::Special(S::Ipv4Translated)),
+            ),
+            (
+                "::ffff:0:a9fe:a9fe",
+                &["::ffff:0:0:0/96"],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "::a9fe:a9fe",
+                &["::/96"],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            ("::", &["::/128"], Ok("::")),
+        ];
+        for (ip, allow, want) in cases {
+            let got = judge(ip.parse().expect("ip"), &nets(allow), &nets(own));
+            let want = want.map(|w| w.parse::<IpAddr>().expect("ip"));
+            assert_eq!(got, want, "{ip} with {allow:?}");
+        }
     }
 }

@@ -1,12 +1,17 @@
 //! Flags (each with a `NETPROXY_*` fallback), validated into rules, ranges and limits once.
+//! List flags repeat (`--allow a.test --allow b.test:80,8080`); they never split on commas,
+//! which belong to a rule's port list. Their environment variables hold whitespace-separated
+//! lists (`NETPROXY_ALLOW="a.test b.test:80,8080"`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use ipnet::IpNet;
 
-use crate::proxy::Policy;
+use crate::forward::Timeouts;
+use crate::policy::Policy;
 use crate::rules::{Rule, RuleError};
 use crate::server::Limits;
 
@@ -22,26 +27,24 @@ pub enum LogFormat {
 pub struct Args {
     #[arg(long, env = "NETPROXY_LISTEN", default_value = "0.0.0.0:3128")]
     pub listen: SocketAddr,
-    /// Allowed destination: example.com, *.example.com (subdomains only), optional :PORT[,PORT].
-    #[arg(long, env = "NETPROXY_ALLOW", value_delimiter = ',')]
+    /// Allowed destination: example.com, *.example.com (subdomains only), [2600::1], optional
+    /// :PORT[,PORT] (default 80,443). Repeat the flag; the env var is whitespace-separated.
+    #[arg(long, env = "NETPROXY_ALLOW")]
     pub allow: Vec<String>,
-    /// Denied destination (wins over --allow).
-    #[arg(long, env = "NETPROXY_DENY", value_delimiter = ',')]
+    /// Denied destination (wins over --allow; without ports every port). Repeatable.
+    #[arg(long, env = "NETPROXY_DENY")]
     pub deny: Vec<String>,
     /// A JSON policy file `{"allow":[…],"deny":[…],"allow_cidr":[…]}`, added to the flags'
     /// rules; SIGHUP re-reads it (a bad file is refused and the running policy stays).
     #[arg(long, env = "NETPROXY_POLICY")]
     pub policy: Option<std::path::PathBuf>,
-    /// A special-purpose range the operator trusts (e.g. 127.0.0.1/32 for tests).
-    #[arg(
-        long = "allow-cidr",
-        env = "NETPROXY_ALLOW_CIDR",
-        value_delimiter = ','
-    )]
-    pub allow_cidr: Vec<IpNet>,
-    /// The sidecar's own networks (never a destination).
-    #[arg(long = "own-cidr", env = "NETPROXY_OWN_CIDR", value_delimiter = ',')]
-    pub own_cidr: Vec<IpNet>,
+    /// A special-purpose range the operator trusts (e.g. 127.0.0.1/32 for tests). Never
+    /// trusts the sidecar's own networks. Repeatable.
+    #[arg(long = "allow-cidr", env = "NETPROXY_ALLOW_CIDR")]
+    pub allow_cidr: Vec<String>,
+    /// More networks never to dial, besides the sidecar's interfaces. Repeatable.
+    #[arg(long = "own-cidr", env = "NETPROXY_OWN_CIDR")]
+    pub own_cidr: Vec<String>,
     #[arg(long, env = "NETPROXY_DNS_TIMEOUT_MS", default_value_t = 5000)]
     pub dns_timeout_ms: u64,
     #[arg(long, env = "NETPROXY_CONNECT_TIMEOUT_MS", default_value_t = 10000)]
@@ -61,6 +64,26 @@ pub struct Args {
         default_value_t = 300_000
     )]
     pub tunnel_idle_timeout_ms: u64,
+    /// An absolute-form request whose body from the client stalls this long between bytes is
+    /// cut off (504 `request_body_timeout` if no answer has started).
+    #[arg(
+        long,
+        env = "NETPROXY_REQUEST_BODY_IDLE_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub request_body_idle_timeout_ms: u64,
+    /// How long the upstream may take to start its answer once the request is sent whole
+    /// (504 `upstream_response_timeout`).
+    #[arg(
+        long,
+        env = "NETPROXY_UPSTREAM_RESPONSE_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
+    pub upstream_response_timeout_ms: u64,
+    /// The most an absolute-form request may take, answer included (504 `request_timeout`
+    /// before the answer starts; cut off after).
+    #[arg(long, env = "NETPROXY_REQUEST_TIMEOUT_MS", default_value_t = 600_000)]
+    pub request_timeout_ms: u64,
     #[arg(long, env = "NETPROXY_MAX_HEADERS", default_value_t = 100)]
     pub max_headers: usize,
     #[arg(long, env = "NETPROXY_MAX_HEADER_BYTES", default_value_t = 16384)]
@@ -87,13 +110,59 @@ pub struct PolicyFile {
 pub enum PolicyError {
     #[error("{0}")]
     Rule(#[from] RuleError),
+    #[error("{flag} {value:?}: not a CIDR network")]
+    Cidr { flag: &'static str, value: String },
     #[error("policy file {path}: {why}")]
     File { path: String, why: String },
 }
 
+fn cidrs<'a>(
+    flag: &'static str,
+    list: impl IntoIterator<Item = &'a String>,
+) -> Result<Vec<IpNet>, PolicyError> {
+    list.into_iter()
+        .map(|v| {
+            v.parse().map_err(|_| PolicyError::Cidr {
+                flag,
+                value: v.clone(),
+            })
+        })
+        .collect()
+}
+
 impl Args {
+    /// The flags of this process (exits with usage on error, like `parse`).
+    pub fn load() -> Self {
+        Self::load_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The flags from `argv` and the environment: a list from an environment variable is split
+    /// on whitespace; a list from flags is taken value by value.
+    pub fn load_from<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let m = Self::command().try_get_matches_from(argv)?;
+        let mut a = Self::from_arg_matches(&m)?;
+        for (id, list) in [
+            ("allow", &mut a.allow),
+            ("deny", &mut a.deny),
+            ("allow_cidr", &mut a.allow_cidr),
+            ("own_cidr", &mut a.own_cidr),
+        ] {
+            if m.value_source(id) == Some(ValueSource::EnvVariable) {
+                *list = list
+                    .iter()
+                    .flat_map(|v| v.split_whitespace().map(str::to_owned))
+                    .collect();
+            }
+        }
+        Ok(a)
+    }
+
     /// Flags plus the policy file (if any), validated whole: one bad rule refuses all of it.
-    pub fn policy(&self, own_networks: &[IpNet]) -> Result<Policy, PolicyError> {
+    pub fn policy(&self) -> Result<Policy, PolicyError> {
         let file = match &self.policy {
             None => PolicyFile::default(),
             Some(path) => {
@@ -105,8 +174,6 @@ impl Args {
                 serde_json::from_str(&text).map_err(|x| e(x.to_string()))?
             }
         };
-        let mut own = self.own_cidr.clone();
-        own.extend_from_slice(own_networks);
         Ok(Policy {
             allow: self
                 .allow
@@ -120,14 +187,20 @@ impl Args {
                 .chain(&file.deny)
                 .map(|r| Rule::parse_deny(r))
                 .collect::<Result<_, _>>()?,
-            allow_cidrs: self
-                .allow_cidr
-                .iter()
-                .chain(&file.allow_cidr)
-                .copied()
+            allow_cidrs: cidrs("--allow-cidr", &self.allow_cidr)?
+                .into_iter()
+                .chain(file.allow_cidr)
                 .collect(),
-            own_networks: own,
+            own_networks: cidrs("--own-cidr", &self.own_cidr)?,
         })
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            body_idle: Duration::from_millis(self.request_body_idle_timeout_ms),
+            response_head: Duration::from_millis(self.upstream_response_timeout_ms),
+            request: Duration::from_millis(self.request_timeout_ms),
+        }
     }
 
     pub fn limits(&self) -> Limits {
@@ -135,9 +208,41 @@ impl Args {
             max_connections: self.max_connections.max(1),
             max_per_client: self.max_connections_per_client.max(1),
             max_headers: self.max_headers.max(8),
-            tunnel_idle: Duration::from_millis(self.tunnel_idle_timeout_ms),
             max_header_bytes: self.max_header_bytes,
             header_timeout: Duration::from_millis(self.header_timeout_ms),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Case 1 of issue 14: `RULE:PORT,PORT` is one rule; flags repeat; env lists split on
+    /// whitespace only.
+    #[test]
+    fn lists_never_split_on_commas() {
+        let a = Args::load_from([
+            "netproxy",
+            "--deny",
+            "secret.allowed.test:80,8080",
+            "--allow",
+            "a.test",
+            "--allow",
+            "[2600::1]",
+        ])
+        .expect("flags");
+        assert_eq!(a.deny, ["secret.allowed.test:80,8080"]);
+        assert_eq!(a.allow, ["a.test", "[2600::1]"]);
+        let p = a.policy().expect("policy");
+        assert_eq!(p.deny.len(), 1);
+        let host = crate::target::canonical_host("secret.allowed.test").expect("host");
+        assert!(p.deny[0].matches(&host, 8080) && p.deny[0].matches(&host, 80));
+        let stray = crate::target::canonical_host("0.0.31.144").expect("host");
+        assert!(!p
+            .deny
+            .iter()
+            .chain(&p.allow)
+            .any(|r| r.matches(&stray, 443)));
     }
 }

@@ -1,18 +1,30 @@
 //! netproxy: the restricted-mode egress sidecar (DESIGN §3). `target` parses and canonicalizes
 //! request targets; `rules` decides on the name before any lookup; `resolve` looks names up
-//! (injectable); `addr` refuses special-purpose addresses; `proxy` is the one pipeline for
-//! CONNECT and absolute-form requests; `server` the listener and its limits; `idle` tunnel
-//! idleness; `splice` the zero-copy tunnel relay (Linux); `framing` judges every request head as
-//! sent; `config` the flags.
+//! (injectable); `addr` refuses special-purpose addresses (`special` is the table, `own` the
+//! sidecar's networks); `policy` joins them into the pure halves of the pipeline; `proxy` is
+//! the one pipeline for CONNECT and absolute-form requests, which `dial` connects (Happy
+//! Eyeballs) and hands to `tunnel` or `forward`; `refusal` says why not; `audit` writes the
+//! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
+//! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
+//! `config` the flags.
 
 pub mod addr;
+pub mod audit;
+mod client;
 pub mod config;
+pub mod dial;
+pub mod forward;
 pub mod framing;
 pub mod idle;
+pub mod own;
+pub mod policy;
 pub mod proxy;
+pub mod refusal;
 pub mod resolve;
 pub mod rules;
 pub mod server;
+pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
 pub mod target;
+pub mod tunnel;

@@ -4,41 +4,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
 use netproxy::config::{Args, LogFormat};
 use netproxy::proxy::NetProxy;
 use netproxy::resolve::Stub;
 
-/// The networks of this sidecar's own interfaces: a sandbox may not use the proxy to reach them.
-fn own_networks() -> Vec<ipnet::IpNet> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return Vec::new();
-    };
-    addrs
-        .filter_map(|a| {
-            let ip = a.address.as_ref()?;
-            let mask = a.netmask.as_ref()?;
-            if let (Some(ip), Some(mask)) = (ip.as_sockaddr_in(), mask.as_sockaddr_in()) {
-                let prefix = u32::from(mask.ip()).count_ones();
-                return ipnet::Ipv4Net::new(ip.ip(), u8::try_from(prefix).ok()?)
-                    .ok()
-                    .map(|n| ipnet::IpNet::V4(n.trunc()));
-            }
-            let (ip, mask) = (ip.as_sockaddr_in6()?, mask.as_sockaddr_in6()?);
-            let prefix = u128::from(mask.ip()).count_ones();
-            ipnet::Ipv6Net::new(ip.ip(), u8::try_from(prefix).ok()?)
-                .ok()
-                .map(|n| ipnet::IpNet::V6(n.trunc()))
-        })
-        .collect()
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let own = own_networks();
-    let policy = args.policy(&own).context("invalid policy")?;
+    let args = Args::load();
+    let policy = args.policy().context("invalid policy")?;
+    // Like SOCKPROXY_LOG and LIFECYCLE_LOG: an EnvFilter, default info.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NETPROXY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
         // Colour codes only on a terminal: a log file or the journal gets plain text.
@@ -47,20 +25,21 @@ async fn main() -> anyhow::Result<()> {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    let resolver = Arc::new(Stub::from_system_conf().context("reading /etc/resolv.conf")?);
     let proxy = Arc::new(NetProxy {
-        policy: std::sync::RwLock::new(Arc::new(policy)),
-        resolver: Arc::new(Stub::from_system_conf().context("reading /etc/resolv.conf")?),
         dns_timeout: Duration::from_millis(args.dns_timeout_ms),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         tunnel_idle: Duration::from_millis(args.tunnel_idle_timeout_ms),
+        timeouts: args.timeouts(),
+        ..NetProxy::new(policy, resolver)
     });
     let reload_proxy = proxy.clone();
-    let reload_args = Args::parse();
+    let reload_args = Args::load();
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             // Validate the whole new policy first; only then swap it in.
-            match reload_args.policy(&own) {
+            match reload_args.policy() {
                 Ok(p) => {
                     if let Ok(mut current) = reload_proxy.policy.write() {
                         *current = Arc::new(p);

@@ -1,5 +1,5 @@
 //! Name resolution behind a trait, so tests can inject answers (rebinding, mixed answers,
-//! timeouts) and count queries. The system resolver asks the OS once per request; the answer
+//! timeouts) and count queries. The stub resolver asks once per request; the answer
 //! that was vetted is the one dialed, never a second lookup.
 
 use std::future::Future;
@@ -36,20 +36,6 @@ impl Resolve for Stub {
         Box::pin(async move {
             let answer = resolver.lookup_ip(fqdn).await.map_err(io::Error::other)?;
             Ok(answer.iter().collect())
-        })
-    }
-}
-
-/// The operating system's resolver (`getaddrinfo` through tokio).
-#[derive(Debug, Default)]
-pub struct System;
-
-impl Resolve for System {
-    fn lookup(&self, name: &str) -> Lookup {
-        let name = name.to_owned();
-        Box::pin(async move {
-            let addrs = tokio::net::lookup_host((name.as_str(), 0)).await?;
-            Ok(addrs.map(|a| a.ip()).collect())
         })
     }
 }

@@ -43,11 +43,8 @@ impl Rule {
             rule: text.to_owned(),
             why,
         };
-        let (host, ports) = match text.rsplit_once(':') {
-            Some((h, p))
-                if !h.ends_with(']')
-                    || text.starts_with('[') && !p.is_empty() && !p.contains(']') =>
-            {
+        let (host, ports) = match split_rule(text) {
+            Some((h, Some(p))) => {
                 let ports: Result<Vec<u16>, _> = p
                     .split(',')
                     .map(|x| {
@@ -59,7 +56,8 @@ impl Rule {
                     .collect();
                 (h, Some(ports.map_err(|()| err("ports must be 1-65535"))?))
             }
-            _ => (text, default_ports),
+            Some((h, None)) => (h, default_ports),
+            None => return Err(err("IPv6 addresses must be in brackets")),
         };
         let pattern = match host.strip_prefix("*.") {
             Some(suffix) => match canonical_host(suffix).map_err(|_| err("malformed name"))? {
@@ -89,6 +87,42 @@ impl Rule {
     }
 }
 
+/// `HOST[:PORTS]` with a bracketed IPv6 host (`[2600::1]`, `[2600::1]:443`); `None` for an
+/// unbracketed IPv6, which cannot be told apart from a port list.
+fn split_rule(text: &str) -> Option<(&str, Option<&str>)> {
+    if text.starts_with('[') {
+        let close = text.find(']')?;
+        let (host, rest) = text.split_at(close + 1);
+        return match rest {
+            "" => Some((host, None)),
+            r => r.strip_prefix(':').map(|p| (host, Some(p))),
+        };
+    }
+    match text.split_once(':') {
+        None => Some((text, None)),
+        Some((h, p)) if !p.contains(':') => Some((h, Some(p))),
+        Some(_) => None,
+    }
+}
+
+/// Why a name is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameDenial {
+    /// A deny rule matched (it wins over any allow rule).
+    DeniedByRule,
+    /// No allow rule matched.
+    NotAllowed,
+}
+
+impl NameDenial {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DeniedByRule => "denied_by_rule",
+            Self::NotAllowed => "not_allowed",
+        }
+    }
+}
+
 /// What the name-level decision is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NameDecision {
@@ -96,7 +130,7 @@ pub enum NameDecision {
         rule: String,
     },
     Deny {
-        reason: &'static str,
+        reason: NameDenial,
         rule: Option<String>,
     },
 }
@@ -105,7 +139,7 @@ pub enum NameDecision {
 pub fn decide(allow: &[Rule], deny: &[Rule], host: &Host, port: u16) -> NameDecision {
     if let Some(r) = deny.iter().find(|r| r.matches(host, port)) {
         return NameDecision::Deny {
-            reason: "denied_by_rule",
+            reason: NameDenial::DeniedByRule,
             rule: Some(r.text.clone()),
         };
     }
@@ -114,7 +148,7 @@ pub fn decide(allow: &[Rule], deny: &[Rule], host: &Host, port: u16) -> NameDeci
             rule: r.text.clone(),
         },
         None => NameDecision::Deny {
-            reason: "not_allowed",
+            reason: NameDenial::NotAllowed,
             rule: None,
         },
     }
@@ -133,6 +167,9 @@ mod tests {
         let exact = Rule::parse("example.com").expect("rule");
         let wild = Rule::parse("*.example.com").expect("rule");
         let port = Rule::parse("api.example.net:8443,9443").expect("rule");
+        // Case 11 of issue 14: an IPv6 literal without a port takes the default ports.
+        let v6 = Rule::parse("[2600::1]").expect("rule");
+        let v6port = Rule::parse("[2600::1]:8080").expect("rule");
         let cases = [
             (&exact, "example.com", 443, true),
             (&exact, "EXAMPLE.com.", 80, true),
@@ -146,6 +183,10 @@ mod tests {
             (&wild, "xexample.com", 443, false),
             (&port, "api.example.net", 8443, true),
             (&port, "api.example.net", 443, false),
+            (&v6, "[2600::1]", 443, true),
+            (&v6, "[2600::1]", 8080, false),
+            (&v6port, "[2600::1]", 8080, true),
+            (&v6port, "[2600::1]", 443, false),
         ];
         for (rule, host, p, want) in cases {
             assert_eq!(
@@ -163,6 +204,10 @@ mod tests {
             "example.com:080",
             "exa mple.com",
             "*",
+            "2600::1",
+            "[2600::1]:",
+            "[2600::1]x",
+            "[2600::1",
         ] {
             assert!(Rule::parse(bad).is_err(), "{bad:?}");
         }
@@ -182,7 +227,7 @@ mod tests {
         assert!(matches!(
             decide(&allow, &deny, &h("secret.example.com"), 443),
             NameDecision::Deny {
-                reason: "denied_by_rule",
+                reason: NameDenial::DeniedByRule,
                 ..
             }
         ));
@@ -193,7 +238,7 @@ mod tests {
         assert!(matches!(
             decide(&allow, &deny, &h("example.org"), 443),
             NameDecision::Deny {
-                reason: "not_allowed",
+                reason: NameDenial::NotAllowed,
                 ..
             }
         ));

@@ -1,6 +1,7 @@
 //! The listening side: TCP accept loop with a global connection cap (over it: 503 with
-//! `Retry-After`), header size and header-read-time limits, and an in-process background handle
-//! for tests.
+//! `Retry-After`), each connection served by hyper through the `framing::Scanner` (which
+//! enforces the head size, count and time limits), and an in-process background handle for
+//! tests.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -11,20 +12,20 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::framing::{Scanner, Verdicts};
+use crate::client::{ClientIo, ClientRead};
+use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
+use crate::refusal::{Reason, Refusal};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_connections: usize,
     pub max_per_client: usize,
     pub max_headers: usize,
-    pub tunnel_idle: Duration,
     /// hyper's read buffer, which bounds the request head (at least 8192).
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
@@ -36,7 +37,6 @@ impl Default for Limits {
             max_connections: 1024,
             max_per_client: 64,
             max_headers: 100,
-            tunnel_idle: Duration::from_secs(300),
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(10),
         }
@@ -52,16 +52,39 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     tokio::pin!(shutdown);
+    let mut spare = Spare::new();
+    let mut backoff = BACKOFF_MIN;
+    let mut at_limit = false;
     loop {
         tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => {
-                let Ok((stream, peer)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+                let (stream, peer) = match accepted {
+                    Ok(a) => {
+                        backoff = BACKOFF_MIN;
+                        at_limit = false;
+                        spare.refill();
+                        a
+                    }
+                    Err(e) => {
+                        if is_fd_limit(&e) {
+                            if !std::mem::replace(&mut at_limit, true) {
+                                // Once per episode, not per client: a flood must not flood the log.
+                                tracing::warn!(error = %e, "at the file descriptor limit: answering 503");
+                            }
+                            if spare.answer_one(&listener).await {
+                                // A client was answered: that is progress, not a spin.
+                                continue;
+                            }
+                        }
+                        // The waiting connection stays queued; retrying at once would spin.
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(BACKOFF_MAX);
+                        continue;
+                    }
                 };
                 let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
-                    tokio::spawn(busy(stream, "client_connection_limit"));
+                    tokio::spawn(busy(stream, Reason::ClientConnectionLimit));
                     continue;
                 };
                 match permits.clone().try_acquire_owned() {
@@ -71,11 +94,55 @@ pub async fn serve(
                         tokio::spawn(connection(stream, peer, proxy, limits, hold));
                     }
                     Err(_) => {
-                        tokio::spawn(busy(stream, "connection_limit"));
+                        tokio::spawn(busy(stream, Reason::ConnectionLimit));
                     }
                 }
             }
         }
+    }
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+fn is_fd_limit(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE)
+}
+
+/// One descriptor kept in reserve: at the descriptor limit, giving it back makes room to accept
+/// one waiting connection and tell it 503, instead of leaving every client queued in silence.
+#[derive(Debug)]
+struct Spare(Option<std::fs::File>);
+
+impl Spare {
+    fn new() -> Self {
+        let mut s = Self(None);
+        s.refill();
+        s
+    }
+
+    fn refill(&mut self) {
+        if self.0.is_none() {
+            self.0 = std::fs::File::open("/dev/null").ok();
+        }
+    }
+
+    /// Whether a waiting client was answered.
+    async fn answer_one(&mut self, listener: &TcpListener) -> bool {
+        if self.0.take().is_none() {
+            return false;
+        }
+        // The connection that could not be accepted is waiting: this returns at once.
+        let answered =
+            match tokio::time::timeout(Duration::from_millis(100), listener.accept()).await {
+                Ok(Ok((stream, _))) => {
+                    busy(stream, Reason::FdLimit).await;
+                    true
+                }
+                _ => false,
+            };
+        self.refill();
+        answered
     }
 }
 
@@ -117,155 +184,26 @@ impl Drop for ClientSlot {
     }
 }
 
-async fn busy(mut stream: TcpStream, reason: &'static str) {
-    let body = format!(r#"{{"error":"busy","reason":"{reason}","host":""}}"#);
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
+async fn busy(mut stream: TcpStream, reason: Reason) {
+    let _ = stream.write_all(&Refusal::new(reason, "").to_bytes()).await;
     let _ = stream.shutdown().await;
-}
-
-/// Reads the first request head before hyper does, so a head that is too large or too slow is
-/// answered in the proxy's own shape. (Framing is judged for every request by `framing`.)
-async fn first_head(
-    stream: &mut TcpStream,
-    limits: Limits,
-) -> Option<Result<Vec<u8>, &'static str>> {
-    let mut buf = Vec::with_capacity(1024);
-    let read = async {
-        loop {
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                return Some(if end > limits.max_header_bytes {
-                    Err(TOO_LARGE)
-                } else {
-                    Ok(())
-                });
-            }
-            if buf.len() > limits.max_header_bytes {
-                return Some(Err(TOO_LARGE));
-            }
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            }
-        }
-    };
-    match tokio::time::timeout(limits.header_timeout, read).await {
-        Err(_) => Some(Err("request head too slow")),
-        Ok(None) => None,
-        Ok(Some(Err(why))) => Some(Err(why)),
-        Ok(Some(Ok(()))) => Some(Ok(buf)),
-    }
-}
-
-const TOO_LARGE: &str = "request head too large";
-
-async fn reject(mut stream: TcpStream, reason: &str) {
-    let body = format!(r#"{{"error":"bad_request","reason":"{reason}","host":""}}"#);
-    let status = if reason == TOO_LARGE {
-        "431 Request Header Fields Too Large"
-    } else {
-        "400 Bad Request"
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nX-Netproxy-Error: {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
-    let _ = stream.shutdown().await;
-    // Closing with unread input makes the kernel reset the connection, which can destroy the
-    // answer in flight: read (bounded) what the client is still sending first.
-    let drain = async {
-        let mut sink = [0u8; 8192];
-        let mut left: usize = 1 << 20;
-        while left > 0 {
-            match stream.read(&mut sink).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
-}
-
-/// Exactly what hyper serves a client connection on (see `connection`): the type a tunnel
-/// downcasts its `Upgraded` to, to reach the client's socket.
-pub(crate) type ClientIo = TokioIo<
-    tokio::io::Join<
-        Scanner<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>,
-        OwnedWriteHalf,
-    >,
->;
-
-/// A client's socket taken back out of hyper: the two halves of its one `TcpStream`.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-#[derive(Debug)]
-pub(crate) struct ClientSocket {
-    read: OwnedReadHalf,
-    // Held, not used: dropping it would shut the socket's write side down early.
-    _write: OwnedWriteHalf,
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-impl ClientSocket {
-    pub(crate) fn stream(&self) -> &TcpStream {
-        self.read.as_ref()
-    }
-}
-
-/// The client's socket back out of an upgraded connection, with every byte already read from
-/// it that hyper did not consume, in order: hyper's read-ahead, then what `first_head` read
-/// that hyper had not read yet (in practice hyper has read all of it; taking the rest keeps the
-/// order from depending on that). The connection comes back untouched when it is not a
-/// `ClientIo`.
-///
-/// The `Scanner` is dropped here without loss: it only looks at the bytes passing through it
-/// (its head buffer is a copy for judging) and after a CONNECT it stops judging anyway.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) fn client_socket(
-    upgraded: hyper::upgrade::Upgraded,
-) -> Result<(ClientSocket, Vec<u8>), hyper::upgrade::Upgraded> {
-    let parts = upgraded.downcast::<ClientIo>()?;
-    let (reader, write) = parts.io.into_inner().into_inner();
-    let (cursor, read) = reader.into_inner().into_inner();
-    let mut pending = parts.read_buf.to_vec();
-    let at = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
-    pending.extend_from_slice(cursor.get_ref().get(at..).unwrap_or_default());
-    Ok((
-        ClientSocket {
-            read,
-            _write: write,
-        },
-        pending,
-    ))
 }
 
 async fn connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     proxy: Arc<NetProxy>,
     limits: Limits,
     hold: ConnectionHold,
 ) {
-    let prefix = match first_head(&mut stream, limits).await {
-        None => return,
-        Some(Err(reason)) => {
-            tracing::info!(client = %peer, decision = "deny", reason, status = 400u16, "decision");
-            return reject(stream, reason).await;
-        }
-        Some(Ok(prefix)) => prefix,
-    };
     let (rd, wr) = stream.into_split();
     let verdicts = Verdicts::default();
-    let reader = Scanner::new(
-        std::io::Cursor::new(prefix).chain(rd),
-        verdicts.clone(),
-        limits.max_header_bytes,
-    );
+    let head_limits = HeadLimits {
+        max_bytes: limits.max_header_bytes,
+        max_headers: limits.max_headers,
+        timeout: limits.header_timeout,
+    };
+    let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), head_limits));
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
@@ -274,10 +212,16 @@ async fn connection(
         proxy.clone().handle(peer, verdicts.get(nth), req)
     });
     let _ = http1::Builder::new()
-        .max_headers(limits.max_headers)
-        .max_buf_size(limits.max_header_bytes.max(8192))
+        // The scanner has judged every head hyper sees against these limits already; hyper's
+        // own are only a backstop, set wider so that it never answers in its own shape.
+        .max_headers(limits.max_headers.saturating_add(1))
+        .max_buf_size(limits.max_header_bytes.saturating_mul(2).max(16 * 1024))
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        // An idle kept-alive connection is closed after this; a head that has started is the
+        // scanner's to time.
+        .header_read_timeout(limits.header_timeout.saturating_mul(2))
+        // A client that half-closes after its request still gets the answer.
+        .half_close(true)
         .serve_connection(io, svc)
         .with_upgrades()
         .await;

@@ -5,7 +5,7 @@
 //! the other side's write is shut down and the other direction runs on until it ends too.
 //!
 //! It only moves bytes. Which tunnels it gets, the idle timeout that races it and the log line
-//! are `proxy::tunnel`'s; it reports progress through `Clock` (activity) and `Moved` (counts),
+//! are `tunnel`'s; it reports progress through `Clock` (activity) and `Moved` (counts),
 //! which stay readable after the relay future is dropped by the idle timer.
 
 use std::io;

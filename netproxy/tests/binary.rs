@@ -52,7 +52,8 @@ fn the_policy_file_reloads_on_sighup_and_a_bad_file_keeps_the_old_policy() {
     let line = wait_for(lines, "\"decision\"");
     let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
     for field in [
-        "client", "raw_host", "host", "port", "rule", "resolved", "chosen", "decision", "reason",
+        "client", "method", "raw_host", "host", "port", "rule", "resolved", "decision", "reason",
+        "status",
     ] {
         assert!(v.get(field).is_some(), "{field} in {line}");
     }

@@ -1,7 +1,10 @@
 //! Restricted mode end to end on the real dockerd: lifecycle behind `sockproxy --restricted`
 //! creates a sandbox whose only way out is the real netproxy image; from inside the sandbox an
-//! allowed upstream container answers through the sidecar, a name that is not allowed gets 403
-//! with `X-Netproxy-Error`, and the upstream cannot be reached directly at all.
+//! allowed upstream answers through the sidecar, a name that is not allowed gets 403 with
+//! `X-Netproxy-Error`, and the upstream cannot be reached directly at all. The upstream lives
+//! outside the sidecar's networks (on the engine host, reached at the default bridge's
+//! gateway): the sidecar's own networks are never dialable (issue 14, case 2), which the
+//! container on its egress network shows even with that network's range trusted.
 
 use lifecycle::naming::sandbox_id;
 use sockproxy_tests::cli::docker;
@@ -28,9 +31,9 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     clean.network(&names.network);
     clean.network(&names.egress);
 
-    // The upstream lives on the stack's egress network, as an allowed service would.
+    // A container on the stack's egress network: the sidecar's own network, never dialable.
     assert!(docker(&e.socket, &["network", "create", &names.egress]).ok());
-    let up = docker(
+    let neighbour = docker(
         &e.socket,
         &[
             "run",
@@ -42,10 +45,10 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
             &e.image,
             "sh",
             "-c",
-            "mkdir -p /www && echo upstream-ok > /www/index.html && httpd -f -p 80 -h /www",
+            "mkdir -p /www && echo neighbour > /www/index.html && httpd -f -p 80 -h /www",
         ],
     );
-    assert!(up.ok(), "{}", up.stderr);
+    assert!(neighbour.ok(), "{}", neighbour.stderr);
     let net = raw::get(&e.socket, &format!("/networks/{}", names.egress))
         .expect("answer")
         .json();
@@ -53,13 +56,56 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let upstream_ip = raw::get(&e.socket, &format!("/containers/{upstream}/json"))
+    let neighbour_ip = raw::get(&e.socket, &format!("/containers/{upstream}/json"))
         .expect("answer")
         .json()["NetworkSettings"]["Networks"][&names.egress]["IPAddress"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    assert!(!subnet.is_empty() && !upstream_ip.is_empty());
+    assert!(!subnet.is_empty() && !neighbour_ip.is_empty());
+
+    // The allowed upstream: on the engine host's network, reached at the default bridge's
+    // gateway, a host address outside the sidecar's networks.
+    let host_upstream = format!("{prefix}host-upstream");
+    clean.container(&host_upstream);
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let up = docker(
+        &e.socket,
+        &[
+            "run",
+            "-d",
+            "--name",
+            &host_upstream,
+            "--network",
+            "host",
+            &e.image,
+            "sh",
+            "-c",
+            &format!(
+                "mkdir -p /www && echo upstream-ok > /www/index.html && httpd -f -p {port} -h /www"
+            ),
+        ],
+    );
+    assert!(up.ok(), "{}", up.stderr);
+    let bridge = raw::get(&e.socket, "/networks/bridge")
+        .expect("answer")
+        .json();
+    let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| {
+            // Not always filled in: the gateway is the subnet's first address.
+            let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            net.hosts().next().map(|a| a.to_string())
+        })
+        .expect("the default bridge's gateway");
+    let upstream_url = format!("http://{gateway}:{port}/");
 
     let proxy = StackProxy::start(&e.socket, &prefix, true);
     let state = tempfile::tempdir().expect("dir");
@@ -74,7 +120,11 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
         "--sidecar-image",
         &sidecar_image,
         "--egress-allow",
+        &format!("{gateway}:{port}"),
+        "--egress-allow",
         &format!("{upstream}:80"),
+        "--egress-allow-cidr",
+        &format!("{gateway}/32"),
         "--egress-allow-cidr",
         &subnet,
     ])
@@ -100,7 +150,7 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
         full.extend_from_slice(args);
         docker(&e.socket, &full)
     };
-    let fetched = run(&["wget", "-q", "-O", "-", &format!("http://{upstream}/")]);
+    let fetched = run(&["wget", "-q", "-O", "-", &upstream_url]);
     assert_eq!(
         fetched.out(),
         "upstream-ok\n",
@@ -120,6 +170,18 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     assert!(said.contains("x-netproxy-error: not_allowed"), "{said}");
     assert!(said.contains(r#""host":"forbidden.invalid""#), "{said}");
 
+    // The neighbour on the egress network: allowed by name, its range trusted, and still
+    // refused, because it is in the sidecar's own network.
+    let ask = format!(
+        "(printf 'GET http://{upstream}/ HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
+        names.sidecar
+    );
+    let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+    assert!(
+        said.starts_with("http/1.1 403") && said.contains("x-netproxy-error: proxy_network"),
+        "{said}"
+    );
+
     let direct = run(&[
         "wget",
         "-Y",
@@ -129,7 +191,7 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
         "-q",
         "-O",
         "-",
-        &format!("http://{upstream_ip}/"),
+        &upstream_url,
     ]);
     assert!(
         !direct.ok(),

@@ -103,24 +103,33 @@ fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits) -> Background {
-    let tunnel_idle = limits.tunnel_idle;
+    proxy_idle(resolver, allow, deny, limits, Duration::from_secs(300))
+}
+
+fn proxy_idle(
+    resolver: Arc<Scripted>,
+    allow: &[&str],
+    deny: &[&str],
+    limits: Limits,
+    tunnel_idle: Duration,
+) -> Background {
+    let policy = Policy {
+        allow: allow
+            .iter()
+            .map(|r| Rule::parse(r).expect("rule"))
+            .collect(),
+        deny: deny
+            .iter()
+            .map(|r| Rule::parse_deny(r).expect("rule"))
+            .collect(),
+        allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
+        own_networks: vec![],
+    };
     let np = NetProxy {
-        policy: std::sync::RwLock::new(Arc::new(Policy {
-            allow: allow
-                .iter()
-                .map(|r| Rule::parse(r).expect("rule"))
-                .collect(),
-            deny: deny
-                .iter()
-                .map(|r| Rule::parse_deny(r).expect("rule"))
-                .collect(),
-            allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
-            own_networks: vec![],
-        })),
-        resolver,
         dns_timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_secs(2),
         tunnel_idle,
+        ..NetProxy::new(policy, resolver)
     };
     Background::start("127.0.0.1:0".parse().expect("addr"), Arc::new(np), limits)
         .expect("netproxy starts")
@@ -338,7 +347,12 @@ fn over_the_connection_cap_clients_get_503_with_retry_after() {
         b"GET http://x.test/ HTTP/1.1\r\nHost: x.test\r\n\r\n",
     );
     assert!(out.starts_with("HTTP/1.1 503"), "{out}");
-    assert!(out.contains("Retry-After: 1"), "{out}");
+    let lower = out.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 1\r\n"), "{out}");
+    assert!(
+        lower.contains("x-netproxy-error: connection_limit\r\n"),
+        "{out}"
+    );
 }
 
 fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
@@ -364,10 +378,15 @@ fn slow_and_oversized_clients_are_cut_off_without_hurting_other_tunnels() {
     let limits = Limits {
         max_per_client: 3,
         header_timeout: Duration::from_millis(300),
-        tunnel_idle: Duration::from_secs(30),
         ..Limits::default()
     };
-    let p = proxy(r, &[&format!("allowed.test:{}", up.port())], &[], limits);
+    let p = proxy_idle(
+        r,
+        &[&format!("allowed.test:{}", up.port())],
+        &[],
+        limits,
+        Duration::from_secs(30),
+    );
     let mut tunnel = connect_tunnel(p.addr, up.port());
 
     // A client that never finishes its request head is cut off by the header timeout.
@@ -413,11 +432,13 @@ fn an_idle_tunnel_is_closed() {
         drop(held);
     });
     let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
-    let limits = Limits {
-        tunnel_idle: Duration::from_millis(300),
-        ..Limits::default()
-    };
-    let p = proxy(r, &[&format!("allowed.test:{port}")], &[], limits);
+    let p = proxy_idle(
+        r,
+        &[&format!("allowed.test:{port}")],
+        &[],
+        Limits::default(),
+        Duration::from_millis(300),
+    );
     let mut tunnel = connect_tunnel(p.addr, port);
     let mut buf = [0u8; 1];
     let n = tunnel.read(&mut buf).expect("EOF, not a read timeout");

@@ -2,6 +2,10 @@
 //! netproxy whose JSON log lines can be waited for. Not every test file uses every helper.
 #![allow(dead_code)]
 
+pub mod logs;
+pub mod ns;
+pub mod scripted;
+
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -40,8 +44,33 @@ pub struct Netproxy {
 impl Netproxy {
     /// Started with `args` added, once it says it is listening.
     pub fn start<S: AsRef<OsStr>>(args: &[S]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    /// Started with `args` added and `env` set.
+    pub fn start_env<S: AsRef<OsStr>>(args: &[S], env: &[(&str, &str)]) -> Self {
+        Self::start_under(&[], args, env)
+    }
+
+    /// Started as an argument of `wrapper` (e.g. `prlimit --nofile=…`), `args` added and
+    /// `env` set.
+    pub fn start_under<S: AsRef<OsStr>>(
+        wrapper: &[&str],
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_netproxy"))
+        let bin = env!("CARGO_BIN_EXE_netproxy");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
+            .envs(env.iter().copied())
             .args([
                 "--listen",
                 &format!("127.0.0.1:{port}"),
@@ -67,6 +96,11 @@ impl Netproxy {
         self.child.id()
     }
 
+    /// `GET url` through this proxy; the whole answer.
+    pub fn get(&self, url: &str) -> String {
+        http_get(self.port, url)
+    }
+
     /// The next `tunnel closed` log line, parsed.
     pub fn tunnel_closed(&self) -> serde_json::Value {
         let line = wait_for(&self.lines, "tunnel closed");
@@ -79,4 +113,20 @@ impl Drop for Netproxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `GET url` through the proxy on 127.0.0.1:`proxy`, `Connection: close`; the whole answer.
+pub fn http_get(proxy: u16, url: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", proxy)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }

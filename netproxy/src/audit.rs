@@ -1,0 +1,170 @@
+//! The audit trail of a request: one `decision` line when the decision is made (a refusal, or
+//! an allow after the name and every answer were vetted, before anything is dialed or any byte
+//! goes upstream), and one line when it ends (`request ended`; a tunnel's is `tunnel closed`):
+//! the address that won, bytes each way, duration and how it ended. The end line is written
+//! when the last holder of the `Exchange` lets go (the pipeline, the request body going up, the
+//! response body going down), so a client that leaves early still produces it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::refusal::Refusal;
+
+/// What is known of a request at decision time.
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub client: Option<SocketAddr>,
+    pub method: String,
+    pub raw_host: String,
+    pub host: String,
+    pub port: u16,
+    pub rule: Option<String>,
+    pub resolved: Vec<IpAddr>,
+    /// The decision line is written (once).
+    pub decided: bool,
+}
+
+impl Trace {
+    fn client(&self) -> String {
+        self.client.map(|c| c.to_string()).unwrap_or_default()
+    }
+
+    /// The allow decision, before the dial.
+    pub fn allow(&mut self) {
+        self.decided = true;
+        tracing::info!(
+            client = %self.client(),
+            method = %self.method,
+            raw_host = %self.raw_host,
+            host = %self.host,
+            port = self.port,
+            rule = self.rule.as_deref().unwrap_or(""),
+            resolved = ?self.resolved,
+            decision = "allow",
+            reason = "allowed",
+            "decision"
+        );
+    }
+
+    /// A refusal. Made after an allow (the dial or the upstream failed), it is the end line's
+    /// to say, not a second decision.
+    pub fn deny(&mut self, r: &Refusal) {
+        if std::mem::replace(&mut self.decided, true) {
+            return;
+        }
+        tracing::info!(
+            client = %self.client(),
+            method = %self.method,
+            raw_host = %self.raw_host,
+            host = %self.host,
+            port = self.port,
+            rule = self.rule.as_deref().unwrap_or(""),
+            resolved = ?self.resolved,
+            decision = "deny",
+            reason = %r.reason.text(),
+            status = r.status().as_u16(),
+            "decision"
+        );
+    }
+}
+
+/// An allowed request from its decision to its end; writes the end line when dropped.
+#[derive(Debug)]
+pub struct Exchange {
+    client: String,
+    method: String,
+    host: String,
+    start: Instant,
+    chosen: Mutex<Option<SocketAddr>>,
+    up: AtomicU64,
+    down: AtomicU64,
+    status: AtomicU16,
+    ended: Mutex<Option<String>>,
+    armed: AtomicBool,
+    /// The request body stalled past its idle timeout.
+    pub body_timed_out: AtomicBool,
+    /// The request body has been sent whole (or there is none).
+    pub request_done: tokio::sync::Notify,
+}
+
+impl Exchange {
+    pub fn new(trace: &Trace) -> Self {
+        Self {
+            client: trace.client(),
+            method: trace.method.clone(),
+            host: trace.host.clone(),
+            start: Instant::now(),
+            chosen: Mutex::new(None),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            status: AtomicU16::new(0),
+            ended: Mutex::new(None),
+            armed: AtomicBool::new(true),
+            body_timed_out: AtomicBool::new(false),
+            request_done: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn chosen(&self, addr: SocketAddr) {
+        if let Ok(mut c) = self.chosen.lock() {
+            *c = Some(addr);
+        }
+    }
+
+    pub fn status(&self, status: http::StatusCode) {
+        self.status.store(status.as_u16(), Ordering::Relaxed);
+    }
+
+    /// How it ended; the first word stays.
+    pub fn end(&self, how: impl Into<String>) {
+        if let Ok(mut e) = self.ended.lock() {
+            e.get_or_insert_with(|| how.into());
+        }
+    }
+
+    pub fn count(&self, up: bool, n: u64) {
+        let c = if up { &self.up } else { &self.down };
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The end line is someone else's (a tunnel writes `tunnel closed`).
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
+        let chosen = self
+            .chosen
+            .lock()
+            .ok()
+            .and_then(|c| *c)
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let ended = self
+            .ended
+            .lock()
+            .ok()
+            .and_then(|e| e.clone())
+            // Nobody said how: the client went away before the answer was through.
+            .unwrap_or_else(|| "client_gone".to_owned());
+        tracing::info!(
+            client = %self.client,
+            method = %self.method,
+            host = %self.host,
+            chosen = %chosen,
+            status = self.status.load(Ordering::Relaxed),
+            bytes_up = self.up.load(Ordering::Relaxed),
+            bytes_down = self.down.load(Ordering::Relaxed),
+            ended = %ended,
+            duration_ms = self.start.elapsed().as_secs_f64() * 1000.0,
+            "request ended"
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! The scanner's table: what hyper is given and which verdicts are recorded, for streams fed
+//! whole, in pieces, and a byte at a time.
+
+use super::*;
+
+const LIMITS: HeadLimits = HeadLimits {
+    max_bytes: 16384,
+    max_headers: 100,
+    timeout: Duration::from_secs(10),
+};
+
+/// Feeds `stream` in pieces of `piece` bytes: the verdicts, and what reached hyper.
+fn scan_with(
+    stream: &[u8],
+    piece: usize,
+    limits: HeadLimits,
+) -> (Vec<Option<&'static str>>, Vec<u8>) {
+    let v = Verdicts::default();
+    let mut s = Scanner::new(tokio::io::empty(), v.clone(), limits);
+    for chunk in stream.chunks(piece) {
+        s.feed(chunk);
+    }
+    let out =
+        v.0.lock()
+            .expect("lock")
+            .iter()
+            .map(|x| x.map(|r| r.reason))
+            .collect();
+    (out, s.out)
+}
+
+fn scan(stream: &[u8], piece: usize) -> Vec<Option<&'static str>> {
+    scan_with(stream, piece, LIMITS).0
+}
+
+#[test]
+fn every_request_on_a_connection_is_judged() {
+    let stream = b"GET http://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n\
+POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n\
+POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc";
+    for piece in [1, 3, 7, 1000] {
+        assert_eq!(
+            scan(stream, piece),
+            [None, None, None, Some("duplicate Content-Length")],
+            "fed {piece} bytes at a time"
+        );
+    }
+    let smuggle = b"GET http://a.test/ HTTP/1.1\r\n\r\nPOST http://a.test/ HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(
+        scan(smuggle, 5),
+        [None, Some("Content-Length with Transfer-Encoding")]
+    );
+    // A body that looks like a request head is a body.
+    let inner = "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+    let body = format!(
+        "POST http://a.test/ HTTP/1.1\r\nContent-Length: {}\r\n\r\n{inner}GET http://a.test/ HTTP/1.1\r\n\r\n",
+        inner.len()
+    );
+    assert_eq!(scan(body.as_bytes(), 9), [None, None]);
+    // After CONNECT, tunnel bytes are not judged.
+    assert_eq!(scan(b"CONNECT a.test:443 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 4), [None]);
+}
+
+/// Case 5 of issue 14: hyper reads bare-LF heads and skips leading empty lines; the scanner
+/// refuses both outright, first request or kept-alive, and hyper only ever gets the stand-in.
+#[test]
+fn bare_lf_and_leading_empty_lines_are_refused() {
+    let ok = "GET http://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n";
+    let cases: [(&str, &str); 6] = [
+        (
+            "POST http://a.test/ HTTP/1.1\nContent-Length: 3\nContent-Length: 3\n\nabc",
+            "bare LF line ending",
+        ),
+        (
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\nTransfer-Encoding: chunked\r\n\r\n",
+            "bare LF line ending",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nHost: a\r\n\n",
+            "bare LF line ending",
+        ),
+        (
+            "\r\nPOST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+            "leading empty line",
+        ),
+        (
+            "\r\n\r\nGET http://a.test/ HTTP/1.1\r\n\r\n",
+            "leading empty line",
+        ),
+        (
+            "\nGET http://a.test/ HTTP/1.1\r\n\r\n",
+            "leading empty line",
+        ),
+    ];
+    for (bad, why) in cases {
+        for first in [true, false] {
+            let stream = if first {
+                bad.to_owned()
+            } else {
+                format!("{ok}{bad}")
+            };
+            for piece in [1, 2, 5, 4096] {
+                let (verdicts, out) = scan_with(stream.as_bytes(), piece, LIMITS);
+                let want: Vec<Option<&str>> = if first {
+                    vec![Some(why)]
+                } else {
+                    vec![None, Some(why)]
+                };
+                assert_eq!(verdicts, want, "{bad:?} first={first} piece={piece}");
+                let given = if first { String::new() } else { ok.to_owned() };
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    format!("{given}{}", String::from_utf8_lossy(STAND_IN)),
+                    "hyper never sees the refused head"
+                );
+            }
+        }
+    }
+}
+
+/// Case 11 of issue 14: one head-size limit however the bytes arrive, and the judging does
+/// not depend on the pieces.
+#[test]
+fn the_size_limit_is_the_same_in_any_pieces() {
+    let limits = HeadLimits {
+        max_bytes: 200,
+        ..LIMITS
+    };
+    let head = |len: usize| {
+        let fixed = "GET http://a.test/ HTTP/1.1\r\nX: \r\n\r\n".len();
+        format!(
+            "GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(len - fixed)
+        )
+    };
+    for piece in [1, 3, 64, 199, 200, 201, 10_000] {
+        let at = head(200);
+        let over = head(201);
+        assert_eq!(scan_with(at.as_bytes(), piece, limits).0, [None], "{piece}");
+        assert_eq!(
+            scan_with(over.as_bytes(), piece, limits).0,
+            [Some("request head too large")],
+            "{piece}"
+        );
+        // Pipelined behind a body, too.
+        let two = format!("POST http://a.test/ HTTP/1.1\r\nContent-Length: 2\r\n\r\nab{over}");
+        assert_eq!(
+            scan_with(two.as_bytes(), piece, limits).0,
+            [None, Some("request head too large")],
+            "{piece}"
+        );
+    }
+    let many: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
+    let many = format!("GET http://a.test/ HTTP/1.1\r\n{many}\r\n");
+    assert_eq!(scan(many.as_bytes(), 7), [Some("too many headers")]);
+}
+
+#[test]
+fn what_hyper_would_refuse_is_refused_here_first() {
+    for (head, why) in [
+        (
+            "GET http://a.test/ HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+            "malformed Content-Length",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            "malformed Content-Length",
+        ),
+        (
+            "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "Transfer-Encoding must end in chunked",
+        ),
+        (
+            "POST http://a.test/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "Transfer-Encoding must end in chunked",
+        ),
+        (
+            "GET http://a.test/ HTTP/2.0\r\n\r\n",
+            "malformed request head",
+        ),
+        (
+            "G@T http://a.test/ HTTP/1.1\r\n\r\n",
+            "malformed request head",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nBad Name: x\r\n\r\n",
+            "malformed request head",
+        ),
+        (
+            "GET http://a.test/ HTTP/1.1\r\nX: a\rb\r\n\r\n",
+            "malformed request head",
+        ),
+        ("\x00\x01garbage\r\n\r\n", "malformed request head"),
+        (
+            "GET http://a .test/ HTTP/1.1\r\n\r\n",
+            "malformed request head",
+        ),
+    ] {
+        assert_eq!(scan(head.as_bytes(), 3), [Some(why)], "{head:?}");
+    }
+}
+
+#[test]
+fn an_unframeable_chunked_body_ends_the_stream() {
+    let stream = b"POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nGET http://b.test/ HTTP/1.1\r\n\r\n";
+    let (verdicts, out) = scan_with(stream, 4, LIMITS);
+    assert_eq!(verdicts, [None]);
+    assert!(
+        out.ends_with(b"zz\r\n"),
+        "nothing after the bad chunk line reaches hyper"
+    );
+    // A bare LF in a chunk line or trailer is not framed either.
+    let stream = b"POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\nGET http://b.test/ HTTP/1.1\r\n\r\n";
+    assert_eq!(scan_with(stream, 4, LIMITS).0, [None]);
+}
+
+/// 64 heads of 16 KiB fed a byte at a time: each byte is looked at once (this used to search
+/// the whole buffer again after every read, seconds of CPU).
+#[test]
+fn a_head_fed_a_byte_at_a_time_is_scanned_once() {
+    let limits = HeadLimits {
+        max_bytes: 17_000,
+        ..LIMITS
+    };
+    let one = format!(
+        "GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(16_000)
+    );
+    let stream = one.repeat(64);
+    let (verdicts, out) = scan_with(stream.as_bytes(), 1, limits);
+    assert_eq!(verdicts.len(), 64);
+    assert!(verdicts.iter().all(Option::is_none));
+    assert_eq!(out, stream.as_bytes());
+}
