@@ -55,18 +55,19 @@ pub struct Args {
     /// Command for the sidecar, run with `sh -c` [default: netproxy arguments from --egress-allow].
     #[arg(long, env = "LIFECYCLE_SIDECAR_CMD")]
     pub sidecar_cmd: Option<String>,
-    /// Egress rules passed to the sidecar (repeatable, or comma-separated in the env var).
+    /// Egress rules passed to the sidecar (repeatable, or space-separated in the env var; a
+    /// rule's own ports are comma-separated, `example.com:80,8080`, as netproxy reads them).
     #[arg(
         long = "egress-allow",
         env = "LIFECYCLE_EGRESS_ALLOW",
-        value_delimiter = ','
+        value_delimiter = ' '
     )]
     pub egress_allow: Vec<String>,
     /// Special-purpose ranges the sidecar may dial anyway (its --allow-cidr; repeatable).
     #[arg(
         long = "egress-allow-cidr",
         env = "LIFECYCLE_EGRESS_ALLOW_CIDR",
-        value_delimiter = ','
+        value_delimiter = ' '
     )]
     pub egress_allow_cidr: Vec<String>,
     /// Seconds to wait for the sandbox to answer HTTP (0: do not wait).
@@ -311,5 +312,35 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
     match printed {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_egress_rule_with_a_port_list_stays_one_rule() {
+        let args = Args::try_parse_from([
+            "lifecycle",
+            "--docker-host",
+            "unix:///x.sock",
+            "--prefix",
+            "deer-flow-",
+            "--mode",
+            "restricted",
+            "--state-dir",
+            "/tmp/s",
+            "--egress-allow",
+            "api.example.test:80,8080",
+            "--egress-allow",
+            "*.example.test",
+            "ls",
+        ])
+        .expect("parses");
+        assert_eq!(
+            args.egress_allow,
+            ["api.example.test:80,8080", "*.example.test"]
+        );
     }
 }
