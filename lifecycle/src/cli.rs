@@ -273,7 +273,14 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         removal_wait: Duration::from_secs(args.removal_wait),
     };
     let signalled = signals();
-    let lc = Lifecycle::new(engine, &args.state_dir, settings).with_cancel(signalled.clone());
+    let lc = Lifecycle::new(engine, &args.state_dir, settings);
+    // serve's shutdown tears down under the locks after the signal, so its lock waits must not
+    // give up at it; the one-shot commands' waits do.
+    let lc = if matches!(args.command, Command::Serve(_)) {
+        lc
+    } else {
+        lc.with_cancel(signalled.clone())
+    };
     let printed = match args.command {
         Command::Serve(serve) => return serve_main(lc, &serve, signalled).await,
         Command::Create { user, thread } => {

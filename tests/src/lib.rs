@@ -9,6 +9,7 @@ pub mod fake;
 pub mod lc;
 pub mod raw;
 pub mod recorder;
+pub mod redis_server;
 pub mod serve;
 pub mod stack;
 pub mod subject;

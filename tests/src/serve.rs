@@ -47,6 +47,16 @@ impl Served {
 
     /// `relayed`: lifecycle reaches the proxy through a `FaultRelay` (see `relay`).
     pub async fn start_with(config: ProviderConfig, relayed: bool) -> Self {
+        let own = Ownership {
+            store: Store::Memory(Memory::default()),
+            me: format!("test-{}", std::process::id()),
+            ttl: Duration::from_secs(600),
+        };
+        Self::start_owned(config, relayed, own).await
+    }
+
+    /// A provider with the given ownership store.
+    pub async fn start_owned(config: ProviderConfig, relayed: bool, own: Ownership) -> Self {
         let stack = LcStack::new(false);
         let relay = relayed.then(|| FaultRelay::start(stack.proxy.socket()));
         let engine_sock = relay
@@ -58,11 +68,6 @@ impl Served {
             stack.state.path(),
             settings(&stack.prefix, Mode::Open),
         );
-        let own = Ownership {
-            store: Store::Memory(Memory::default()),
-            me: format!("test-{}", std::process::id()),
-            ttl: Duration::from_secs(600),
-        };
         let clock = Arc::new(FakeClock::default());
         let provider = Arc::new(Provider::new(lc, own, clock.clone(), config));
         let dir = tempfile::tempdir().expect("socket dir");

@@ -272,9 +272,15 @@ impl Provider {
 
     /// Renews our claim on a sandbox we hand out again; lost means another process owns it now.
     async fn keep_owned(&self, id: &str) -> Result<(), ServeError> {
-        match self.own.renew(id).await? {
-            Renew::Renewed | Renew::Lapsed => Ok(()),
-            Renew::Lost => {
+        match self.own.renew(id).await {
+            Ok(Renew::Renewed | Renew::Lapsed) => Ok(()),
+            // A store outage: what we track we still own as far as anyone can tell, and the
+            // daemon keeps serving it (no other provider can adopt it without the store either).
+            Err(e) => {
+                tracing::warn!(sandbox_id = id, error = %e, "ownership store unavailable; serving a sandbox we already own");
+                Ok(())
+            }
+            Ok(Renew::Lost) => {
                 let owner = self.own.value(id).await.ok().flatten().unwrap_or_default();
                 self.pool().forget(id);
                 Err(ServeError::Owned {

@@ -1,0 +1,328 @@
+//! The shared ownership store on a real, private `redis-server` (issue 16): deer-flow's
+//! semantics script by script, an outage failing closed while the provider keeps serving what
+//! it owns, and two `lifecycle serve` processes sharing one Redis and one proxy, one killed with
+//! SIGKILL: the other adopts its sandboxes only once their claims lapsed and the grace passed,
+//! never while the first still renews.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use lifecycle::serve::redis_store::RedisStore;
+use lifecycle::serve::store::{Claim, Ownership, Renew, Store};
+use serde_json::{json, Value};
+use sockproxy_tests::lc::{lifecycle_base, LcStack};
+use sockproxy_tests::redis_server::{listening, RedisServer};
+use sockproxy_tests::serve::{call, config, Served};
+
+fn owner(redis: &RedisServer, me: &str, ttl: Duration) -> Ownership {
+    Ownership {
+        store: Store::Redis(
+            RedisStore::new(&redis.url(), "t-", Duration::from_secs(1)).expect("url"),
+        ),
+        me: me.into(),
+        ttl,
+    }
+}
+
+#[tokio::test]
+async fn redis_store_follows_deer_flows_ownership_rules() {
+    let Some(redis) = RedisServer::start("redis_store_follows_deer_flows_ownership_rules") else {
+        return;
+    };
+    let (a, b) = (
+        owner(&redis, "a", Duration::from_secs(60)),
+        owner(&redis, "b", Duration::from_secs(60)),
+    );
+    assert_eq!(a.claim("k").await.ok(), Some(Claim::Ours), "unowned: taken");
+    assert_eq!(a.claim("k").await.ok(), Some(Claim::Ours), "already ours");
+    assert_eq!(b.claim("k").await.ok(), Some(Claim::Owned("a".into())));
+    assert_eq!(
+        b.begin_delete("k").await.ok(),
+        Some(Claim::Owned("a".into())),
+        "no teardown of another's"
+    );
+    assert_eq!(
+        b.release("k").await.ok(),
+        Some(false),
+        "release drops only our own"
+    );
+    assert_eq!(a.value("k").await.ok(), Some(Some("own:a".into())));
+    assert_eq!(a.begin_delete("k").await.ok(), Some(Claim::Ours));
+    assert_eq!(a.value("k").await.ok(), Some(Some("del:a".into())));
+    assert_eq!(
+        b.claim("k").await.ok(),
+        Some(Claim::Deleting("a".into())),
+        "take refuses a del: key"
+    );
+    assert_eq!(
+        a.claim("k").await.ok(),
+        Some(Claim::Deleting("a".into())),
+        "even our own teardown"
+    );
+    assert_eq!(
+        a.renew("k").await.ok(),
+        Some(Renew::Renewed),
+        "a teardown keeps its del: alive"
+    );
+    assert_eq!(a.release("k").await.ok(), Some(true));
+    assert_eq!(b.claim("k").await.ok(), Some(Claim::Ours));
+    assert_eq!(a.renew("k").await.ok(), Some(Renew::Lost));
+    assert_eq!(
+        a.value("k").await.ok(),
+        Some(Some("own:b".into())),
+        "lost is never re-taken"
+    );
+}
+
+#[tokio::test]
+async fn redis_claim_that_expired_unclaimed_renews_as_lapsed() {
+    let Some(redis) = RedisServer::start("redis_claim_that_expired_unclaimed_renews_as_lapsed")
+    else {
+        return;
+    };
+    let a = owner(&redis, "a", Duration::from_millis(200));
+    assert_eq!(a.claim("k").await.ok(), Some(Claim::Ours));
+    let mut gone = false;
+    for _ in 0..500 {
+        if a.value("k").await.ok() == Some(None) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the TTL expires the claim");
+    assert_eq!(a.renew("k").await.ok(), Some(Renew::Lapsed));
+    assert_eq!(a.value("k").await.ok(), Some(Some("own:a".into())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_fails_closed_and_keeps_serving_what_is_owned() {
+    let Some(mut redis) =
+        RedisServer::start("redis_outage_fails_closed_and_keeps_serving_what_is_owned")
+    else {
+        return;
+    };
+    let own = owner(&redis, "me", Duration::from_secs(60));
+    let s = Served::start_owned(config(0, 0), false, own).await;
+    let mine = s.acquired("user-1", "mine", "run").await;
+    s.release(&mine["lease"]).await;
+    let orphan_id = lifecycle::naming::sandbox_id("user-1", "orphan").expect("id");
+    let orphan = s.stack.make(
+        &s.stack.names(&orphan_id).sandbox,
+        json!({ "deerflow.role": "sandbox", "deerflow.network_mode": "open", "deerflow.sandbox_id": orphan_id,
+            "lifecycle.scope": lifecycle::naming::scope_digest("user-1", "orphan") }),
+    );
+    let creates = || {
+        s.stack
+            .fake()
+            .request_lines()
+            .iter()
+            .filter(|l| l.contains("/containers/create"))
+            .count()
+    };
+    let created_before = creates();
+    redis.kill();
+    let again = s.acquired("user-1", "mine", "run").await;
+    assert_eq!(
+        (again["source"].clone(), again["generation"].clone()),
+        (json!("warm"), mine["generation"].clone())
+    );
+    let (status, v) = s.acquire("user-1", "new", "run").await;
+    assert_eq!(status, 503, "no claim, no create: {v}");
+    assert_eq!(creates(), created_before);
+    let (status, v) = s.destroy(&json!(orphan_id)).await;
+    assert_eq!(status, 503, "no destroy without a del: claim: {v}");
+    assert!(s.running(&json!(orphan)));
+    for _ in 0..3 {
+        lifecycle::serve::background::reconcile(&s.provider).await;
+    }
+    assert_eq!(
+        s.listed(&json!(orphan_id)).await,
+        Value::Null,
+        "nothing adopted in an outage"
+    );
+    s.provider.heartbeat().await;
+    assert_eq!(
+        s.listed(&mine["sandbox_id"]).await["state"],
+        "active",
+        "still served"
+    );
+}
+
+struct ServeProcess {
+    child: Option<Child>,
+    sock: PathBuf,
+}
+
+impl ServeProcess {
+    fn start(stack: &LcStack, redis: &RedisServer, dir: &Path, me: &str) -> Self {
+        let sock = dir.join(format!("{me}.sock"));
+        let mut child = lifecycle_base(
+            env!("CARGO_BIN_EXE_lifecycle-cli"),
+            stack.proxy.socket(),
+            &stack.prefix,
+            "open",
+            stack.state.path(),
+        )
+        .args([
+            "--ready-timeout",
+            "0",
+            "--sandbox-cmd",
+            "sleep 600",
+            "serve",
+            "--listen",
+        ])
+        .arg(&sock)
+        .args(["--ownership", &redis.url(), "--owner-id", me])
+        .args([
+            "--ownership-ttl",
+            "1",
+            "--adopt-grace",
+            "1",
+            "--tick",
+            "0.2",
+            "--idle-timeout",
+            "0",
+        ])
+        .env("LIFECYCLE_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start lifecycle serve");
+        for _ in 0..1000 {
+            if listening(&sock) {
+                return Self {
+                    child: Some(child),
+                    sock,
+                };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("lifecycle serve {me} did not listen");
+    }
+
+    async fn ids(&self) -> Vec<(String, String)> {
+        let (status, v) = call(&self.sock, "GET", "/v1/sandboxes", None).await;
+        assert_eq!(status, 200, "{v}");
+        v["sandboxes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        (
+                            e["sandbox_id"].as_str().unwrap_or("").to_owned(),
+                            e["owner"].as_str().unwrap_or("").to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace() {
+    let Some(redis) = RedisServer::start(
+        "second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace",
+    ) else {
+        return;
+    };
+    let stack = LcStack::new(false);
+    let dir = tempfile::tempdir().expect("dir");
+    let mut a = ServeProcess::start(&stack, &redis, dir.path(), "A");
+    let mut b = ServeProcess::start(&stack, &redis, dir.path(), "B");
+    let acquire = |sock: PathBuf, thread: &'static str| async move {
+        call(
+            &sock,
+            "POST",
+            "/v1/acquire",
+            Some(json!({"user_id": "user-1", "thread_id": thread, "holder": "run"})),
+        )
+        .await
+    };
+    let (status, warm) = acquire(a.sock.clone(), "t1").await;
+    assert_eq!(status, 200, "{warm}");
+    call(
+        &a.sock,
+        "POST",
+        &format!(
+            "/v1/leases/{}/release",
+            warm["lease"].as_str().unwrap_or("")
+        ),
+        None,
+    )
+    .await;
+    let (status, held) = acquire(a.sock.clone(), "t2").await;
+    assert_eq!(status, 200, "{held}");
+    // While A renews, B neither adopts nor hands out A's sandboxes, for three TTL + grace spans.
+    let watch_until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < watch_until {
+        assert!(b.ids().await.is_empty(), "B adopted while A still renews");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, v) = acquire(b.sock.clone(), "t1").await;
+    assert_eq!(status, 409, "A's sandbox is not B's to hand out: {v}");
+    let mut a_child = a.child.take().expect("A runs");
+    a_child.kill().expect("kill -9 A");
+    let _ = a_child.wait();
+    let killed = Instant::now();
+    let mut adopted = Vec::new();
+    for _ in 0..300 {
+        adopted = b.ids().await;
+        if adopted.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = killed.elapsed();
+    assert_eq!(adopted.len(), 2, "B adopts both after A died: {adopted:?}");
+    assert!(adopted.iter().all(|(_, o)| o == "B"), "{adopted:?}");
+    // A's claim outlives it by the rest of its TTL (1 s after its last renewal, which came
+    // some ticks before the kill), then the sandboxes must be seen unowned for the grace (1 s):
+    // the grace alone is a bound no scheduling can undercut.
+    assert!(
+        took >= Duration::from_secs(1),
+        "adopted after {took:?}, before the grace"
+    );
+    let (status, again) = acquire(b.sock.clone(), "t1").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        (again["source"].clone(), again["generation"].clone()),
+        (json!("warm"), warm["generation"].clone())
+    );
+    let b_child = b.child.take().expect("B runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(b_child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM B");
+    let out = b_child.wait_with_output().expect("B exits");
+    assert!(out.status.success(), "{out:?}");
+    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        lines
+            .lines()
+            .filter(|l| l.contains("\"destroyed\""))
+            .count(),
+        2,
+        "{lines}"
+    );
+    for g in [&warm["generation"], &held["generation"]] {
+        assert!(
+            !stack.exists(&format!("/containers/{}/json", g.as_str().unwrap_or(""))),
+            "{lines}"
+        );
+    }
+}
