@@ -11,6 +11,7 @@ pub mod raw;
 pub mod recorder;
 pub mod redis_server;
 pub mod serve;
+pub mod serve_process;
 pub mod stack;
 pub mod subject;
 

@@ -5,15 +5,15 @@
 //! never while the first still renews.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use lifecycle::serve::redis_store::RedisStore;
 use lifecycle::serve::store::{Claim, Ownership, Renew, Store};
 use serde_json::{json, Value};
-use sockproxy_tests::lc::{lifecycle_base, LcStack};
-use sockproxy_tests::redis_server::{listening, RedisServer};
+use sockproxy_tests::lc::LcStack;
+use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::serve::{call, config, Served};
+use sockproxy_tests::serve_process::ServeProcess;
 
 fn owner(redis: &RedisServer, me: &str, ttl: Duration) -> Ownership {
     Ownership {
@@ -150,32 +150,19 @@ async fn redis_outage_fails_closed_and_keeps_serving_what_is_owned() {
     );
 }
 
-struct ServeProcess {
-    child: Option<Child>,
-    sock: PathBuf,
-}
-
-impl ServeProcess {
-    fn start(stack: &LcStack, redis: &RedisServer, dir: &Path, me: &str) -> Self {
-        let sock = dir.join(format!("{me}.sock"));
-        let mut child = lifecycle_base(
-            env!("CARGO_BIN_EXE_lifecycle-cli"),
-            stack.proxy.socket(),
-            &stack.prefix,
-            "open",
-            stack.state.path(),
-        )
-        .args([
-            "--ready-timeout",
-            "0",
-            "--sandbox-cmd",
-            "sleep 600",
-            "serve",
-            "--listen",
-        ])
-        .arg(&sock)
-        .args(["--ownership", &redis.url(), "--owner-id", me])
-        .args([
+fn serve_process(stack: &LcStack, redis: &RedisServer, dir: &Path, me: &str) -> ServeProcess {
+    ServeProcess::start(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        stack.proxy.socket(),
+        &stack.prefix,
+        stack.state.path(),
+        dir.join(format!("{me}.sock")),
+        &["--ready-timeout", "0", "--sandbox-cmd", "sleep 600"],
+        &[
+            "--ownership",
+            &redis.url(),
+            "--owner-id",
+            me,
             "--ownership-ttl",
             "1",
             "--adopt-grace",
@@ -184,52 +171,8 @@ impl ServeProcess {
             "0.2",
             "--idle-timeout",
             "0",
-        ])
-        .env("LIFECYCLE_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start lifecycle serve");
-        for _ in 0..1000 {
-            if listening(&sock) {
-                return Self {
-                    child: Some(child),
-                    sock,
-                };
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("lifecycle serve {me} did not listen");
-    }
-
-    async fn ids(&self) -> Vec<(String, String)> {
-        let (status, v) = call(&self.sock, "GET", "/v1/sandboxes", None).await;
-        assert_eq!(status, 200, "{v}");
-        v["sandboxes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|e| {
-                        (
-                            e["sandbox_id"].as_str().unwrap_or("").to_owned(),
-                            e["owner"].as_str().unwrap_or("").to_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+        ],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,8 +184,8 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
     };
     let stack = LcStack::new(false);
     let dir = tempfile::tempdir().expect("dir");
-    let mut a = ServeProcess::start(&stack, &redis, dir.path(), "A");
-    let mut b = ServeProcess::start(&stack, &redis, dir.path(), "B");
+    let mut a = serve_process(&stack, &redis, dir.path(), "A");
+    let mut b = serve_process(&stack, &redis, dir.path(), "B");
     let acquire = |sock: PathBuf, thread: &'static str| async move {
         call(
             &sock,
@@ -274,9 +217,7 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
     }
     let (status, v) = acquire(b.sock.clone(), "t1").await;
     assert_eq!(status, 409, "A's sandbox is not B's to hand out: {v}");
-    let mut a_child = a.child.take().expect("A runs");
-    a_child.kill().expect("kill -9 A");
-    let _ = a_child.wait();
+    a.kill9();
     let killed = Instant::now();
     let mut adopted = Vec::new();
     for _ in 0..300 {
@@ -302,13 +243,7 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
         (again["source"].clone(), again["generation"].clone()),
         (json!("warm"), warm["generation"].clone())
     );
-    let b_child = b.child.take().expect("B runs");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(b_child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM B");
-    let out = b_child.wait_with_output().expect("B exits");
+    let out = b.terminate();
     assert!(out.status.success(), "{out:?}");
     let lines = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
