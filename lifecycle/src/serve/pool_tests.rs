@@ -200,3 +200,24 @@ fn forget_drops_the_entry_and_its_leases() {
     assert_eq!(p.lease_sandbox("l"), None);
     assert_eq!(p.sizes(), (0, 0, 0));
 }
+
+#[test]
+fn forced_collision_never_overwrites_the_warm_tenant() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    p.commit_acquire("deadbeefdeadbeef", "user-a", "c-a", "http://a", "l", "h", S);
+    p.release("l", S);
+    p.warm("deadbeefdeadbeef", S);
+    let before = p.get("deadbeefdeadbeef").cloned();
+    assert_eq!(
+        p.plan_acquire("deadbeefdeadbeef", "user-b"),
+        AcquirePlan::Collision
+    );
+    assert_eq!(p.get("deadbeefdeadbeef").cloned(), before, "untouched");
+    assert_eq!(
+        p.plan_acquire("deadbeefdeadbeef", "user-a"),
+        AcquirePlan::Reuse {
+            source: Source::Warm,
+            container_id: "c-a".into()
+        }
+    );
+}
