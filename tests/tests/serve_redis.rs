@@ -261,3 +261,55 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
         );
     }
 }
+
+/// Not a check of speed: prints acquire throughput of two providers sharing one Redis and one
+/// proxy (fake engine), cold creates and then warm reclaims, for the benchmark table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_providers_sharing_redis_print_acquire_throughput() {
+    let Some(redis) = RedisServer::start("two_providers_sharing_redis_print_acquire_throughput")
+    else {
+        return;
+    };
+    const PER_PROCESS: usize = 20;
+    let stack = LcStack::new(false);
+    let dir = tempfile::tempdir().expect("dir");
+    let a = serve_process(&stack, &redis, dir.path(), "A");
+    let b = serve_process(&stack, &redis, dir.path(), "B");
+    let mut table = Vec::new();
+    for round in ["created", "warm"] {
+        let started = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for (p, name) in [(&a, "a"), (&b, "b")] {
+            for i in 0..PER_PROCESS {
+                let sock = p.sock.clone();
+                let thread = format!("{name}-{i}");
+                set.spawn(async move {
+                    let body = json!({"user_id": "user-1", "thread_id": thread, "holder": "bench"});
+                    let (status, v) = call(&sock, "POST", "/v1/acquire", Some(body)).await;
+                    assert_eq!(status, 200, "{v}");
+                    let lease = v["lease"].as_str().unwrap_or_default().to_owned();
+                    call(&sock, "POST", &format!("/v1/leases/{lease}/release"), None).await;
+                    v["source"].as_str().unwrap_or_default().to_owned()
+                });
+            }
+        }
+        let mut sources = Vec::new();
+        while let Some(r) = set.join_next().await {
+            sources.push(r.expect("task"));
+        }
+        let took = started.elapsed();
+        assert!(sources.iter().all(|s| s == round), "{round}: {sources:?}");
+        table.push((round, 2 * PER_PROCESS, took));
+    }
+    println!(
+        "\nacquire+release throughput, 2 lifecycle serve processes sharing Redis (fake engine)"
+    );
+    println!("| source | acquires | time | acquires/s |");
+    println!("|---|---|---|---|");
+    for (round, n, took) in table {
+        println!(
+            "| {round} | {n} | {took:?} | {:.0} |",
+            n as f64 / took.as_secs_f64().max(1e-9)
+        );
+    }
+}
