@@ -217,6 +217,17 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
     }
     let (status, v) = acquire(b.sock.clone(), "t1").await;
     assert_eq!(status, 409, "A's sandbox is not B's to hand out: {v}");
+    let held_id = held["sandbox_id"].as_str().unwrap_or_default();
+    let (status, v) = call(
+        &b.sock,
+        "POST",
+        &format!("/v1/sandboxes/{held_id}/destroy"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "B never destroys A's sandbox: {v}");
+    let held_cid = held["generation"].as_str().unwrap_or_default();
+    assert!(stack.exists(&format!("/containers/{held_cid}/json")));
     a.kill9();
     let killed = Instant::now();
     let mut adopted = Vec::new();

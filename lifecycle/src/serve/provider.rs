@@ -192,12 +192,12 @@ impl Provider {
                     return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
                 }
                 tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
-                if source == Source::Warm {
-                    self.pool().begin_destroy(&id);
-                }
-                self.destroy_engine(&id).await?;
-                if source == Source::Warm {
-                    self.pool().forget(&id);
+                if source == Source::Warm && self.pool().begin_destroy(&id) {
+                    // Fenced: a failed destroy stays tracked for a retry, never handed out.
+                    self.destroy_fenced(&id).await?;
+                } else {
+                    // Held: the holders keep the entry; the replacement takes its place.
+                    self.destroy_engine(&id).await?;
                 }
                 Vec::new()
             }
