@@ -324,3 +324,46 @@ async fn two_providers_sharing_redis_print_acquire_throughput() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_claim_is_forgotten_never_retaken_and_nothing_destroyed() {
+    let Some(redis) =
+        RedisServer::start("a_lost_claim_is_forgotten_never_retaken_and_nothing_destroyed")
+    else {
+        return;
+    };
+    let s = Served::start_owned(
+        config(0, 0),
+        false,
+        owner(&redis, "me", Duration::from_millis(300)),
+    )
+    .await;
+    let a = s.acquired("user-1", "lost", "run").await;
+    s.release(&a["lease"]).await;
+    let id = a["sandbox_id"].as_str().unwrap_or_default().to_owned();
+    // No heartbeat runs in this test: the claim lapses, and another provider takes it.
+    let other = owner(&redis, "other", Duration::from_secs(60));
+    let mut taken = false;
+    for _ in 0..500 {
+        if other.claim(&id).await.ok() == Some(Claim::Ours) {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(taken, "the lapsed claim is free for another provider");
+    s.provider.heartbeat().await;
+    assert_eq!(
+        s.listed(&a["sandbox_id"]).await,
+        Value::Null,
+        "lost: forgotten"
+    );
+    assert_eq!(
+        other.value(&id).await.ok(),
+        Some(Some("own:other".into())),
+        "never re-taken"
+    );
+    assert!(s.running(&a["generation"]), "and not destroyed");
+    let (status, v) = s.acquire("user-1", "lost", "run").await;
+    assert_eq!(status, 409, "now the other provider's: {v}");
+}

@@ -19,7 +19,14 @@ async fn sigterm_with_keep_warm_stops_accepting_and_leaves_sandboxes_running() {
         stack.state.path(),
         dir.path().join("serve.sock"),
         &["--ready-timeout", "0", "--sandbox-cmd", "sleep 600"],
-        &["--on-shutdown", "keep-warm"],
+        &["--on-shutdown", "keep-warm", "--socket-mode", "0600"],
+    );
+    let mode = std::fs::metadata(&serve.sock)
+        .expect("socket")
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
     );
     let (status, held) = serve.acquire("user-1", "held").await;
     assert_eq!(status, 200, "{held}");

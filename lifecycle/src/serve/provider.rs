@@ -423,6 +423,12 @@ impl Provider {
     /// never destroyed). A store error changes nothing: what we own we keep serving.
     pub async fn heartbeat(&self) {
         let ids: Vec<String> = self.pool().entries().map(|(id, _)| id.clone()).collect();
+        // Per-ID mutexes of sandboxes no longer tracked and not in use go (else one per ID ever).
+        {
+            let pool = self.pool();
+            let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
+            serial.retain(|id, m| pool.get(id).is_some() || Arc::strong_count(m) > 1);
+        }
         for id in ids {
             match self.own.renew(&id).await {
                 Ok(r) => {
