@@ -86,3 +86,28 @@ async fn shutdown_reports_a_failed_teardown_and_keeps_it() {
         "quarantined"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_an_acquire_under_way_finish_and_tears_down_what_it_made() {
+    let s = Served::start_with(config(0, 0), true).await;
+    let gate = s
+        .relay
+        .as_ref()
+        .expect("relayed")
+        .hold_once("POST", "/start");
+    let sock = s.socket();
+    let client = tokio::spawn(async move {
+        let body = serde_json::json!({"user_id": "user-1", "thread_id": "late", "holder": "run"});
+        sockproxy_tests::serve::call(&sock, "POST", "/v1/acquire", Some(body)).await
+    });
+    gate.arrived().await;
+    let provider = s.provider.clone();
+    let shutdown = tokio::spawn(async move { background::shutdown(&provider, false).await });
+    gate.release();
+    let (status, acquired) = client.await.expect("client");
+    assert_eq!(status, 200, "the acquire under way completed: {acquired}");
+    let lines = shutdown.await.expect("shutdown");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].result, "destroyed");
+    assert!(!s.exists(&acquired["generation"]), "nothing left running");
+}

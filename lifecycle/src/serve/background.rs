@@ -113,6 +113,9 @@ pub struct ShutdownLine {
 /// Releases every lease; then destroys each tracked sandbox, or (`keep_warm`) leaves it
 /// running and drops our claim so another provider may adopt it after its grace period.
 pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
+    // Acquires under way finish first (their engine steps are never cut off), so what they
+    // made is tracked and torn down here too.
+    let _quiet = p.inflight.write().await;
     let leases = p.pool().all_leases();
     for lease in leases {
         let now = p.now();
@@ -136,11 +139,9 @@ pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
                 Err(e) => format!("kept; claim not released: {e}"),
             }
         } else {
-            {
-                let mut pool = p.pool();
-                pool.warm(&id, p.now());
-                pool.begin_destroy(&id);
-            }
+            let serial = p.serial(&id);
+            let _serial = serial.lock().await;
+            p.pool().begin_destroy(&id);
             match p.destroy_fenced_pub(&id).await {
                 Ok(()) => "destroyed".to_owned(),
                 Err(e) => format!("failed: {e}"),

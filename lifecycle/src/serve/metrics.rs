@@ -74,7 +74,7 @@ impl Metrics {
         }
         let label_name = |name: &str| match name {
             "lifecycle_destroys_total" => "result",
-            "lifecycle_failures_total" => "step",
+            "lifecycle_failures_total" => "kind",
             "lifecycle_lease_renewals_total" => "result",
             _ => "kind",
         };

@@ -240,7 +240,8 @@ impl Pool {
     /// The released sandbox passed its health check: keep it warm from `now`.
     pub fn warm(&mut self, id: &str, now: Duration) {
         if let Some(e) = self.entries.get_mut(id) {
-            if e.holders.is_empty() {
+            // A destroy under way (shutdown, say) is never undone by a late release.
+            if e.holders.is_empty() && e.state != State::Destroying {
                 e.state = State::Warm { since: now };
             }
         }

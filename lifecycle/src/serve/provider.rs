@@ -83,6 +83,8 @@ pub struct Provider {
     seq: AtomicU64,
     /// Sandboxes seen unowned by reconciliation, since (monotonic).
     unowned_since: Mutex<HashMap<String, Duration>>,
+    /// Held for reading by each acquire; shutdown takes it for writing to let them finish.
+    pub(crate) inflight: tokio::sync::RwLock<()>,
 }
 
 impl Provider {
@@ -102,6 +104,7 @@ impl Provider {
             serial: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
             unowned_since: Mutex::new(HashMap::new()),
+            inflight: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -114,7 +117,7 @@ impl Provider {
         self.clock.monotonic()
     }
 
-    fn serial(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn serial(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.serial.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(id.to_owned()).or_default().clone()
     }
@@ -150,6 +153,8 @@ impl Provider {
         thread: &str,
         holder: &str,
     ) -> Result<Acquired, ServeError> {
+        // Shutdown waits for every acquire under way (it takes this lock for writing).
+        let _inflight = self.inflight.read().await;
         let started = Instant::now();
         let result = self.acquire_inner(user, thread, holder).await;
         match &result {
