@@ -367,3 +367,52 @@ async fn a_lost_claim_is_forgotten_never_retaken_and_nothing_destroyed() {
     let (status, v) = s.acquire("user-1", "lost", "run").await;
     assert_eq!(status, 409, "now the other provider's: {v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_before_create_and_torn_down_under_a_del_claim() {
+    let Some(redis) = RedisServer::start("claimed_before_create_and_torn_down_under_a_del_claim")
+    else {
+        return;
+    };
+    let s = Served::start_owned(
+        config(0, 0),
+        true,
+        owner(&redis, "me", Duration::from_secs(60)),
+    )
+    .await;
+    let relay = s.relay.as_ref().expect("relayed");
+    let peer = owner(&redis, "peer", Duration::from_secs(60));
+    let id = lifecycle::naming::sandbox_id("user-1", "fenced").expect("id");
+    let gate = relay.hold_once("POST", "/start");
+    let sock = s.socket();
+    let acquire = tokio::spawn(async move {
+        let body = json!({"user_id": "user-1", "thread_id": "fenced", "holder": "run"});
+        call(&sock, "POST", "/v1/acquire", Some(body)).await
+    });
+    gate.arrived().await;
+    // The container exists but is not started yet: already ours, so no peer adopts it.
+    assert_eq!(peer.value(&id).await.ok(), Some(Some("own:me".into())));
+    assert_eq!(peer.claim(&id).await.ok(), Some(Claim::Owned("me".into())));
+    gate.release();
+    let (status, a) = acquire.await.expect("acquire");
+    assert_eq!(status, 200, "{a}");
+    s.release(&a["lease"]).await;
+    let gate = relay.hold_once("POST", "/stop");
+    let sock = s.socket();
+    let destroy_path = format!("/v1/sandboxes/{id}/destroy");
+    let destroy = tokio::spawn(async move { call(&sock, "POST", &destroy_path, None).await });
+    gate.arrived().await;
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("del:me".into())),
+        "teardown under del:"
+    );
+    assert_eq!(
+        peer.claim(&id).await.ok(),
+        Some(Claim::Deleting("me".into()))
+    );
+    gate.release();
+    let (status, v) = destroy.await.expect("destroy");
+    assert_eq!((status, v["result"].clone()), (200, json!("destroyed")));
+    assert_eq!(peer.value(&id).await.ok(), Some(None), "released once gone");
+}
