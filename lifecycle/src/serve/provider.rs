@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::clock::Clock;
+pub use super::error::ServeError;
+use super::error::{self, failure_kind, renew_word};
 use super::metrics::Metrics;
 use super::pool::{AcquirePlan, DestroyPlan, Pool, Release, Source};
-use super::store::{Claim, Ownership, Renew, StoreError};
+use super::store::{Claim, Ownership, Renew};
 use crate::decide::{self, Discovery};
-use crate::naming::{self, IdError};
+use crate::naming;
 use crate::ops::{Lifecycle, OpError};
 
 #[derive(Debug, Clone)]
@@ -26,39 +28,6 @@ pub struct ProviderConfig {
     pub max_replicas: usize,
     /// How unowned a sandbox must stay before reconciliation adopts it (shared store only).
     pub adopt_grace: Duration,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("{0}")]
-    Invalid(#[from] IdError),
-    #[error("sandbox {id} belongs to another (user, thread); refused")]
-    Collision { id: String },
-    #[error("sandbox {id} is being destroyed; try again")]
-    Busy { id: String },
-    #[error("sandbox {id} is owned by {owner} (another provider)")]
-    Owned { id: String, owner: String },
-    #[error("no such lease {0}")]
-    UnknownLease(String),
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    #[error("{0}")]
-    Op(#[from] OpError),
-}
-
-impl ServeError {
-    pub fn status(&self) -> u16 {
-        match self {
-            ServeError::Invalid(_) => 400,
-            ServeError::UnknownLease(_) => 404,
-            ServeError::Collision { .. } | ServeError::Busy { .. } | ServeError::Owned { .. } => {
-                409
-            }
-            ServeError::Store(_) => 503,
-            ServeError::Op(OpError::NoSuchSandbox(_)) => 404,
-            ServeError::Op(_) => 502,
-        }
-    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -142,9 +111,15 @@ impl Provider {
         };
         let ok = c.id == container_id
             && decide::discovery(c.running, c.health.as_deref()) == Discovery::Reuse
-            && c.labels.get(naming::LABEL_SCOPE).map(String::as_str) == Some(scope)
+            && error::labels_name(&c.labels, id, scope)
             && !self.lc.ledger.fences(id, &c.id).map_err(OpError::from)?;
         Ok(ok)
+    }
+
+    /// The container under the name is `container_id` and its labels name `id` and `scope`.
+    async fn identity_ok(&self, id: &str, scope: &str, container_id: &str) -> bool {
+        matches!(self.lc.inspect_sandbox(id).await, Ok(Some(c))
+            if c.id == container_id && error::labels_name(&c.labels, id, scope))
     }
 
     pub async fn acquire(
@@ -229,6 +204,13 @@ impl Provider {
         };
         if created.scope.as_deref() != Some(scope.as_str()) {
             tracing::warn!(sandbox_id = %id, found = ?created.scope, "identity mismatch: the container under this ID is another (user, thread)'s; refused");
+            let _ = self.own.release(&id).await;
+            return Err(ServeError::Collision { id });
+        }
+        // A discovered container must carry this (user, thread)'s labels; else it is refused
+        // and left alone.
+        if created.discovered && !self.identity_ok(&id, &scope, &created.container_id).await {
+            tracing::warn!(sandbox_id = %id, container_id = %created.container_id, "discovered sandbox's labels name another (user, thread); refused");
             let _ = self.own.release(&id).await;
             return Err(ServeError::Collision { id });
         }
@@ -468,25 +450,5 @@ impl Provider {
             pool.release(&lease, self.now());
             pool.warm(id, self.now());
         }
-    }
-}
-
-fn renew_word(r: Renew) -> &'static str {
-    match r {
-        Renew::Renewed => "renewed",
-        Renew::Lapsed => "lapsed",
-        Renew::Lost => "lost",
-    }
-}
-
-fn failure_kind(e: &ServeError) -> &'static str {
-    match e {
-        ServeError::Invalid(_) => "invalid",
-        ServeError::Collision { .. } => "collision",
-        ServeError::Busy { .. } => "busy",
-        ServeError::Owned { .. } => "owned",
-        ServeError::UnknownLease(_) => "lease",
-        ServeError::Store(_) => "store",
-        ServeError::Op(_) => "engine",
     }
 }
