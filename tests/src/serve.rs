@@ -55,9 +55,23 @@ impl Served {
         Self::start_owned(config, relayed, own).await
     }
 
-    /// A provider with the given ownership store.
+    /// A provider with the given ownership store (open mode).
     pub async fn start_owned(config: ProviderConfig, relayed: bool, own: Ownership) -> Self {
-        let stack = LcStack::new(false);
+        Self::start_full(config, relayed, own, Mode::Open).await
+    }
+
+    /// A restricted-mode provider behind a `--restricted` proxy.
+    pub async fn start_restricted(config: ProviderConfig) -> Self {
+        let own = Ownership {
+            store: Store::Memory(Memory::default()),
+            me: format!("test-{}", std::process::id()),
+            ttl: Duration::from_secs(600),
+        };
+        Self::start_full(config, false, own, Mode::Restricted).await
+    }
+
+    async fn start_full(config: ProviderConfig, relayed: bool, own: Ownership, mode: Mode) -> Self {
+        let stack = LcStack::new(mode == Mode::Restricted);
         let relay = relayed.then(|| FaultRelay::start(stack.proxy.socket()));
         let engine_sock = relay
             .as_ref()
@@ -66,7 +80,7 @@ impl Served {
         let lc = Lifecycle::new(
             Client::new(&format!("unix://{}", engine_sock.display())).expect("address"),
             stack.state.path(),
-            settings(&stack.prefix, Mode::Open),
+            settings(&stack.prefix, mode),
         );
         let clock = Arc::new(FakeClock::default());
         let provider = Arc::new(Provider::new(lc, own, clock.clone(), config));

@@ -308,3 +308,30 @@ async fn health_metrics_and_errors() {
     );
     assert_eq!(s.call("GET", "/v2/what", None).await.0, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restricted_mode_sandbox_is_warmed_reclaimed_and_destroyed_with_its_sidecar() {
+    let s = Served::start_restricted(config(0, 0)).await;
+    let a = s.acquired("user-1", "restricted", "run").await;
+    let id = a["sandbox_id"].as_str().unwrap_or_default().to_owned();
+    let names = s.stack.names(&id);
+    assert!(s
+        .stack
+        .exists(&format!("/containers/{}/json", names.sidecar)));
+    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
+    let again = s.acquired("user-1", "restricted", "run").await;
+    assert_eq!(again["source"], "warm");
+    assert_eq!(again["url"], a["url"]);
+    s.release(&again["lease"]).await;
+    assert_eq!(s.destroy(&a["sandbox_id"]).await.1["result"], "destroyed");
+    assert!(!s.exists(&a["generation"]));
+    assert!(
+        !s.stack
+            .exists(&format!("/containers/{}/json", names.sidecar)),
+        "sidecar gone"
+    );
+    assert!(
+        !s.stack.exists(&format!("/networks/{}", names.network)),
+        "network gone"
+    );
+}

@@ -416,3 +416,37 @@ async fn claimed_before_create_and_torn_down_under_a_del_claim() {
     assert_eq!((status, v["result"].clone()), (200, json!("destroyed")));
     assert_eq!(peer.value(&id).await.ok(), Some(None), "released once gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_never_answers_fails_closed_within_the_store_timeout() {
+    // Not a real Redis: a socket that accepts connections and never says anything.
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("silent.sock");
+    let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((c, _)) = listener.accept().await {
+            open.push(c);
+        }
+    });
+    let url = format!("unix://{}", sock.display());
+    let silent = Ownership {
+        store: Store::Redis(RedisStore::new(&url, "t-", Duration::from_millis(200)).expect("url")),
+        me: "me".into(),
+        ttl: Duration::from_secs(60),
+    };
+    let claim = silent.claim("k").await;
+    assert!(
+        matches!(
+            claim,
+            Err(lifecycle::serve::store::StoreError::Unavailable(_))
+        ),
+        "{claim:?}"
+    );
+    assert!(
+        silent.begin_delete("k").await.is_err(),
+        "no teardown claim either"
+    );
+    assert!(silent.renew("k").await.is_err());
+    held.abort();
+}
