@@ -315,9 +315,13 @@ async fn restricted_mode_sandbox_is_warmed_reclaimed_and_destroyed_with_its_side
     let a = s.acquired("user-1", "restricted", "run").await;
     let id = a["sandbox_id"].as_str().unwrap_or_default().to_owned();
     let names = s.stack.names(&id);
-    assert!(s
-        .stack
-        .exists(&format!("/containers/{}/json", names.sidecar)));
+    for made in [
+        format!("/containers/{}/json", names.sidecar),
+        format!("/networks/{}", names.network),
+        format!("/networks/{}", names.egress),
+    ] {
+        assert!(s.stack.exists(&made), "{made}");
+    }
     assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
     let again = s.acquired("user-1", "restricted", "run").await;
     assert_eq!(again["source"], "warm");
