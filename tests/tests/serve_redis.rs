@@ -164,7 +164,7 @@ fn serve_process(stack: &LcStack, redis: &RedisServer, dir: &Path, me: &str) -> 
             "--owner-id",
             me,
             "--ownership-ttl",
-            "1",
+            "2",
             "--adopt-grace",
             "1",
             "--tick",
@@ -209,7 +209,7 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
     .await;
     let (status, held) = acquire(a.sock.clone(), "t2").await;
     assert_eq!(status, 200, "{held}");
-    // While A renews, B neither adopts nor hands out A's sandboxes, for three TTL + grace spans.
+    // While A renews, B neither adopts nor hands out A's sandboxes, for two TTL + grace spans.
     let watch_until = Instant::now() + Duration::from_secs(6);
     while Instant::now() < watch_until {
         assert!(b.ids().await.is_empty(), "B adopted while A still renews");
@@ -241,7 +241,7 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
     let took = killed.elapsed();
     assert_eq!(adopted.len(), 2, "B adopts both after A died: {adopted:?}");
     assert!(adopted.iter().all(|(_, o)| o == "B"), "{adopted:?}");
-    // A's claim outlives it by the rest of its TTL (1 s after its last renewal, which came
+    // A's claim outlives it by the rest of its TTL (2 s after its last renewal, which came
     // some ticks before the kill), then the sandboxes must be seen unowned for the grace (1 s):
     // the grace alone is a bound no scheduling can undercut.
     assert!(
