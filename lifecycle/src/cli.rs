@@ -114,6 +114,8 @@ pub enum Command {
     Quarantine(QuarantineCommand),
     /// Absent teardown for every record whose container is confirmed absent.
     Retire,
+    /// Serve the provider's HTTP/JSON API (acquire, release, destroy, list) on a Unix socket.
+    Serve(crate::serve::cmd::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -229,6 +231,24 @@ fn signals() -> tokio::sync::watch::Receiver<bool> {
     rx
 }
 
+async fn serve_main(
+    lc: Lifecycle,
+    serve: &crate::serve::cmd::ServeArgs,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> ExitCode {
+    use crate::serve::cmd;
+    let setup = cmd::provider(lc, serve).and_then(|p| Ok((p, cmd::bind(serve)?)));
+    let (provider, listener) = match setup {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("lifecycle serve: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let all_done = cmd::run(std::sync::Arc::new(provider), listener, serve, stop).await;
+    ExitCode::from(if all_done { 0 } else { DEFERRED })
+}
+
 async fn run(args: Args, prefix: Prefix) -> ExitCode {
     let engine = match Engine::new(&args.docker_host) {
         Ok(e) => e,
@@ -253,8 +273,17 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         lock_timeout: Duration::from_secs(args.lock_timeout),
         removal_wait: Duration::from_secs(args.removal_wait),
     };
-    let lc = Lifecycle::new(engine, &args.state_dir, settings).with_cancel(signals());
+    let signalled = signals();
+    let lc = Lifecycle::new(engine, &args.state_dir, settings);
+    // serve's shutdown tears down under the locks after the signal, so its lock waits must not
+    // give up at it; the one-shot commands' waits do.
+    let lc = if matches!(args.command, Command::Serve(_)) {
+        lc
+    } else {
+        lc.with_cancel(signalled.clone())
+    };
     let printed = match args.command {
+        Command::Serve(serve) => return serve_main(lc, &serve, signalled).await,
         Command::Create { user, thread } => {
             lc.create(&user, &thread).await.map(|c| print(&json!(c)))
         }

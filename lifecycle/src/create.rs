@@ -25,11 +25,14 @@ struct Made {
     sandbox: Option<String>,
     /// Whether restricted objects (networks, sidecar) may exist.
     restricted: bool,
+    /// The (user, thread) digest written as the sandbox's scope label.
+    scope: String,
 }
 
 impl Lifecycle {
     pub async fn create(&self, user: &str, thread: &str) -> Result<Created, OpError> {
         let id = naming::sandbox_id(user, thread)?;
+        let scope = naming::scope_digest(user, thread);
         if self.settings.image.is_none() {
             return Err(OpError::Usage("create needs --image".into()));
         }
@@ -43,12 +46,12 @@ impl Lifecycle {
         let _lock = self.locks.acquire(&id).await?;
         if self.ledger.is_quarantined(&id)? {
             if let Some(c) = self.retire_before_create(&id).await? {
-                return self.discover_or_replace(&id, c).await;
+                return self.discover_or_replace(&id, &scope, c).await;
             }
         }
-        match self.create_fresh(&id).await {
+        match self.create_fresh(&id, &scope).await {
             Err(e) if is_conflict(&e) => match self.inspect_sandbox(&id).await? {
-                Some(c) => self.discover_or_replace(&id, c).await,
+                Some(c) => self.discover_or_replace(&id, &scope, c).await,
                 // The conflicting object is not the sandbox (a leftover sidecar, say).
                 None => Err(e),
             },
@@ -61,6 +64,7 @@ impl Lifecycle {
     async fn discover_or_replace(
         &self,
         id: &str,
+        scope: &str,
         c: crate::engine::Container,
     ) -> Result<Created, OpError> {
         match decide::discovery(c.running, c.health.as_deref()) {
@@ -70,13 +74,16 @@ impl Lifecycle {
                 self.destroy_present(id, &c)
                     .await
                     .map_err(|e| crate::teardown::unfinished(id, e))?;
-                self.create_fresh(id).await
+                self.create_fresh(id, scope).await
             }
         }
     }
 
-    async fn create_fresh(&self, id: &str) -> Result<Created, OpError> {
-        let mut made = Made::default();
+    async fn create_fresh(&self, id: &str, scope: &str) -> Result<Created, OpError> {
+        let mut made = Made {
+            scope: scope.to_owned(),
+            ..Made::default()
+        };
         let result = match self.settings.mode {
             Mode::Open => self.create_open(id, &mut made).await,
             Mode::Restricted => self.create_restricted(id, &mut made).await,
@@ -105,15 +112,19 @@ impl Lifecycle {
     fn sandbox_config(
         &self,
         id: &str,
+        scope: &str,
         host_config: HostConfig,
         env: Option<Vec<String>>,
     ) -> Config<String> {
         let port_key = format!("{}/tcp", self.settings.sandbox_port);
+        let mut labels = self.labels(id, "sandbox");
+        // Who the sandbox is for, so a provider hands it to that (user, thread) only.
+        labels.insert(naming::LABEL_SCOPE.to_owned(), scope.to_owned());
         Config {
             image: self.settings.image.clone(),
             cmd: self.settings.sandbox_cmd.clone(),
             env,
-            labels: Some(self.labels(id, "sandbox")),
+            labels: Some(labels),
             exposed_ports: Some(HashMap::from([(port_key, HashMap::new())])),
             host_config: Some(host_config),
             ..Default::default()
@@ -133,10 +144,12 @@ impl Lifecycle {
             )])),
             ..Default::default()
         };
-        self.create_and_start(id, self.sandbox_config(id, host, None), made)
+        self.create_and_start(id, self.sandbox_config(id, &made.scope, host, None), made)
             .await?;
         let cid = made.sandbox.clone().unwrap_or_default();
-        Ok(self.created(id, &cid, Mode::Open, Some(port), "", false))
+        let mut created = self.created(id, &cid, Mode::Open, Some(port), "", false);
+        created.scope = Some(made.scope.clone());
+        Ok(created)
     }
 
     async fn create_restricted(&self, id: &str, made: &mut Made) -> Result<Created, OpError> {
@@ -198,8 +211,12 @@ impl Lifecycle {
             network_mode: Some(names.network.clone()),
             ..Default::default()
         };
-        self.create_and_start(id, self.sandbox_config(id, host, Some(env)), made)
-            .await?;
+        self.create_and_start(
+            id,
+            self.sandbox_config(id, &made.scope, host, Some(env)),
+            made,
+        )
+        .await?;
         let cid = made.sandbox.clone().unwrap_or_default();
         let c = self
             .engine
@@ -209,7 +226,9 @@ impl Lifecycle {
         let ip = c
             .and_then(|c| c.networks.get(&names.network).cloned())
             .unwrap_or_default();
-        Ok(self.created(id, &cid, Mode::Restricted, None, &ip, false))
+        let mut created = self.created(id, &cid, Mode::Restricted, None, &ip, false);
+        created.scope = Some(made.scope.clone());
+        Ok(created)
     }
 
     /// Creates and starts the sandbox; its ID goes into `made` (and, in open mode, the pending

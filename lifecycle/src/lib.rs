@@ -3,7 +3,7 @@
 //! bollard client on the one given socket; `ledger` the quarantine records; `ports` host-port
 //! reservations per generation; `lock` the per-sandbox-ID lock; `decide` the pure decisions;
 //! `ops` the `Lifecycle` value and what operations return, `create` and `teardown` the
-//! operations; `ready` the readiness probe; `cli` the command line.
+//! operations; `ready` the readiness probe; `cli` the command line; `serve` the long-running provider (`lifecycle serve`).
 
 pub mod cli;
 mod create;
@@ -15,4 +15,5 @@ pub mod naming;
 pub mod ops;
 pub mod ports;
 pub mod ready;
+pub mod serve;
 mod teardown;

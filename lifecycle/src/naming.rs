@@ -7,6 +7,18 @@ pub use stackmodel::{
     LABEL_SANDBOX_ID, LABEL_STACK, MODE_ALLOWLIST, MODE_OPEN,
 };
 
+/// The label lifecycle adds to a sandbox: the full SHA-256 hex of `"{user_id}:{thread_id}"`.
+/// The sandbox ID keeps only 16 hex of it, so two (user, thread) pairs can share an ID; this
+/// label tells them apart, and a provider hands a sandbox only to the pair it names.
+pub const LABEL_SCOPE: &str = "lifecycle.scope";
+
+/// The value of `LABEL_SCOPE` for a user's thread.
+pub fn scope_digest(user_id: &str, thread_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("{user_id}:{thread_id}").as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
     #[error("{0} must not be empty")]

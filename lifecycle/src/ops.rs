@@ -88,6 +88,10 @@ pub struct Created {
     pub host_port: Option<u16>,
     /// `true` when the sandbox already existed and was discovered rather than made.
     pub discovered: bool,
+    /// The container's `lifecycle.scope` label (whose (user, thread) it is), when it has one.
+    /// Not printed: the CLI's output stays as it was.
+    #[serde(skip)]
+    pub scope: Option<String>,
 }
 
 /// What an absent teardown did.
@@ -212,6 +216,7 @@ impl Lifecycle {
             mode,
             host_port,
             discovered,
+            scope: None,
         }
     }
 
@@ -227,7 +232,9 @@ impl Lifecycle {
             .get(&self.names(id).network)
             .cloned()
             .unwrap_or_default();
-        self.created(id, &c.id, mode, c.host_port, &ip, true)
+        let mut created = self.created(id, &c.id, mode, c.host_port, &ip, true);
+        created.scope = c.labels.get(naming::LABEL_SCOPE).cloned();
+        created
     }
 
     /// Inspect of the sandbox's name: `None` only for "no such container" about that name.

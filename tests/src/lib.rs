@@ -11,6 +11,9 @@ pub mod fake;
 pub mod lc;
 pub mod raw;
 pub mod recorder;
+pub mod redis_server;
+pub mod serve;
+pub mod serve_process;
 pub mod stack;
 pub mod subject;
 

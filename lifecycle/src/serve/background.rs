@@ -1,0 +1,157 @@
+//! The provider's periodic work: the idle reaper, the ownership heartbeat, orphan
+//! reconciliation (shared store only: adopt a stack sandbox nobody has owned for the grace
+//! period, never one another process still renews, nothing while the store cannot answer), and
+//! shutdown (destroy, or keep warm and hand back, what this process owns; report failures).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::pool::State;
+use super::provider::Provider;
+use super::store::Claim;
+use crate::naming;
+
+/// Runs the reaper, heartbeat and reconciliation every `every` until `stop` turns true.
+pub async fn run(p: Arc<Provider>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => {}
+        }
+        p.heartbeat().await;
+        p.reap().await;
+        if p.own.is_shared() {
+            reconcile(&p).await;
+        }
+    }
+}
+
+/// One reconciliation pass. A sandbox must be seen unowned on consecutive passes spanning
+/// `adopt_grace` before it is claimed; any store error forgets every observation (fail closed).
+pub async fn reconcile(p: &Provider) {
+    let listed = match p.lc.list().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "reconcile: cannot list the stack's sandboxes; adopting nothing");
+            return;
+        }
+    };
+    let now = p.now();
+    let mut candidates = Vec::new();
+    for l in listed {
+        let Some(id) = l.sandbox_id.clone() else {
+            continue;
+        };
+        if l.state != "running" || p.pool().get(&id).is_some() {
+            p.unowned_since().remove(&id);
+            continue;
+        }
+        match p.own.value(&id).await {
+            Ok(None) => {
+                let since = *p.unowned_since().entry(id.clone()).or_insert(now);
+                if now.saturating_sub(since) >= p.config().adopt_grace {
+                    candidates.push(id);
+                }
+            }
+            Ok(Some(_)) => {
+                p.unowned_since().remove(&id);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: ownership store unavailable; adopting nothing");
+                p.unowned_since().clear();
+                return;
+            }
+        }
+    }
+    for id in candidates {
+        adopt(p, &id).await;
+    }
+}
+
+async fn adopt(p: &Provider, id: &str) {
+    p.unowned_since().remove(id);
+    match p.own.claim(id).await {
+        Ok(Claim::Ours) => {}
+        other => {
+            tracing::info!(sandbox_id = id, answer = ?other, "reconcile: not adopted (claimed meanwhile or store unavailable)");
+            return;
+        }
+    }
+    let found = p.lc.inspect_sandbox(id).await;
+    let c = match found {
+        Ok(Some(c)) if c.running => c,
+        other => {
+            tracing::info!(sandbox_id = id, found = ?other.map(|c| c.map(|c| c.id)), "reconcile: gone or not running; not adopted");
+            let _ = p.own.release(id).await;
+            return;
+        }
+    };
+    let Some(scope) = c.labels.get(naming::LABEL_SCOPE).cloned() else {
+        tracing::info!(
+            sandbox_id = id,
+            "reconcile: no scope label, so no (user, thread) to hand it to; not adopted"
+        );
+        let _ = p.own.release(id).await;
+        return;
+    };
+    let created = p.lc.discovered(id, &c);
+    p.adopt_entry(id, &scope, &c.id, &created.url);
+    tracing::info!(sandbox_id = id, container_id = %c.id, "reconcile: adopted an orphan into the warm pool");
+}
+
+/// What shutdown did with one sandbox.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShutdownLine {
+    pub sandbox_id: String,
+    pub result: String,
+}
+
+/// Releases every lease; then destroys each tracked sandbox, or (`keep_warm`) leaves it
+/// running and drops our claim so another provider may adopt it after its grace period.
+pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
+    // Acquires under way finish first (their engine steps are never cut off), so what they
+    // made is tracked and torn down here too.
+    let _quiet = p.inflight.write().await;
+    let leases = p.pool().all_leases();
+    for lease in leases {
+        let now = p.now();
+        let _ = p.pool().release(&lease, now);
+    }
+    let ids: Vec<(String, bool)> = p
+        .pool()
+        .entries()
+        .map(|(id, e)| {
+            (
+                id.clone(),
+                e.destroy_pending || e.state == State::Destroying,
+            )
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for (id, must_destroy) in ids {
+        let result = if keep_warm && !must_destroy {
+            match p.own.release(&id).await {
+                Ok(_) => "kept".to_owned(),
+                Err(e) => format!("kept; claim not released: {e}"),
+            }
+        } else {
+            let serial = p.serial(&id);
+            let _serial = serial.lock().await;
+            p.pool().begin_destroy(&id);
+            match p.destroy_fenced_pub(&id).await {
+                Ok(()) => "destroyed".to_owned(),
+                Err(e) => format!("failed: {e}"),
+            }
+        };
+        tracing::info!(sandbox_id = %id, result, "shutdown");
+        lines.push(ShutdownLine {
+            sandbox_id: id,
+            result,
+        });
+    }
+    lines
+}

@@ -1,0 +1,180 @@
+//! The `serve` subcommand: its flags (each with a `LIFECYCLE_*` fallback), the socket (mode and
+//! group like sockproxy's), the store, and the run: serve until SIGINT/SIGTERM, then stop
+//! accepting, shut down what this process owns (destroy, or keep warm by flag), print one JSON
+//! line per sandbox and exit 0, or 3 when any teardown failed (kept and reported).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::background;
+use super::clock::SystemClock;
+use super::provider::{Provider, ProviderConfig};
+use super::redis_store::RedisStore;
+use super::store::{Memory, Ownership, Store};
+use crate::ops::Lifecycle;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnShutdown {
+    /// Destroy every sandbox this process owns.
+    Destroy,
+    /// Leave them running and drop our claims (another provider adopts them after its grace).
+    KeepWarm,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Unix socket to serve the HTTP/JSON API on.
+    #[arg(long, env = "LIFECYCLE_LISTEN")]
+    pub listen: PathBuf,
+    /// Permission bits of the socket (octal).
+    #[arg(long, env = "LIFECYCLE_SOCKET_MODE", default_value = "0660")]
+    pub socket_mode: String,
+    /// Group (name or number) that owns the socket.
+    #[arg(long, env = "LIFECYCLE_SOCKET_GROUP")]
+    pub socket_group: Option<String>,
+    /// Seconds a released sandbox stays warm (0: until evicted).
+    #[arg(long, env = "LIFECYCLE_IDLE_TIMEOUT", default_value_t = 600.0)]
+    pub idle_timeout: f64,
+    /// Most sandboxes tracked at once; the oldest warm one is destroyed before a create (0: no cap).
+    #[arg(long, env = "LIFECYCLE_MAX_REPLICAS", default_value_t = 0)]
+    pub max_replicas: usize,
+    /// `memory` (one process), or a Redis URL (`redis://…`, `unix:///…/redis.sock`) shared by several.
+    #[arg(long, env = "LIFECYCLE_OWNERSHIP", default_value = "memory")]
+    pub ownership: String,
+    /// This process's owner name in the store [default: host name and process ID].
+    #[arg(long, env = "LIFECYCLE_OWNER_ID")]
+    pub owner_id: Option<String>,
+    /// Seconds an ownership claim lives without renewal.
+    #[arg(long, env = "LIFECYCLE_OWNERSHIP_TTL", default_value_t = 30.0)]
+    pub ownership_ttl: f64,
+    /// Seconds a sandbox must stay unowned before reconciliation adopts it.
+    #[arg(long, env = "LIFECYCLE_ADOPT_GRACE", default_value_t = 30.0)]
+    pub adopt_grace: f64,
+    /// Bound on every ownership-store call, in seconds.
+    #[arg(long, env = "LIFECYCLE_STORE_TIMEOUT", default_value_t = 2.0)]
+    pub store_timeout: f64,
+    /// Seconds between heartbeat / reaper / reconciliation passes (default: a third of the TTL).
+    #[arg(long, env = "LIFECYCLE_TICK")]
+    pub tick: Option<f64>,
+    /// What SIGTERM does with the sandboxes this process owns.
+    #[arg(
+        long,
+        env = "LIFECYCLE_ON_SHUTDOWN",
+        value_enum,
+        default_value = "destroy"
+    )]
+    pub on_shutdown: OnShutdown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeSetupError {
+    #[error("--{0}: {1}")]
+    Flag(&'static str, String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn secs(flag: &'static str, v: f64) -> Result<Duration, ServeSetupError> {
+    Duration::try_from_secs_f64(v).map_err(|e| ServeSetupError::Flag(flag, e.to_string()))
+}
+
+fn group(raw: &str) -> Result<u32, ServeSetupError> {
+    if let Ok(n) = raw.parse::<u32>() {
+        return Ok(n);
+    }
+    match nix::unistd::Group::from_name(raw) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        _ => Err(ServeSetupError::Flag(
+            "socket-group",
+            format!("{raw:?}: no such group"),
+        )),
+    }
+}
+
+fn owner_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
+pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupError> {
+    let ttl = secs("ownership-ttl", a.ownership_ttl)?;
+    let store = if a.ownership == "memory" {
+        Store::Memory(Memory::default())
+    } else {
+        let timeout = secs("store-timeout", a.store_timeout)?;
+        let r = RedisStore::new(&a.ownership, lc.settings.prefix.as_str(), timeout)
+            .map_err(|e| ServeSetupError::Flag("ownership", e.to_string()))?;
+        Store::Redis(r)
+    };
+    let me = a.owner_id.clone().unwrap_or_else(owner_name);
+    let config = ProviderConfig {
+        idle_timeout: secs("idle-timeout", a.idle_timeout)?,
+        max_replicas: a.max_replicas,
+        adopt_grace: secs("adopt-grace", a.adopt_grace)?,
+    };
+    let own = Ownership { store, me, ttl };
+    Ok(Provider::new(
+        lc,
+        own,
+        Arc::new(SystemClock::default()),
+        config,
+    ))
+}
+
+/// Binds the socket with its mode and group (an old socket file is replaced).
+pub fn bind(a: &ServeArgs) -> Result<tokio::net::UnixListener, ServeSetupError> {
+    let mode = u32::from_str_radix(a.socket_mode.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| {
+            ServeSetupError::Flag(
+                "socket-mode",
+                format!("{:?}: expected octal bits such as 0660", a.socket_mode),
+            )
+        })?;
+    let gid = a.socket_group.as_deref().map(group).transpose()?;
+    if std::fs::symlink_metadata(&a.listen)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+    {
+        std::fs::remove_file(&a.listen)?;
+    }
+    let listener = tokio::net::UnixListener::bind(&a.listen)?;
+    if let Some(gid) = gid {
+        nix::unistd::chown(&a.listen, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(|e| ServeSetupError::Io(e.into()))?;
+    }
+    std::fs::set_permissions(&a.listen, std::fs::Permissions::from_mode(mode))?;
+    Ok(listener)
+}
+
+/// Serves until `stop` turns true; returns whether every shutdown teardown succeeded.
+pub async fn run(
+    p: Arc<Provider>,
+    listener: tokio::net::UnixListener,
+    a: &ServeArgs,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let tick = a.tick.unwrap_or(a.ownership_ttl / 3.0).max(0.05);
+    let bg = tokio::spawn(background::run(
+        p.clone(),
+        Duration::from_secs_f64(tick),
+        stop.clone(),
+    ));
+    tracing::info!(listen = %a.listen.display(), owner = %p.own.me, "serving");
+    super::http::serve(listener, p.clone(), stop).await;
+    let _ = bg.await;
+    let _ = std::fs::remove_file(&a.listen);
+    let lines = background::shutdown(&p, a.on_shutdown == OnShutdown::KeepWarm).await;
+    let mut ok = true;
+    for l in &lines {
+        ok &= !l.result.starts_with("failed");
+        println!("{}", serde_json::json!(l));
+    }
+    ok
+}

@@ -1,0 +1,100 @@
+//! The provider's errors (each with its HTTP status), metric words, and the identity rule.
+
+use std::collections::HashMap;
+
+use super::store::{Renew, StoreError};
+use crate::naming::{self, IdError};
+use crate::ops::OpError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Invalid(#[from] IdError),
+    #[error("sandbox {id} belongs to another (user, thread); refused")]
+    Collision { id: String },
+    #[error("sandbox {id} is being destroyed; try again")]
+    Busy { id: String },
+    #[error("sandbox {id} is owned by {owner} (another provider)")]
+    Owned { id: String, owner: String },
+    #[error("no such lease {0}")]
+    UnknownLease(String),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Op(#[from] OpError),
+}
+
+impl ServeError {
+    pub fn status(&self) -> u16 {
+        match self {
+            ServeError::Invalid(_) => 400,
+            ServeError::UnknownLease(_) => 404,
+            ServeError::Collision { .. } | ServeError::Busy { .. } | ServeError::Owned { .. } => {
+                409
+            }
+            ServeError::Store(_) => 503,
+            ServeError::Op(OpError::NoSuchSandbox(_)) => 404,
+            ServeError::Op(_) => 502,
+        }
+    }
+}
+
+/// A sandbox's labels name sandbox `id` and the (user, thread) digest `scope`.
+pub fn labels_name(labels: &HashMap<String, String>, id: &str, scope: &str) -> bool {
+    labels.get(naming::LABEL_SCOPE).map(String::as_str) == Some(scope)
+        && labels.get(naming::LABEL_SANDBOX_ID).map(String::as_str) == Some(id)
+}
+
+pub fn renew_word(r: Renew) -> &'static str {
+    match r {
+        Renew::Renewed => "renewed",
+        Renew::Lapsed => "lapsed",
+        Renew::Lost => "lost",
+    }
+}
+
+pub fn failure_kind(e: &ServeError) -> &'static str {
+    match e {
+        ServeError::Invalid(_) => "invalid",
+        ServeError::Collision { .. } => "collision",
+        ServeError::Busy { .. } => "busy",
+        ServeError::Owned { .. } => "owned",
+        ServeError::UnknownLease(_) => "lease",
+        ServeError::Store(_) => "store",
+        ServeError::Op(_) => "engine",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_name_table() {
+        let l = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let cases = [
+            (
+                l(&[("lifecycle.scope", "s"), ("deerflow.sandbox_id", "i")]),
+                true,
+            ),
+            (
+                l(&[("lifecycle.scope", "other"), ("deerflow.sandbox_id", "i")]),
+                false,
+            ),
+            (
+                l(&[("lifecycle.scope", "s"), ("deerflow.sandbox_id", "j")]),
+                false,
+            ),
+            (l(&[("deerflow.sandbox_id", "i")]), false),
+            (l(&[("lifecycle.scope", "s")]), false),
+        ];
+        for (labels, want) in cases {
+            assert_eq!(labels_name(&labels, "i", "s"), want, "{labels:?}");
+        }
+    }
+}

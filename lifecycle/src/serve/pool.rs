@@ -1,0 +1,325 @@
+//! The provider's pure state: which sandboxes this process tracks, who holds them (leases), the
+//! warm pool, deferred destroys, idle expiry and the replica cap. No I/O and no clock of its
+//! own: every decision takes the monotonic time it is made at, so a table test steps time (and
+//! a wall-clock step cannot reach it). The provider asks a `plan_*` function what to do, does the
+//! engine work, then reports the outcome with a `commit`/`warm`/`forget` call.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Whose sandbox it is: the `lifecycle.scope` digest of (user, thread).
+pub type Scope = String;
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Already active (held) in this process.
+    Cached,
+    /// Reclaimed from the warm pool.
+    Warm,
+    /// Found on the engine (made earlier, or by another process).
+    Discovered,
+    Created,
+}
+
+impl Source {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Source::Cached => "cached",
+            Source::Warm => "warm",
+            Source::Discovered => "discovered",
+            Source::Created => "created",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Held by at least one lease.
+    Active,
+    /// No holder; its container keeps running since `since` (monotonic).
+    Warm { since: Duration },
+    /// A destroy is under way (no acquire may take it meanwhile).
+    Destroying,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub scope: Scope,
+    pub container_id: String,
+    pub url: String,
+    pub state: State,
+    /// lease → holder name.
+    pub holders: BTreeMap<String, String>,
+    /// A destroy was asked while holders remained: the last release performs it.
+    pub destroy_pending: bool,
+    /// Monotonic time of the last acquire or release.
+    pub last_used: Duration,
+}
+
+/// What an acquire must do first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquirePlan {
+    /// The sandbox is tracked for another (user, thread): refuse, touch nothing.
+    Collision,
+    /// A destroy is under way or deferred: refuse until it is done.
+    Busy,
+    /// Tracked and held (`Cached`) or warm (`Warm`): health-check container `container_id`,
+    /// then hand it out, or drop it and create.
+    Reuse {
+        source: Source,
+        container_id: String,
+    },
+    /// Not tracked: destroy `evict` (oldest warm first, for the replica cap), then create.
+    Create { evict: Vec<String> },
+}
+
+/// What a release leaves to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Release {
+    UnknownLease,
+    /// Other holders remain.
+    StillHeld {
+        sandbox_id: String,
+    },
+    /// The last holder left: health-check it and keep it warm, or destroy it.
+    Idle {
+        sandbox_id: String,
+    },
+    /// The last holder left a sandbox whose destroy was deferred: destroy it now.
+    Destroy {
+        sandbox_id: String,
+    },
+}
+
+/// What a destroy request must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestroyPlan {
+    /// Not tracked here: destroy on the engine (the caller checks ownership).
+    Untracked,
+    /// Holders remain: the last release destroys it.
+    Deferred { holders: usize },
+    /// Destroying now (the entry is fenced against acquires meanwhile).
+    Now,
+    /// Another destroy is already under way.
+    AlreadyDestroying,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Pool {
+    entries: BTreeMap<String, Entry>,
+    leases: BTreeMap<String, String>,
+    idle_timeout: Duration,
+    max_replicas: usize,
+}
+
+impl Pool {
+    /// `idle_timeout` zero keeps warm entries until evicted; `max_replicas` zero means no cap.
+    pub fn new(idle_timeout: Duration, max_replicas: usize) -> Self {
+        Self {
+            idle_timeout,
+            max_replicas,
+            ..Self::default()
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(id)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.entries.iter()
+    }
+
+    pub fn lease_sandbox(&self, lease: &str) -> Option<&str> {
+        self.leases.get(lease).map(String::as_str)
+    }
+
+    /// (active, warm, destroying) counts, for the metrics.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let mut sizes = (0, 0, 0);
+        for e in self.entries.values() {
+            match e.state {
+                State::Active => sizes.0 += 1,
+                State::Warm { .. } => sizes.1 += 1,
+                State::Destroying => sizes.2 += 1,
+            }
+        }
+        sizes
+    }
+
+    pub fn plan_acquire(&self, id: &str, scope: &str) -> AcquirePlan {
+        match self.entries.get(id) {
+            Some(e) if e.scope != scope => AcquirePlan::Collision,
+            Some(e) if e.destroy_pending || e.state == State::Destroying => AcquirePlan::Busy,
+            Some(e) => AcquirePlan::Reuse {
+                source: if e.state == State::Active {
+                    Source::Cached
+                } else {
+                    Source::Warm
+                },
+                container_id: e.container_id.clone(),
+            },
+            None => AcquirePlan::Create {
+                evict: self.evictions(),
+            },
+        }
+    }
+
+    /// Oldest warm entries to destroy so that one more sandbox fits under the cap. Active
+    /// sandboxes are never evicted: over the cap with nothing warm, the create goes ahead.
+    fn evictions(&self) -> Vec<String> {
+        if self.max_replicas == 0 || self.entries.len() < self.max_replicas {
+            return Vec::new();
+        }
+        let excess = self.entries.len() + 1 - self.max_replicas;
+        let mut warm: Vec<(Duration, &String)> = self
+            .entries
+            .iter()
+            .filter_map(|(id, e)| match e.state {
+                State::Warm { since } => Some((since, id)),
+                _ => None,
+            })
+            .collect();
+        warm.sort();
+        warm.into_iter()
+            .take(excess)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    /// Records a successful acquire: the entry is (re)made active with `lease` held by `holder`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_acquire(
+        &mut self,
+        id: &str,
+        scope: &str,
+        container_id: &str,
+        url: &str,
+        lease: &str,
+        holder: &str,
+        now: Duration,
+    ) {
+        let entry = self.entries.entry(id.to_owned()).or_insert_with(|| Entry {
+            scope: scope.to_owned(),
+            container_id: container_id.to_owned(),
+            url: url.to_owned(),
+            state: State::Active,
+            holders: BTreeMap::new(),
+            destroy_pending: false,
+            last_used: now,
+        });
+        // A replaced (dead) generation keeps its holders: they hold the thread's sandbox.
+        entry.container_id = container_id.to_owned();
+        entry.url = url.to_owned();
+        entry.state = State::Active;
+        entry.last_used = now;
+        entry.holders.insert(lease.to_owned(), holder.to_owned());
+        self.leases.insert(lease.to_owned(), id.to_owned());
+    }
+
+    pub fn release(&mut self, lease: &str, now: Duration) -> Release {
+        let Some(id) = self.leases.remove(lease) else {
+            return Release::UnknownLease;
+        };
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return Release::UnknownLease;
+        };
+        entry.holders.remove(lease);
+        entry.last_used = now;
+        if !entry.holders.is_empty() {
+            return Release::StillHeld { sandbox_id: id };
+        }
+        if entry.destroy_pending {
+            entry.state = State::Destroying;
+            return Release::Destroy { sandbox_id: id };
+        }
+        Release::Idle { sandbox_id: id }
+    }
+
+    /// The released sandbox passed its health check: keep it warm from `now`.
+    pub fn warm(&mut self, id: &str, now: Duration) {
+        if let Some(e) = self.entries.get_mut(id) {
+            // A destroy under way (shutdown, say) is never undone by a late release.
+            if e.holders.is_empty() && e.state != State::Destroying {
+                e.state = State::Warm { since: now };
+            }
+        }
+    }
+
+    pub fn plan_destroy(&mut self, id: &str) -> DestroyPlan {
+        match self.entries.get_mut(id) {
+            None => DestroyPlan::Untracked,
+            Some(e) if e.state == State::Destroying => DestroyPlan::AlreadyDestroying,
+            Some(e) if !e.holders.is_empty() => {
+                e.destroy_pending = true;
+                DestroyPlan::Deferred {
+                    holders: e.holders.len(),
+                }
+            }
+            Some(e) => {
+                e.state = State::Destroying;
+                DestroyPlan::Now
+            }
+        }
+    }
+
+    /// Fences an idle (warm) entry for a destroy the provider decided on (expiry, eviction, a
+    /// failed health check); `false` when it is held or already being destroyed.
+    pub fn begin_destroy(&mut self, id: &str) -> bool {
+        match self.entries.get_mut(id) {
+            Some(e) if e.holders.is_empty() && e.state != State::Destroying => {
+                e.state = State::Destroying;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The sandbox is gone (destroyed, or found dead): it is no longer tracked. Its leases
+    /// are dropped too (a dead sandbox replaced in the same acquire keeps them via
+    /// `commit_acquire` instead).
+    pub fn forget(&mut self, id: &str) {
+        if let Some(e) = self.entries.remove(id) {
+            for lease in e.holders.keys() {
+                self.leases.remove(lease);
+            }
+        }
+    }
+
+    /// A destroy failed: the entry stays tracked but fenced (never warmed or handed out); a
+    /// later destroy request or shutdown retries it.
+    pub fn destroy_failed(&mut self, id: &str) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.destroy_pending = true;
+            if e.holders.is_empty() {
+                e.state = State::Warm { since: e.last_used };
+            }
+        }
+    }
+
+    /// Warm entries idle for at least the idle timeout at monotonic time `now`.
+    pub fn expired(&self, now: Duration) -> Vec<String> {
+        if self.idle_timeout.is_zero() {
+            return Vec::new();
+        }
+        self.entries
+            .iter()
+            .filter_map(|(id, e)| match e.state {
+                State::Warm { since } if now.saturating_sub(since) >= self.idle_timeout => {
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Leases of every entry, for shutdown.
+    pub fn all_leases(&self) -> BTreeSet<String> {
+        self.leases.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

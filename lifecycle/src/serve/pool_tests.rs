@@ -1,0 +1,223 @@
+//! Table tests of the provider's pure state (leases, warm pool, deferred destroy, expiry, cap).
+
+use super::*;
+
+const S: Duration = Duration::from_secs(1);
+
+fn acquire(p: &mut Pool, id: &str, scope: &str, lease: &str, now: Duration) {
+    p.commit_acquire(id, scope, &format!("c-{id}"), "http://x", lease, "h", now);
+}
+
+/// A pool holding `id` warm since `since`.
+fn warm(p: &mut Pool, id: &str, since: Duration) {
+    acquire(p, id, "s", &format!("l-{id}"), since);
+    assert_eq!(
+        p.release(&format!("l-{id}"), since),
+        Release::Idle {
+            sandbox_id: id.into()
+        }
+    );
+    p.warm(id, since);
+}
+
+#[test]
+fn plan_acquire_table() {
+    let mut p = Pool::new(10 * S, 0);
+    acquire(&mut p, "held", "a", "l1", S);
+    warm(&mut p, "warm", S);
+    acquire(&mut p, "pending", "a", "l2", S);
+    assert!(matches!(
+        p.plan_destroy("pending"),
+        DestroyPlan::Deferred { holders: 1 }
+    ));
+    let cases = [
+        (
+            "held",
+            "a",
+            AcquirePlan::Reuse {
+                source: Source::Cached,
+                container_id: "c-held".into(),
+            },
+        ),
+        ("held", "b", AcquirePlan::Collision),
+        (
+            "warm",
+            "s",
+            AcquirePlan::Reuse {
+                source: Source::Warm,
+                container_id: "c-warm".into(),
+            },
+        ),
+        ("warm", "other", AcquirePlan::Collision),
+        ("pending", "a", AcquirePlan::Busy),
+        ("new", "a", AcquirePlan::Create { evict: vec![] }),
+    ];
+    for (id, scope, want) in cases {
+        assert_eq!(p.plan_acquire(id, scope), want, "{id} {scope}");
+    }
+}
+
+#[test]
+fn lease_defers_destroy_until_last_release() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    acquire(&mut p, "x", "a", "run", S);
+    acquire(&mut p, "x", "a", "upload", S);
+    assert_eq!(p.plan_destroy("x"), DestroyPlan::Deferred { holders: 2 });
+    assert_eq!(
+        p.release("upload", S),
+        Release::StillHeld {
+            sandbox_id: "x".into()
+        }
+    );
+    assert_eq!(
+        p.release("upload", S),
+        Release::UnknownLease,
+        "a lease releases once"
+    );
+    assert_eq!(
+        p.release("run", S),
+        Release::Destroy {
+            sandbox_id: "x".into()
+        }
+    );
+    assert_eq!(
+        p.plan_acquire("x", "a"),
+        AcquirePlan::Busy,
+        "fenced while destroying"
+    );
+    p.forget("x");
+    assert_eq!(
+        p.plan_acquire("x", "a"),
+        AcquirePlan::Create { evict: vec![] }
+    );
+}
+
+#[test]
+fn reused_sandbox_needs_every_release_before_it_is_idle() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    acquire(&mut p, "x", "a", "run", S);
+    acquire(&mut p, "x", "a", "upload", S);
+    assert!(matches!(p.release("upload", S), Release::StillHeld { .. }));
+    assert_eq!(p.get("x").map(|e| e.state.clone()), Some(State::Active));
+    assert_eq!(
+        p.release("run", 2 * S),
+        Release::Idle {
+            sandbox_id: "x".into()
+        }
+    );
+    p.warm("x", 2 * S);
+    assert_eq!(
+        p.get("x").map(|e| e.state.clone()),
+        Some(State::Warm { since: 2 * S })
+    );
+}
+
+#[test]
+fn destroy_plan_table() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    warm(&mut p, "idle", S);
+    acquire(&mut p, "held", "a", "l", S);
+    assert_eq!(p.plan_destroy("none"), DestroyPlan::Untracked);
+    assert_eq!(p.plan_destroy("idle"), DestroyPlan::Now);
+    assert_eq!(p.plan_destroy("idle"), DestroyPlan::AlreadyDestroying);
+    assert_eq!(p.plan_destroy("held"), DestroyPlan::Deferred { holders: 1 });
+}
+
+#[test]
+fn idle_expiry_is_measured_on_the_monotonic_time_given() {
+    let mut p = Pool::new(10 * S, 0);
+    warm(&mut p, "old", S);
+    warm(&mut p, "fresh", 8 * S);
+    acquire(&mut p, "held", "a", "l", Duration::ZERO);
+    assert_eq!(p.expired(5 * S), Vec::<String>::new());
+    assert_eq!(p.expired(11 * S), vec!["old".to_string()]);
+    assert_eq!(
+        p.expired(100 * S),
+        vec!["fresh".to_string(), "old".to_string()]
+    );
+    let never = Pool::new(Duration::ZERO, 0);
+    assert!(never.expired(1000 * S).is_empty(), "0 disables expiry");
+}
+
+#[test]
+fn replica_cap_evicts_oldest_warm_first_and_never_an_active_one() {
+    let mut p = Pool::new(Duration::ZERO, 3);
+    warm(&mut p, "newest", 20 * S);
+    warm(&mut p, "oldest", 10 * S);
+    acquire(&mut p, "held", "a", "l", Duration::ZERO);
+    assert_eq!(
+        p.plan_acquire("new", "a"),
+        AcquirePlan::Create {
+            evict: vec!["oldest".into()]
+        }
+    );
+    let mut cap1 = Pool::new(Duration::ZERO, 1);
+    acquire(&mut cap1, "held", "a", "l", S);
+    assert_eq!(
+        cap1.plan_acquire("new", "a"),
+        AcquirePlan::Create { evict: vec![] }
+    );
+    let mut under = Pool::new(Duration::ZERO, 5);
+    warm(&mut under, "w", S);
+    assert_eq!(
+        under.plan_acquire("new", "a"),
+        AcquirePlan::Create { evict: vec![] }
+    );
+}
+
+#[test]
+fn begin_destroy_fences_only_idle_entries() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    warm(&mut p, "w", S);
+    acquire(&mut p, "h", "a", "l", S);
+    assert!(p.begin_destroy("w"));
+    assert!(!p.begin_destroy("w"), "already destroying");
+    assert!(!p.begin_destroy("h"), "held");
+    assert!(!p.begin_destroy("none"));
+}
+
+#[test]
+fn failed_destroy_stays_fenced_and_is_retried_by_expiry() {
+    let mut p = Pool::new(10 * S, 0);
+    warm(&mut p, "w", S);
+    assert!(p.begin_destroy("w"));
+    p.destroy_failed("w");
+    assert_eq!(
+        p.plan_acquire("w", "s"),
+        AcquirePlan::Busy,
+        "never handed out"
+    );
+    assert_eq!(p.expired(20 * S), vec!["w".to_string()]);
+    assert_eq!(p.plan_destroy("w"), DestroyPlan::Now);
+}
+
+#[test]
+fn forget_drops_the_entry_and_its_leases() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    acquire(&mut p, "x", "a", "l", S);
+    p.forget("x");
+    assert_eq!(p.release("l", S), Release::UnknownLease);
+    assert_eq!(p.lease_sandbox("l"), None);
+    assert_eq!(p.sizes(), (0, 0, 0));
+}
+
+#[test]
+fn forced_collision_never_overwrites_the_warm_tenant() {
+    let mut p = Pool::new(Duration::ZERO, 0);
+    p.commit_acquire("deadbeefdeadbeef", "user-a", "c-a", "http://a", "l", "h", S);
+    p.release("l", S);
+    p.warm("deadbeefdeadbeef", S);
+    let before = p.get("deadbeefdeadbeef").cloned();
+    assert_eq!(
+        p.plan_acquire("deadbeefdeadbeef", "user-b"),
+        AcquirePlan::Collision
+    );
+    assert_eq!(p.get("deadbeefdeadbeef").cloned(), before, "untouched");
+    assert_eq!(
+        p.plan_acquire("deadbeefdeadbeef", "user-a"),
+        AcquirePlan::Reuse {
+            source: Source::Warm,
+            container_id: "c-a".into()
+        }
+    );
+}

@@ -1,0 +1,454 @@
+//! The provider: `Pool` (pure) + `Lifecycle` (engine work, through the stack's proxy) +
+//! `Ownership` (who owns each sandbox across processes). Each operation on a sandbox ID runs
+//! under that ID's async mutex, so two acquires of one thread give one sandbox: parse, ask the
+//! pool, do the engine work, report the outcome to the pool. Every decision logs one line.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::clock::Clock;
+pub use super::error::ServeError;
+use super::error::{self, failure_kind, renew_word};
+use super::metrics::Metrics;
+use super::pool::{AcquirePlan, DestroyPlan, Pool, Release, Source};
+use super::store::{Claim, Ownership, Renew};
+use crate::decide::{self, Discovery};
+use crate::naming;
+use crate::ops::{Lifecycle, OpError};
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// Warm entries idle this long are destroyed (zero: never).
+    pub idle_timeout: Duration,
+    /// Cap on tracked sandboxes; the oldest warm one is destroyed before a create (zero: none).
+    pub max_replicas: usize,
+    /// How unowned a sandbox must stay before reconciliation adopts it (shared store only).
+    pub adopt_grace: Duration,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Acquired {
+    pub sandbox_id: String,
+    pub url: String,
+    /// The container ID (the generation ports and quarantine records are keyed by).
+    pub generation: String,
+    pub source: Source,
+    pub lease: String,
+}
+
+#[derive(Debug)]
+pub struct Provider {
+    pub lc: Lifecycle,
+    pub own: Ownership,
+    pub metrics: Metrics,
+    pub(crate) pool: Mutex<Pool>,
+    clock: Arc<dyn Clock>,
+    config: ProviderConfig,
+    serial: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    seq: AtomicU64,
+    /// Sandboxes seen unowned by reconciliation, since (monotonic).
+    unowned_since: Mutex<HashMap<String, Duration>>,
+    /// Held for reading by each acquire; shutdown takes it for writing to let them finish.
+    pub(crate) inflight: tokio::sync::RwLock<()>,
+}
+
+impl Provider {
+    pub fn new(
+        lc: Lifecycle,
+        own: Ownership,
+        clock: Arc<dyn Clock>,
+        config: ProviderConfig,
+    ) -> Self {
+        Self {
+            lc,
+            own,
+            metrics: Metrics::default(),
+            pool: Mutex::new(Pool::new(config.idle_timeout, config.max_replicas)),
+            clock,
+            config,
+            serial: Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(0),
+            unowned_since: Mutex::new(HashMap::new()),
+            inflight: tokio::sync::RwLock::new(()),
+        }
+    }
+
+    pub(crate) fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        // A panic while holding the pool is a bug; the state it left is still the best we have.
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn now(&self) -> Duration {
+        self.clock.monotonic()
+    }
+
+    pub(crate) fn serial(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.serial.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(id.to_owned()).or_default().clone()
+    }
+
+    fn new_lease(&self) -> String {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let seed = format!(
+            "{}:{}:{n}:{:?}",
+            self.own.me,
+            std::process::id(),
+            Instant::now()
+        );
+        let d = Sha256::digest(seed.as_bytes());
+        d.iter().take(12).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Is container `container_id` still the sandbox `id` of `scope`, running, not unhealthy
+    /// and not quarantined? `Err` when that cannot be read (the caller fails closed).
+    async fn healthy(&self, id: &str, scope: &str, container_id: &str) -> Result<bool, ServeError> {
+        let Some(c) = self.lc.inspect_sandbox(id).await? else {
+            return Ok(false);
+        };
+        let ok = c.id == container_id
+            && decide::discovery(c.running, c.health.as_deref()) == Discovery::Reuse
+            && error::labels_name(&c.labels, id, scope)
+            && !self.lc.ledger.fences(id, &c.id).map_err(OpError::from)?;
+        Ok(ok)
+    }
+
+    /// The container under the name is `container_id` and its labels name `id` and `scope`.
+    async fn identity_ok(&self, id: &str, scope: &str, container_id: &str) -> bool {
+        matches!(self.lc.inspect_sandbox(id).await, Ok(Some(c))
+            if c.id == container_id && error::labels_name(&c.labels, id, scope))
+    }
+
+    pub async fn acquire(
+        &self,
+        user: &str,
+        thread: &str,
+        holder: &str,
+    ) -> Result<Acquired, ServeError> {
+        // Shutdown waits for every acquire under way (it takes this lock for writing).
+        let _inflight = self.inflight.read().await;
+        let started = Instant::now();
+        let result = self.acquire_inner(user, thread, holder).await;
+        match &result {
+            Ok(a) => self
+                .metrics
+                .observe_acquire(a.source.as_str(), started.elapsed()),
+            Err(e) => self
+                .metrics
+                .inc("lifecycle_failures_total", failure_kind(e)),
+        }
+        result
+    }
+
+    async fn acquire_inner(
+        &self,
+        user: &str,
+        thread: &str,
+        holder: &str,
+    ) -> Result<Acquired, ServeError> {
+        let id = naming::sandbox_id(user, thread)?;
+        let scope = naming::scope_digest(user, thread);
+        let serial = self.serial(&id);
+        let _serial = serial.lock().await;
+        let plan = self.pool().plan_acquire(&id, &scope);
+        tracing::info!(sandbox_id = %id, holder, plan = ?plan, "acquire");
+        let evict = match plan {
+            AcquirePlan::Collision => return Err(ServeError::Collision { id }),
+            AcquirePlan::Busy => return Err(ServeError::Busy { id }),
+            AcquirePlan::Reuse {
+                source,
+                container_id,
+            } => {
+                if self.healthy(&id, &scope, &container_id).await? {
+                    self.keep_owned(&id).await?;
+                    let url = self
+                        .pool()
+                        .get(&id)
+                        .map(|e| e.url.clone())
+                        .unwrap_or_default();
+                    return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
+                }
+                tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
+                if source == Source::Warm && self.pool().begin_destroy(&id) {
+                    // Fenced: a failed destroy stays tracked for a retry, never handed out.
+                    self.destroy_fenced(&id).await?;
+                } else {
+                    // Held: the holders keep the entry; the replacement takes its place.
+                    self.destroy_engine(&id).await?;
+                }
+                Vec::new()
+            }
+            AcquirePlan::Create { evict } => evict,
+        };
+        for victim in evict {
+            tracing::info!(sandbox_id = %victim, "replica cap: destroying the oldest warm sandbox before a create");
+            self.destroy_idle(&victim).await;
+        }
+        match self.own.claim(&id).await? {
+            Claim::Ours => {}
+            Claim::Owned(owner) | Claim::Deleting(owner) => {
+                return Err(ServeError::Owned { id, owner })
+            }
+        }
+        let created = match self.lc.create(user, thread).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing of ours is running under the claim (a failed rollback is quarantined
+                // and fenced by the ledger), so the claim goes.
+                let _ = self.own.release(&id).await;
+                return Err(e.into());
+            }
+        };
+        if created.scope.as_deref() != Some(scope.as_str()) {
+            tracing::warn!(sandbox_id = %id, found = ?created.scope, "identity mismatch: the container under this ID is another (user, thread)'s; refused");
+            let _ = self.own.release(&id).await;
+            return Err(ServeError::Collision { id });
+        }
+        // A discovered container must carry this (user, thread)'s labels; else it is refused
+        // and left alone.
+        if created.discovered && !self.identity_ok(&id, &scope, &created.container_id).await {
+            tracing::warn!(sandbox_id = %id, container_id = %created.container_id, "discovered sandbox's labels name another (user, thread); refused");
+            let _ = self.own.release(&id).await;
+            return Err(ServeError::Collision { id });
+        }
+        let source = if created.discovered {
+            Source::Discovered
+        } else {
+            Source::Created
+        };
+        Ok(self.commit(
+            &id,
+            &scope,
+            &created.container_id,
+            &created.url,
+            holder,
+            source,
+        ))
+    }
+
+    fn commit(
+        &self,
+        id: &str,
+        scope: &str,
+        cid: &str,
+        url: &str,
+        holder: &str,
+        source: Source,
+    ) -> Acquired {
+        let lease = self.new_lease();
+        self.pool()
+            .commit_acquire(id, scope, cid, url, &lease, holder, self.now());
+        tracing::info!(
+            sandbox_id = id,
+            lease,
+            holder,
+            source = source.as_str(),
+            "acquired"
+        );
+        Acquired {
+            sandbox_id: id.to_owned(),
+            url: url.to_owned(),
+            generation: cid.to_owned(),
+            source,
+            lease,
+        }
+    }
+
+    /// Renews our claim on a sandbox we hand out again; lost means another process owns it now.
+    async fn keep_owned(&self, id: &str) -> Result<(), ServeError> {
+        match self.own.renew(id).await {
+            Ok(Renew::Renewed | Renew::Lapsed) => Ok(()),
+            // A store outage: what we track we still own as far as anyone can tell, and the
+            // daemon keeps serving it (no other provider can adopt it without the store either).
+            Err(e) => {
+                tracing::warn!(sandbox_id = id, error = %e, "ownership store unavailable; serving a sandbox we already own");
+                Ok(())
+            }
+            Ok(Renew::Lost) => {
+                let owner = self.own.value(id).await.ok().flatten().unwrap_or_default();
+                self.pool().forget(id);
+                Err(ServeError::Owned {
+                    id: id.to_owned(),
+                    owner,
+                })
+            }
+        }
+    }
+
+    /// `release`: "held" (others remain), "warm" or "destroyed".
+    pub async fn release(&self, lease: &str) -> Result<&'static str, ServeError> {
+        let outcome = self.pool().release(lease, self.now());
+        tracing::info!(lease, outcome = ?outcome, "release");
+        match outcome {
+            Release::UnknownLease => Err(ServeError::UnknownLease(lease.to_owned())),
+            Release::StillHeld { .. } => Ok("held"),
+            Release::Destroy { sandbox_id } => {
+                let serial = self.serial(&sandbox_id);
+                let _serial = serial.lock().await;
+                self.destroy_fenced(&sandbox_id).await.map(|_| "destroyed")
+            }
+            Release::Idle { sandbox_id } => {
+                let serial = self.serial(&sandbox_id);
+                let _serial = serial.lock().await;
+                let entry = self.pool().get(&sandbox_id).cloned();
+                let Some(entry) = entry.filter(|e| e.holders.is_empty()) else {
+                    return Ok("held"); // re-acquired meanwhile
+                };
+                // An unreadable engine is not proof of harm: keep it warm; the next acquire
+                // checks again before handing it out.
+                let healthy = self
+                    .healthy(&sandbox_id, &entry.scope, &entry.container_id)
+                    .await
+                    .unwrap_or(true);
+                if healthy {
+                    self.pool().warm(&sandbox_id, self.now());
+                    tracing::info!(sandbox_id, "kept warm");
+                    Ok("warm")
+                } else {
+                    tracing::info!(sandbox_id, "released sandbox is dead, replaced or quarantined: destroying instead of warming");
+                    self.destroy_idle(&sandbox_id).await;
+                    Ok("destroyed")
+                }
+            }
+        }
+    }
+
+    /// `destroy`: "destroyed" or "deferred" (holders remain; the last release destroys it).
+    pub async fn destroy(&self, id: &str) -> Result<&'static str, ServeError> {
+        let id = naming::parse_sandbox_id(id)?;
+        let serial = self.serial(&id);
+        let _serial = serial.lock().await;
+        let plan = self.pool().plan_destroy(&id);
+        tracing::info!(sandbox_id = %id, plan = ?plan, "destroy");
+        match plan {
+            DestroyPlan::Deferred { .. } => Ok("deferred"),
+            DestroyPlan::AlreadyDestroying => Err(ServeError::Busy { id }),
+            DestroyPlan::Now => self.destroy_fenced(&id).await.map(|_| "destroyed"),
+            DestroyPlan::Untracked => {
+                self.destroy_engine(&id).await?;
+                Ok("destroyed")
+            }
+        }
+    }
+
+    /// Destroys an idle tracked entry (expiry, eviction, failed health); failures are kept.
+    pub(crate) async fn destroy_idle(&self, id: &str) {
+        if self.pool().begin_destroy(id) {
+            let _ = self.destroy_fenced(id).await;
+        }
+    }
+
+    /// The entry is fenced (`Destroying`): destroy on the engine, then forget it, or keep it
+    /// fenced for a retry when that fails.
+    async fn destroy_fenced(&self, id: &str) -> Result<(), ServeError> {
+        match self.destroy_engine(id).await {
+            Ok(()) => {
+                self.pool().forget(id);
+                Ok(())
+            }
+            Err(e) => {
+                self.pool().destroy_failed(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Engine teardown under a `del:` claim: refused (fail closed) when another process owns
+    /// the sandbox or the store cannot answer.
+    async fn destroy_engine(&self, id: &str) -> Result<(), ServeError> {
+        match self.own.begin_delete(id).await {
+            Ok(Claim::Ours) => {}
+            Ok(Claim::Owned(owner) | Claim::Deleting(owner)) => {
+                self.metrics.inc("lifecycle_destroys_total", "refused");
+                return Err(ServeError::Owned {
+                    id: id.to_owned(),
+                    owner,
+                });
+            }
+            Err(e) => {
+                self.metrics.inc("lifecycle_destroys_total", "failed");
+                return Err(e.into());
+            }
+        }
+        match self.lc.destroy(id).await {
+            Ok(_) | Err(OpError::NoSuchSandbox(_)) => {
+                self.metrics.inc("lifecycle_destroys_total", "destroyed");
+                let _ = self.own.release(id).await;
+                tracing::info!(sandbox_id = id, "destroyed");
+                Ok(())
+            }
+            Err(e) => {
+                // The `del:` claim stays (renewed while tracked) so no one adopts what is half
+                // torn down; the quarantine record fences it on the engine side.
+                self.metrics.inc("lifecycle_destroys_total", "failed");
+                tracing::warn!(sandbox_id = id, error = %e, "destroy failed; kept fenced for a retry");
+                Err(e.into())
+            }
+        }
+    }
+
+    pub(crate) async fn destroy_fenced_pub(&self, id: &str) -> Result<(), ServeError> {
+        self.destroy_fenced(id).await
+    }
+
+    /// Destroys warm entries idle past the timeout (monotonic clock).
+    pub async fn reap(&self) -> Vec<String> {
+        let expired = self.pool().expired(self.now());
+        for id in &expired {
+            let serial = self.serial(id);
+            let _serial = serial.lock().await;
+            tracing::info!(sandbox_id = %id, "idle timeout: destroying a warm sandbox");
+            self.destroy_idle(id).await;
+        }
+        expired
+    }
+
+    /// Renews ownership of every tracked sandbox; a lost one is forgotten (never re-taken,
+    /// never destroyed). A store error changes nothing: what we own we keep serving.
+    pub async fn heartbeat(&self) {
+        let ids: Vec<String> = self.pool().entries().map(|(id, _)| id.clone()).collect();
+        // Per-ID mutexes of sandboxes no longer tracked and not in use go (else one per ID ever).
+        {
+            let pool = self.pool();
+            let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
+            serial.retain(|id, m| pool.get(id).is_some() || Arc::strong_count(m) > 1);
+        }
+        for id in ids {
+            match self.own.renew(&id).await {
+                Ok(r) => {
+                    self.metrics
+                        .inc("lifecycle_lease_renewals_total", renew_word(r));
+                    if r == Renew::Lost {
+                        tracing::warn!(sandbox_id = %id, "ownership lost to another provider: forgetting it");
+                        self.pool().forget(&id);
+                    }
+                }
+                Err(e) => {
+                    self.metrics.inc("lifecycle_lease_renewals_total", "error");
+                    tracing::warn!(sandbox_id = %id, error = %e, "renewal failed; still serving it");
+                }
+            }
+        }
+    }
+
+    pub(crate) fn config(&self) -> &ProviderConfig {
+        &self.config
+    }
+
+    pub(crate) fn unowned_since(&self) -> std::sync::MutexGuard<'_, HashMap<String, Duration>> {
+        self.unowned_since.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn adopt_entry(&self, id: &str, scope: &str, cid: &str, url: &str) {
+        let mut pool = self.pool();
+        if pool.get(id).is_none() {
+            let lease = format!("adopt-{id}");
+            pool.commit_acquire(id, scope, cid, url, &lease, "adopt", self.now());
+            pool.release(&lease, self.now());
+            pool.warm(id, self.now());
+        }
+    }
+}

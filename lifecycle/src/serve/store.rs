@@ -1,0 +1,263 @@
+//! Who owns each sandbox, across provider processes (deer-flow's semantics). A key per sandbox
+//! holds `own:<owner>` or `del:<owner>` with a TTL its owner renews on a heartbeat. take/claim
+//! succeeds only when the key is unowned or already ours, and never over a `del:`; renew
+//! answers renewed / lapsed (the key expired and was re-taken by us) / lost (someone else holds
+//! it: never re-taken); release drops only our own value; a teardown runs under `del:<owner>`.
+//! `Store` is the one interface, with an in-process `Memory` and a shared `Redis`
+//! implementation (`redis_store`); the decision of each change is the pure `decide` below,
+//! which the memory store runs directly and the Redis store runs as one Lua script.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::redis_store::RedisStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("ownership store: {0}")]
+    Unavailable(String),
+    #[error("ownership store answered {0:?}")]
+    Unreadable(String),
+}
+
+/// What a take/claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Now ours (was unowned, or ours already).
+    Ours,
+    /// `own:` of another owner.
+    Owned(String),
+    /// `del:` of someone (another owner's teardown, or our own in progress).
+    Deleting(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Renew {
+    Renewed,
+    /// Our key had expired and nobody took it: it is ours again.
+    Lapsed,
+    /// Someone else holds it: never re-taken.
+    Lost,
+}
+
+/// The change each operation asks for, decided from the key's current value. This is the rule
+/// the Lua scripts implement; the memory store calls it directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Claim,
+    /// Like claim, but to `del:`; allowed over our own `own:`/`del:` or an absent key.
+    BeginDelete,
+    Renew,
+    Release,
+}
+
+/// (new value or `None` to delete or keep, answer). `Keep` means leave the key as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Set(String),
+    Delete,
+    Keep,
+}
+
+pub fn decide(op: Op, current: Option<&str>, me: &str) -> (Change, &'static str) {
+    let own = format!("own:{me}");
+    let del = format!("del:{me}");
+    let ours = current == Some(own.as_str()) || current == Some(del.as_str());
+    match op {
+        Op::Claim => match current {
+            None => (Change::Set(own), "ours"),
+            Some(v) if v == own => (Change::Set(own), "ours"),
+            Some(v) if v.starts_with("del:") => (Change::Keep, "deleting"),
+            Some(_) => (Change::Keep, "owned"),
+        },
+        Op::BeginDelete => match current {
+            None => (Change::Set(del), "ours"),
+            Some(_) if ours => (Change::Set(del), "ours"),
+            Some(v) if v.starts_with("del:") => (Change::Keep, "deleting"),
+            Some(_) => (Change::Keep, "owned"),
+        },
+        Op::Renew => match current {
+            None => (Change::Set(own), "lapsed"),
+            // A teardown of ours keeps its `del:` while it is renewed.
+            Some(v) if ours => (Change::Set(v.to_owned()), "renewed"),
+            Some(_) => (Change::Keep, "lost"),
+        },
+        Op::Release => match current {
+            Some(_) if ours => (Change::Delete, "released"),
+            _ => (Change::Keep, "not-ours"),
+        },
+    }
+}
+
+pub fn owner_of(value: &str) -> String {
+    value
+        .split_once(':')
+        .map(|(_, o)| o)
+        .unwrap_or(value)
+        .to_owned()
+}
+
+pub(crate) fn claim_answer(answer: &str, value: Option<&str>) -> Result<Claim, StoreError> {
+    let owner = value.map(owner_of).unwrap_or_default();
+    match answer {
+        "ours" => Ok(Claim::Ours),
+        "owned" => Ok(Claim::Owned(owner)),
+        "deleting" => Ok(Claim::Deleting(owner)),
+        other => Err(StoreError::Unreadable(other.to_owned())),
+    }
+}
+
+pub(crate) fn renew_answer(answer: &str) -> Result<Renew, StoreError> {
+    match answer {
+        "renewed" => Ok(Renew::Renewed),
+        "lapsed" => Ok(Renew::Lapsed),
+        "lost" => Ok(Renew::Lost),
+        other => Err(StoreError::Unreadable(other.to_owned())),
+    }
+}
+
+/// An in-process store: one provider process per stack.
+#[derive(Debug, Default)]
+pub struct Memory {
+    keys: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+impl Memory {
+    fn apply(&self, key: &str, op: Op, me: &str, ttl: Duration) -> (&'static str, Option<String>) {
+        let Ok(mut keys) = self.keys.lock() else {
+            return ("unavailable", None);
+        };
+        let now = Instant::now();
+        keys.retain(|_, (_, exp)| *exp > now);
+        let current = keys.get(key).map(|(v, _)| v.clone());
+        let (change, answer) = decide(op, current.as_deref(), me);
+        match change {
+            Change::Set(v) => {
+                keys.insert(key.to_owned(), (v, now + ttl));
+            }
+            Change::Delete => {
+                keys.remove(key);
+            }
+            Change::Keep => {}
+        }
+        (answer, current)
+    }
+}
+
+/// The ownership store, memory or Redis.
+#[derive(Debug)]
+pub enum Store {
+    Memory(Memory),
+    Redis(RedisStore),
+}
+
+/// A store bound to this process's owner name and TTL.
+#[derive(Debug)]
+pub struct Ownership {
+    pub store: Store,
+    pub me: String,
+    pub ttl: Duration,
+}
+
+impl Ownership {
+    async fn run(&self, key: &str, op: Op) -> Result<(&'static str, Option<String>), StoreError> {
+        match &self.store {
+            Store::Memory(m) => Ok(m.apply(key, op, &self.me, self.ttl)),
+            Store::Redis(r) => r.apply(key, op, &self.me, self.ttl).await,
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        matches!(self.store, Store::Redis(_))
+    }
+
+    pub async fn claim(&self, key: &str) -> Result<Claim, StoreError> {
+        let (answer, value) = self.run(key, Op::Claim).await?;
+        claim_answer(answer, value.as_deref())
+    }
+
+    pub async fn begin_delete(&self, key: &str) -> Result<Claim, StoreError> {
+        let (answer, value) = self.run(key, Op::BeginDelete).await?;
+        claim_answer(answer, value.as_deref())
+    }
+
+    pub async fn renew(&self, key: &str) -> Result<Renew, StoreError> {
+        let (answer, _) = self.run(key, Op::Renew).await?;
+        renew_answer(answer)
+    }
+
+    /// `true` when our value was dropped.
+    pub async fn release(&self, key: &str) -> Result<bool, StoreError> {
+        let (answer, _) = self.run(key, Op::Release).await?;
+        Ok(answer == "released")
+    }
+
+    /// The key's current value (`own:x`/`del:x`), or `None` when unowned.
+    pub async fn value(&self, key: &str) -> Result<Option<String>, StoreError> {
+        match &self.store {
+            Store::Memory(m) => {
+                let now = Instant::now();
+                Ok(m.keys
+                    .lock()
+                    .ok()
+                    .and_then(|k| k.get(key).filter(|(_, e)| *e > now).map(|(v, _)| v.clone())))
+            }
+            Store::Redis(r) => r.get(key).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decide_table() {
+        use Change::*;
+        let me = "a";
+        let cases: [(Op, Option<&str>, Change, &str); 16] = [
+            (Op::Claim, None, Set("own:a".into()), "ours"),
+            (Op::Claim, Some("own:a"), Set("own:a".into()), "ours"),
+            (Op::Claim, Some("own:b"), Keep, "owned"),
+            (Op::Claim, Some("del:b"), Keep, "deleting"),
+            (Op::Claim, Some("del:a"), Keep, "deleting"),
+            (Op::BeginDelete, None, Set("del:a".into()), "ours"),
+            (Op::BeginDelete, Some("own:a"), Set("del:a".into()), "ours"),
+            (Op::BeginDelete, Some("own:b"), Keep, "owned"),
+            (Op::BeginDelete, Some("del:b"), Keep, "deleting"),
+            (Op::Renew, Some("own:a"), Set("own:a".into()), "renewed"),
+            (Op::Renew, Some("del:a"), Set("del:a".into()), "renewed"),
+            (Op::Renew, None, Set("own:a".into()), "lapsed"),
+            (Op::Renew, Some("own:b"), Keep, "lost"),
+            (Op::Release, Some("own:a"), Delete, "released"),
+            (Op::Release, Some("del:a"), Delete, "released"),
+            (Op::Release, Some("own:b"), Keep, "not-ours"),
+        ];
+        for (op, current, change, answer) in cases {
+            assert_eq!(
+                decide(op, current, me),
+                (change, answer),
+                "{op:?} {current:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_store_claims_renews_and_releases_only_its_own() {
+        let shared = Memory::default();
+        let a = Ownership {
+            store: Store::Memory(Memory::default()),
+            me: "a".into(),
+            ttl: Duration::from_secs(60),
+        };
+        assert_eq!(a.claim("k").await.ok(), Some(Claim::Ours));
+        assert_eq!(a.renew("k").await.ok(), Some(Renew::Renewed));
+        assert_eq!(a.begin_delete("k").await.ok(), Some(Claim::Ours));
+        assert_eq!(a.claim("k").await.ok(), Some(Claim::Deleting("a".into())));
+        assert_eq!(a.release("k").await.ok(), Some(true));
+        assert_eq!(a.value("k").await.ok(), Some(None));
+        drop(shared);
+    }
+}

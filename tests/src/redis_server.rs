@@ -1,0 +1,107 @@
+//! A private `redis-server` per test: `--port 0` (no TCP at all), a Unix socket in a temp dir,
+//! no persistence; killed (by its own PID) when dropped. Found as `$REDIS_SERVER`, else
+//! `redis-server` on PATH or in /usr/bin. Missing: the test is skipped with a printed NOTICE,
+//! except with `CI=true`, where it fails (CI installs Debian's `redis-server`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+fn binary() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("REDIS_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("redis-server"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin/redis-server")])
+        .find(|p| p.is_file())
+}
+
+impl RedisServer {
+    /// A running server, or `None` after printing why `test` is skipped.
+    pub fn start(test: &str) -> Option<Self> {
+        let Some(bin) = binary() else {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!(
+                    "CI=true but no redis-server is installed; {test} must not be skipped in CI"
+                );
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOTICE: {test}: skipped, no redis-server (apt-get install redis-server, as .ci/run does)"
+            );
+            return None;
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("rd")
+            .tempdir_in("/tmp")
+            .expect("redis dir");
+        let sock = dir.path().join("redis.sock");
+        let child = Command::new(&bin)
+            .args(["--port", "0", "--unixsocket"])
+            .arg(&sock)
+            .args([
+                "--unixsocketperm",
+                "700",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let server = Self { child, dir };
+        for _ in 0..500 {
+            if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+                return Some(server);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not open {}", sock.display());
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// The URL lifecycle's `--ownership` takes.
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    /// Stops the server (an outage); the socket file goes with it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.socket());
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether `path` is a socket something listens on.
+pub fn listening(path: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(path).is_ok()
+}

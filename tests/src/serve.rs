@@ -1,0 +1,196 @@
+//! A `lifecycle serve` provider for tests, in process: the fake engine behind the real sockproxy
+//! (`LcStack`), optionally a fault relay between lifecycle and the proxy, a `FakeClock` the test
+//! steps, and the HTTP API on a Unix socket in a temp dir. Background passes (reaper,
+//! heartbeat) are not started: a test calls them when it wants them, so nothing depends on timing.
+//! `call` is the gateway's side: one HTTP request on the provider's socket.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lifecycle::decide::Mode;
+use lifecycle::engine::Engine as Client;
+use lifecycle::ops::Lifecycle;
+use lifecycle::serve::clock::FakeClock;
+use lifecycle::serve::provider::{Provider, ProviderConfig};
+use lifecycle::serve::store::{Memory, Ownership, Store};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::lc::fault_relay::FaultRelay;
+use crate::lc::{settings, LcStack};
+use crate::raw;
+
+#[derive(Debug)]
+pub struct Served {
+    pub stack: LcStack,
+    pub provider: Arc<Provider>,
+    pub clock: Arc<FakeClock>,
+    pub relay: Option<FaultRelay>,
+    pub dir: tempfile::TempDir,
+    stop: watch::Sender<bool>,
+}
+
+pub fn config(idle_secs: u64, max_replicas: usize) -> ProviderConfig {
+    ProviderConfig {
+        idle_timeout: Duration::from_secs(idle_secs),
+        max_replicas,
+        adopt_grace: Duration::from_secs(1),
+    }
+}
+
+impl Served {
+    /// A provider with the memory store on a fresh stack.
+    pub async fn start(config: ProviderConfig) -> Self {
+        Self::start_with(config, false).await
+    }
+
+    /// `relayed`: lifecycle reaches the proxy through a `FaultRelay` (see `relay`).
+    pub async fn start_with(config: ProviderConfig, relayed: bool) -> Self {
+        let own = Ownership {
+            store: Store::Memory(Memory::default()),
+            me: format!("test-{}", std::process::id()),
+            ttl: Duration::from_secs(600),
+        };
+        Self::start_owned(config, relayed, own).await
+    }
+
+    /// A provider with the given ownership store (open mode).
+    pub async fn start_owned(config: ProviderConfig, relayed: bool, own: Ownership) -> Self {
+        Self::start_full(config, relayed, own, Mode::Open).await
+    }
+
+    /// A restricted-mode provider behind a `--restricted` proxy.
+    pub async fn start_restricted(config: ProviderConfig) -> Self {
+        let own = Ownership {
+            store: Store::Memory(Memory::default()),
+            me: format!("test-{}", std::process::id()),
+            ttl: Duration::from_secs(600),
+        };
+        Self::start_full(config, false, own, Mode::Restricted).await
+    }
+
+    async fn start_full(config: ProviderConfig, relayed: bool, own: Ownership, mode: Mode) -> Self {
+        let stack = LcStack::new(mode == Mode::Restricted);
+        let relay = relayed.then(|| FaultRelay::start(stack.proxy.socket()));
+        let engine_sock = relay
+            .as_ref()
+            .map(|r| r.socket().to_owned())
+            .unwrap_or_else(|| stack.proxy.socket().to_owned());
+        let lc = Lifecycle::new(
+            Client::new(&format!("unix://{}", engine_sock.display())).expect("address"),
+            stack.state.path(),
+            settings(&stack.prefix, mode),
+        );
+        let clock = Arc::new(FakeClock::default());
+        let provider = Arc::new(Provider::new(lc, own, clock.clone(), config));
+        let dir = tempfile::tempdir().expect("socket dir");
+        let sock = dir.path().join("serve.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(lifecycle::serve::http::serve(
+            listener,
+            provider.clone(),
+            rx,
+        ));
+        Self {
+            stack,
+            provider,
+            clock,
+            relay,
+            dir,
+            stop,
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("serve.sock")
+    }
+
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        call(&self.socket(), method, path, body).await
+    }
+
+    /// `POST /v1/acquire`; returns (status, answer).
+    pub async fn acquire(&self, user: &str, thread: &str, holder: &str) -> (u16, Value) {
+        let body = json!({ "user_id": user, "thread_id": thread, "holder": holder });
+        self.call("POST", "/v1/acquire", Some(body)).await
+    }
+
+    /// Acquire that must succeed; returns the answer.
+    pub async fn acquired(&self, user: &str, thread: &str, holder: &str) -> Value {
+        let (status, v) = self.acquire(user, thread, holder).await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    pub async fn release(&self, lease: &Value) -> (u16, Value) {
+        let lease = lease.as_str().expect("lease is a string");
+        self.call("POST", &format!("/v1/leases/{lease}/release"), None)
+            .await
+    }
+
+    pub async fn destroy(&self, id: &Value) -> (u16, Value) {
+        let id = id.as_str().expect("sandbox_id is a string");
+        self.call("POST", &format!("/v1/sandboxes/{id}/destroy"), None)
+            .await
+    }
+
+    /// `GET /v1/sandboxes`, the entry of `id` (or Null).
+    pub async fn listed(&self, id: &Value) -> Value {
+        let (status, v) = self.call("GET", "/v1/sandboxes", None).await;
+        assert_eq!(status, 200, "{v}");
+        v["sandboxes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["sandbox_id"] == *id).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Whether a container with this ID exists on the engine, and runs.
+    pub fn running(&self, container_id: &Value) -> bool {
+        let cid = container_id.as_str().unwrap_or_default();
+        raw::get(
+            &self.stack.engine.socket,
+            &format!("/containers/{cid}/json"),
+        )
+        .is_ok_and(|r| r.status == 200 && r.json()["State"]["Running"] == true)
+    }
+
+    pub fn exists(&self, container_id: &Value) -> bool {
+        let cid = container_id.as_str().unwrap_or_default();
+        self.stack.exists(&format!("/containers/{cid}/json"))
+    }
+
+    /// Stops a container behind the provider's back (a crash, an OOM kill).
+    pub fn kill_behind_its_back(&self, container_id: &Value) {
+        let cid = container_id.as_str().unwrap_or_default();
+        let r = raw::request(
+            &self.stack.engine.socket,
+            "POST",
+            &format!("/containers/{cid}/stop?t=0"),
+            None,
+        )
+        .expect("answer");
+        assert!(r.status == 204 || r.status == 304, "{}", r.text());
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// One request on a provider's socket, from a blocking thread (the raw client is blocking).
+pub async fn call(sock: &Path, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let (sock, method, path) = (sock.to_owned(), method.to_owned(), path.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let body = body.map(|b| b.to_string());
+        let r = raw::request(&sock, &method, &path, body.as_deref().map(str::as_bytes))
+            .expect("the provider answers");
+        let v = serde_json::from_slice(&r.body).unwrap_or(Value::String(r.text()));
+        (r.status, v)
+    })
+    .await
+    .expect("request thread")
+}

@@ -1,0 +1,113 @@
+//! `lifecycle serve` shutdown (issue 16): SIGTERM stops accepting, releases every lease, then
+//! destroys (or, with `--on-shutdown keep-warm`, leaves running) what the process owns; a
+//! teardown that fails is reported and kept, never logged away.
+
+use lifecycle::serve::background;
+use serde_json::Value;
+use sockproxy_tests::lc::LcStack;
+use sockproxy_tests::serve::{config, Served};
+use sockproxy_tests::serve_process::ServeProcess;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_keep_warm_stops_accepting_and_leaves_sandboxes_running() {
+    let stack = LcStack::new(false);
+    let dir = tempfile::tempdir().expect("dir");
+    let mut serve = ServeProcess::start(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        stack.proxy.socket(),
+        &stack.prefix,
+        stack.state.path(),
+        dir.path().join("serve.sock"),
+        &["--ready-timeout", "0", "--sandbox-cmd", "sleep 600"],
+        &["--on-shutdown", "keep-warm", "--socket-mode", "0600"],
+    );
+    let mode = std::fs::metadata(&serve.sock)
+        .expect("socket")
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    let (status, held) = serve.acquire("user-1", "held").await;
+    assert_eq!(status, 200, "{held}");
+    let (_, warm) = serve.acquire("user-1", "warm").await;
+    serve.release(&warm).await;
+    let out = serve.terminate();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        printed.lines().filter(|l| l.contains("\"kept\"")).count(),
+        2,
+        "{printed}"
+    );
+    assert!(
+        !serve.sock.exists(),
+        "the socket is gone: nothing is accepted"
+    );
+    for a in [&held, &warm] {
+        let cid = a["generation"].as_str().unwrap_or_default();
+        assert!(stack.exists(&format!("/containers/{cid}/json")), "{a}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_reports_a_failed_teardown_and_keeps_it() {
+    let s = Served::start_with(config(0, 0), true).await;
+    let ok = s.acquired("user-1", "ok", "run").await;
+    let stuck = s.acquired("user-1", "stuck", "run").await;
+    let relay = s.relay.as_ref().expect("relayed");
+    let stuck_cid = stuck["generation"].as_str().unwrap_or_default().to_owned();
+    relay.fail_once("POST", &format!("/containers/{stuck_cid}/stop"));
+    let lines = background::shutdown(&s.provider, false).await;
+    let result = |a: &Value| {
+        lines
+            .iter()
+            .find(|l| Some(l.sandbox_id.as_str()) == a["sandbox_id"].as_str())
+            .map(|l| l.result.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(result(&ok), "destroyed");
+    assert!(result(&stuck).starts_with("failed:"), "{lines:?}");
+    assert!(!s.exists(&ok["generation"]));
+    assert!(s.exists(&stuck["generation"]), "kept, not forgotten");
+    let listed = s.listed(&stuck["sandbox_id"]).await;
+    assert_eq!(
+        listed["holders"],
+        serde_json::json!([]),
+        "its lease was released"
+    );
+    assert_eq!(
+        listed["destroy_pending"], true,
+        "kept fenced for a retry: {listed}"
+    );
+    let id = stuck["sandbox_id"].as_str().unwrap_or_default();
+    assert!(
+        s.stack.ledger().fences(id, &stuck_cid).expect("read"),
+        "quarantined"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_an_acquire_under_way_finish_and_tears_down_what_it_made() {
+    let s = Served::start_with(config(0, 0), true).await;
+    let gate = s
+        .relay
+        .as_ref()
+        .expect("relayed")
+        .hold_once("POST", "/start");
+    let sock = s.socket();
+    let client = tokio::spawn(async move {
+        let body = serde_json::json!({"user_id": "user-1", "thread_id": "late", "holder": "run"});
+        sockproxy_tests::serve::call(&sock, "POST", "/v1/acquire", Some(body)).await
+    });
+    gate.arrived().await;
+    let provider = s.provider.clone();
+    let shutdown = tokio::spawn(async move { background::shutdown(&provider, false).await });
+    gate.release();
+    let (status, acquired) = client.await.expect("client");
+    assert_eq!(status, 200, "the acquire under way completed: {acquired}");
+    let lines = shutdown.await.expect("shutdown");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].result, "destroyed");
+    assert!(!s.exists(&acquired["generation"]), "nothing left running");
+}
