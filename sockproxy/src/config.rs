@@ -12,7 +12,7 @@ const DEFAULT_UPSTREAM: &str = "unix:///var/run/docker.sock";
 /// Largest list answer the proxy buffers to filter; over it the list fails closed (502).
 const DEFAULT_MAX_LIST_BYTES: usize = 64 << 20;
 /// Lists buffered at once, all requests together.
-const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 256 << 20;
+const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 128 << 20;
 
 /// What `GET /info` gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,7 +130,7 @@ pub struct Args {
     #[arg(long, env = "SOCKPROXY_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Bytes of list answers buffered at once across all requests; over it a list is 503
-    /// [default: 268435456].
+    /// [default: 134217728].
     #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES_TOTAL")]
     pub max_list_bytes_total: Option<usize>,
     /// A TOML file with the same settings as the flags (`sockproxy --print-policy` writes

@@ -77,6 +77,18 @@ fn info_version_and_the_bridge_network_answer_for_the_stack() {
             if direct_bridge.out().contains(&neighbour) {
                 assert!(bridge.out().contains(&own), "{}", bridge.out());
             }
+            // By ID (a prefix of it) too, resolved among what the stack may read.
+            let id = raw::get(&e.socket, "/networks/bridge")
+                .expect("answer")
+                .json()["Id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let by_id = run(
+                p.socket(),
+                &["network", "inspect", "--format", "{{.Name}}", &id[..12]],
+            );
+            assert_eq!(by_id.out().trim(), "bridge", "{}", by_id.stderr);
             // The other predefined networks are readable, never changeable.
             for n in ["host", "none"] {
                 assert_eq!(run(p.socket(), &["network", "inspect", n]).code, Some(0));

@@ -615,3 +615,38 @@ fn engine_errors_name_what_the_client_named() {
         "still pinned"
     );
 }
+
+/// Lists buffered at once are bounded all together (`--max-list-bytes-total`), not only one by
+/// one: a list that would take the proxy past it is a 503 in dockerd's shape, and a list that
+/// fits is filtered as usual. Both with a Content-Length answer and a chunked one.
+#[test]
+fn buffered_lists_share_one_budget() {
+    // Over 200 KiB: the budget is kept in 64 KiB blocks.
+    let entries: Vec<String> = (0..3000)
+        .map(|i| format!(r#"{{"Id":"{i:064x}","Names":["/deer-flow-sandbox-{i}"]}}"#))
+        .collect();
+    let big = format!("[{}]", entries.join(","));
+    let size = big.len();
+    assert!(size > 200 * 1024);
+    let (_dir, chunked) = chunked_engine(big.clone());
+    let fixed = Recorder::start(move |_, _| (200, big.clone()));
+    for sock in [fixed.socket(), chunked.as_path()] {
+        // Room for less than one list: refused before it grows past the budget.
+        let tight = StackProxy::start_with(sock, "deer-flow-", false, |c| {
+            c.max_list_bytes_total = 64 * 1024;
+        });
+        let r = raw::get(tight.socket(), "/containers/json?all=1").expect("answer");
+        assert_refusal(
+            &r,
+            503,
+            "sockproxy: busy: the proxy is buffering as many lists as it may (--max-list-bytes-total)",
+        );
+        // Room for it: the same list passes, filtered.
+        let roomy = StackProxy::start_with(sock, "deer-flow-", false, |c| {
+            c.max_list_bytes_total = 4 * size;
+        });
+        let r = raw::get(roomy.socket(), "/containers/json?all=1").expect("answer");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.json().as_array().is_some_and(|a| !a.is_empty()));
+    }
+}
