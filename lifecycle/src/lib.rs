@@ -14,5 +14,6 @@ pub mod lock;
 pub mod naming;
 pub mod ops;
 pub mod ports;
+pub mod props;
 pub mod ready;
 mod teardown;

@@ -9,6 +9,7 @@ pub mod addr;
 pub mod config;
 pub mod framing;
 pub mod idle;
+pub mod props;
 pub mod proxy;
 pub mod resolve;
 pub mod rules;

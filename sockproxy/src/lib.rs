@@ -21,6 +21,7 @@ pub mod mounts;
 pub mod pinning;
 pub mod policy;
 pub mod policy_file;
+pub mod props;
 pub mod proxy;
 pub mod refusal;
 pub mod request_line;

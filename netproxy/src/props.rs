@@ -1,0 +1,293 @@
+//! Properties the fuzz targets (`fuzz/`) assert and the stable replay test
+//! (`tests/tests/fuzz_corpus.rs`) checks again on every committed corpus input; `Err(why)` when
+//! one does not hold. Only the public parsing and deciding functions are used, through the two
+//! adapters `address_allowed` and `head_verdict`, so a change to `addr` or `framing` touches
+//! one line here.
+//!
+//! - `target`: a parsed target's canonical host (and port, and origin-form path) is the same
+//!   when its canonical form is parsed again; a name is never an IP spelling. The input's first
+//!   byte also picks a policy, and an IP literal in a special-purpose range (or the proxy's own
+//!   network) is never allowed unless an `--allow-cidr` range names it.
+//! - `framing`: the request-stream scanner never panics, reads the same verdicts however the
+//!   stream is split into reads, and never lets the first head through when a lenient reading
+//!   (bare LF line ends, as hyper's parser accepts) finds CL+TE or a repeated Content-Length.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use ipnet::IpNet;
+use tokio::io::{AsyncRead, ReadBuf};
+
+use crate::addr;
+use crate::framing::{self, Scanner, Verdicts};
+use crate::rules::{self, NameDecision, Rule};
+use crate::target::{self, Host};
+
+/// Whether the address check lets `ip` be dialed (the one call into `addr`).
+fn address_allowed(ip: IpAddr, allow: &[IpNet], own: &[IpNet]) -> bool {
+    addr::refuse(ip, allow, own).is_none()
+}
+
+/// The verdict on one complete head, without its final CRLF CRLF (the one call into
+/// `framing::judge`): `Some(why)` when the head is refused.
+fn head_verdict(head: &[u8]) -> Option<&'static str> {
+    framing::judge(head).0
+}
+
+/// Policies the target property's first byte picks from: (allow rules, `--allow-cidr`, own
+/// networks).
+const POLICIES: [(&[&str], &[&str], &[&str]); 6] = [
+    (&["example.com", "*.example.org"], &[], &["172.18.0.0/16"]),
+    (&["127.0.0.1", "[::1]:80", "169.254.169.254"], &[], &[]),
+    (&["10.0.0.1:80,443"], &["10.0.0.0/8"], &["10.0.0.0/24"]),
+    (
+        &["[64:ff9b::7f00:1]:80", "[2002:7f00:1::1]:443"],
+        &["64:ff9b::/96", "2002::/16"],
+        &[],
+    ),
+    (
+        &["0.0.0.0", "[::]:80", "[::ffff:127.0.0.1]:80"],
+        &["0.0.0.0/0"],
+        &["192.168.0.0/16"],
+    ),
+    (
+        &["100.64.0.1", "[fe80::1]:443"],
+        &["100.64.0.0/10"],
+        &["100.64.0.0/24"],
+    ),
+];
+
+/// Input: byte 0 picks a policy and whether the rest is a CONNECT authority or an absolute
+/// `http://` target.
+pub fn target(data: &[u8]) -> Result<(), String> {
+    let [sel, rest @ ..] = data else {
+        return Ok(());
+    };
+    let Ok(raw) = std::str::from_utf8(rest) else {
+        return Ok(());
+    };
+    let parsed = if sel & 0x80 == 0 {
+        let Ok(t) = target::parse_authority(raw) else {
+            return Ok(());
+        };
+        let again = format!("{}:{}", t.host, t.port);
+        match target::parse_authority(&again) {
+            Ok(t2) if t2 == t => {}
+            other => return Err(format!("{raw:?} → {again:?} → {other:?}, not {t:?}")),
+        }
+        t
+    } else {
+        let Ok((t, path)) = target::parse_absolute(raw) else {
+            return Ok(());
+        };
+        let again = format!("http://{}:{}{path}", t.host, t.port);
+        match target::parse_absolute(&again) {
+            Ok((t2, p2)) if t2 == t && p2 == path => {}
+            other => return Err(format!("{raw:?} → {again:?} → {other:?}, not {t:?}")),
+        }
+        t
+    };
+    match target::canonical_host(&parsed.host.to_string()) {
+        Ok(h) if h == parsed.host => {}
+        other => return Err(format!("host {} re-reads as {other:?}", parsed.host)),
+    }
+    match &parsed.host {
+        Host::Name(n) => name_is_canonical(n)?,
+        Host::Ip(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_some() => {
+            return Err(format!("{v6} is IPv4-mapped, not folded"));
+        }
+        Host::Ip(_) => {}
+    }
+    policy_holds(usize::from(*sel & 0x7f), &parsed.host, parsed.port)
+}
+
+fn name_is_canonical(n: &str) -> Result<(), String> {
+    let ip_spelling = n.parse::<IpAddr>().is_ok()
+        || target::inet_aton(n).is_some()
+        || n.rsplit('.')
+            .next()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()));
+    if ip_spelling {
+        return Err(format!("name {n:?} is an IP spelling"));
+    }
+    if n.is_empty()
+        || n.ends_with('.')
+        || n.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+    {
+        return Err(format!("name {n:?} is not canonical"));
+    }
+    Ok(())
+}
+
+fn nets(list: &[&str]) -> Result<Vec<IpNet>, String> {
+    list.iter()
+        .map(|n| n.parse().map_err(|e| format!("policy net {n}: {e}")))
+        .collect()
+}
+
+/// The name decision and, for an IP literal, the address check, as the proxy makes them
+/// before dialing: special-purpose (by an independent reading) or own-network literals are
+/// never allowed unless `--allow-cidr` trusts them, and own networks never.
+fn policy_holds(sel: usize, host: &Host, port: u16) -> Result<(), String> {
+    let (allow, cidrs, own) = POLICIES[sel % POLICIES.len()];
+    let allow: Vec<Rule> = allow
+        .iter()
+        .map(|r| Rule::parse(r).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let (cidrs, own) = (nets(cidrs)?, nets(own)?);
+    let Host::Ip(ip) = host else {
+        return Ok(());
+    };
+    if matches!(
+        rules::decide(&allow, &[], host, port),
+        NameDecision::Deny { .. }
+    ) {
+        return Ok(());
+    }
+    if !address_allowed(*ip, &cidrs, &own) {
+        return Ok(());
+    }
+    if own.iter().any(|n| n.contains(ip)) {
+        return Err(format!(
+            "{ip} is in the proxy's own network and was allowed"
+        ));
+    }
+    for a in with_embedded(*ip) {
+        if is_special(a) && !cidrs.iter().any(|n| n.contains(&a)) {
+            return Err(format!(
+                "{ip} (judged as {a}) is special-purpose and was allowed"
+            ));
+        }
+        if own.iter().any(|n| n.contains(&a)) {
+            return Err(format!(
+                "{ip} embeds {a} of the proxy's own network and was allowed"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `ip` and any IPv4 address an IPv6 translator form embeds (mapped, compatible, NAT64, 6to4,
+/// Teredo's client).
+fn with_embedded(ip: IpAddr) -> Vec<IpAddr> {
+    let mut out = vec![ip];
+    if let IpAddr::V6(v6) = ip {
+        let o = v6.octets();
+        let s = v6.segments();
+        let tail = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+        if s[..6] == [0, 0, 0, 0, 0, 0xffff]
+            || (s[..6] == [0; 6] && u32::from(tail) > 1)
+            || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        {
+            out.push(IpAddr::V4(tail));
+        }
+        if s[0] == 0x2002 {
+            out.push(IpAddr::V4(Ipv4Addr::new(o[2], o[3], o[4], o[5])));
+        }
+        if s[0] == 0x2001 && s[1] == 0 {
+            out.push(IpAddr::V4(Ipv4Addr::from(!u32::from(tail))));
+        }
+    }
+    out
+}
+
+/// Special-purpose ranges read from the standard library and the IANA registries, apart from
+/// `addr`'s table.
+fn is_special(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            let [b0, b1, b2, _] = a.octets();
+            a.is_private()
+                || a.is_loopback()
+                || a.is_link_local()
+                || a.is_multicast()
+                || a.is_broadcast()
+                || a.is_documentation()
+                || b0 == 0
+                || b0 >= 240
+                || (b0 == 100 && (64..128).contains(&b1))
+                || (b0 == 198 && (18..20).contains(&b1))
+                || (b0 == 192 && b1 == 0 && b2 == 0)
+        }
+        IpAddr::V6(a) => {
+            let s = a.segments();
+            let v6: Ipv6Addr = a;
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+        }
+    }
+}
+
+/// Input: byte 0 is the read size (1–256) the stream is split into; the rest is the stream.
+pub fn framing(data: &[u8]) -> Result<(), String> {
+    let [size, stream @ ..] = data else {
+        return Ok(());
+    };
+    let whole = scan(stream, stream.len().max(1));
+    let split = scan(stream, usize::from(*size) + 1);
+    if whole != split {
+        return Err(format!(
+            "verdicts {whole:?} whole, {split:?} in reads of {}",
+            usize::from(*size) + 1
+        ));
+    }
+    let Some(end) = stream.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(());
+    };
+    let head = &stream[..end];
+    if let Some(why) = ambiguous(head) {
+        if head_verdict(head).is_none() || whole.first().copied().flatten().is_none() {
+            return Err(format!(
+                "head with {why} let through: {:?}",
+                String::from_utf8_lossy(head)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first verdicts (up to one per possible head) after the stream is read in `size` reads.
+fn scan(stream: &[u8], size: usize) -> Vec<Option<&'static str>> {
+    let verdicts = Verdicts::default();
+    let mut s = Scanner::new(stream, verdicts.clone(), 16 * 1024);
+    let mut buf = vec![0u8; size];
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        let mut rb = ReadBuf::new(&mut buf);
+        match Pin::new(&mut s).poll_read(&mut cx, &mut rb) {
+            Poll::Ready(Ok(())) if !rb.filled().is_empty() => {}
+            _ => break,
+        }
+    }
+    let heads = stream.windows(4).filter(|w| w == b"\r\n\r\n").count();
+    (0..=heads).map(|n| verdicts.get(n)).collect()
+}
+
+/// Why a head is ambiguous when read leniently (LF or CRLF line ends, names trimmed, any case).
+fn ambiguous(head: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let (mut cl, mut te) = (0, 0);
+    for line in text.split('\n').skip(1) {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some((name, _)) = line.split_once(':') {
+            match name.trim() {
+                "content-length" => cl += 1,
+                "transfer-encoding" => te += 1,
+                _ => {}
+            }
+        }
+    }
+    if cl > 1 {
+        Some("a repeated Content-Length")
+    } else if cl > 0 && te > 0 {
+        Some("Content-Length and Transfer-Encoding")
+    } else {
+        None
+    }
+}
