@@ -9,12 +9,18 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 
-/// `$TMPDIR/ledger-fuzz-{pid}`, made once; each input gets its own numbered directory in it,
-/// removed afterwards.
+/// `/dev/shm/ledger-fuzz-{pid}` (memory: the ledger fsyncs every record), else under
+/// `$TMPDIR`, made once; each input gets its own numbered directory in it, removed afterwards.
 fn base() -> &'static PathBuf {
     static BASE: OnceLock<PathBuf> = OnceLock::new();
     BASE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("ledger-fuzz-{}", std::process::id()));
+        let shm = PathBuf::from("/dev/shm");
+        let tmp = if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = tmp.join(format!("ledger-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir for the fuzz run");
         dir
     })

@@ -27,21 +27,22 @@ const TARGETS: [(&str, Prop); 6] = [
 /// TODO (issue 17): inputs that violate a property on this branch — real bugs, reported, not
 /// yet fixed. Each is still replayed (a panic or a different failure would show), but its
 /// failure does not fail the test. Remove an entry once its fix lands; every other file must
-/// pass. All five are netproxy bugs that the issue-net branch's rewrite of `addr` and
+/// pass. Their files are named `known-bug-*`, which `ci/fuzz.sh` leaves out of libFuzzer's
+/// starting corpus (libFuzzer stops at the first crashing input). All five are netproxy bugs that the issue-net branch's rewrite of `addr` and
 /// `framing` (`addr::judge`, httparse-based `framing::judge`) appears to fix.
 const KNOWN_FAILURES: [(&str, &str); 5] = [
     // `addr::refuse` checks `--allow-cidr` before the own networks: an allow-cidr covering
     // the sidecar's own network makes it dialable (DESIGN §3: own networks never are).
-    ("netproxy_target", "seed-own-network-allowed-by-cidr"),
-    ("netproxy_target", "seed-cgnat-own"),
+    ("netproxy_target", "known-bug-own-network-allowed-by-cidr"),
+    ("netproxy_target", "known-bug-cgnat-own"),
     // An `--allow-cidr` trusting a translator prefix (NAT64, 6to4) lets through an address
     // whose embedded IPv4 is loopback (DESIGN §3: also judged by the IPv4 it embeds).
-    ("netproxy_target", "seed-nat64-embedded-loopback"),
-    ("netproxy_target", "seed-6to4-embedded-loopback"),
+    ("netproxy_target", "known-bug-nat64-embedded-loopback"),
+    ("netproxy_target", "known-bug-6to4-embedded-loopback"),
     // `framing::judge` splits header lines on CRLF only; hyper's parser also ends a line at a
     // bare LF, so `Content-Length: 5\nTransfer-Encoding: chunked` is one header to the
     // scanner and two to hyper: CL+TE let through, and the scanner's framing desynchronizes.
-    ("netproxy_framing", "seed-bare-lf-cl-te"),
+    ("netproxy_framing", "known-bug-bare-lf-cl-te"),
 ];
 
 fn corpus_root() -> PathBuf {
@@ -96,12 +97,23 @@ fn every_corpus_input_keeps_its_properties() {
             };
             replayed += 1;
             let known = KNOWN_FAILURES.contains(&(target, name.as_str()));
+            assert_eq!(
+                known,
+                name.starts_with("known-bug-"),
+                "{target}/{name}: a file is named known-bug-* exactly when KNOWN_FAILURES lists it"
+            );
             if let Err(why) = outcome {
                 if !known {
                     failures.push(format!("{target}/{name}: {why}"));
                 }
             }
         }
+    }
+    for (target, name) in KNOWN_FAILURES {
+        assert!(
+            root.join(target).join(name).is_file(),
+            "KNOWN_FAILURES names {target}/{name}, which is not in the corpus"
+        );
     }
     assert!(
         failures.is_empty(),
