@@ -9,8 +9,9 @@
 //!   byte also picks a policy, and an IP literal in a special-purpose range (or the proxy's own
 //!   network) is never allowed unless an `--allow-cidr` range names it.
 //! - `framing`: the request-stream scanner never panics, reads the same verdicts however the
-//!   stream is split into reads, and never lets the first head through when a lenient reading
-//!   (bare LF line ends, as hyper's parser accepts) finds CL+TE or a repeated Content-Length.
+//!   stream is split into reads, and never lets the first head through when the reading
+//!   hyper's parser makes (bare LF line ends accepted) finds CL+TE or a repeated
+//!   Content-Length.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::pin::Pin;
@@ -269,18 +270,44 @@ fn scan(stream: &[u8], size: usize) -> Vec<Option<&'static str>> {
     (0..=heads).map(|n| verdicts.get(n)).collect()
 }
 
-/// Why a head is ambiguous when read leniently (LF or CRLF line ends, names trimmed, any case).
+/// Why a head is ambiguous as hyper's parser (httparse) would read it: a request line and
+/// header lines each ended by LF or CRLF, header names tokens, values free of control bytes;
+/// a head httparse would refuse is no concern (hyper answers it 400).
 fn ambiguous(head: &[u8]) -> Option<&'static str> {
-    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let mut lines = head.split(|b| *b == b'\n');
+    let request_line = lines.next()?;
+    let request_line = request_line.strip_suffix(b"\r").unwrap_or(request_line);
+    let mut parts = request_line.split(|b| *b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let request_ok = !method.is_empty()
+        && method.iter().all(|b| is_tchar(*b))
+        && !target.is_empty()
+        && target.iter().all(|b| (0x21..0x7f).contains(b))
+        && (version == b"HTTP/1.1" || version == b"HTTP/1.0");
+    if !request_ok {
+        return None;
+    }
     let (mut cl, mut te) = (0, 0);
-    for line in text.split('\n').skip(1) {
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if let Some((name, _)) = line.split_once(':') {
-            match name.trim() {
-                "content-length" => cl += 1,
-                "transfer-encoding" => te += 1,
-                _ => {}
-            }
+    for line in lines {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|b| *b == b':')?;
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let valid = !name.is_empty()
+            && name.iter().all(|b| is_tchar(*b))
+            && value
+                .iter()
+                .all(|b| *b == b'\t' || *b >= 0x20 && *b != 0x7f);
+        if !valid {
+            return None;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            cl += 1;
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            te += 1;
         }
     }
     if cl > 1 {
@@ -290,4 +317,9 @@ fn ambiguous(head: &[u8]) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// RFC 9110 token characters.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
