@@ -185,7 +185,8 @@ fn the_ledger_and_port_reservations_survive_sigkill_anywhere() {
             Op::Retire => {}
         }
         if outcome == "failed" {
-            println!("seq {seq} {op:?} failed: {}", run.stderr.trim());
+            let why = run.stderr.lines().last().unwrap_or_default();
+            println!("seq {seq} {op:?} failed ({:?}): {why}", run.code);
         }
     }
     println!(
@@ -296,13 +297,14 @@ fn the_ledger_and_port_reservations_survive_sigkill_anywhere() {
     );
 }
 
-/// TODO (issue 17), a real bug, not fixed here: `Ports::reserve` writes `pending` with
-/// `create_new` + write (`ports::write_new`), not atomically. SIGKILL between the two leaves an
-/// empty `pending` file, which `pending()` reads as no reservation while `write_new` then finds
-/// it existing: every later create of that sandbox fails with "File exists" until an operator
-/// removes the file. Un-ignore when reservations are written atomically (temp file + rename).
+/// TODO (issue 17), a real bug the kill loop hits, not fixed here: `Ports::reserve` writes
+/// `pending` with `create_new` + write (`ports::write_new`), not atomically. SIGKILL between the
+/// two leaves an empty `pending` file, which `pending()` reads as no reservation while
+/// `write_new` then finds it existing: the next create of that sandbox fails with "File exists"
+/// (its undo then removes the file, so the create after it works). Un-ignore when reservations
+/// are written atomically (temp file + rename).
 #[test]
-#[ignore = "known bug: a torn pending port reservation blocks every later create of its sandbox"]
+#[ignore = "known bug: a torn pending port reservation fails the next create of its sandbox"]
 fn a_torn_pending_reservation_does_not_block_the_next_create() {
     let state = tempfile::tempdir().expect("state dir");
     let id = "aaaaaaaaaaaaaaaa";
@@ -315,4 +317,26 @@ fn a_torn_pending_reservation_does_not_block_the_next_create() {
         .reserve(id)
         .expect("a reservation after a torn pending file");
     assert_eq!(ports.pending(id).expect("read"), Some(port));
+}
+
+/// TODO (issue 17), a real bug the kill loop hits, not fixed here: `Ledger::retire` removes the
+/// sandbox's directory with `remove_dir_all`, which may unlink `.sandbox_id` before the records.
+/// A kill in between leaves records that name no sandbox: `lifecycle retire` keeps them
+/// ("retires on the next create in its thread") and exits 3 on every run until then. Un-ignore
+/// when retire removes the records before `.sandbox_id` (or renames the directory away first).
+#[tokio::test]
+#[ignore = "known bug: a retire killed mid-removal leaves records that retire cannot retire"]
+async fn records_left_by_a_killed_retire_are_retired_by_the_next_retire() {
+    let s = LcStack::new(false);
+    let id = s.id("orphan");
+    s.ledger().mark(&id, "gen-1").expect("mark");
+    // What a kill after `remove_dir_all` unlinked `.sandbox_id` leaves.
+    std::fs::remove_file(s.ledger().dir().join(k(&id)).join(".sandbox_id")).expect("unlink");
+    let lc = s.through_proxy(lifecycle::decide::Mode::Open).await;
+    let out = lc.retire_all().await.expect("retire");
+    assert!(
+        matches!(out.as_slice(), [lifecycle::ops::Retired::Retired { .. }]),
+        "{out:?}"
+    );
+    assert!(!s.ledger().is_quarantined(&id).expect("read"));
 }
