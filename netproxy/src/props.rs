@@ -1,8 +1,8 @@
 //! Properties the fuzz targets (`fuzz/`) assert and the stable replay test
 //! (`tests/tests/fuzz_corpus.rs`) checks again on every committed corpus input; `Err(why)` when
-//! one does not hold. Only the public parsing and deciding functions are used, through the two
-//! adapters `address_allowed` and `head_verdict`, so a change to `addr` or `framing` touches
-//! one line here.
+//! one does not hold. Only the public parsing and deciding functions are used; every call into
+//! `addr` and `framing` goes through one of three one-line adapters (`address_allowed`,
+//! `head_refused`, `scanner`), so a change to those modules touches one line each here.
 //!
 //! - `target`: a parsed target's canonical host (and port, and origin-form path) is the same
 //!   when its canonical form is parsed again; a name is never an IP spelling. The input's first
@@ -30,10 +30,14 @@ fn address_allowed(ip: IpAddr, allow: &[IpNet], own: &[IpNet]) -> bool {
     addr::refuse(ip, allow, own).is_none()
 }
 
-/// The verdict on one complete head, without its final CRLF CRLF (the one call into
-/// `framing::judge`): `Some(why)` when the head is refused.
-fn head_verdict(head: &[u8]) -> Option<&'static str> {
-    framing::judge(head).0
+/// Whether `framing::judge` refuses one complete head (without its final CRLF CRLF).
+fn head_refused(head: &[u8]) -> bool {
+    framing::judge(head).0.is_some()
+}
+
+/// The scanner the server puts in front of hyper, over `stream`.
+fn scanner(stream: &[u8], verdicts: Verdicts) -> Scanner<&[u8]> {
+    Scanner::new(stream, verdicts, 16 * 1024)
 }
 
 /// Policies the target property's first byte picks from: (allow rules, `--allow-cidr`, own
@@ -243,7 +247,7 @@ pub fn framing(data: &[u8]) -> Result<(), String> {
     };
     let head = &stream[..end];
     if let Some(why) = ambiguous(head) {
-        if head_verdict(head).is_none() || whole.first().copied().flatten().is_none() {
+        if !head_refused(head) || !whole.first().copied().unwrap_or(false) {
             return Err(format!(
                 "head with {why} let through: {:?}",
                 String::from_utf8_lossy(head)
@@ -253,10 +257,11 @@ pub fn framing(data: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// The first verdicts (up to one per possible head) after the stream is read in `size` reads.
-fn scan(stream: &[u8], size: usize) -> Vec<Option<&'static str>> {
+/// Whether each head (up to one per CRLF CRLF) was refused, after the stream is read in `size`
+/// reads.
+fn scan(stream: &[u8], size: usize) -> Vec<bool> {
     let verdicts = Verdicts::default();
-    let mut s = Scanner::new(stream, verdicts.clone(), 16 * 1024);
+    let mut s = scanner(stream, verdicts.clone());
     let mut buf = vec![0u8; size];
     let mut cx = Context::from_waker(Waker::noop());
     loop {
@@ -267,7 +272,7 @@ fn scan(stream: &[u8], size: usize) -> Vec<Option<&'static str>> {
         }
     }
     let heads = stream.windows(4).filter(|w| w == b"\r\n\r\n").count();
-    (0..=heads).map(|n| verdicts.get(n)).collect()
+    (0..=heads).map(|n| verdicts.get(n).is_some()).collect()
 }
 
 /// Why a head is ambiguous as hyper's parser (httparse) would read it: a request line and
