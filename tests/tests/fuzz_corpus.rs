@@ -25,12 +25,12 @@ const TARGETS: [(&str, Prop); 6] = [
 ];
 
 /// TODO (issue 17): inputs that violate a property on this branch — real bugs, reported, not
-/// yet fixed. Each is still replayed (a panic or a different failure would show), but its
-/// failure does not fail the test. Remove an entry once its fix lands; every other file must
-/// pass. Their files are named `known-bug-*`, which `ci/fuzz.sh` leaves out of libFuzzer's
-/// starting corpus (libFuzzer stops at the first crashing input). All five are netproxy bugs that the issue-net branch's rewrite of `addr` and
-/// `framing` (`addr::judge`, httparse-based `framing::judge`) appears to fix.
-const KNOWN_FAILURES: [(&str, &str); 5] = [
+/// yet fixed. Each is still replayed, but its failure does not fail the test; every other file
+/// must pass. Remove an entry once its fix lands. Their files are named `known-bug-*`, which
+/// `ci/fuzz.sh` leaves out of libFuzzer's starting corpus (libFuzzer stops at the first
+/// crashing input). All are netproxy bugs that the issue-net branch's rewrite of `addr` and
+/// `framing` (`addr::judge`, an httparse-based `framing::judge`) appears to fix.
+const KNOWN_FAILURES: [(&str, &str); 6] = [
     // `addr::refuse` checks `--allow-cidr` before the own networks: an allow-cidr covering
     // the sidecar's own network makes it dialable (DESIGN §3: own networks never are).
     ("netproxy_target", "known-bug-own-network-allowed-by-cidr"),
@@ -43,6 +43,8 @@ const KNOWN_FAILURES: [(&str, &str); 5] = [
     // bare LF, so `Content-Length: 5\nTransfer-Encoding: chunked` is one header to the
     // scanner and two to hyper: CL+TE let through, and the scanner's framing desynchronizes.
     ("netproxy_framing", "known-bug-bare-lf-cl-te"),
+    // The same, found by ci/fuzz.sh (crash-333f3c7e…): a bare LF hides a second Content-Length.
+    ("netproxy_framing", "known-bug-fuzzed-bare-lf-duplicate-cl"),
 ];
 
 fn corpus_root() -> PathBuf {
