@@ -3,6 +3,7 @@
 # toolchain is present; otherwise prints a NOTICE and succeeds. Called by .ci/run.
 #
 #   FUZZ_SECONDS   seconds per target (default 30)
+#   FUZZ_TARGETS   targets to run, space-separated (default: every target, `cargo fuzz list`)
 #
 # libFuzzer starts from a scratch copy of fuzz/corpus/<target>/ and writes what it finds there,
 # so the committed seed corpus stays small. Files named known-bug-* are left out of the copy:
@@ -33,7 +34,7 @@ echo "== built in $((built - began)) s"
 scratch=$(mktemp -d /tmp/fuzz-scratch.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 failed=()
-for t in $(cargo +nightly fuzz list); do
+for t in ${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}; do
   mkdir -p "corpus/$t" "$scratch/$t"
   find "corpus/$t" -maxdepth 1 -type f ! -name 'known-bug-*' -exec cp {} "$scratch/$t/" \;
   rm -rf "artifacts/$t"
