@@ -28,8 +28,9 @@ const TARGETS: [(&str, Prop); 6] = [
 /// yet fixed. Each is still replayed, but its failure does not fail the test; every other file
 /// must pass. Remove an entry once its fix lands. Their files are named `known-bug-*`, which
 /// `ci/fuzz.sh` leaves out of libFuzzer's starting corpus (libFuzzer stops at the first
-/// crashing input). All are netproxy bugs that the issue-net branch's rewrite of `addr` and
-/// `framing` (`addr::judge`, an httparse-based `framing::judge`) appears to fix.
+/// crashing input). All are netproxy bugs that main's rewrite of `addr` and `framing` (issue-net:
+/// `addr::judge`, an httparse-based scanner) fixes: after merging main, rename them `seed-*` and
+/// empty this list (see FUZZ_README_NOTES.md).
 const KNOWN_FAILURES: [(&str, &str); 6] = [
     // `addr::refuse` checks `--allow-cidr` before the own networks: an allow-cidr covering
     // the sidecar's own network makes it dialable (DESIGN §3: own networks never are).
