@@ -89,6 +89,19 @@ impl Ledger {
     /// Removes every record of sandbox `id`; already gone counts as done.
     pub fn retire(&self, id: &str) -> Result<(), LedgerError> {
         let dir = self.sandbox_dir(id);
+        // Records first, then the rest: a kill part-way must never leave records behind
+        // without the `.sandbox_id` that lets `retire` find their sandbox again.
+        for key in read_generations(&dir)? {
+            let record = dir.join(&key);
+            match fs::remove_file(&record) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(err(&record)(e)),
+            }
+        }
+        if dir.exists() {
+            sync_dir(&dir)?;
+        }
         match fs::remove_dir_all(&dir) {
             Ok(()) => sync_dir(&self.dir),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

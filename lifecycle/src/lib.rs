@@ -14,6 +14,7 @@ pub mod lock;
 pub mod naming;
 pub mod ops;
 pub mod ports;
+pub mod props;
 pub mod ready;
 pub mod serve;
 mod teardown;

@@ -108,7 +108,16 @@ impl Ports {
             return match write_new(&path, &port.to_string()) {
                 Ok(()) => Ok(port),
                 Err(e) if e.source.kind() == io::ErrorKind::AlreadyExists => {
-                    self.pending(id)?.ok_or(e)
+                    match self.pending(id)? {
+                        Some(p) => Ok(p),
+                        // An empty `pending` left by an older lifecycle killed mid-write (its
+                        // writes were not atomic); the sandbox's lock is held, so it is ours
+                        // to replace.
+                        None => {
+                            fs::remove_file(&path).map_err(Self::e(&path))?;
+                            write_new(&path, &port.to_string()).map(|()| port)
+                        }
+                    }
                 }
                 Err(e) => Err(e),
             };
@@ -172,7 +181,10 @@ impl Ports {
         };
         let mut out = Vec::new();
         for entry in read {
-            out.extend(Self::read(&entry.map_err(Self::e(&dir))?.path())?);
+            let path = entry.map_err(Self::e(&dir))?.path();
+            if !is_temp(&path) {
+                out.extend(Self::read(&path)?);
+            }
         }
         out.sort_unstable();
         Ok(out)
@@ -200,9 +212,11 @@ impl Ports {
             if path.is_dir() {
                 for inner in fs::read_dir(&path).map_err(Self::e(&path))? {
                     let inner = inner.map_err(Self::e(&path))?.path();
-                    out.extend(Self::read(&inner)?);
+                    if !is_temp(&inner) {
+                        out.extend(Self::read(&inner)?);
+                    }
                 }
-            } else {
+            } else if !is_temp(&path) {
                 out.extend(Self::read(&path)?);
             }
         }
@@ -210,16 +224,40 @@ impl Ports {
     }
 }
 
-/// Creates `path` with `data`, synced; an existing file is an `AlreadyExists` error.
+/// A temp file of an interrupted `write_new` (its name starts with a dot): never a reservation.
+fn is_temp(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+}
+
+/// Creates `path` with `data`, or fails if it exists, never leaving it empty or torn: the
+/// data goes to a temp file first, which is then hard-linked into place (a link, unlike a
+/// rename, refuses an existing name) and removed. A kill leaves at most a temp file, which
+/// no reader takes for a reservation.
 fn write_new(path: &Path, data: &str) -> Result<(), PortError> {
-    let mut f = OpenOptions::new()
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp.{}.{nanos}", std::process::id()));
+    let written = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(path)
-        .map_err(Ports::e(path))?;
-    f.write_all(data.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(Ports::e(path))
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(data.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    written.map_err(Ports::e(path))?;
+    if let Some(dir) = path.parent() {
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(Ports::e(dir))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

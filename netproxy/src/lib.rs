@@ -18,6 +18,7 @@ pub mod framing;
 pub mod idle;
 pub mod own;
 pub mod policy;
+pub mod props;
 pub mod proxy;
 pub mod refusal;
 pub mod resolve;

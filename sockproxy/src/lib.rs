@@ -22,6 +22,7 @@ pub mod pinning;
 mod plans;
 pub mod policy;
 pub mod policy_file;
+pub mod props;
 pub mod proxy;
 pub mod refusal;
 pub mod request_line;

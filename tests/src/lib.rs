@@ -5,6 +5,8 @@
 //! as docker CLI steps (`deerflow`).
 
 pub mod cli;
+/// SIGKILLed runs and on-disk state readers for the crash-safety test (`ledger_crash`).
+pub mod crash;
 pub mod deerflow;
 pub mod engine;
 pub mod fake;

@@ -1,0 +1,272 @@
+//! Properties the fuzz targets (`fuzz/`) assert and the stable replay test
+//! (`tests/tests/fuzz_corpus.rs`) checks again on every committed corpus input. Each function
+//! takes the raw fuzz input, reads it as documented, and returns `Err(why)` when a property
+//! does not hold; malformed input that the code under test refuses is not a violation.
+//!
+//! - `request`: bytes → (method, target) → `canon` → `api::parse` → `policy::decide`; an
+//!   allowed request, re-serialized as the proxy forwards it, parses back to the same target,
+//!   endpoint and plan, and the plan is one the scope allows.
+//! - `create_body`: bytes → `body::parse_checked` → `create_body::check`; what is forwarded
+//!   holds only listed fields, never `Privileged: true`, and checking it again (as bytes, the
+//!   way the engine will read it) gives the same body.
+//! - `list_filter`: `filter::filter_list` keeps a subset of the input entries, in order,
+//!   verbatim, all visible to the scope, and every visible one up to `limit`.
+
+use std::path::Path;
+
+use http::{HeaderMap, Method, Uri};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::api::{self, ObjRef};
+use crate::body::parse_checked;
+use crate::canon::{canonicalize, Target};
+use crate::create_body::{self, CreateRules, STACK_LABEL};
+use crate::filter::filter_list;
+use crate::host_config;
+use crate::policy::{decide, Plan};
+use crate::scope::{Access, Kind, Prefix, Scope};
+
+/// The prefix every property runs with (deer-flow's).
+pub const PREFIX: &str = "deer-flow-";
+
+/// Methods the first input byte selects from.
+const METHODS: [&str; 8] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT",
+];
+
+/// The one image the request property's scope may pull.
+const PULLABLE: &str = "busybox:1.36";
+
+fn scope(restricted: bool, info: bool) -> Result<Scope, String> {
+    let prefix = Prefix::parse(PREFIX).map_err(|e| format!("test prefix: {e}"))?;
+    Ok(Scope::new(prefix, restricted).with_info(info))
+}
+
+/// The query as the proxy forwards it (every parameter the proxy checked, in order).
+pub fn forwarded_target(t: &Target) -> String {
+    let q = t.query.encode_without(&[]);
+    if q.is_empty() {
+        t.path()
+    } else {
+        format!("{}?{q}", t.path())
+    }
+}
+
+/// Input: byte 0 picks the method, byte 1's low bits `--restricted` and `--info deny`, the rest
+/// is the request target.
+pub fn request(data: &[u8]) -> Result<(), String> {
+    let [m, flags, rest @ ..] = data else {
+        return Ok(());
+    };
+    let method = Method::from_bytes(METHODS[usize::from(*m) % METHODS.len()].as_bytes())
+        .map_err(|e| e.to_string())?;
+    let scope = scope(flags & 1 == 1, flags & 2 == 0)?;
+    let Ok(raw) = std::str::from_utf8(rest) else {
+        return Ok(());
+    };
+    let Ok(uri) = raw.parse::<Uri>() else {
+        return Ok(());
+    };
+    let Ok(target) = canonicalize(&uri, &HeaderMap::new()) else {
+        return Ok(());
+    };
+    let allow_images = vec![crate::config::normalize_image(PULLABLE)];
+    let ep = api::parse(&method, &target);
+    let Ok(plan) = decide(&ep, &target.query, &scope, &allow_images) else {
+        return Ok(());
+    };
+    plan_in_scope(&plan, &target, &scope)?;
+    let again = forwarded_target(&target);
+    let uri2: Uri = again
+        .parse()
+        .map_err(|e| format!("forwarded target {again:?} does not parse: {e}"))?;
+    let target2 = canonicalize(&uri2, &HeaderMap::new())
+        .map_err(|e| format!("forwarded target {again:?} refused: {e}"))?;
+    if target2 != target {
+        return Err(format!(
+            "forwarded target {again:?} reads as {target2:?}, not {target:?}"
+        ));
+    }
+    let ep2 = api::parse(&method, &target2);
+    if ep2 != ep {
+        return Err(format!("{again:?} is {ep2:?}, was {ep:?}"));
+    }
+    match decide(&ep2, &target2.query, &scope, &allow_images) {
+        Ok(plan2) if plan2 == plan => Ok(()),
+        other => Err(format!("{again:?} decided {other:?}, was Ok({plan:?})")),
+    }
+}
+
+/// What an allowed plan acts on is in the scope (names are decided without the engine).
+fn plan_in_scope(plan: &Plan, target: &Target, scope: &Scope) -> Result<(), String> {
+    let name_ok = |kind, access, r: &ObjRef| match r {
+        ObjRef::Name(n) => scope.allows(kind, access, n) && !n.contains('/'),
+        ObjRef::Hex(h) => h.bytes().all(|b| b.is_ascii_hexdigit()) && !h.is_empty(),
+    };
+    let ok = match plan {
+        Plan::CreateContainer => {
+            let name = target.query.get("name").unwrap_or("");
+            let name = name.strip_prefix('/').unwrap_or(name);
+            scope.allows(Kind::Container, Access::Change, name)
+        }
+        Plan::Container {
+            target: r, access, ..
+        } => name_ok(Kind::Container, *access, r),
+        Plan::Network {
+            target: r, access, ..
+        } => name_ok(Kind::Network, *access, r),
+        Plan::CreateNetwork => scope.restricted(),
+        Plan::Exec { id, .. } => id.bytes().all(|b| b.is_ascii_hexdigit()),
+        Plan::Forward | Plan::List(_) | Plan::Events | Plan::Info => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{plan:?} allowed outside the scope"))
+    }
+}
+
+/// Top-level fields a forwarded create body may carry.
+pub const CREATE_TOP: [&str; 27] = [
+    "HostConfig",
+    "NetworkingConfig",
+    "Hostname",
+    "Domainname",
+    "User",
+    "WorkingDir",
+    "StopSignal",
+    "AttachStdin",
+    "AttachStdout",
+    "AttachStderr",
+    "Tty",
+    "OpenStdin",
+    "StdinOnce",
+    "ArgsEscaped",
+    "NetworkDisabled",
+    "ExposedPorts",
+    "Volumes",
+    "Env",
+    "OnBuild",
+    "Shell",
+    "Cmd",
+    "Entrypoint",
+    "Healthcheck",
+    "StopTimeout",
+    "Image",
+    "Labels",
+    "MacAddress",
+];
+
+/// Input: byte 0's low bit picks `--restricted`; the rest is the create body.
+pub fn create_body(data: &[u8]) -> Result<(), String> {
+    let [flags, body @ ..] = data else {
+        return Ok(());
+    };
+    let scope = scope(flags & 1 == 1, true)?;
+    let rules = CreateRules::default();
+    let engine = Path::new("/run/docker.sock");
+    let check = |bytes: &[u8]| {
+        parse_checked(bytes).and_then(|v| create_body::check(v, &scope, &rules, engine, "s"))
+    };
+    let Ok(out) = check(body) else {
+        return Ok(());
+    };
+    let Some(top) = out.as_object() else {
+        return Err(format!("forwarded body is not an object: {out}"));
+    };
+    if let Some(k) = top.keys().find(|k| !CREATE_TOP.contains(&k.as_str())) {
+        return Err(format!("forwarded top-level field {k} is not listed"));
+    }
+    match top.get("HostConfig") {
+        None => {}
+        Some(Value::Object(h)) => {
+            if let Some(k) = h
+                .keys()
+                .find(|k| !host_config::FIELDS.contains(&k.as_str()))
+            {
+                return Err(format!("forwarded HostConfig.{k} is not listed"));
+            }
+            if h.iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case("Privileged") && v != &Value::Bool(false))
+            {
+                return Err(format!("forwarded Privileged: {out}"));
+            }
+        }
+        Some(other) => return Err(format!("forwarded HostConfig is {other}")),
+    }
+    if top.get("Labels").and_then(|l| l.get(STACK_LABEL)) != Some(&Value::from("s")) {
+        return Err(format!("forwarded body lacks the stack label: {out}"));
+    }
+    let bytes = serde_json::to_vec(&out).map_err(|e| e.to_string())?;
+    match check(&bytes) {
+        Ok(again) if again == out => Ok(()),
+        other => Err(format!("forwarded body {out} checks again as {other:?}")),
+    }
+}
+
+/// Input: byte 0's low bit picks networks (else containers), byte 1 is `limit` (0: none); the
+/// rest is the engine's list answer.
+pub fn list_filter(data: &[u8]) -> Result<(), String> {
+    let [sel, lim, body @ ..] = data else {
+        return Ok(());
+    };
+    let kind = if sel & 1 == 1 {
+        Kind::Network
+    } else {
+        Kind::Container
+    };
+    let limit = (*lim > 0).then_some(usize::from(*lim));
+    let scope = scope(sel & 2 == 2, true)?;
+    let Ok(out) = filter_list(kind, body, &scope, limit) else {
+        return Ok(());
+    };
+    let input: Vec<&RawValue> = serde_json::from_slice(body)
+        .map_err(|e| format!("filter accepted an answer that is not a JSON array: {e}"))?;
+    let output: Vec<&RawValue> = serde_json::from_slice(&out)
+        .map_err(|e| format!("filter output is not a JSON array: {e}"))?;
+    // A subsequence of the input, entry bytes unchanged.
+    let mut rest = input.iter();
+    for o in &output {
+        if !rest.any(|i| i.get() == o.get()) {
+            return Err(format!(
+                "output entry {} is not an input entry in order",
+                o.get()
+            ));
+        }
+    }
+    for o in &output {
+        if !visible(kind, o, &scope) {
+            return Err(format!("output entry {} is not visible", o.get()));
+        }
+    }
+    let want = input.iter().filter(|i| visible(kind, i, &scope)).count();
+    let want = limit.map_or(want, |l| want.min(l));
+    if output.len() != want {
+        return Err(format!(
+            "{} entries kept, {want} visible (limit {limit:?})",
+            output.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Visibility read independently of `filter`: a container's name is its first `Names` entry
+/// without an inner `/` (one leading `/` stripped), a network's its `Name`.
+fn visible(kind: Kind, entry: &RawValue, scope: &Scope) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(entry.get()) else {
+        return false;
+    };
+    let name = match kind {
+        Kind::Network => v.get("Name").and_then(Value::as_str).map(str::to_owned),
+        Kind::Container => v.get("Names").and_then(Value::as_array).and_then(|names| {
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|n| n.strip_prefix('/').unwrap_or(n))
+                .find(|n| !n.contains('/'))
+                .map(str::to_owned)
+        }),
+    };
+    name.is_some_and(|n| n.starts_with(PREFIX) && scope.visible(&n))
+}
