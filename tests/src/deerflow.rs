@@ -53,28 +53,8 @@ impl Names {
     }
 }
 
-/// Splits a shell-like line into words: whitespace separates, quotes group.
-pub fn words(s: &str) -> Vec<String> {
-    let (mut out, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
-    for ch in s.chars() {
-        match (quote, ch) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.push(c),
-            (None, '\'' | '"') => (quote, any) = (Some(ch), true),
-            (None, c) if c.is_whitespace() => {
-                if any || !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            (None, c) => cur.push(c),
-        }
-    }
-    if any || !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
+/// Splits a shell-like line into words (the fake engine's splitter: quotes group).
+pub use crate::fake::program::words;
 
 fn random_hex() -> String {
     let mut buf = [0u8; 8];

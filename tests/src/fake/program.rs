@@ -34,7 +34,7 @@ pub fn parse(cmd: &[String]) -> Vec<Step> {
 }
 
 /// Splits a shell fragment into words, honouring single and double quotes (no escapes).
-fn words(s: &str) -> Vec<String> {
+pub fn words(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
