@@ -3,10 +3,7 @@
 //! (`client_socket`) to splice; after a refused head, dropping it drains what the client is
 //! still sending before the socket closes.
 
-use std::time::Duration;
-
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 #[cfg(any(target_os = "linux", target_os = "android"))]
 use tokio::net::TcpStream;
@@ -17,56 +14,9 @@ use crate::framing::Scanner;
 /// downcasts its `Upgraded` to, to reach the client's socket.
 pub(crate) type ClientIo = TokioIo<tokio::io::Join<ClientRead, OwnedWriteHalf>>;
 
-/// The read side hyper is given: the client's socket through the `Scanner`. After a refused
-/// head the client may still be sending; closing a socket with unread input makes the kernel
-/// reset the connection, which can destroy the answer in flight, so on drop what is still
-/// coming is read (bounded: 1 MiB, 1 s) before the socket closes.
-#[derive(Debug)]
-pub(crate) struct ClientRead(Option<Scanner<OwnedReadHalf>>);
-
-impl ClientRead {
-    pub(crate) fn new(scanner: Scanner<OwnedReadHalf>) -> Self {
-        Self(Some(scanner))
-    }
-}
-
-impl tokio::io::AsyncRead for ClientRead {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.0.as_mut() {
-            Some(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            None => std::task::Poll::Ready(Ok(())),
-        }
-    }
-}
-
-impl Drop for ClientRead {
-    fn drop(&mut self) {
-        let Some(scanner) = self.0.take().filter(Scanner::refused) else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (mut read, _) = scanner.into_parts();
-        rt.spawn(async move {
-            let drain = async {
-                let mut sink = [0u8; 8192];
-                let mut left: usize = 1 << 20;
-                while left > 0 {
-                    match read.read(&mut sink).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => left = left.saturating_sub(n),
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
-        });
-    }
-}
+/// The read side hyper is given: the client's socket through the `Scanner`, drained on drop
+/// after a refused head (see `headguard::ClientRead`).
+pub(crate) type ClientRead = headguard::ClientRead<OwnedReadHalf>;
 
 /// A client's socket taken back out of hyper: the two halves of its one `TcpStream`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -95,7 +45,7 @@ pub(crate) fn client_socket(
     let parts = upgraded.downcast::<ClientIo>()?;
     let (mut reader, write) = parts.io.into_inner().into_inner();
     // Always there: only a drop takes the scanner out.
-    let Some((read, rest)) = reader.0.take().map(Scanner::into_parts) else {
+    let Some((read, rest)) = reader.take().map(Scanner::into_parts) else {
         return Ok(None);
     };
     let mut pending = parts.read_buf.to_vec();

@@ -14,7 +14,7 @@ mod client;
 pub mod config;
 pub mod dial;
 pub mod forward;
-pub mod framing;
+pub use headguard as framing;
 pub mod idle;
 pub mod own;
 pub mod policy;

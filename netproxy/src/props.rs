@@ -33,6 +33,7 @@ fn scanner(stream: &[u8], verdicts: Verdicts) -> Scanner<&[u8]> {
         max_bytes: 16 * 1024,
         max_headers: 100,
         timeout: std::time::Duration::from_secs(3600),
+        upgrades: false,
     };
     Scanner::new(stream, verdicts, limits)
 }
@@ -267,7 +268,8 @@ fn scan(stream: &[u8], size: usize) -> Vec<bool> {
     rt.block_on(async {
         let mut s = scanner(stream, verdicts.clone());
         let mut buf = vec![0u8; size];
-        while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+        // After a refusal the scanner gives hyper nothing more, not even an end of input.
+        while !s.refused() && matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
     });
     let heads = stream.windows(4).filter(|w| w == b"\r\n\r\n").count();
     (0..=heads).map(|n| verdicts.get(n).is_some()).collect()

@@ -202,6 +202,7 @@ async fn connection(
         max_bytes: limits.max_header_bytes,
         max_headers: limits.max_headers,
         timeout: limits.header_timeout,
+        upgrades: false,
     };
     let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), head_limits));
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));

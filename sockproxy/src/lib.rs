@@ -25,7 +25,6 @@ pub mod policy_file;
 pub mod props;
 pub mod proxy;
 pub mod refusal;
-pub mod request_line;
 mod resolve;
 pub mod scope;
 pub mod server;

@@ -97,11 +97,18 @@ impl Proxy {
         let target = req.uri().path().to_owned();
         let method = req.method().clone();
         let client_upgrade = wants_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
+        let asked_upgrade = client_upgrade.is_some();
         let outcome = self.process(req, client_upgrade).await;
-        let (decision, reason, resp) = match outcome.result {
+        let (decision, reason, mut resp) = match outcome.result {
             Ok(resp) => ("allow", outcome.reason, resp),
             Err(refusal) => ("deny", refusal.reason(), refusal.into_response()),
         };
+        if asked_upgrade && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+            // The client's stream is framed as a tunnel after an upgrade request
+            // (`headguard`); one that was not upgraded carries no further request.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         self.counters.count(decision == "allow");
         tracing::info!(
             stack = %self.stack,
@@ -117,6 +124,32 @@ impl Proxy {
             "decision"
         );
         Ok(resp)
+    }
+
+    /// Answers the stand-in request hyper is given for a head `headguard` refused.
+    pub fn refuse_head(&self, peer: Peer, why: headguard::HeadRefusal) -> Response<Body> {
+        let refusal = Refusal::BadHead {
+            status: why.status,
+            why: why.reason,
+        };
+        self.counters.count(false);
+        tracing::info!(
+            stack = %self.stack,
+            peer_uid = peer.uid,
+            peer_pid = peer.pid,
+            method = "",
+            op = "bad_request",
+            target = "",
+            decision = "deny",
+            reason = refusal.reason(),
+            status = why.status.as_u16(),
+            duration_ms = 0.0,
+            "decision"
+        );
+        let mut resp = refusal.into_response();
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp
     }
 
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {

@@ -30,6 +30,13 @@ pub enum Refusal {
     NoSuchPlugin(String),
     #[error("sockproxy: bad request: {0}")]
     BadRequest(String),
+    /// A request head refused before hyper parsed it (`headguard`), with its status (400,
+    /// 408, 431).
+    #[error("sockproxy: bad request: {why}")]
+    BadHead {
+        status: StatusCode,
+        why: &'static str,
+    },
     #[error("sockproxy: bad request: body larger than {0} bytes")]
     TooLarge(usize),
     #[error("sockproxy: upstream unavailable: {0}")]
@@ -52,6 +59,7 @@ impl Refusal {
             | Self::NoSuchVolume(_)
             | Self::NoSuchPlugin(_) => StatusCode::NOT_FOUND,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadHead { status, .. } => *status,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
             Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -68,7 +76,7 @@ impl Refusal {
                 "absent_or_out_of_scope"
             }
             Self::NoSuchVolume(_) | Self::NoSuchPlugin(_) => "not_in_stack_view",
-            Self::BadRequest(_) => "bad_request",
+            Self::BadRequest(_) | Self::BadHead { .. } => "bad_request",
             Self::TooLarge(_) => "body_too_large",
             Self::Upstream(_) => "upstream_unavailable",
             Self::Busy(_) => "busy",

@@ -7,6 +7,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use headguard::{ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -17,7 +18,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy};
 use crate::refusal::Refusal;
-use crate::request_line::{self, FirstLine, Rewound};
 use crate::upstream::Upstream;
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +145,11 @@ pub async fn serve(
     }
 }
 
+/// The limits on a request head. hyper's own are a backstop set wider, so that it never
+/// answers in its own shape (a bare 400 or 431): the scanner refuses first, in dockerd's.
+const HEAD_MAX_BYTES: usize = 256 * 1024;
+const HEAD_MAX_HEADERS: usize = 100;
+
 async fn serve_connection(
     stream: UnixStream,
     proxy: Arc<Proxy>,
@@ -158,36 +163,38 @@ async fn serve_connection(
             pid: c.pid(),
         })
         .unwrap_or_default();
-    let mut stream = stream;
-    let first = tokio::time::timeout(
-        proxy.header_timeout,
-        request_line::read_first_line(&mut stream),
-    )
-    .await;
-    let prefix = match first {
-        Ok(Ok((FirstLine::Ok, prefix))) => prefix,
-        Ok(Ok((FirstLine::Bad(why), _))) => {
-            reject_line(&mut stream, &proxy, peer, why).await;
-            return;
-        }
-        Err(_) => {
-            reject_line(
-                &mut stream,
-                &proxy,
-                peer,
-                "no complete request line in time",
-            )
-            .await;
-            return;
-        }
-        Ok(Ok((FirstLine::Closed, _))) | Ok(Err(_)) => return,
+    let (rd, wr) = stream.into_split();
+    let verdicts = Verdicts::default();
+    let limits = HeadLimits {
+        max_bytes: HEAD_MAX_BYTES,
+        max_headers: HEAD_MAX_HEADERS,
+        timeout: proxy.header_timeout,
+        upgrades: true,
     };
+    let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), limits));
+    let io = TokioIo::new(tokio::io::join(reader, wr));
+    let served = std::sync::atomic::AtomicUsize::new(0);
     let svc_proxy = proxy.clone();
-    let svc = service_fn(move |req| svc_proxy.clone().handle(peer, req));
+    let svc = service_fn(move |req| {
+        let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let verdict = verdicts.get(nth);
+        let p = svc_proxy.clone();
+        async move {
+            match verdict {
+                // A stand-in for a refused head: answered, never read.
+                Some(why) => Ok(p.refuse_head(peer, why)),
+                None => p.handle(peer, req).await,
+            }
+        }
+    });
     let conn = http1::Builder::new()
+        .max_headers(HEAD_MAX_HEADERS + 1)
+        .max_buf_size(HEAD_MAX_BYTES * 2)
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(proxy.header_timeout)
-        .serve_connection(TokioIo::new(Rewound::new(prefix, stream)), svc)
+        // An idle kept-alive connection is closed after this; a head that has started is the
+        // scanner's to time.
+        .header_read_timeout(proxy.header_timeout.saturating_mul(2))
+        .serve_connection(io, svc)
         .with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -211,17 +218,13 @@ async fn reject_busy(mut stream: UnixStream, proxy: Arc<Proxy>) {
     // The answer must not wait on a client that sends nothing.
     let _ = tokio::time::timeout(
         std::time::Duration::from_secs(1),
-        reject(&mut stream, &proxy, Peer::default(), refusal),
+        reject(&mut stream, &proxy, refusal),
     )
     .await;
 }
 
-/// Answers an unparsable first request line in dockerd's error shape and closes.
-async fn reject_line(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, why: &'static str) {
-    reject(stream, proxy, peer, Refusal::BadRequest(why.to_owned())).await;
-}
-
-async fn reject(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, refusal: Refusal) {
+/// Answers before hyper is involved, in dockerd's error shape, and closes.
+async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
     proxy.counters.count(false);
     let status = refusal.status();
     let body = refusal.body();
@@ -233,9 +236,7 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, peer: Peer, refusal: Ref
     );
     tracing::info!(
         stack = %proxy.stack,
-        peer_uid = peer.uid,
-        peer_pid = peer.pid,
-        op = "bad_request",
+        op = "connection",
         target = "",
         decision = "deny",
         reason = refusal.reason(),

@@ -79,6 +79,40 @@ fn bad(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_owned())
 }
 
+/// Writes `stream` (several requests, kept alive) on one connection, reads to EOF and parses
+/// every answer in it, in order.
+pub fn exchange(sock: &Path, stream: &[u8]) -> io::Result<Vec<RawResponse>> {
+    let mut s = UnixStream::connect(sock)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    s.write_all(stream)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let mut rest = &out[..];
+    let mut answers = Vec::new();
+    while !rest.is_empty() {
+        let end = rest
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| bad("no end of headers"))?;
+        let (status, headers) = parse_head(&rest[..end])?;
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| bad("an answer without Content-Length on a kept-alive connection"))?;
+        let body = rest
+            .get(end + 4..end + 4 + len)
+            .ok_or_else(|| bad("truncated body"))?;
+        answers.push(RawResponse {
+            status,
+            headers,
+            body: body.to_vec(),
+        });
+        rest = &rest[end + 4 + len..];
+    }
+    Ok(answers)
+}
+
 pub fn parse(raw: &[u8]) -> io::Result<RawResponse> {
     let end = raw
         .windows(4)

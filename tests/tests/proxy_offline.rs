@@ -77,6 +77,97 @@ fn assert_refusal(r: &RawResponse, status: u16, message: &str) {
     assert_eq!(r.message(), message);
 }
 
+/// What hyper would refuse itself with a bare 400 or 431 and no body is refused before hyper
+/// parses it, in dockerd's shape, on any request of a kept-alive connection; the requests before
+/// it are answered as usual and nothing of it reaches the engine.
+#[test]
+fn http_layer_refusals_carry_the_json_body_on_any_request() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let ok: &[u8] = b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
+    let big = format!(
+        "GET /_ping HTTP/1.1\r\nHost: docker\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(300 * 1024)
+    );
+    let many = format!(
+        "GET /_ping HTTP/1.1\r\n{}\r\n",
+        (0..101)
+            .map(|i| format!("X-{i}: 1\r\n"))
+            .collect::<String>()
+    );
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (
+            b"GET /a b c HTTP/1.1\r\nHost: d\r\n\r\n".to_vec(),
+            400,
+            "malformed request head",
+        ),
+        (
+            b"GET /_ping\x01 HTTP/1.1\r\nHost: d\r\n\r\n".to_vec(),
+            400,
+            "malformed request head",
+        ),
+        (
+            b"GET /_ping HTTP/2.0\r\nHost: d\r\n\r\n".to_vec(),
+            400,
+            "malformed request head",
+        ),
+        (
+            b"GET /_ping HTTP/1.1\r\nBad Name: d\r\n\r\n".to_vec(),
+            400,
+            "malformed request head",
+        ),
+        (
+            b"GET /_p\xffing HTTP/1.1\r\nHost: d\r\n\r\n".to_vec(),
+            400,
+            "malformed request head",
+        ),
+        (
+            b"GET http://[::1/_ping HTTP/1.1\r\nHost: d\r\n\r\n".to_vec(),
+            400,
+            "malformed request target",
+        ),
+        (big.into_bytes(), 431, "request head too large"),
+        (many.into_bytes(), 431, "too many headers"),
+        (
+            b"GET /_ping HTTP/1.1\nHost: d\n\n".to_vec(),
+            400,
+            "bare LF line ending",
+        ),
+        (
+            b"POST /_ping HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab".to_vec(),
+            400,
+            "duplicate Content-Length",
+        ),
+        (
+            b"POST /_ping HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(),
+            400,
+            "Transfer-Encoding must end in chunked",
+        ),
+    ];
+    for (bad, status, why) in &cases {
+        for before in [0, 2] {
+            let mut stream = ok.repeat(before);
+            stream.extend_from_slice(bad);
+            let what = String::from_utf8_lossy(&bad[..bad.len().min(60)]).into_owned();
+            let answers = raw::exchange(p.socket(), &stream).expect("answers");
+            assert_eq!(answers.len(), before + 1, "{what} after {before}");
+            for a in &answers[..before] {
+                assert_eq!(a.status, 200, "{what}: {}", a.text());
+            }
+            let last = &answers[before];
+            assert_refusal(last, *status, &format!("sockproxy: bad request: {why}"));
+            assert_eq!(last.header("connection"), Some("close"), "{what}");
+        }
+    }
+    let pings = up.requests().iter().filter(|r| *r == "GET /_ping").count();
+    assert_eq!(
+        up.requests().len(),
+        pings,
+        "only the good pings reach the engine"
+    );
+    assert_eq!(pings, 2 * cases.len());
+}
+
 #[test]
 fn malformed_requests_get_400_and_nothing_is_forwarded() {
     let up = Recorder::fixed("[]");
@@ -531,7 +622,8 @@ fn create_bodies_are_checked_capped_and_reserialized() {
     assert_eq!(up.requests(), [format!("POST {target}")]);
 }
 
-/// Slow clients: a head that never completes is cut off after `--header-timeout`, and past
+/// Slow clients: a head that never completes is answered 408 and cut off after
+/// `--header-timeout`, and past
 /// `--max-connections` a client is answered 503 in dockerd's shape instead of waiting.
 #[test]
 fn slow_clients_are_cut_off_and_extra_ones_answered_busy() {
@@ -557,17 +649,19 @@ fn slow_clients_are_cut_off_and_extra_ones_answered_busy() {
         503,
         "sockproxy: busy: too many connections (--max-connections)",
     );
-    // Each slow client is closed by the proxy (it does not wait for the client to go).
-    let mut rest = Vec::new();
-    a.read_to_end(&mut rest).expect("closed by the proxy");
-    let mut line = Vec::new();
-    b.read_to_end(&mut line).expect("closed by the proxy");
-    let answered = sockproxy_tests::raw::parse(&line).expect("an answer");
-    assert_refusal(
-        &answered,
-        400,
-        "sockproxy: bad request: no complete request line in time",
-    );
+    // Each slow client is answered and closed by the proxy (it does not wait for the client to
+    // go), whether its request line was complete or not.
+    for (what, s) in [("a whole request line", &mut a), ("half a line", &mut b)] {
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).expect("closed by the proxy");
+        let answered = sockproxy_tests::raw::parse(&answer).expect("an answer");
+        eprintln!("{what}: {}", answered.text());
+        assert_refusal(
+            &answered,
+            408,
+            "sockproxy: bad request: request head too slow",
+        );
+    }
     // Room again once they are gone.
     let mut ok = None;
     for _ in 0..50 {

@@ -1,4 +1,8 @@
-//! The client's request stream framed a second time, before hyper: every request head is held
+//! headguard: a client's HTTP/1 request stream framed a second time, before hyper. Shared by
+//! netproxy and sockproxy, so that neither ever answers in hyper's own shape (a bare 400 or 431
+//! with no body) and hyper never parses a head the proxy has not judged.
+//!
+//! Every request head is held
 //! back until it is complete and judged, so hyper only ever parses heads that the proxy has
 //! already found unambiguous and within limits. A head is refused outright when it has a bare
 //! LF line ending or a leading empty line (hyper accepts both, and a guard that only knows CRLF
@@ -60,7 +64,7 @@ pub const MALFORMED: HeadRefusal = bad("malformed request head");
 pub const BAD_TARGET: HeadRefusal = bad("malformed request target");
 const UNKNOWN: HeadRefusal = bad("framing unknown");
 
-/// The limits on one request head.
+/// The limits on one request head, and what an upgrade request does to the stream.
 #[derive(Debug, Clone, Copy)]
 pub struct HeadLimits {
     /// Bytes, request line to the empty line included.
@@ -68,10 +72,18 @@ pub struct HeadLimits {
     pub max_headers: usize,
     /// From the head's first byte (the first head: from the connection's start).
     pub timeout: Duration,
+    /// Whether an HTTP/1.1 request carrying an `Upgrade` header turns the stream into a tunnel
+    /// once its body has passed (sockproxy: `docker attach` and `exec start` speak raw streams
+    /// after the engine's 101). Off, such a request is framed like any other, and only CONNECT
+    /// tunnels (netproxy, which never upgrades).
+    pub upgrades: bool,
 }
 
+/// Header slots judged on the stack; a larger `max_headers` allocates.
+const STACK_HEADERS: usize = 128;
+
 /// `d` from now; a limit too large to add (from a flag) is a year.
-pub(crate) fn after(d: Duration) -> Instant {
+pub fn after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
@@ -82,19 +94,40 @@ const STAND_IN: &[u8] = b"GET http://refused.invalid/ HTTP/1.1\r\nconnection: cl
 
 /// Per request number on one connection: `Some` when its head was refused.
 #[derive(Debug, Clone, Default)]
-pub struct Verdicts(Arc<Mutex<Vec<Option<HeadRefusal>>>>);
+pub struct Verdicts(Arc<Mutex<Queue>>);
+
+/// The verdicts not yet asked for; `first` is the request number of `pending[0]`. Asked in
+/// order (hyper serves a connection's requests one after another), so a long-lived kept-alive
+/// connection holds at most the verdicts of heads read ahead, not one per request it ever
+/// carried.
+#[derive(Debug, Default)]
+struct Queue {
+    first: usize,
+    pending: std::collections::VecDeque<Option<HeadRefusal>>,
+}
 
 impl Verdicts {
+    /// The verdict on request `nth` (counting from 0). Verdicts before `nth` are forgotten: a
+    /// caller asks for request numbers in increasing order.
     pub fn get(&self, nth: usize) -> Option<HeadRefusal> {
-        self.0
-            .lock()
-            .map(|v| v.get(nth).copied().flatten())
-            .unwrap_or(Some(UNKNOWN))
+        let Ok(mut q) = self.0.lock() else {
+            return Some(UNKNOWN);
+        };
+        while q.first < nth && q.pending.pop_front().is_some() {
+            q.first += 1;
+        }
+        if q.first < nth {
+            q.first = nth;
+        }
+        match nth.checked_sub(q.first) {
+            Some(i) => q.pending.get(i).copied().flatten(),
+            None => Some(UNKNOWN),
+        }
     }
 
     fn push(&self, verdict: Option<HeadRefusal>) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(verdict);
+        if let Ok(mut q) = self.0.lock() {
+            q.pending.push_back(verdict);
         }
     }
 }
@@ -109,10 +142,25 @@ pub enum Next {
     Tunnel,
 }
 
+/// A judged head: what follows it, and whether the stream is a tunnel after its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Judged {
+    pub next: Next,
+    pub then_tunnel: bool,
+}
+
 /// Judges one complete head (CRLF line endings already checked): `Ok` with what follows it.
-pub fn judge(head: &[u8], max_headers: usize) -> Result<Next, HeadRefusal> {
-    let mut headers = vec![httparse::EMPTY_HEADER; max_headers.max(1)];
-    let mut req = httparse::Request::new(&mut headers);
+pub fn judge(head: &[u8], limits: &HeadLimits) -> Result<Judged, HeadRefusal> {
+    let max_headers = limits.max_headers.max(1);
+    let mut on_stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut on_heap = Vec::new();
+    let headers: &mut [httparse::Header<'_>] = if max_headers <= STACK_HEADERS {
+        &mut on_stack[..max_headers]
+    } else {
+        on_heap.resize(max_headers, httparse::EMPTY_HEADER);
+        &mut on_heap
+    };
+    let mut req = httparse::Request::new(headers);
     match req.parse(head) {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(TOO_MANY_HEADERS),
@@ -123,7 +171,9 @@ pub fn judge(head: &[u8], max_headers: usize) -> Result<Next, HeadRefusal> {
         return Err(BAD_TARGET);
     }
     let (mut cl, mut te, mut len, mut chunked) = (0usize, 0usize, 0u64, false);
+    let mut upgrade = false;
     for h in req.headers.iter() {
+        upgrade |= h.name.eq_ignore_ascii_case("upgrade");
         if h.name.eq_ignore_ascii_case("content-length") {
             cl += 1;
             let v = std::str::from_utf8(h.value).map_err(|_| BAD_CL)?.trim();
@@ -149,7 +199,7 @@ pub fn judge(head: &[u8], max_headers: usize) -> Result<Next, HeadRefusal> {
     if te > 0 && (!chunked || req.version == Some(0)) {
         return Err(TE_NOT_CHUNKED);
     }
-    Ok(if req.method == Some("CONNECT") {
+    let next = if req.method == Some("CONNECT") {
         Next::Tunnel
     } else if te > 0 {
         Next::ChunkSize
@@ -157,7 +207,10 @@ pub fn judge(head: &[u8], max_headers: usize) -> Result<Next, HeadRefusal> {
         Next::Body(len)
     } else {
         Next::Head
-    })
+    };
+    // hyper upgrades an HTTP/1.1 request with any `Upgrade` header if the service answers 101.
+    let then_tunnel = limits.upgrades && upgrade && req.version == Some(1);
+    Ok(Judged { next, then_tunnel })
 }
 
 #[derive(Debug)]
@@ -189,6 +242,8 @@ pub struct Scanner<R> {
     deadline: Option<Instant>,
     sleep: Option<Pin<Box<Sleep>>>,
     refused: bool,
+    /// The request whose body is passing asked for an upgrade (see `HeadLimits::upgrades`).
+    then_tunnel: bool,
 }
 
 impl<R> Scanner<R> {
@@ -203,6 +258,16 @@ impl<R> Scanner<R> {
             deadline: Some(after(limits.timeout)),
             sleep: None,
             refused: false,
+            then_tunnel: false,
+        }
+    }
+
+    /// What follows a request whose body has all passed.
+    fn after_body(&self) -> State {
+        if self.then_tunnel {
+            State::Tunnel
+        } else {
+            State::Head(Vec::new())
         }
     }
 
@@ -266,15 +331,16 @@ impl<R> Scanner<R> {
                     // The head ends with a line that is only CRLF (not the first: refused above).
                     if n >= 4 && buf[n - 4..] == *b"\r\n\r\n" {
                         let head = std::mem::take(buf);
-                        match judge(&head, self.limits.max_headers) {
+                        match judge(&head, &self.limits) {
                             Err(why) => return self.refuse(why),
-                            Ok(next) => {
+                            Ok(judged) => {
                                 self.verdicts.push(None);
                                 self.out.extend_from_slice(&head);
                                 self.deadline = None;
                                 self.sleep = None;
-                                self.state = match next {
-                                    Next::Head => State::Head(Vec::new()),
+                                self.then_tunnel = judged.then_tunnel;
+                                self.state = match judged.next {
+                                    Next::Head => self.after_body(),
                                     Next::Body(n) => State::Body(n),
                                     Next::ChunkSize => State::ChunkLine {
                                         line: Vec::new(),
@@ -297,7 +363,7 @@ impl<R> Scanner<R> {
                                 line: Vec::new(),
                                 trailers: false,
                             },
-                            _ => State::Head(Vec::new()),
+                            _ => self.after_body(),
                         };
                     }
                 }
@@ -326,7 +392,7 @@ impl<R> Scanner<R> {
                             trailers: true,
                         },
                         Some(ChunkLine::Size(n)) => State::ChunkData(n.saturating_add(2)),
-                        Some(ChunkLine::End) => State::Head(Vec::new()),
+                        Some(ChunkLine::End) => self.after_body(),
                         None => State::Ended,
                     };
                 }
@@ -397,6 +463,10 @@ impl<R: AsyncRead + Unpin> AsyncRead for Scanner<R> {
                 return Poll::Ready(Ok(()));
             }
             match this.state {
+                // After a refusal hyper is answering the stand-in (which closes the connection):
+                // an end of input now would look like a client gone mid-request and abort that
+                // answer. After lost framing, the end of input ends the body hyper is reading.
+                State::Ended if this.refused => return Poll::Pending,
                 State::Ended => return Poll::Ready(Ok(())),
                 // Tunnel bytes go straight through, with no copy.
                 State::Tunnel => return Pin::new(&mut this.inner).poll_read(cx, buf),
@@ -419,6 +489,72 @@ impl<R: AsyncRead + Unpin> AsyncRead for Scanner<R> {
     }
 }
 
+impl<R: AsyncRead + Unpin + Send + 'static> Scanner<R> {
+    /// After a refused head the client may still be sending; closing a socket with unread input
+    /// makes the kernel reset the connection (TCP) or fail the client's next read (Unix), which
+    /// can destroy the answer in flight. So what is still coming is read and dropped (bounded:
+    /// 1 MiB, 1 s) on the runtime before the reader closes. Without a refusal, or outside a
+    /// runtime, the reader just closes.
+    pub fn drain_if_refused(self) {
+        if !self.refused() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (mut read, _) = self.into_parts();
+        rt.spawn(async move {
+            let drain = async {
+                let mut sink = [0u8; 8192];
+                let mut left: usize = 1 << 20;
+                while left > 0 {
+                    match tokio::io::AsyncReadExt::read(&mut read, &mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        });
+    }
+}
+
+/// The read side hyper is given: a client's stream through its `Scanner`. Dropped after a
+/// refused head, it drains what the client is still sending (`Scanner::drain_if_refused`).
+#[derive(Debug)]
+pub struct ClientRead<R: AsyncRead + Unpin + Send + 'static>(Option<Scanner<R>>);
+
+impl<R: AsyncRead + Unpin + Send + 'static> ClientRead<R> {
+    pub fn new(scanner: Scanner<R>) -> Self {
+        Self(Some(scanner))
+    }
+
+    /// The scanner back (a tunnel taking its socket); the reader then reads as at end of input.
+    pub fn take(&mut self) -> Option<Scanner<R>> {
+        self.0.take()
+    }
+}
+
+impl<R: AsyncRead + Unpin + Send + 'static> AsyncRead for ClientRead<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.0.as_mut() {
+            Some(s) => Pin::new(s).poll_read(cx, buf),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin + Send + 'static> Drop for ClientRead<R> {
+    fn drop(&mut self) {
+        if let Some(scanner) = self.0.take() {
+            scanner.drain_if_refused();
+        }
+    }
+}
+
 #[cfg(test)]
-#[path = "framing_tests.rs"]
 mod tests;

@@ -7,6 +7,7 @@ const LIMITS: HeadLimits = HeadLimits {
     max_bytes: 16384,
     max_headers: 100,
     timeout: Duration::from_secs(10),
+    upgrades: false,
 };
 
 /// Feeds `stream` in pieces of `piece` bytes: the verdicts, and what reached hyper.
@@ -23,6 +24,7 @@ fn scan_with(
     let out =
         v.0.lock()
             .expect("lock")
+            .pending
             .iter()
             .map(|x| x.map(|r| r.reason))
             .collect();
@@ -232,4 +234,42 @@ fn a_head_fed_a_byte_at_a_time_is_scanned_once() {
     assert_eq!(verdicts.len(), 64);
     assert!(verdicts.iter().all(Option::is_none));
     assert_eq!(out, stream.as_bytes());
+}
+
+#[test]
+fn verdicts_are_asked_in_order_and_forgotten_once_passed() {
+    let v = Verdicts::default();
+    v.push(None);
+    v.push(Some(TOO_LARGE));
+    v.push(None);
+    assert_eq!(v.get(0), None);
+    assert_eq!(v.get(1), Some(TOO_LARGE));
+    assert_eq!(v.get(2), None);
+    // Nothing recorded for a later request: no verdict, and the queue is empty again.
+    assert_eq!(v.get(7), None);
+    assert!(v.0.lock().expect("lock").pending.is_empty());
+    // A request number already passed cannot be judged again.
+    assert_eq!(v.get(1), Some(UNKNOWN));
+}
+
+#[test]
+fn an_upgrade_request_makes_a_tunnel_after_its_body_only_when_asked_for() {
+    let stream = b"POST /exec/ab/start HTTP/1.1\r\nUpgrade: tcp\r\nConnection: Upgrade\r\nContent-Length: 4\r\n\r\n{}\r\n\
+raw \x01\x02 not a request\r\n\r\n";
+    let with = HeadLimits {
+        upgrades: true,
+        ..LIMITS
+    };
+    for piece in [1, 3, stream.len()] {
+        let (verdicts, out) = scan_with(stream, piece, with);
+        assert_eq!(verdicts, [None], "piece {piece}");
+        assert_eq!(out, stream, "piece {piece}: tunnel bytes pass untouched");
+        // Without the option the raw bytes are judged as the next head, and refused.
+        let (verdicts, _) = scan_with(stream, piece, LIMITS);
+        assert_eq!(verdicts.len(), 2, "piece {piece}");
+        assert!(verdicts[1].is_some(), "piece {piece}");
+    }
+    // HTTP/1.0 never upgrades (hyper does not either).
+    let old = b"GET /attach HTTP/1.0\r\nUpgrade: tcp\r\n\r\nGET /x y z\r\n\r\n";
+    assert_eq!(scan_with(old, 5, with).0.len(), 2);
 }
