@@ -25,6 +25,8 @@ struct Made {
     sandbox: Option<String>,
     /// Whether restricted objects (networks, sidecar) may exist.
     restricted: bool,
+    /// The sidecar's ID, once the engine returned one.
+    sidecar: Option<String>,
     /// The (user, thread) digest written as the sandbox's scope label.
     scope: String,
 }
@@ -185,21 +187,23 @@ impl Lifecycle {
             }),
             ..Default::default()
         };
-        self.engine
+        let sidecar_id = self
+            .engine
             .create(&names.sidecar, sidecar)
             .await
             .map_err(step(format!("create {}", names.sidecar)))?;
+        made.sidecar = Some(sidecar_id.clone());
         self.engine
-            .connect_network(&names.egress, &names.sidecar)
+            .connect_network(&names.egress, &sidecar_id)
             .await
             .map_err(step(format!(
-                "connect {} to {}",
+                "connect {} ({sidecar_id}) to {}",
                 names.sidecar, names.egress
             )))?;
         self.engine
-            .start(&names.sidecar)
+            .start(&sidecar_id)
             .await
-            .map_err(step(format!("start {}", names.sidecar)))?;
+            .map_err(step(format!("start {} ({sidecar_id})", names.sidecar)))?;
         let proxy = format!("http://{}:3128", names.sidecar);
         let env = vec![
             format!("HTTP_PROXY={proxy}"),
@@ -270,7 +274,7 @@ impl Lifecycle {
             }
         }
         if made.restricted {
-            if let Err(e) = self.stop_and_remove(&names.sidecar, &names.sidecar).await {
+            if let Err(e) = self.remove_sidecar(&names, made.sidecar.as_deref()).await {
                 left.push(format!("container {}", names.sidecar));
                 errors.push(e.to_string());
             }

@@ -75,7 +75,7 @@ impl Lifecycle {
         Ok(port)
     }
 
-    /// Stops and removes `reference` (a container ID, or the sidecar's name) of the container
+    /// Stops and removes `reference` (a container ID) of the container
     /// named `what`, then confirms it no longer holds that name: a 409 "removal already in progress" or a remove
     /// the engine answered early both end in a bounded wait for absence.
     pub(crate) async fn stop_and_remove(&self, reference: &str, what: &str) -> Result<(), OpError> {
@@ -115,10 +115,9 @@ impl Lifecycle {
         }
     }
 
-    /// Sidecar and both networks; "no such" for that exact name counts as done. The sidecar
-    /// is addressed by name: it belongs to this sandbox ID alone, whose lock the caller holds.
+    /// Sidecar and both networks; "no such" for that exact name counts as done.
     pub(crate) async fn strict_cleanup(&self, names: &Names) -> Result<(), OpError> {
-        self.stop_and_remove(&names.sidecar, &names.sidecar).await?;
+        self.remove_sidecar(names, None).await?;
         for network in [&names.network, &names.egress] {
             self.engine
                 .remove_network(network)
@@ -126,6 +125,30 @@ impl Lifecycle {
                 .map_err(step(format!("remove network {network}")))?;
         }
         Ok(())
+    }
+
+    /// Stops and removes the sandbox's sidecar by an ID: the one its create returned, or the
+    /// one an inspect of its exact name answers now (absent: nothing to do). Like the sandbox,
+    /// it is never stopped or removed by name, so a container that takes the name between the
+    /// decision and the stop is not touched.
+    pub(crate) async fn remove_sidecar(
+        &self,
+        names: &Names,
+        known: Option<&str>,
+    ) -> Result<(), OpError> {
+        let id = match known {
+            Some(id) => id.to_owned(),
+            None => match self
+                .engine
+                .inspect(&names.sidecar)
+                .await
+                .map_err(step(format!("inspect {}", names.sidecar)))?
+            {
+                Some(c) => c.id,
+                None => return Ok(()),
+            },
+        };
+        self.stop_and_remove(&id, &names.sidecar).await
     }
 
     /// Teardown of a sandbox whose container is gone (DESIGN §4), under the sandbox's lock.

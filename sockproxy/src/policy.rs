@@ -194,6 +194,14 @@ pub fn check_resolved(
     }
     Err(match target {
         ObjRef::Name(name) => out_of_scope(kind, op, name),
+        // The stack may see this object (its inspect names it), so naming it hides nothing. A
+        // change it may not make is refused as if asked by name, never answered as absent,
+        // which would let a client take a container that is still there for gone.
+        ObjRef::Hex(_)
+            if !canonical.contains('/') && scope.allows(kind, Access::Read, canonical) =>
+        {
+            out_of_scope(kind, op, canonical)
+        }
         ObjRef::Hex(id) => absent(kind, id),
     })
 }
@@ -407,7 +415,7 @@ mod tests {
     }
 
     #[test]
-    fn resolved_ids_out_of_scope_look_absent() {
+    fn resolved_ids_out_of_scope_look_absent_unless_visible() {
         let s = scope(false);
         let hex = ObjRef::Hex("abc".into());
         let got = check_resolved(
@@ -438,6 +446,20 @@ mod tests {
             &s,
         );
         assert!(got.is_err());
+        // A container the stack may see but not change (a leftover sidecar without
+        // `--restricted`): by ID, refused by its name, not answered as absent.
+        let got = check_resolved(
+            Kind::Container,
+            Access::Change,
+            "containers.stop",
+            &hex,
+            "/deer-flow-netproxy-1",
+            &s,
+        );
+        assert_eq!(
+            got.map_err(|e| e.to_string()),
+            Err("sockproxy: containers.stop: deer-flow-netproxy-1 is not one of this stack's sandboxes".into())
+        );
         assert!(check_exec(Access::Change, "e1", "/deer-flow-sandbox-1", &s).is_ok());
         assert_eq!(
             check_exec(Access::Change, "e1", "/deer-flow-netproxy-1", &s),

@@ -31,6 +31,8 @@ async fn destroy_cleans_restricted_resources_only_when_the_label_says_so_or_cann
             None => json!({}),
         };
         let cid = s.make(&names.sandbox, labels);
+        // A sidecar left there, which the proxy (not `--restricted`) lets the stack see only.
+        s.make(&names.sidecar, json!({}));
         let lc = s.through_proxy(Mode::Open).await;
         let port = s.reserve(&id, &cid);
         s.fake().clear_requests();
@@ -96,6 +98,7 @@ async fn a_failed_stop_is_an_error_and_leaves_a_record() {
 async fn a_restricted_process_tears_down_strictly_without_a_listing() {
     let s = LcStack::new(false);
     let id = s.id("strict");
+    s.make(&s.names(&id).sidecar, json!({}));
     s.ledger().mark(&id, "unknown").expect("mark");
     let port = s.reserve(&id, "unknown");
     let lc = s.through_proxy(Mode::Restricted).await;
@@ -232,8 +235,8 @@ async fn a_failed_listing_keeps_the_strict_cleanup() {
         assert!(
             s.asked()
                 .iter()
-                .any(|l| l == &format!("POST /containers/{sidecar}/stop?t=1")),
-            "{fault:?}: {:?}",
+                .any(|l| l == &format!("GET /containers/{sidecar}/json")),
+            "{fault:?}: the sidecar is looked for: {:?}",
             s.asked()
         );
     }
@@ -378,6 +381,7 @@ async fn a_running_quarantined_container_is_replaced_in_the_same_create() {
 async fn a_restricted_record_is_kept_when_its_sidecar_stop_is_refused() {
     let s = LcStack::new(false);
     let id = s.id("kept");
+    s.make(&s.names(&id).sidecar, json!({}));
     s.ledger().mark(&id, "unknown").expect("mark");
     let lc = s.through_proxy(Mode::Restricted).await;
     let err = lc.create("user-1", "kept").await.expect_err("deferred");
@@ -419,5 +423,90 @@ async fn a_storage_error_fails_closed_and_is_returned() {
     assert!(
         lc.ledger.mark(&id, "unknown").is_err(),
         "a record that cannot be written is an error"
+    );
+}
+
+/// The sidecar, like the sandbox, is stopped and removed by the ID an inspect of its exact name
+/// answered (DESIGN §4 "pinned"), never by its name.
+#[tokio::test]
+async fn the_sidecar_is_stopped_and_removed_by_its_inspected_id() {
+    let s = LcStack::new(false);
+    let id = s.id("sidecarid");
+    let names = s.names(&id);
+    let sidecar = s.make(&names.sidecar, json!({}));
+    s.make_network(&names.network);
+    s.ledger().mark(&id, "unknown").expect("mark");
+    let lc = s.raw_engine(Mode::Restricted).await;
+    s.fake().clear_requests();
+    let done = lc
+        .complete_absent_teardown(&id)
+        .await
+        .expect("strict cleanup on a raw engine");
+    assert!(done.strict);
+    assert!(!s.exists(&format!("/containers/{}/json", names.sidecar)));
+    let asked = s.asked();
+    let changes: Vec<&String> = asked
+        .iter()
+        .filter(|l| l.starts_with("POST /") || l.starts_with("DELETE /"))
+        .filter(|l| l.contains("/containers/"))
+        .collect();
+    assert!(
+        changes
+            .iter()
+            .any(|l| l.contains(&format!("/containers/{sidecar}/stop"))),
+        "{asked:?}"
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|l| l.starts_with("DELETE") && l.contains(&format!("/containers/{sidecar}"))),
+        "{asked:?}"
+    );
+    assert!(
+        changes.iter().all(|l| !l.contains(&names.sidecar)),
+        "never by name: {asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .any(|l| l.starts_with("GET")
+                && l.contains(&format!("/containers/{}/json", names.sidecar))),
+        "decided on an inspect: {asked:?}"
+    );
+}
+
+/// The undo of a failed restricted create removes the sidecar by the ID its create returned.
+#[tokio::test]
+async fn a_failed_restricted_create_undoes_its_sidecar_by_id() {
+    let s = LcStack::new(false);
+    let id = s.id("undo-sidecar");
+    let names = s.names(&id);
+    // The first start is the sidecar's (it starts before the sandbox is created).
+    s.fake().inject(FaultRule {
+        times: Some(1),
+        ..FaultRule::new(Some("POST"), "/start", Fault::Status500)
+    });
+    let lc = s.raw_engine(Mode::Restricted).await;
+    s.fake().clear_requests();
+    lc.create("user-1", "undo-sidecar")
+        .await
+        .expect_err("the sidecar start fails");
+    assert!(!s.exists(&format!("/containers/{}/json", names.sidecar)));
+    let asked = s.asked();
+    let sidecar = asked
+        .iter()
+        .position(|l| l.contains(&format!("name={}", names.sidecar)))
+        .expect("the sidecar was created");
+    let changes: Vec<&String> = asked[sidecar + 1..]
+        .iter()
+        .filter(|l| l.contains("/containers/") && !l.starts_with("GET"))
+        .collect();
+    assert!(
+        changes.iter().any(|l| l.ends_with("/stop?t=1")),
+        "{asked:?}"
+    );
+    assert!(
+        changes.iter().all(|l| !l.contains(&names.sidecar)),
+        "connected, started, stopped and removed by ID: {asked:?}"
     );
 }
