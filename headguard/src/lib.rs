@@ -19,6 +19,7 @@
 
 use std::future::Future as _;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -152,16 +153,17 @@ pub struct Judged {
 /// Judges one complete head (CRLF line endings already checked): `Ok` with what follows it.
 pub fn judge(head: &[u8], limits: &HeadLimits) -> Result<Judged, HeadRefusal> {
     let max_headers = limits.max_headers.max(1);
-    let mut on_stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    // Uninitialised slots: httparse writes those it fills, so none is set up per request.
+    let mut on_stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
     let mut on_heap = Vec::new();
-    let headers: &mut [httparse::Header<'_>] = if max_headers <= STACK_HEADERS {
+    let headers: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_HEADERS {
         &mut on_stack[..max_headers]
     } else {
-        on_heap.resize(max_headers, httparse::EMPTY_HEADER);
+        on_heap.resize_with(max_headers, MaybeUninit::uninit);
         &mut on_heap
     };
-    let mut req = httparse::Request::new(headers);
-    match req.parse(head) {
+    let mut req = httparse::Request::new(&mut []);
+    match req.parse_with_uninit_headers(head, headers) {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(TOO_MANY_HEADERS),
         _ => return Err(MALFORMED),
@@ -215,8 +217,8 @@ pub fn judge(head: &[u8], limits: &HeadLimits) -> Result<Judged, HeadRefusal> {
 
 #[derive(Debug)]
 enum State {
-    /// The head so far (held back from hyper).
-    Head(Vec<u8>),
+    /// A head, held back from hyper in `Scanner::head` until it is whole and judged.
+    Head,
     Body(u64),
     /// A chunk-size line, or (after the last chunk) a trailer line, so far.
     ChunkLine {
@@ -244,13 +246,20 @@ pub struct Scanner<R> {
     refused: bool,
     /// The request whose body is passing asked for an upgrade (see `HeadLimits::upgrades`).
     then_tunnel: bool,
+    /// The head so far, while `state` is `Head`.
+    head: Vec<u8>,
+    /// What each read from `inner` lands in: allocated (and zeroed) once per connection, not
+    /// once per read.
+    chunk: Vec<u8>,
 }
 
 impl<R> Scanner<R> {
     pub fn new(inner: R, verdicts: Verdicts, limits: HeadLimits) -> Self {
         Self {
             inner,
-            state: State::Head(Vec::new()),
+            state: State::Head,
+            head: Vec::new(),
+            chunk: Vec::new(),
             verdicts,
             limits,
             out: Vec::new(),
@@ -267,7 +276,7 @@ impl<R> Scanner<R> {
         if self.then_tunnel {
             State::Tunnel
         } else {
-            State::Head(Vec::new())
+            State::Head
         }
     }
 
@@ -303,7 +312,8 @@ impl<R> Scanner<R> {
                     self.out.extend_from_slice(data);
                     return;
                 }
-                State::Head(buf) => {
+                State::Head => {
+                    let buf = &mut self.head;
                     if buf.is_empty() {
                         if matches!(data[0], b'\r' | b'\n') {
                             return self.refuse(LEADING_EMPTY_LINE);
@@ -330,12 +340,14 @@ impl<R> Scanner<R> {
                     }
                     // The head ends with a line that is only CRLF (not the first: refused above).
                     if n >= 4 && buf[n - 4..] == *b"\r\n\r\n" {
-                        let head = std::mem::take(buf);
-                        match judge(&head, &self.limits) {
+                        let judged = judge(buf, &self.limits);
+                        match judged {
                             Err(why) => return self.refuse(why),
                             Ok(judged) => {
                                 self.verdicts.push(None);
-                                self.out.extend_from_slice(&head);
+                                self.out.extend_from_slice(&self.head);
+                                // Kept for the next head: no allocation per request.
+                                self.head.clear();
                                 self.deadline = None;
                                 self.sleep = None;
                                 self.then_tunnel = judged.then_tunnel;
@@ -405,7 +417,7 @@ impl<R> Scanner<R> {
         let Some(at) = self.deadline else {
             return false;
         };
-        if !matches!(self.state, State::Head(_)) {
+        if !matches!(self.state, State::Head) {
             return false;
         }
         let sleep = self
@@ -476,14 +488,26 @@ impl<R: AsyncRead + Unpin> AsyncRead for Scanner<R> {
                 this.refuse(TOO_SLOW);
                 continue;
             }
-            let mut chunk = [0u8; 16 * 1024];
+            let mut chunk = std::mem::take(&mut this.chunk);
+            if chunk.is_empty() {
+                chunk = vec![0u8; 16 * 1024];
+            }
             let mut rb = ReadBuf::new(&mut chunk);
-            match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            let read = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
+            let n = rb.filled().len();
+            let result = match read {
+                Poll::Pending => Some(Poll::Pending),
+                Poll::Ready(Err(e)) => Some(Poll::Ready(Err(e))),
                 // End of input: a head not complete by now is no request.
-                Poll::Ready(Ok(())) if rb.filled().is_empty() => return Poll::Ready(Ok(())),
-                Poll::Ready(Ok(())) => this.feed(rb.filled()),
+                Poll::Ready(Ok(())) if n == 0 => Some(Poll::Ready(Ok(()))),
+                Poll::Ready(Ok(())) => {
+                    this.feed(&chunk[..n]);
+                    None
+                }
+            };
+            this.chunk = chunk;
+            if let Some(done) = result {
+                return done;
             }
         }
     }

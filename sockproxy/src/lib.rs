@@ -17,6 +17,7 @@ mod forward;
 pub mod host_config;
 pub mod inflight;
 pub mod info;
+pub mod logfmt;
 pub mod mounts;
 pub mod pinning;
 mod plans;

@@ -110,13 +110,15 @@ impl Proxy {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         self.counters.count(decision == "allow");
+        // String fields, not `%` values: the log format writes those without a trip through
+        // `fmt` (logfmt.rs), and this line is written once per request.
         tracing::info!(
-            stack = %self.stack,
+            stack = self.stack.as_str(),
             peer_uid = peer.uid,
             peer_pid = peer.pid,
-            method = %method,
-            op = %outcome.op,
-            target = %target,
+            method = method.as_str(),
+            op = outcome.op.as_str(),
+            target = target.as_str(),
             decision,
             reason,
             status = resp.status().as_u16(),
@@ -134,7 +136,7 @@ impl Proxy {
         };
         self.counters.count(false);
         tracing::info!(
-            stack = %self.stack,
+            stack = self.stack.as_str(),
             peer_uid = peer.uid,
             peer_pid = peer.pid,
             method = "",
