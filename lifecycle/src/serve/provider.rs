@@ -193,7 +193,8 @@ impl Provider {
                 return Err(ServeError::Owned { id, owner })
             }
         }
-        let created = match self.lc.create(user, thread).await {
+        // A failed create's rollback turns the claim into `del:` first (`BeforeUndo`).
+        let created = match self.lc.create_guarded(user, thread, &self.own).await {
             Ok(c) => c,
             Err(e) => {
                 // Nothing of ours is running under the claim (a failed rollback is quarantined
