@@ -298,6 +298,33 @@ impl Pool {
         }
     }
 
+    /// A failed create's rollback left generation `container_id` behind: tracked fenced like a
+    /// failed destroy (never handed out; a destroy, the reaper or shutdown retries it). Holders
+    /// of a replaced generation keep their leases; their last release performs the destroy.
+    pub fn keep_failed_rollback(
+        &mut self,
+        id: &str,
+        scope: &str,
+        container_id: &str,
+        now: Duration,
+    ) {
+        let entry = self.entries.entry(id.to_owned()).or_insert_with(|| Entry {
+            scope: scope.to_owned(),
+            container_id: container_id.to_owned(),
+            url: String::new(),
+            state: State::Warm { since: now },
+            holders: BTreeMap::new(),
+            destroy_pending: true,
+            last_used: now,
+        });
+        entry.container_id = container_id.to_owned();
+        entry.url = String::new();
+        entry.destroy_pending = true;
+        if entry.holders.is_empty() {
+            entry.state = State::Warm { since: now };
+        }
+    }
+
     /// Warm entries idle for at least the idle timeout at monotonic time `now`.
     pub fn expired(&self, now: Duration) -> Vec<String> {
         if self.idle_timeout.is_zero() {

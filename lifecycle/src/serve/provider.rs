@@ -196,12 +196,7 @@ impl Provider {
         // A failed create's rollback turns the claim into `del:` first (`BeforeUndo`).
         let created = match self.lc.create_guarded(user, thread, &self.own).await {
             Ok(c) => c,
-            Err(e) => {
-                // Nothing of ours is running under the claim (a failed rollback is quarantined
-                // and fenced by the ledger), so the claim goes.
-                let _ = self.own.release(&id).await;
-                return Err(e.into());
-            }
+            Err(e) => return Err(self.create_failed(&id, &scope, e).await),
         };
         if created.scope.as_deref() != Some(scope.as_str()) {
             tracing::warn!(sandbox_id = %id, found = ?created.scope, "identity mismatch: the container under this ID is another (user, thread)'s; refused");
@@ -228,6 +223,29 @@ impl Provider {
             holder,
             source,
         ))
+    }
+
+    /// A create failed. Rolled back (or nothing made): the claim goes. A failed rollback left
+    /// something of ours: the `del:` claim it ran under stays and the sandbox is tracked fenced
+    /// (`destroy_pending`), so the heartbeat renews the claim, no peer adopts or reuses it, no
+    /// acquire gets it, and a destroy, the reaper or shutdown retries the teardown.
+    async fn create_failed(&self, id: &str, scope: &str, e: OpError) -> ServeError {
+        match &e {
+            OpError::RollbackFailed { generation, .. } => {
+                self.metrics.inc("lifecycle_destroys_total", "failed");
+                self.pool()
+                    .keep_failed_rollback(id, scope, generation, self.now());
+                tracing::warn!(
+                    sandbox_id = id,
+                    generation,
+                    "rollback failed: kept quarantined and fenced under our claim for a retry"
+                );
+            }
+            _ => {
+                let _ = self.own.release(id).await;
+            }
+        }
+        e.into()
     }
 
     fn commit(
