@@ -1,10 +1,12 @@
-//! `lifecycle serve`'s ownership claims around failures, on a real private `redis-server`
-//! (issue 16): a failed create's rollback runs under a `del:` claim like every teardown, and a
-//! rollback that fails keeps that claim (renewed), fenced and reported.
+//! `lifecycle serve`'s ownership claims around failures and orphans, on a real private
+//! `redis-server` (issue 16): a failed create's rollback runs under a `del:` claim like every
+//! teardown; a rollback that fails keeps that claim (renewed), fenced and reported; and a dead
+//! owner's claim blocks adoption for as long as its TTL runs, however long the grace has been.
 
 use std::time::Duration;
 
 use lifecycle::naming;
+use lifecycle::serve::background::reconcile;
 use lifecycle::serve::store::Claim;
 use serde_json::{json, Value};
 use sockproxy_tests::redis_server::RedisServer;
@@ -140,4 +142,69 @@ async fn a_failed_rollback_keeps_its_del_claim_renewed_fenced_and_reported() {
         Some(None),
         "and dropped the claim"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owners_claim_blocks_adoption_until_its_ttl_lapses_whatever_the_grace() {
+    let Some(redis) = RedisServer::start(
+        "a_dead_owners_claim_blocks_adoption_until_its_ttl_lapses_whatever_the_grace",
+    ) else {
+        return;
+    };
+    // The adopter's grace runs on its stepped clock; the dead owner's TTL on Redis's own.
+    let s = Served::start_owned(
+        config(0, 0),
+        false,
+        redis.ownership("B", Duration::from_secs(60)),
+    )
+    .await;
+    let grace = config(0, 0).adopt_grace;
+    let id = naming::sandbox_id("user-1", "orphan").expect("id");
+    let orphan = s.stack.make(
+        &s.stack.names(&id).sandbox,
+        json!({ "deerflow.role": "sandbox", "deerflow.network_mode": "open",
+            "deerflow.sandbox_id": id, "lifecycle.scope": naming::scope_digest("user-1", "orphan") }),
+    );
+    let dead = redis.ownership("A", Duration::from_secs(3));
+    assert_eq!(dead.claim(&id).await.ok(), Some(Claim::Ours));
+    // A never renews. While its claim lives, B's passes span many graces and adopt nothing.
+    for _ in 0..5 {
+        s.clock.advance(10 * grace);
+        reconcile(&s.provider).await;
+        assert_eq!(
+            s.listed(&json!(id)).await,
+            Value::Null,
+            "adopted within A's TTL"
+        );
+    }
+    assert_eq!(
+        dead.value(&id).await.ok(),
+        Some(Some("own:A".into())),
+        "every pass above ran while A's claim was still live"
+    );
+    let mut lapsed = false;
+    for _ in 0..300 {
+        if dead.value(&id).await.ok() == Some(None) {
+            lapsed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lapsed, "A's claim expires with its TTL");
+    // The grace counts from the first pass that saw it unowned, not from the first sighting.
+    reconcile(&s.provider).await;
+    assert_eq!(
+        s.listed(&json!(id)).await,
+        Value::Null,
+        "adopted before the grace"
+    );
+    s.clock.advance(grace);
+    reconcile(&s.provider).await;
+    let adopted = s.listed(&json!(id)).await;
+    assert_eq!(
+        (adopted["state"].clone(), adopted["container_id"].clone()),
+        (json!("warm"), json!(orphan)),
+        "{adopted}"
+    );
+    assert_eq!(dead.value(&id).await.ok(), Some(Some("own:B".into())));
 }
