@@ -246,3 +246,23 @@ fn a_failed_rollback_is_tracked_fenced_for_a_retry() {
         "its holder's last release retries the teardown"
     );
 }
+
+#[test]
+fn reclaim_probe_table() {
+    let ms = Duration::from_millis;
+    let cases = [
+        (Source::Warm, 30 * S, Some(RECLAIM_PROBE)),
+        (Source::Warm, ms(300), Some(ms(300))),
+        (Source::Warm, Duration::ZERO, None),
+        (Source::Cached, 30 * S, None),
+        (Source::Discovered, 30 * S, None),
+        (Source::Created, 30 * S, None),
+    ];
+    for (source, ready_timeout, want) in cases {
+        assert_eq!(
+            reclaim_probe(&source, ready_timeout),
+            want,
+            "{source:?} {ready_timeout:?}"
+        );
+    }
+}

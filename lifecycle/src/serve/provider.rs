@@ -14,11 +14,11 @@ use super::clock::Clock;
 pub use super::error::ServeError;
 use super::error::{self, failure_kind, renew_word};
 use super::metrics::Metrics;
-use super::pool::{AcquirePlan, DestroyPlan, Pool, Release, Source};
+use super::pool::{reclaim_probe, AcquirePlan, DestroyPlan, Pool, Release, Source};
 use super::store::{Claim, Ownership, Renew};
 use crate::decide::{self, Discovery};
-use crate::naming;
 use crate::ops::{Lifecycle, OpError};
+use crate::{naming, ready};
 
 #[derive(Debug, Clone)]
 pub struct ProviderConfig {
@@ -116,6 +116,15 @@ impl Provider {
         Ok(ok)
     }
 
+    /// Whether a sandbox about to be handed out as `source` answers HTTP at `url`, by the
+    /// create's readiness rule (`pool::reclaim_probe` says when and how long to ask).
+    async fn answers(&self, source: &Source, url: &str) -> bool {
+        match reclaim_probe(source, self.lc.settings.ready_timeout) {
+            None => true,
+            Some(within) => ready::answers(url, within).await,
+        }
+    }
+
     /// The container under the name is `container_id` and its labels name `id` and `scope`.
     async fn identity_ok(&self, id: &str, scope: &str, container_id: &str) -> bool {
         matches!(self.lc.inspect_sandbox(id).await, Ok(Some(c))
@@ -162,16 +171,20 @@ impl Provider {
                 source,
                 container_id,
             } => {
+                let url = self
+                    .pool()
+                    .get(&id)
+                    .map(|e| e.url.clone())
+                    .unwrap_or_default();
                 if self.healthy(&id, &scope, &container_id).await? {
-                    self.keep_owned(&id).await?;
-                    let url = self
-                        .pool()
-                        .get(&id)
-                        .map(|e| e.url.clone())
-                        .unwrap_or_default();
-                    return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
+                    if self.answers(&source, &url).await {
+                        self.keep_owned(&id).await?;
+                        return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
+                    }
+                    tracing::info!(sandbox_id = %id, container_id, url, "warm sandbox runs but does not answer HTTP; dropping it and creating a fresh one");
+                } else {
+                    tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
                 }
-                tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
                 if source == Source::Warm && self.pool().begin_destroy(&id) {
                     // Fenced: a failed destroy stays tracked for a retry, never handed out.
                     self.destroy_fenced(&id).await?;
