@@ -6,15 +6,19 @@
 //! readiness wait. A name conflict means another create won: the container found is discovered
 //! (or replaced when it is exited or unhealthy). A failed create undoes what it made, by ID;
 //! if that fails too, the error says what is left, which is quarantined with its port kept.
+//! A caller that owns the sandbox's ID elsewhere (the provider's ownership claim) is asked
+//! first, through `BeforeUndo`, so the undo runs under its teardown claim like any teardown.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 
 use bollard::container::Config;
 use bollard::models::{HostConfig, PortBinding};
 
 use crate::decide::{self, Discovery, Mode};
 use crate::ledger::UNKNOWN_GENERATION;
-use crate::naming;
+use crate::naming::{self, Names};
 use crate::ops::{is_conflict, step, Created, Lifecycle, OpError};
 use crate::ready;
 
@@ -31,8 +35,42 @@ struct Made {
     scope: String,
 }
 
+/// Asked before a failed create tears down what it made. The undo runs only on `Ok`; on `Err`
+/// (the reason) nothing is torn down: what was made is quarantined and reported as left, as
+/// when the undo itself fails, because tearing it down unclaimed would let another process
+/// take the ID while it is half gone.
+pub trait BeforeUndo: Sync {
+    fn before_undo<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+}
+
+/// Nobody to ask (the one-shot CLI): the undo always runs.
+#[derive(Debug)]
+pub struct Unguarded;
+
+impl BeforeUndo for Unguarded {
+    fn before_undo<'a>(
+        &'a self,
+        _id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 impl Lifecycle {
     pub async fn create(&self, user: &str, thread: &str) -> Result<Created, OpError> {
+        self.create_guarded(user, thread, &Unguarded).await
+    }
+
+    /// `create`, asking `guard` before any undo of a failed create.
+    pub async fn create_guarded(
+        &self,
+        user: &str,
+        thread: &str,
+        guard: &dyn BeforeUndo,
+    ) -> Result<Created, OpError> {
         let id = naming::sandbox_id(user, thread)?;
         let scope = naming::scope_digest(user, thread);
         if self.settings.image.is_none() {
@@ -48,12 +86,12 @@ impl Lifecycle {
         let _lock = self.locks.acquire(&id).await?;
         if self.ledger.is_quarantined(&id)? {
             if let Some(c) = self.retire_before_create(&id).await? {
-                return self.discover_or_replace(&id, &scope, c).await;
+                return self.discover_or_replace(&id, &scope, c, guard).await;
             }
         }
-        match self.create_fresh(&id, &scope).await {
+        match self.create_fresh(&id, &scope, guard).await {
             Err(e) if is_conflict(&e) => match self.inspect_sandbox(&id).await? {
-                Some(c) => self.discover_or_replace(&id, &scope, c).await,
+                Some(c) => self.discover_or_replace(&id, &scope, c, guard).await,
                 // The conflicting object is not the sandbox (a leftover sidecar, say).
                 None => Err(e),
             },
@@ -68,6 +106,7 @@ impl Lifecycle {
         id: &str,
         scope: &str,
         c: crate::engine::Container,
+        guard: &dyn BeforeUndo,
     ) -> Result<Created, OpError> {
         match decide::discovery(c.running, c.health.as_deref()) {
             Discovery::Reuse => Ok(self.discovered(id, &c)),
@@ -76,12 +115,17 @@ impl Lifecycle {
                 self.destroy_present(id, &c)
                     .await
                     .map_err(|e| crate::teardown::unfinished(id, e))?;
-                self.create_fresh(id, scope).await
+                self.create_fresh(id, scope, guard).await
             }
         }
     }
 
-    async fn create_fresh(&self, id: &str, scope: &str) -> Result<Created, OpError> {
+    async fn create_fresh(
+        &self,
+        id: &str,
+        scope: &str,
+        guard: &dyn BeforeUndo,
+    ) -> Result<Created, OpError> {
         let mut made = Made {
             scope: scope.to_owned(),
             ..Made::default()
@@ -97,7 +141,7 @@ impl Lifecycle {
                 self.ports.release_pending(id)?;
                 return Err(e);
             }
-            Err(e) => return Err(self.undo(id, &made, e).await),
+            Err(e) => return Err(self.undo(id, &made, e, guard).await),
         };
         let limit = self.settings.ready_timeout;
         if limit.is_zero() || ready::wait(&created.url, limit).await {
@@ -108,7 +152,7 @@ impl Lifecycle {
             url: created.url.clone(),
             secs: limit.as_secs(),
         };
-        Err(self.undo(id, &made, not_ready).await)
+        Err(self.undo(id, &made, not_ready, guard).await)
     }
 
     fn sandbox_config(
@@ -263,28 +307,23 @@ impl Lifecycle {
     /// Undoes a failed create: the sandbox by its ID, then (restricted) the sidecar and both
     /// networks. Success releases the port and returns `cause`; a failure quarantines the
     /// generation, keeps its port, and returns `RollbackFailed` naming what is left.
-    async fn undo(&self, id: &str, made: &Made, cause: OpError) -> OpError {
+    async fn undo(&self, id: &str, made: &Made, cause: OpError, guard: &dyn BeforeUndo) -> OpError {
         let names = self.names(id);
-        let mut left = Vec::new();
-        let mut errors = Vec::new();
-        if let Some(cid) = &made.sandbox {
-            if let Err(e) = self.stop_and_remove(cid, &names.sandbox).await {
-                left.push(format!("container {} ({cid})", names.sandbox));
-                errors.push(e.to_string());
+        let anything_made = made.sandbox.is_some() || made.restricted;
+        let refused = match anything_made {
+            true => guard.before_undo(id).await.err(),
+            false => None,
+        };
+        let (left, mut errors) = match refused {
+            None => self.tear_down_made(&names, made).await,
+            Some(reason) => {
+                tracing::warn!(sandbox_id = id, reason, "a failed create's undo was not allowed to start; what it made is left and quarantined");
+                (
+                    made_objects(&names, made),
+                    vec![format!("undo not started: {reason}")],
+                )
             }
-        }
-        if made.restricted {
-            if let Err(e) = self.remove_sidecar(&names, made.sidecar.as_deref()).await {
-                left.push(format!("container {}", names.sidecar));
-                errors.push(e.to_string());
-            }
-            for network in [&names.network, &names.egress] {
-                if let Err(e) = self.engine.remove_network(network).await {
-                    left.push(format!("network {network}"));
-                    errors.push(format!("remove network {network}: {e}"));
-                }
-            }
-        }
+        };
         let generation = made
             .sandbox
             .clone()
@@ -318,4 +357,43 @@ impl Lifecycle {
             generation,
         }
     }
+
+    /// Removes what a failed create made, by ID; returns (what is left, the errors).
+    async fn tear_down_made(&self, names: &Names, made: &Made) -> (Vec<String>, Vec<String>) {
+        let mut left = Vec::new();
+        let mut errors = Vec::new();
+        if let Some(cid) = &made.sandbox {
+            if let Err(e) = self.stop_and_remove(cid, &names.sandbox).await {
+                left.push(format!("container {} ({cid})", names.sandbox));
+                errors.push(e.to_string());
+            }
+        }
+        if made.restricted {
+            if let Err(e) = self.remove_sidecar(names, made.sidecar.as_deref()).await {
+                left.push(format!("container {}", names.sidecar));
+                errors.push(e.to_string());
+            }
+            for network in [&names.network, &names.egress] {
+                if let Err(e) = self.engine.remove_network(network).await {
+                    left.push(format!("network {network}"));
+                    errors.push(format!("remove network {network}: {e}"));
+                }
+            }
+        }
+        (left, errors)
+    }
+}
+
+/// Everything a failed create may have made, as `undo` names what it left.
+fn made_objects(names: &Names, made: &Made) -> Vec<String> {
+    let mut left = Vec::new();
+    if let Some(cid) = &made.sandbox {
+        left.push(format!("container {} ({cid})", names.sandbox));
+    }
+    if made.restricted {
+        left.push(format!("container {}", names.sidecar));
+        left.push(format!("network {}", names.network));
+        left.push(format!("network {}", names.egress));
+    }
+    left
 }

@@ -18,3 +18,5 @@ pub mod props;
 pub mod ready;
 pub mod serve;
 mod teardown;
+
+pub use create::{BeforeUndo, Unguarded};

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use lifecycle::serve::redis_store::RedisStore;
+use lifecycle::serve::store::{Ownership, Store};
+
 #[derive(Debug)]
 pub struct RedisServer {
     child: Child,
@@ -85,6 +88,17 @@ impl RedisServer {
     /// The URL lifecycle's `--ownership` takes.
     pub fn url(&self) -> String {
         format!("unix://{}", self.socket().display())
+    }
+
+    /// An ownership store on this server as owner `me` (namespace `t-`, 1 s call bound).
+    pub fn ownership(&self, me: &str, ttl: Duration) -> Ownership {
+        Ownership {
+            store: Store::Redis(
+                RedisStore::new(&self.url(), "t-", Duration::from_secs(1)).expect("url"),
+            ),
+            me: me.into(),
+            ttl,
+        }
     }
 
     /// Stops the server (an outage); the socket file goes with it.

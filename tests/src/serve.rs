@@ -57,7 +57,18 @@ impl Served {
 
     /// A provider with the given ownership store (open mode).
     pub async fn start_owned(config: ProviderConfig, relayed: bool, own: Ownership) -> Self {
-        Self::start_full(config, relayed, own, Mode::Open).await
+        Self::start_full(config, relayed, own, Mode::Open, Duration::ZERO).await
+    }
+
+    /// A relayed open-mode provider whose creates wait up to `ready_timeout` for an HTTP answer
+    /// at the sandbox's URL (and whose warm reclaims probe it): nothing answers there unless
+    /// the test listens on the sandbox's port itself.
+    pub async fn start_probing(
+        config: ProviderConfig,
+        own: Ownership,
+        ready_timeout: Duration,
+    ) -> Self {
+        Self::start_full(config, true, own, Mode::Open, ready_timeout).await
     }
 
     /// A restricted-mode provider behind a `--restricted` proxy.
@@ -67,20 +78,28 @@ impl Served {
             me: format!("test-{}", std::process::id()),
             ttl: Duration::from_secs(600),
         };
-        Self::start_full(config, false, own, Mode::Restricted).await
+        Self::start_full(config, false, own, Mode::Restricted, Duration::ZERO).await
     }
 
-    async fn start_full(config: ProviderConfig, relayed: bool, own: Ownership, mode: Mode) -> Self {
+    async fn start_full(
+        config: ProviderConfig,
+        relayed: bool,
+        own: Ownership,
+        mode: Mode,
+        ready_timeout: Duration,
+    ) -> Self {
         let stack = LcStack::new(mode == Mode::Restricted);
         let relay = relayed.then(|| FaultRelay::start(stack.proxy.socket()));
         let engine_sock = relay
             .as_ref()
             .map(|r| r.socket().to_owned())
             .unwrap_or_else(|| stack.proxy.socket().to_owned());
+        let mut settings = settings(&stack.prefix, mode);
+        settings.ready_timeout = ready_timeout;
         let lc = Lifecycle::new(
             Client::new(&format!("unix://{}", engine_sock.display())).expect("address"),
             stack.state.path(),
-            settings(&stack.prefix, mode),
+            settings,
         );
         let clock = Arc::new(FakeClock::default());
         let provider = Arc::new(Provider::new(lc, own, clock.clone(), config));

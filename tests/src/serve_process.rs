@@ -1,6 +1,7 @@
 //! A `lifecycle serve` process for tests (the binary the tests crate builds): started on a
 //! socket in a test's temp dir, killed with SIGKILL when dropped unless the test took it (to
-//! kill it itself, or to SIGTERM it and read what its shutdown printed).
+//! kill it itself, or to SIGTERM it and read what its shutdown printed). Its stderr goes to a
+//! file beside the socket (a pipe nobody drains could fill and stall it), read by `stderr`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
@@ -28,6 +29,7 @@ impl ServeProcess {
         global: &[&str],
         serve: &[&str],
     ) -> Self {
+        let log = std::fs::File::create(sock.with_extension("stderr")).expect("stderr file");
         let mut child = lifecycle_base(bin, proxy, prefix, "open", state)
             .args(global)
             .arg("serve")
@@ -35,7 +37,7 @@ impl ServeProcess {
             .arg(&sock)
             .args(serve)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start lifecycle serve");
         for _ in 0..1000 {
@@ -94,6 +96,11 @@ impl ServeProcess {
         )
         .expect("SIGTERM");
         child.wait_with_output().expect("exits")
+    }
+
+    /// What it wrote on stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.sock.with_extension("stderr")).unwrap_or_default()
     }
 
     /// SIGKILL, as a crash.

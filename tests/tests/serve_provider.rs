@@ -1,14 +1,17 @@
 //! `lifecycle serve` (issue 16), the seed's provider behaviours through the HTTP API, against the
 //! fake engine behind the real sockproxy: leases and deferred destroy, the warm pool (reclaim,
 //! idle expiry on a stepped clock, the replica cap, dead and quarantined entries), the identity
-//! check, one sandbox for concurrent acquires of a thread, and a client leaving mid-acquire.
+//! check, one sandbox for concurrent acquires of a thread, a client leaving mid-acquire, and a
+//! warm sandbox whose server stopped answering HTTP (probed on a loopback port the test owns).
 
 use std::io::Write;
 use std::time::Duration;
 
 use lifecycle::naming;
-use serde_json::json;
-use sockproxy_tests::serve::{config, Served};
+use lifecycle::serve::store::{Memory, Ownership, Store};
+use serde_json::{json, Value};
+use sockproxy_tests::serve::{call, config, Served};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -338,4 +341,91 @@ async fn restricted_mode_sandbox_is_warmed_reclaimed_and_destroyed_with_its_side
         !s.stack.exists(&format!("/networks/{}", names.network)),
         "network gone"
     );
+}
+
+/// Acquires (user-1, `thread`) on a probing provider whose acquire must create: its start is
+/// held until the test answers HTTP on the port lifecycle published for it (nothing else
+/// listens there: the fake engine binds nothing), so the create's readiness wait passes.
+async fn acquire_answering(s: &Served, thread: &str) -> (Value, tokio::task::JoinHandle<()>) {
+    let gate = s
+        .relay
+        .as_ref()
+        .expect("relayed")
+        .hold_once("POST", "/start");
+    let sock = s.socket();
+    let body = json!({ "user_id": "user-1", "thread_id": thread, "holder": "run" });
+    let mut acquire =
+        tokio::spawn(async move { call(&sock, "POST", "/v1/acquire", Some(body)).await });
+    tokio::select! {
+        () = gate.arrived() => {}
+        r = &mut acquire => panic!("handed out without a create: {r:?}"),
+    }
+    let id = naming::sandbox_id("user-1", thread).expect("id");
+    let name = s.stack.names(&id).sandbox;
+    let made =
+        sockproxy_tests::raw::get(&s.stack.engine.socket, &format!("/containers/{name}/json"))
+            .expect("inspect");
+    let cid = made.json()["Id"].as_str().unwrap_or_default().to_owned();
+    let port = s
+        .stack
+        .ports()
+        .get(&id, &cid)
+        .expect("ports")
+        .expect("a published port");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind");
+    let server = tokio::spawn(async move {
+        while let Ok((mut c, _)) = listener.accept().await {
+            let mut buf = [0u8; 512];
+            let _ = c.read(&mut buf).await;
+            let _ = c
+                .write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    gate.release();
+    let (status, v) = acquire.await.expect("acquire");
+    assert_eq!(status, 200, "{v}");
+    (v, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_sandbox_that_runs_but_does_not_answer_http_is_replaced() {
+    let own = Ownership {
+        store: Store::Memory(Memory::default()),
+        me: "me".into(),
+        ttl: Duration::from_secs(600),
+    };
+    let s = Served::start_probing(config(0, 0), own, Duration::from_secs(10)).await;
+    let (first, server) = acquire_answering(&s, "probe").await;
+    assert_eq!(first["source"], "created");
+    assert_eq!(s.release(&first["lease"]).await.1["result"], "warm");
+    let again = s.acquired("user-1", "probe", "run-2").await;
+    assert_eq!(
+        (again["source"].clone(), again["generation"].clone()),
+        (json!("warm"), first["generation"].clone()),
+        "it answers: reclaimed"
+    );
+    assert_eq!(s.release(&again["lease"]).await.1["result"], "warm");
+    // Its server hangs: the port still accepts connections, nothing ever answers.
+    server.abort();
+    let _ = server.await;
+    let port = first["url"]
+        .as_str()
+        .and_then(|u| u.rsplit(':').next())
+        .unwrap_or_default();
+    let _hung = std::net::TcpListener::bind(format!("127.0.0.1:{port}")).expect("rebind");
+    assert!(
+        s.running(&first["generation"]),
+        "the container itself still runs"
+    );
+    let (fresh, _server) = acquire_answering(&s, "probe").await;
+    assert_eq!(fresh["source"], "created", "{fresh}");
+    assert_ne!(fresh["generation"], first["generation"]);
+    assert!(
+        !s.exists(&first["generation"]),
+        "the silent one was destroyed"
+    );
+    assert_eq!(creates(&s), 2);
 }

@@ -16,13 +16,7 @@ use sockproxy_tests::serve::{call, config, Served};
 use sockproxy_tests::serve_process::ServeProcess;
 
 fn owner(redis: &RedisServer, me: &str, ttl: Duration) -> Ownership {
-    Ownership {
-        store: Store::Redis(
-            RedisStore::new(&redis.url(), "t-", Duration::from_secs(1)).expect("url"),
-        ),
-        me: me.into(),
-        ttl,
-    }
+    redis.ownership(me, ttl)
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 
 use lifecycle::serve::background;
 use serde_json::Value;
+use sockproxy_tests::lc::fault_relay::FaultRelay;
 use sockproxy_tests::lc::LcStack;
 use sockproxy_tests::serve::{config, Served};
 use sockproxy_tests::serve_process::ServeProcess;
@@ -48,6 +49,63 @@ async fn sigterm_with_keep_warm_stops_accepting_and_leaves_sandboxes_running() {
         let cid = a["generation"].as_str().unwrap_or_default();
         assert!(stack.exists(&format!("/containers/{cid}/json")), "{a}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_failing_teardown_keeps_it_reports_it_on_stderr_and_exits_3() {
+    let stack = LcStack::new(false);
+    // The process reaches the proxy through a relay that can refuse one engine step.
+    let relay = FaultRelay::start(stack.proxy.socket());
+    let dir = tempfile::tempdir().expect("dir");
+    let mut serve = ServeProcess::start(
+        env!("CARGO_BIN_EXE_lifecycle-cli"),
+        relay.socket(),
+        &stack.prefix,
+        stack.state.path(),
+        dir.path().join("serve.sock"),
+        &["--ready-timeout", "0", "--sandbox-cmd", "sleep 600"],
+        &[],
+    );
+    let (status, ok) = serve.acquire("user-1", "ok").await;
+    assert_eq!(status, 200, "{ok}");
+    let (status, stuck) = serve.acquire("user-1", "stuck").await;
+    assert_eq!(status, 200, "{stuck}");
+    let (id, cid) = (
+        stuck["sandbox_id"].as_str().unwrap_or_default(),
+        stuck["generation"].as_str().unwrap_or_default(),
+    );
+    relay.fail_once("POST", &format!("/containers/{cid}/stop"));
+    let out = serve.terminate();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = |a: &Value| {
+        printed
+            .lines()
+            .find(|l| l.contains(a["sandbox_id"].as_str().unwrap_or("?")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(line(&ok).contains("\"destroyed\""), "{printed}");
+    assert!(line(&stuck).contains("\"failed: "), "{printed}");
+    let stderr = serve.stderr();
+    let report =
+        format!("lifecycle serve: sandbox {id} (generation {cid}) was not torn down at shutdown");
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&report)),
+        "one line names it on stderr:\n{stderr}"
+    );
+    let gone = |a: &Value| {
+        !stack.exists(&format!(
+            "/containers/{}/json",
+            a["generation"].as_str().unwrap_or("")
+        ))
+    };
+    assert!(gone(&ok));
+    assert!(!gone(&stuck), "kept, not forgotten");
+    assert!(
+        stack.ledger().fences(id, cid).expect("ledger"),
+        "quarantined"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,7 +107,22 @@ async fn adopt(p: &Provider, id: &str) {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ShutdownLine {
     pub sandbox_id: String,
+    /// The container ID it had (the generation its quarantine record and port are keyed by).
+    pub generation: String,
+    /// `destroyed`, `kept` (…), or `failed: <why>`.
     pub result: String,
+}
+
+impl ShutdownLine {
+    /// The one-line error for stderr when its teardown failed (the sandbox is kept): the
+    /// stdout line is for machines, this is what an operator reading the exit sees.
+    pub fn failure(&self) -> Option<String> {
+        let why = self.result.strip_prefix("failed: ")?;
+        Some(format!(
+            "lifecycle serve: sandbox {} (generation {}) was not torn down at shutdown and is kept: {why}",
+            self.sandbox_id, self.generation
+        ))
+    }
 }
 
 /// Releases every lease; then destroys each tracked sandbox, or (`keep_warm`) leaves it
@@ -121,18 +136,19 @@ pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
         let now = p.now();
         let _ = p.pool().release(&lease, now);
     }
-    let ids: Vec<(String, bool)> = p
+    let ids: Vec<(String, String, bool)> = p
         .pool()
         .entries()
         .map(|(id, e)| {
             (
                 id.clone(),
+                e.container_id.clone(),
                 e.destroy_pending || e.state == State::Destroying,
             )
         })
         .collect();
     let mut lines = Vec::new();
-    for (id, must_destroy) in ids {
+    for (id, generation, must_destroy) in ids {
         let result = if keep_warm && !must_destroy {
             match p.own.release(&id).await {
                 Ok(_) => "kept".to_owned(),
@@ -150,8 +166,35 @@ pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
         tracing::info!(sandbox_id = %id, result, "shutdown");
         lines.push(ShutdownLine {
             sandbox_id: id,
+            generation,
             result,
         });
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShutdownLine;
+
+    #[test]
+    fn only_a_failed_teardown_is_reported_on_stderr() {
+        let line = |result: &str| ShutdownLine {
+            sandbox_id: "i".into(),
+            generation: "c".into(),
+            result: result.into(),
+        };
+        let cases = [
+            ("destroyed", None),
+            ("kept", None),
+            ("kept; claim not released: store down", None),
+            (
+                "failed: stop refused",
+                Some("lifecycle serve: sandbox i (generation c) was not torn down at shutdown and is kept: stop refused"),
+            ),
+        ];
+        for (result, want) in cases {
+            assert_eq!(line(result).failure().as_deref(), want, "{result}");
+        }
+    }
 }

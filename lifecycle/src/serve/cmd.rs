@@ -1,7 +1,7 @@
 //! The `serve` subcommand: its flags (each with a `LIFECYCLE_*` fallback), the socket (mode and
 //! group like sockproxy's), the store, and the run: serve until SIGINT/SIGTERM, then stop
 //! accepting, shut down what this process owns (destroy, or keep warm by flag), print one JSON
-//! line per sandbox and exit 0, or 3 when any teardown failed (kept and reported).
+//! line per sandbox and exit 0, or 3 when any teardown failed (kept, and named on stderr).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -173,8 +173,11 @@ pub async fn run(
     let lines = background::shutdown(&p, a.on_shutdown == OnShutdown::KeepWarm).await;
     let mut ok = true;
     for l in &lines {
-        ok &= !l.result.starts_with("failed");
         println!("{}", serde_json::json!(l));
+        if let Some(report) = l.failure() {
+            ok = false;
+            eprintln!("{report}");
+        }
     }
     ok
 }

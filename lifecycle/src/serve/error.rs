@@ -61,6 +61,7 @@ pub fn failure_kind(e: &ServeError) -> &'static str {
         ServeError::Owned { .. } => "owned",
         ServeError::UnknownLease(_) => "lease",
         ServeError::Store(_) => "store",
+        ServeError::Op(OpError::RollbackFailed { .. }) => "rollback",
         ServeError::Op(_) => "engine",
     }
 }

@@ -33,6 +33,21 @@ impl Source {
     }
 }
 
+/// Longest a warm reclaim waits for the sandbox's HTTP answer: a fresh create is cheaper than
+/// a long wait on a sandbox that has stopped answering.
+pub const RECLAIM_PROBE: Duration = Duration::from_secs(1);
+
+/// Whether a sandbox handed out again as `source` is first probed over HTTP, and for how long:
+/// a warm one is (it sat unused, its server may have died inside a running container); one
+/// held right now is in use and not second-guessed; a `ready_timeout` of zero means the
+/// operator turned readiness off (the sandbox may serve no HTTP), so nothing is probed.
+pub fn reclaim_probe(source: &Source, ready_timeout: Duration) -> Option<Duration> {
+    match source {
+        Source::Warm if !ready_timeout.is_zero() => Some(ready_timeout.min(RECLAIM_PROBE)),
+        _ => None,
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
     /// Held by at least one lease.
@@ -295,6 +310,33 @@ impl Pool {
             if e.holders.is_empty() {
                 e.state = State::Warm { since: e.last_used };
             }
+        }
+    }
+
+    /// A failed create's rollback left generation `container_id` behind: tracked fenced like a
+    /// failed destroy (never handed out; a destroy, the reaper or shutdown retries it). Holders
+    /// of a replaced generation keep their leases; their last release performs the destroy.
+    pub fn keep_failed_rollback(
+        &mut self,
+        id: &str,
+        scope: &str,
+        container_id: &str,
+        now: Duration,
+    ) {
+        let entry = self.entries.entry(id.to_owned()).or_insert_with(|| Entry {
+            scope: scope.to_owned(),
+            container_id: container_id.to_owned(),
+            url: String::new(),
+            state: State::Warm { since: now },
+            holders: BTreeMap::new(),
+            destroy_pending: true,
+            last_used: now,
+        });
+        entry.container_id = container_id.to_owned();
+        entry.url = String::new();
+        entry.destroy_pending = true;
+        if entry.holders.is_empty() {
+            entry.state = State::Warm { since: now };
         }
     }
 

@@ -221,3 +221,48 @@ fn forced_collision_never_overwrites_the_warm_tenant() {
         }
     );
 }
+
+#[test]
+fn a_failed_rollback_is_tracked_fenced_for_a_retry() {
+    let mut p = Pool::new(10 * S, 0);
+    p.keep_failed_rollback("new", "a", "c-left", S);
+    acquire(&mut p, "held", "a", "l1", S);
+    p.keep_failed_rollback("held", "a", "c-left", S);
+    for id in ["new", "held"] {
+        assert_eq!(p.plan_acquire(id, "a"), AcquirePlan::Busy, "{id}");
+        assert_eq!(p.get(id).map(|e| e.container_id.as_str()), Some("c-left"));
+    }
+    assert_eq!(
+        p.expired(11 * S),
+        vec!["new".to_owned()],
+        "the reaper retries an unheld one"
+    );
+    assert_eq!(p.plan_destroy("new"), DestroyPlan::Now);
+    assert_eq!(
+        p.release("l1", S),
+        Release::Destroy {
+            sandbox_id: "held".into()
+        },
+        "its holder's last release retries the teardown"
+    );
+}
+
+#[test]
+fn reclaim_probe_table() {
+    let ms = Duration::from_millis;
+    let cases = [
+        (Source::Warm, 30 * S, Some(RECLAIM_PROBE)),
+        (Source::Warm, ms(300), Some(ms(300))),
+        (Source::Warm, Duration::ZERO, None),
+        (Source::Cached, 30 * S, None),
+        (Source::Discovered, 30 * S, None),
+        (Source::Created, 30 * S, None),
+    ];
+    for (source, ready_timeout, want) in cases {
+        assert_eq!(
+            reclaim_probe(&source, ready_timeout),
+            want,
+            "{source:?} {ready_timeout:?}"
+        );
+    }
+}

@@ -14,11 +14,11 @@ use super::clock::Clock;
 pub use super::error::ServeError;
 use super::error::{self, failure_kind, renew_word};
 use super::metrics::Metrics;
-use super::pool::{AcquirePlan, DestroyPlan, Pool, Release, Source};
+use super::pool::{reclaim_probe, AcquirePlan, DestroyPlan, Pool, Release, Source};
 use super::store::{Claim, Ownership, Renew};
 use crate::decide::{self, Discovery};
-use crate::naming;
 use crate::ops::{Lifecycle, OpError};
+use crate::{naming, ready};
 
 #[derive(Debug, Clone)]
 pub struct ProviderConfig {
@@ -116,6 +116,15 @@ impl Provider {
         Ok(ok)
     }
 
+    /// Whether a sandbox about to be handed out as `source` answers HTTP at `url`, by the
+    /// create's readiness rule (`pool::reclaim_probe` says when and how long to ask).
+    async fn answers(&self, source: &Source, url: &str) -> bool {
+        match reclaim_probe(source, self.lc.settings.ready_timeout) {
+            None => true,
+            Some(within) => ready::answers(url, within).await,
+        }
+    }
+
     /// The container under the name is `container_id` and its labels name `id` and `scope`.
     async fn identity_ok(&self, id: &str, scope: &str, container_id: &str) -> bool {
         matches!(self.lc.inspect_sandbox(id).await, Ok(Some(c))
@@ -162,16 +171,20 @@ impl Provider {
                 source,
                 container_id,
             } => {
+                let url = self
+                    .pool()
+                    .get(&id)
+                    .map(|e| e.url.clone())
+                    .unwrap_or_default();
                 if self.healthy(&id, &scope, &container_id).await? {
-                    self.keep_owned(&id).await?;
-                    let url = self
-                        .pool()
-                        .get(&id)
-                        .map(|e| e.url.clone())
-                        .unwrap_or_default();
-                    return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
+                    if self.answers(&source, &url).await {
+                        self.keep_owned(&id).await?;
+                        return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
+                    }
+                    tracing::info!(sandbox_id = %id, container_id, url, "warm sandbox runs but does not answer HTTP; dropping it and creating a fresh one");
+                } else {
+                    tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
                 }
-                tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
                 if source == Source::Warm && self.pool().begin_destroy(&id) {
                     // Fenced: a failed destroy stays tracked for a retry, never handed out.
                     self.destroy_fenced(&id).await?;
@@ -193,14 +206,10 @@ impl Provider {
                 return Err(ServeError::Owned { id, owner })
             }
         }
-        let created = match self.lc.create(user, thread).await {
+        // A failed create's rollback turns the claim into `del:` first (`BeforeUndo`).
+        let created = match self.lc.create_guarded(user, thread, &self.own).await {
             Ok(c) => c,
-            Err(e) => {
-                // Nothing of ours is running under the claim (a failed rollback is quarantined
-                // and fenced by the ledger), so the claim goes.
-                let _ = self.own.release(&id).await;
-                return Err(e.into());
-            }
+            Err(e) => return Err(self.create_failed(&id, &scope, e).await),
         };
         if created.scope.as_deref() != Some(scope.as_str()) {
             tracing::warn!(sandbox_id = %id, found = ?created.scope, "identity mismatch: the container under this ID is another (user, thread)'s; refused");
@@ -227,6 +236,29 @@ impl Provider {
             holder,
             source,
         ))
+    }
+
+    /// A create failed. Rolled back (or nothing made): the claim goes. A failed rollback left
+    /// something of ours: the `del:` claim it ran under stays and the sandbox is tracked fenced
+    /// (`destroy_pending`), so the heartbeat renews the claim, no peer adopts or reuses it, no
+    /// acquire gets it, and a destroy, the reaper or shutdown retries the teardown.
+    async fn create_failed(&self, id: &str, scope: &str, e: OpError) -> ServeError {
+        match &e {
+            OpError::RollbackFailed { generation, .. } => {
+                self.metrics.inc("lifecycle_destroys_total", "failed");
+                self.pool()
+                    .keep_failed_rollback(id, scope, generation, self.now());
+                tracing::warn!(
+                    sandbox_id = id,
+                    generation,
+                    "rollback failed: kept quarantined and fenced under our claim for a retry"
+                );
+            }
+            _ => {
+                let _ = self.own.release(id).await;
+            }
+        }
+        e.into()
     }
 
     fn commit(

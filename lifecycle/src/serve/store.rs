@@ -8,10 +8,13 @@
 //! which the memory store runs directly and the Redis store runs as one Lua script.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::redis_store::RedisStore;
+use crate::BeforeUndo;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -206,6 +209,26 @@ impl Ownership {
             }
             Store::Redis(r) => r.get(key).await,
         }
+    }
+}
+
+/// A failed create's undo is a teardown: it runs only once our claim is `del:`, so no other
+/// process takes the ID while what was made is half gone; refused or unanswered, nothing is
+/// torn down (the create reports it left and quarantined).
+impl BeforeUndo for Ownership {
+    fn before_undo<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            match self.begin_delete(id).await {
+                Ok(Claim::Ours) => Ok(()),
+                Ok(Claim::Owned(owner) | Claim::Deleting(owner)) => {
+                    Err(format!("ownership: sandbox {id} is now {owner}'s"))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        })
     }
 }
 

@@ -1,0 +1,210 @@
+//! `lifecycle serve`'s ownership claims around failures and orphans, on a real private
+//! `redis-server` (issue 16): a failed create's rollback runs under a `del:` claim like every
+//! teardown; a rollback that fails keeps that claim (renewed), fenced and reported; and a dead
+//! owner's claim blocks adoption for as long as its TTL runs, however long the grace has been.
+
+use std::time::Duration;
+
+use lifecycle::naming;
+use lifecycle::serve::background::reconcile;
+use lifecycle::serve::store::Claim;
+use serde_json::{json, Value};
+use sockproxy_tests::redis_server::RedisServer;
+use sockproxy_tests::serve::{call, config, Served};
+
+/// Long enough for the fake's containers to start, short enough that a test waits little:
+/// nothing listens at a fake sandbox's URL, so every create here times out.
+const READY: Duration = Duration::from_millis(300);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_timeout_rolls_back_under_a_del_claim() {
+    let Some(redis) = RedisServer::start("a_readiness_timeout_rolls_back_under_a_del_claim") else {
+        return;
+    };
+    let own = redis.ownership("me", Duration::from_secs(60));
+    let s = Served::start_probing(config(0, 0), own, READY).await;
+    let peer = redis.ownership("peer", Duration::from_secs(60));
+    let id = naming::sandbox_id("user-1", "slow").expect("id");
+    let gate = s
+        .relay
+        .as_ref()
+        .expect("relayed")
+        .hold_once("POST", "/stop");
+    let sock = s.socket();
+    let acquire = tokio::spawn(async move {
+        let body = json!({"user_id": "user-1", "thread_id": "slow", "holder": "run"});
+        call(&sock, "POST", "/v1/acquire", Some(body)).await
+    });
+    gate.arrived().await;
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("del:me".into())),
+        "the rollback's stop is sent under a del: claim"
+    );
+    assert_eq!(
+        peer.claim(&id).await.ok(),
+        Some(Claim::Deleting("me".into())),
+        "no peer takes the ID while the rollback runs"
+    );
+    gate.release();
+    let (status, v) = acquire.await.expect("acquire");
+    assert_eq!(status, 502, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("failed to become ready"),
+        "{v}"
+    );
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(None),
+        "released once rolled back"
+    );
+    assert!(
+        !s.stack
+            .exists(&format!("/containers/{}/json", s.stack.names(&id).sandbox)),
+        "what was made is gone"
+    );
+    assert_eq!(s.listed(&json!(id)).await, Value::Null, "nothing tracked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rollback_keeps_its_del_claim_renewed_fenced_and_reported() {
+    let Some(redis) =
+        RedisServer::start("a_failed_rollback_keeps_its_del_claim_renewed_fenced_and_reported")
+    else {
+        return;
+    };
+    let ttl = Duration::from_millis(600);
+    let s = Served::start_probing(config(0, 0), redis.ownership("me", ttl), READY).await;
+    let peer = redis.ownership("peer", Duration::from_secs(60));
+    let id = naming::sandbox_id("user-1", "stuck").expect("id");
+    s.relay
+        .as_ref()
+        .expect("relayed")
+        .fail_once("POST", "/stop");
+    let (status, v) = s.acquire("user-1", "stuck", "run").await;
+    assert_eq!(status, 502, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rollback failed"),
+        "{v}"
+    );
+    let listed = s.listed(&json!(id)).await;
+    assert_eq!(listed["destroy_pending"], true, "tracked fenced: {listed}");
+    let cid = listed["container_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(s.exists(&json!(cid)), "the half-made sandbox is left");
+    assert!(
+        s.stack.ledger().fences(&id, &cid).expect("ledger"),
+        "and quarantined"
+    );
+    // Two TTLs pass: only the heartbeat's renewals keep the claim.
+    for _ in 0..6 {
+        s.provider.heartbeat().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("del:me".into())),
+        "the rollback's del: claim is kept and renewed"
+    );
+    assert_eq!(
+        peer.claim(&id).await.ok(),
+        Some(Claim::Deleting("me".into())),
+        "no peer adopts or reuses it"
+    );
+    let (status, v) = s.acquire("user-1", "stuck", "again").await;
+    assert_eq!(status, 409, "never handed out: {v}");
+    let (_, metrics) = s.call("GET", "/metrics", None).await;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    for line in [
+        "lifecycle_destroys_total{result=\"failed\"} 1",
+        "lifecycle_failures_total{kind=\"rollback\"} 1",
+        "lifecycle_quarantine_records 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    let (status, v) = s.destroy(&json!(id)).await;
+    assert_eq!(
+        (status, v["result"].clone()),
+        (200, json!("destroyed")),
+        "{v}"
+    );
+    assert!(!s.exists(&json!(cid)), "the retry tore it down");
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(None),
+        "and dropped the claim"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owners_claim_blocks_adoption_until_its_ttl_lapses_whatever_the_grace() {
+    let Some(redis) = RedisServer::start(
+        "a_dead_owners_claim_blocks_adoption_until_its_ttl_lapses_whatever_the_grace",
+    ) else {
+        return;
+    };
+    // The adopter's grace runs on its stepped clock; the dead owner's TTL on Redis's own.
+    let s = Served::start_owned(
+        config(0, 0),
+        false,
+        redis.ownership("B", Duration::from_secs(60)),
+    )
+    .await;
+    let grace = config(0, 0).adopt_grace;
+    let id = naming::sandbox_id("user-1", "orphan").expect("id");
+    let orphan = s.stack.make(
+        &s.stack.names(&id).sandbox,
+        json!({ "deerflow.role": "sandbox", "deerflow.network_mode": "open",
+            "deerflow.sandbox_id": id, "lifecycle.scope": naming::scope_digest("user-1", "orphan") }),
+    );
+    let dead = redis.ownership("A", Duration::from_secs(3));
+    assert_eq!(dead.claim(&id).await.ok(), Some(Claim::Ours));
+    // A never renews. While its claim lives, B's passes span many graces and adopt nothing.
+    for _ in 0..5 {
+        s.clock.advance(10 * grace);
+        reconcile(&s.provider).await;
+        assert_eq!(
+            s.listed(&json!(id)).await,
+            Value::Null,
+            "adopted within A's TTL"
+        );
+    }
+    assert_eq!(
+        dead.value(&id).await.ok(),
+        Some(Some("own:A".into())),
+        "every pass above ran while A's claim was still live"
+    );
+    let mut lapsed = false;
+    for _ in 0..300 {
+        if dead.value(&id).await.ok() == Some(None) {
+            lapsed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lapsed, "A's claim expires with its TTL");
+    // The grace counts from the first pass that saw it unowned, not from the first sighting.
+    reconcile(&s.provider).await;
+    assert_eq!(
+        s.listed(&json!(id)).await,
+        Value::Null,
+        "adopted before the grace"
+    );
+    s.clock.advance(grace);
+    reconcile(&s.provider).await;
+    let adopted = s.listed(&json!(id)).await;
+    assert_eq!(
+        (adopted["state"].clone(), adopted["container_id"].clone()),
+        (json!("warm"), json!(orphan)),
+        "{adopted}"
+    );
+    assert_eq!(dead.value(&id).await.ok(), Some(Some("own:B".into())));
+}
