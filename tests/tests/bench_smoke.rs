@@ -1,8 +1,11 @@
 //! The benchmark command, run end to end at a tiny size so it cannot rot: every part prints its
-//! table, and the cells a reader compares hold measured numbers. The sizes here say nothing
-//! about speed; `docs/benchmarks.md` has the real run.
+//! table, and the cells a reader compares hold measured numbers; a 20-second soak moves every
+//! kind of traffic. The sizes here say nothing about speed and nothing is timed or judged;
+//! `docs/benchmarks.md` has the real runs.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::SystemTime;
 
 /// The rows of the first Markdown table after the line starting with `heading`, as cells,
 /// without the header and separator rows.
@@ -45,9 +48,65 @@ fn installed(program: &str) -> bool {
         .any(|d| d.join(program).is_file())
 }
 
+fn newest_change(path: &Path) -> Option<SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .filter_map(|e| newest_change(&e.path()))
+        .max()
+}
+
+/// The directory this test run's debug binaries are in (`target/debug`, above `deps/` where this
+/// test runs from), for `--bin-dir`, when sockproxy and netproxy there are newer than every
+/// source they are built from (as after `cargo test --workspace`, which builds them for their
+/// own tests). Otherwise none, and the bench builds them itself with a nested `cargo build`,
+/// so a stale binary is never what runs.
+fn prebuilt() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.to_owned();
+    // fake-dockerd comes fresh from this very run (it is this crate's own binary).
+    if Path::new(env!("CARGO_BIN_EXE_fake-dockerd")).parent()? != dir {
+        return None;
+    }
+    let built = ["sockproxy", "netproxy"]
+        .iter()
+        .map(|b| {
+            std::fs::metadata(dir.join(b))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .min()??;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sources = [
+        "sockproxy",
+        "netproxy",
+        "headguard",
+        "stackmodel",
+        "Cargo.lock",
+        "Cargo.toml",
+    ]
+    .iter()
+    .map(|p| newest_change(&root.join(p)))
+    .max()??;
+    (built >= sources).then_some(dir)
+}
+
+/// The bench, given `--bin-dir` when the binaries are already built.
+fn bench() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
+    if let Some(dir) = prebuilt() {
+        cmd.arg("--bin-dir").arg(dir);
+    }
+    cmd
+}
+
 #[test]
 fn the_benchmark_runs_every_part_at_a_tiny_size() {
-    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+    let out = bench()
         .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
         .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
         .args(["--connections", "8"])
@@ -125,5 +184,44 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
         positive(row, 1);
         positive(row, 2);
         assert_eq!(row[4], "8", "every connection was held: {row:?}");
+    }
+}
+
+#[test]
+fn a_short_soak_moves_every_kind_of_traffic_and_reports_numbers() {
+    let out = bench().args(["--soak", "20"]).output().expect("bench runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text
+        .contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench -- --soak 20`"));
+
+    let traffic = table(&text, "### Traffic");
+    assert_eq!(traffic.len(), 7, "{traffic:?}");
+    for row in &traffic {
+        positive(row, 2);
+    }
+
+    let resources = table(&text, "### Resources");
+    assert_eq!(resources.len(), 6, "3 metrics x 2 proxies: {resources:?}");
+    for row in &resources {
+        for col in 2..=5 {
+            positive(row, col);
+        }
+        let growth = row[6].trim_end_matches('%');
+        assert!(growth.parse::<f64>().is_ok(), "growth of {row:?}");
+        assert!(["flat", "grows"].contains(&row[7].as_str()), "{row:?}");
+    }
+    assert!(text.contains("Verdict ("), "{text}");
+
+    let curve = table(&text, "### Curve");
+    assert_eq!(curve.len(), 20, "one row a second: {curve:?}");
+    for row in &curve {
+        for col in 0..8 {
+            positive(row, col);
+        }
     }
 }

@@ -8,7 +8,9 @@ mod footprint;
 mod load;
 mod procs;
 mod real;
+mod soak;
 mod socket;
+mod traffic;
 mod tunnel;
 
 use std::path::PathBuf;
@@ -75,6 +77,10 @@ pub struct Args {
     /// with this bench's profile, beside it].
     #[arg(long, env = "BENCH_BIN_DIR")]
     bin_dir: Option<PathBuf>,
+    /// Instead of the parts, run only the soak: mixed traffic through sockproxy and netproxy
+    /// for this many seconds, watching their fds, RSS and threads.
+    #[arg(long, env = "BENCH_SOAK")]
+    soak: Option<u64>,
 }
 
 /// Part 1's requests: `HEAD /_ping`, `GET /containers/json?all=1`, `POST /containers/{id}/stop`.
@@ -173,6 +179,15 @@ fn main() -> anyhow::Result<()> {
         procs::stop_all();
         std::process::exit(130);
     });
+    if let Some(secs) = args.soak {
+        anyhow::ensure!(secs >= 2, "--soak needs at least 2 seconds");
+        println!("# Soak\n");
+        println!(
+            "Machine: {} cores.\n\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --soak {secs}`\n",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        return soak::soak(&rt, secs, &bins, dir.path());
+    }
     header(&args);
     for part in &args.parts {
         match part {

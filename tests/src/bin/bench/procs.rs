@@ -154,6 +154,36 @@ impl Proc {
     }
 }
 
+/// One look at a running program, for the soak: open file descriptors, resident memory, threads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub fds: u64,
+    pub rss_kib: u64,
+    pub threads: u64,
+}
+
+impl Proc {
+    /// Counts `/proc/PID/fd` and reads `VmRSS` and `Threads` from `/proc/PID/status`; zeros if
+    /// the program is gone (the soak reports that as a collapse rather than failing mid-run).
+    pub fn sample(&self) -> Sample {
+        let pid = self.child.id();
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Sample {
+            fds,
+            rss_kib: field("VmRSS:"),
+            threads: field("Threads:"),
+        }
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
