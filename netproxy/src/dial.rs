@@ -46,6 +46,11 @@ where
     Fut: Future<Output = io::Result<S>> + Send + 'static,
 {
     let queue = order(addrs);
+    // One address (an IP literal, or a name with one answer): nothing to race, so no task is
+    // spawned; its wake-up could land on the other worker thread and cost the set-up latency.
+    if let [only] = queue.as_slice() {
+        return connect(*only).await.map(|stream| (stream, *only));
+    }
     let mut next = queue.iter();
     // Dropping the set (on return, or when the caller's timeout drops this future) aborts the
     // attempts still running.

@@ -63,7 +63,7 @@ impl NetProxy {
         Self {
             policy: std::sync::RwLock::new(Arc::new(policy)),
             resolver,
-            interfaces: Arc::new(crate::own::System),
+            interfaces: Arc::new(crate::own::Watched::new()),
             dns_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
             tunnel_idle: Duration::from_secs(300),

@@ -109,6 +109,8 @@ fn case02_own_networks_win_over_allow_cidr_and_are_read_per_dial() {
         &format!("10.99.0.7:{port}"),
         "--allow",
         &format!("10.77.0.1:{port}"),
+        "--allow",
+        &format!("10.66.0.1:{port}"),
     ]);
     let out = np.get(&format!("http://10.99.0.7:{port}/"));
     assert!(
@@ -131,9 +133,15 @@ fn case02_own_networks_win_over_allow_cidr_and_are_read_per_dial() {
     let late = Recorder::bind(&format!("10.77.0.1:{port}"));
     let out = np.get(&format!("http://10.77.0.1:{port}/"));
     assert!(refused_with(&out, "403", "proxy_network"), "{out}");
+    // The interface list is cached between changes the kernel announces (own.rs `Watched`):
+    // a second address on the same interface, after the list was read, counts at once too.
+    ns::ip("addr add 10.66.0.1/24 dev own0");
+    let later = Recorder::bind(&format!("10.66.0.1:{port}"));
+    let out = np.get(&format!("http://10.66.0.1:{port}/"));
+    assert!(refused_with(&out, "403", "proxy_network"), "{out}");
     assert_eq!(
-        (explicit_own.hits(), late.hits(), trusted.hits()),
-        (0, 0, 1),
+        (explicit_own.hits(), late.hits(), later.hits(), trusted.hits()),
+        (0, 0, 0, 1),
         "only the control was dialed"
     );
 }
