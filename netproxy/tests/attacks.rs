@@ -140,7 +140,12 @@ fn case02_own_networks_win_over_allow_cidr_and_are_read_per_dial() {
     let out = np.get(&format!("http://10.66.0.1:{port}/"));
     assert!(refused_with(&out, "403", "proxy_network"), "{out}");
     assert_eq!(
-        (explicit_own.hits(), late.hits(), later.hits(), trusted.hits()),
+        (
+            explicit_own.hits(),
+            late.hits(),
+            later.hits(),
+            trusted.hits()
+        ),
         (0, 0, 0, 1),
         "only the control was dialed"
     );
