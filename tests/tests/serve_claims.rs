@@ -208,3 +208,48 @@ async fn a_dead_owners_claim_blocks_adoption_until_its_ttl_lapses_whatever_the_g
     );
     assert_eq!(dead.value(&id).await.ok(), Some(Some("own:B".into())));
 }
+
+/// A create whose readiness wait outlasts the claim's TTL keeps its claim: the heartbeat renews
+/// the IDs acquires are working on, not only the tracked ones, so no peer can take the ID
+/// mid-create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_in_progress_keeps_its_claim_past_the_ttl() {
+    let Some(redis) = RedisServer::start("a_create_in_progress_keeps_its_claim_past_the_ttl")
+    else {
+        return;
+    };
+    let ttl = Duration::from_millis(600);
+    let s = Served::start_probing(config(0, 0), redis.ownership("me", ttl), READY).await;
+    let peer = redis.ownership("peer", Duration::from_secs(60));
+    let id = naming::sandbox_id("user-1", "long").expect("id");
+    let gate = s
+        .relay
+        .as_ref()
+        .expect("relayed")
+        .hold_once("POST", "/start");
+    let sock = s.socket();
+    let acquire = tokio::spawn(async move {
+        let body = json!({"user_id": "user-1", "thread_id": "long", "holder": "run"});
+        call(&sock, "POST", "/v1/acquire", Some(body)).await
+    });
+    gate.arrived().await;
+    // Three TTLs pass while the create waits on its start; only renewals keep the claim.
+    for _ in 0..9 {
+        s.provider.heartbeat().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("own:me".into())),
+        "the claim outlives its TTL while the create runs"
+    );
+    assert_eq!(
+        peer.claim(&id).await.ok(),
+        Some(Claim::Owned("me".into())),
+        "no peer takes the ID mid-create"
+    );
+    gate.release();
+    let (status, v) = acquire.await.expect("acquire");
+    // Nothing listens at a fake sandbox's URL: the create ends in its readiness timeout.
+    assert_eq!(status, 502, "{v}");
+}

@@ -438,15 +438,24 @@ impl Provider {
         expired
     }
 
-    /// Renews ownership of every tracked sandbox; a lost one is forgotten (never re-taken,
-    /// never destroyed). A store error changes nothing: what we own we keep serving.
+    /// Renews ownership of every tracked sandbox, and of every one an acquire is working on
+    /// (a create's readiness wait can outlast the claim's TTL); a lost one is forgotten (never
+    /// re-taken, never destroyed). A store error changes nothing: what we own we keep serving.
     pub async fn heartbeat(&self) {
-        let ids: Vec<String> = self.pool().entries().map(|(id, _)| id.clone()).collect();
+        let mut ids: Vec<String> = self.pool().entries().map(|(id, _)| id.clone()).collect();
         // Per-ID mutexes of sandboxes no longer tracked and not in use go (else one per ID ever).
         {
             let pool = self.pool();
             let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
             serial.retain(|id, m| pool.get(id).is_some() || Arc::strong_count(m) > 1);
+            // In use but not tracked yet: an acquire creating it. Renewing a key that is not
+            // ours changes nothing (the store answers lapsed or lost).
+            ids.extend(
+                serial
+                    .iter()
+                    .filter(|(id, m)| Arc::strong_count(m) > 1 && pool.get(id).is_none())
+                    .map(|(id, _)| id.clone()),
+            );
         }
         for id in ids {
             match self.own.renew(&id).await {
