@@ -59,6 +59,17 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let listener = server::bind(&cfg).context("cannot listen")?;
+    // A timer that always expires within a few seconds. hyper arms a request-head timer after
+    // every response; when the event loop went to sleep with no timer pending, arming one
+    // writes to the loop's eventfd to wake it and recompute its deadline: one extra system call
+    // per request (strace). With this tick pending, every head timer is later than the loop's
+    // next wake-up and needs no wake (perf stat: see the commit).
+    tokio::spawn(async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+        }
+    });
     tracing::info!(
         listen = %cfg.listen.display(),
         upstream = %cfg.upstream.display(),
