@@ -71,7 +71,7 @@ fn write_second(out: &mut String, secs: i64) -> fmt::Result {
 
 /// Days since 1970-01-01 to (year, month, day): the days-from-civil algorithm run backwards
 /// (H. Hinnant, "chrono-compatible low-level date algorithms").
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

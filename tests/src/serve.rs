@@ -136,6 +136,30 @@ impl Served {
         self.call("POST", "/v1/acquire", Some(body)).await
     }
 
+    /// An acquire of (user-1, `thread`) for holder `run`, started in the background with the
+    /// first request matching `method` and `path` held at the relay: once the gate has
+    /// `arrived`, the acquire is under way at that step.
+    pub fn acquire_held(
+        &self,
+        method: &str,
+        path: &str,
+        thread: &str,
+    ) -> (
+        crate::lc::fault_relay::Gate,
+        tokio::task::JoinHandle<(u16, Value)>,
+    ) {
+        let gate = self
+            .relay
+            .as_ref()
+            .expect("relayed")
+            .hold_once(method, path);
+        let sock = self.socket();
+        let body = json!({ "user_id": "user-1", "thread_id": thread, "holder": "run" });
+        let acquire =
+            tokio::spawn(async move { call(&sock, "POST", "/v1/acquire", Some(body)).await });
+        (gate, acquire)
+    }
+
     /// Acquire that must succeed; returns the answer.
     pub async fn acquired(&self, user: &str, thread: &str, holder: &str) -> Value {
         let (status, v) = self.acquire(user, thread, holder).await;

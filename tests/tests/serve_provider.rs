@@ -10,7 +10,7 @@ use std::time::Duration;
 use lifecycle::naming;
 use lifecycle::serve::store::{Memory, Ownership, Store};
 use serde_json::{json, Value};
-use sockproxy_tests::serve::{call, config, Served};
+use sockproxy_tests::serve::{config, Served};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -347,15 +347,7 @@ async fn restricted_mode_sandbox_is_warmed_reclaimed_and_destroyed_with_its_side
 /// held until the test answers HTTP on the port lifecycle published for it (nothing else
 /// listens there: the fake engine binds nothing), so the create's readiness wait passes.
 async fn acquire_answering(s: &Served, thread: &str) -> (Value, tokio::task::JoinHandle<()>) {
-    let gate = s
-        .relay
-        .as_ref()
-        .expect("relayed")
-        .hold_once("POST", "/start");
-    let sock = s.socket();
-    let body = json!({ "user_id": "user-1", "thread_id": thread, "holder": "run" });
-    let mut acquire =
-        tokio::spawn(async move { call(&sock, "POST", "/v1/acquire", Some(body)).await });
+    let (gate, mut acquire) = s.acquire_held("POST", "/start", thread);
     tokio::select! {
         () = gate.arrived() => {}
         r = &mut acquire => panic!("handed out without a create: {r:?}"),

@@ -10,18 +10,8 @@ pub fn rfc3339(secs: Option<i64>) -> String {
     let Some(secs) = secs else {
         return "0001-01-01T00:00:00Z".into();
     };
-    // Civil-from-days (Howard Hinnant's algorithm), to avoid a date crate in a test fake.
-    let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = sockproxy::logfmt::civil_from_days(secs.div_euclid(86_400));
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
