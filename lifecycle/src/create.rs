@@ -35,15 +35,24 @@ struct Made {
     scope: String,
 }
 
-/// Asked before a failed create tears down what it made. The undo runs only on `Ok`; on `Err`
-/// (the reason) nothing is torn down: what was made is quarantined and reported as left, as
-/// when the undo itself fails, because tearing it down unclaimed would let another process
-/// take the ID while it is half gone.
+/// Asked before a create tears anything down: what a failed create made, or a dead container
+/// it replaces. The teardown runs only on `Ok`; on `Err` (the reason) nothing is torn down:
+/// what a failed create made is quarantined and reported as left, as when the undo itself
+/// fails, and a replacement is refused, because tearing down unclaimed would let another
+/// process take the ID while it is half gone. After a replacement's teardown,
+/// `after_teardown` must answer `Ok` before the fresh container is created.
 pub trait BeforeUndo: Sync {
     fn before_undo<'a>(
         &'a self,
         id: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+    fn after_teardown<'a>(
+        &'a self,
+        _id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Nobody to ask (the one-shot CLI): the undo always runs.
@@ -112,9 +121,24 @@ impl Lifecycle {
             Discovery::Reuse => Ok(self.discovered(id, &c)),
             Discovery::Replace => {
                 tracing::info!(sandbox_id = id, container_id = %c.id, running = c.running, health = ?c.health, "replacing a sandbox that is not running or unhealthy");
+                // A teardown like any other: under the guard's teardown claim.
+                guard
+                    .before_undo(id)
+                    .await
+                    .map_err(|reason| OpError::NotOurs {
+                        id: id.to_owned(),
+                        reason,
+                    })?;
                 self.destroy_present(id, &c)
                     .await
                     .map_err(|e| crate::teardown::unfinished(id, e))?;
+                guard
+                    .after_teardown(id)
+                    .await
+                    .map_err(|reason| OpError::NotOurs {
+                        id: id.to_owned(),
+                        reason,
+                    })?;
                 self.create_fresh(id, scope, guard).await
             }
         }

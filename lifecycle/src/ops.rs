@@ -56,6 +56,10 @@ pub enum OpError {
     Lock(#[from] LockError),
     #[error("no sandbox {0} on this stack (nothing to destroy)")]
     NoSuchSandbox(String),
+    /// The ownership claim a teardown needs was refused (another process holds the ID) or
+    /// could not be asked for; nothing was torn down.
+    #[error("sandbox {id}: not torn down: {reason}")]
+    NotOurs { id: String, reason: String },
     #[error("sandbox {id} failed to become ready within {secs}s at {url}; what was created is destroyed")]
     NotReady { id: String, url: String, secs: u64 },
     /// Teardown did not finish; the quarantine record is kept.

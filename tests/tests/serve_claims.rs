@@ -10,7 +10,7 @@ use lifecycle::serve::background::reconcile;
 use lifecycle::serve::store::Claim;
 use serde_json::{json, Value};
 use sockproxy_tests::redis_server::RedisServer;
-use sockproxy_tests::serve::{call, config, Served};
+use sockproxy_tests::serve::{config, Served};
 
 /// Long enough for the fake's containers to start, short enough that a test waits little:
 /// nothing listens at a fake sandbox's URL, so every create here times out.
@@ -25,16 +25,7 @@ async fn a_readiness_timeout_rolls_back_under_a_del_claim() {
     let s = Served::start_probing(config(0, 0), own, READY).await;
     let peer = redis.ownership("peer", Duration::from_secs(60));
     let id = naming::sandbox_id("user-1", "slow").expect("id");
-    let gate = s
-        .relay
-        .as_ref()
-        .expect("relayed")
-        .hold_once("POST", "/stop");
-    let sock = s.socket();
-    let acquire = tokio::spawn(async move {
-        let body = json!({"user_id": "user-1", "thread_id": "slow", "holder": "run"});
-        call(&sock, "POST", "/v1/acquire", Some(body)).await
-    });
+    let (gate, acquire) = s.acquire_held("POST", "/stop", "slow");
     gate.arrived().await;
     assert_eq!(
         peer.value(&id).await.ok(),
@@ -222,16 +213,7 @@ async fn a_create_in_progress_keeps_its_claim_past_the_ttl() {
     let s = Served::start_probing(config(0, 0), redis.ownership("me", ttl), READY).await;
     let peer = redis.ownership("peer", Duration::from_secs(60));
     let id = naming::sandbox_id("user-1", "long").expect("id");
-    let gate = s
-        .relay
-        .as_ref()
-        .expect("relayed")
-        .hold_once("POST", "/start");
-    let sock = s.socket();
-    let acquire = tokio::spawn(async move {
-        let body = json!({"user_id": "user-1", "thread_id": "long", "holder": "run"});
-        call(&sock, "POST", "/v1/acquire", Some(body)).await
-    });
+    let (gate, acquire) = s.acquire_held("POST", "/start", "long");
     gate.arrived().await;
     // Three TTLs pass while the create waits on its start; only renewals keep the claim.
     for _ in 0..9 {
@@ -252,4 +234,52 @@ async fn a_create_in_progress_keeps_its_claim_past_the_ttl() {
     let (status, v) = acquire.await.expect("acquire");
     // Nothing listens at a fake sandbox's URL: the create ends in its readiness timeout.
     assert_eq!(status, 502, "{v}");
+}
+
+/// A create that finds a dead container under the sandbox's name (made by another process, so
+/// not tracked here) replaces it under a `del:` claim like every teardown, and goes back to
+/// `own:` before it creates the fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_container_found_by_a_create_is_replaced_under_a_del_claim() {
+    let Some(redis) =
+        RedisServer::start("a_dead_container_found_by_a_create_is_replaced_under_a_del_claim")
+    else {
+        return;
+    };
+    let s = Served::start_owned(
+        config(0, 0),
+        true,
+        redis.ownership("me", Duration::from_secs(60)),
+    )
+    .await;
+    let peer = redis.ownership("peer", Duration::from_secs(60));
+    let id = naming::sandbox_id("user-1", "dead").expect("id");
+    let mut labels = serde_json::Map::new();
+    labels.insert(naming::LABEL_SANDBOX_ID.into(), json!(id));
+    labels.insert(
+        naming::LABEL_SCOPE.into(),
+        json!(naming::scope_digest("user-1", "dead")),
+    );
+    labels.insert(naming::LABEL_NETWORK_MODE.into(), json!("open"));
+    let labels = Value::Object(labels);
+    let dead = s.stack.make(&s.stack.names(&id).sandbox, labels);
+    s.kill_behind_its_back(&json!(dead));
+    let (gate, acquire) = s.acquire_held("POST", &format!("/containers/{dead}/stop"), "dead");
+    gate.arrived().await;
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("del:me".into())),
+        "the dead container's stop is sent under a del: claim"
+    );
+    gate.release();
+    let (status, v) = acquire.await.expect("acquire");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["source"], "created");
+    assert_ne!(v["generation"], dead.as_str());
+    assert!(!s.exists(&json!(dead)), "the dead container is gone");
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("own:me".into())),
+        "ours again once the fresh one is made"
+    );
 }

@@ -34,6 +34,7 @@ impl ServeError {
             }
             ServeError::Store(_) => 503,
             ServeError::Op(OpError::NoSuchSandbox(_)) => 404,
+            ServeError::Op(OpError::NotOurs { .. }) => 409,
             ServeError::Op(_) => 502,
         }
     }
@@ -62,6 +63,7 @@ pub fn failure_kind(e: &ServeError) -> &'static str {
         ServeError::UnknownLease(_) => "lease",
         ServeError::Store(_) => "store",
         ServeError::Op(OpError::RollbackFailed { .. }) => "rollback",
+        ServeError::Op(OpError::NotOurs { .. }) => "owned",
         ServeError::Op(_) => "engine",
     }
 }

@@ -26,6 +26,10 @@ elseif op == 'begin_delete' then
   if not cur or ours then redis.call('SET', KEYS[1], del, 'PX', ttl) return {'ours', before} end
   if string.sub(cur, 1, 4) == 'del:' then return {'deleting', before} end
   return {'owned', before}
+elseif op == 'end_delete' then
+  if not cur or ours then redis.call('SET', KEYS[1], own, 'PX', ttl) return {'ours', before} end
+  if string.sub(cur, 1, 4) == 'del:' then return {'deleting', before} end
+  return {'owned', before}
 elseif op == 'renew' then
   if not cur then redis.call('SET', KEYS[1], own, 'PX', ttl) return {'lapsed', before} end
   if ours then redis.call('PEXPIRE', KEYS[1], ttl) return {'renewed', before} end
@@ -50,6 +54,7 @@ fn op_name(op: Op) -> &'static str {
     match op {
         Op::Claim => "claim",
         Op::BeginDelete => "begin_delete",
+        Op::EndDelete => "end_delete",
         Op::Renew => "renew",
         Op::Release => "release",
     }

@@ -52,6 +52,9 @@ pub enum Op {
     Claim,
     /// Like claim, but to `del:`; allowed over our own `own:`/`del:` or an absent key.
     BeginDelete,
+    /// Back from a teardown of ours to `own:` (a create replacing a dead container goes on to
+    /// create): allowed over our own `own:`/`del:` or an absent key, like `BeginDelete`.
+    EndDelete,
     Renew,
     Release,
 }
@@ -78,6 +81,12 @@ pub fn decide(op: Op, current: Option<&str>, me: &str) -> (Change, &'static str)
         Op::BeginDelete => match current {
             None => (Change::Set(del), "ours"),
             Some(_) if ours => (Change::Set(del), "ours"),
+            Some(v) if v.starts_with("del:") => (Change::Keep, "deleting"),
+            Some(_) => (Change::Keep, "owned"),
+        },
+        Op::EndDelete => match current {
+            None => (Change::Set(own), "ours"),
+            Some(_) if ours => (Change::Set(own), "ours"),
             Some(v) if v.starts_with("del:") => (Change::Keep, "deleting"),
             Some(_) => (Change::Keep, "owned"),
         },
@@ -186,6 +195,11 @@ impl Ownership {
         claim_answer(answer, value.as_deref())
     }
 
+    pub async fn end_delete(&self, key: &str) -> Result<Claim, StoreError> {
+        let (answer, value) = self.run(key, Op::EndDelete).await?;
+        claim_answer(answer, value.as_deref())
+    }
+
     pub async fn renew(&self, key: &str) -> Result<Renew, StoreError> {
         let (answer, _) = self.run(key, Op::Renew).await?;
         renew_answer(answer)
@@ -230,6 +244,21 @@ impl BeforeUndo for Ownership {
             }
         })
     }
+
+    fn after_teardown<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            match self.end_delete(id).await {
+                Ok(Claim::Ours) => Ok(()),
+                Ok(Claim::Owned(owner) | Claim::Deleting(owner)) => {
+                    Err(format!("ownership: sandbox {id} is now {owner}'s"))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -240,7 +269,7 @@ mod tests {
     fn decide_table() {
         use Change::*;
         let me = "a";
-        let cases: [(Op, Option<&str>, Change, &str); 16] = [
+        let cases: [(Op, Option<&str>, Change, &str); 21] = [
             (Op::Claim, None, Set("own:a".into()), "ours"),
             (Op::Claim, Some("own:a"), Set("own:a".into()), "ours"),
             (Op::Claim, Some("own:b"), Keep, "owned"),
@@ -250,6 +279,11 @@ mod tests {
             (Op::BeginDelete, Some("own:a"), Set("del:a".into()), "ours"),
             (Op::BeginDelete, Some("own:b"), Keep, "owned"),
             (Op::BeginDelete, Some("del:b"), Keep, "deleting"),
+            (Op::EndDelete, None, Set("own:a".into()), "ours"),
+            (Op::EndDelete, Some("del:a"), Set("own:a".into()), "ours"),
+            (Op::EndDelete, Some("own:a"), Set("own:a".into()), "ours"),
+            (Op::EndDelete, Some("own:b"), Keep, "owned"),
+            (Op::EndDelete, Some("del:b"), Keep, "deleting"),
             (Op::Renew, Some("own:a"), Set("own:a".into()), "renewed"),
             (Op::Renew, Some("del:a"), Set("del:a".into()), "renewed"),
             (Op::Renew, None, Set("own:a".into()), "lapsed"),
