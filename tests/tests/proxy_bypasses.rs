@@ -376,3 +376,94 @@ fn form_urlencoded_pair(k: &str, v: &str) -> String {
         .collect();
     format!("{k}={enc}")
 }
+
+/// Makes and starts `name` directly on the engine; its full ID.
+fn running_container(e: &Engine, name: &str) -> String {
+    let made = send(
+        &e.socket,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        &body_of(e),
+    );
+    assert_eq!(made.status, 201, "{}", made.text());
+    let id = made.json()["Id"].as_str().unwrap_or_default().to_owned();
+    let r =
+        raw::request(&e.socket, "POST", &format!("/containers/{id}/start"), None).expect("answer");
+    assert_eq!(r.status, 204, "{}", r.text());
+    id
+}
+
+fn running(e: &Engine, id: &str) -> bool {
+    inspect(e, "containers", &format!("{id}/json")).json()["State"]["Running"] == json!(true)
+}
+
+/// A container the stack may see but not change (a sidecar left by a restricted process,
+/// behind a proxy without `--restricted`): a stop or kill by its full ID, on a current and an
+/// old API version, is refused by its name, never answered as absent, and it keeps running.
+#[test]
+fn a_visible_sidecar_is_refused_by_name_when_addressed_by_id() {
+    for e in engines("a_visible_sidecar_is_refused_by_name_when_addressed_by_id") {
+        eprintln!("== on {}", e.label());
+        let prefix = unique_prefix();
+        let mut clean = Cleanup::new(&e.socket);
+        let p = StackProxy::start(&e.socket, &prefix, false);
+        let name = clean.container(&format!("{prefix}netproxy-0123456789abcdef"));
+        let id = running_container(&e, &name);
+        for target in [
+            format!("/containers/{id}/stop"),
+            format!("/v1.24/containers/{id}/kill"),
+            format!("/v1.41/containers/{id}?force=1"),
+        ] {
+            let method = if target.contains("?force") {
+                "DELETE"
+            } else {
+                "POST"
+            };
+            let r = raw::request(p.socket(), method, &target, None).expect("answer");
+            refused(
+                &r,
+                403,
+                &format!("{name} is not one of this stack's sandboxes"),
+            );
+        }
+        assert!(running(&e, &id), "the sidecar still runs");
+    }
+}
+
+/// A head hyper would refuse in its own bare shape is refused in dockerd's, even as the second
+/// request of a kept-alive connection, and the engine never sees it: the stack's own sandbox
+/// still runs after a stop sent with a repeated Content-Length, a Transfer-Encoding that does
+/// not end in chunked, or bare LF line endings.
+#[test]
+fn a_malformed_second_request_changes_nothing_on_the_engine() {
+    for e in engines("a_malformed_second_request_changes_nothing_on_the_engine") {
+        eprintln!("== on {}", e.label());
+        let prefix = unique_prefix();
+        let mut clean = Cleanup::new(&e.socket);
+        let p = StackProxy::start(&e.socket, &prefix, false);
+        let name = clean.container(&format!("{prefix}sandbox-heads"));
+        let id = running_container(&e, &name);
+        let ping = "GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
+        for (bad, why) in [
+            (
+                format!("POST /containers/{name}/stop HTTP/1.1\r\nHost: d\r\nContent-Length: 0\r\nContent-Length: 2\r\n\r\n{{}}"),
+                "duplicate Content-Length",
+            ),
+            (
+                format!("POST /v1.41/containers/{id}/stop HTTP/1.1\r\nHost: d\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n"),
+                "Transfer-Encoding must end in chunked",
+            ),
+            (
+                format!("POST /containers/{name}/stop HTTP/1.1\nHost: d\n\n"),
+                "bare LF line ending",
+            ),
+        ] {
+            let answers =
+                raw::exchange(p.socket(), format!("{ping}{bad}").as_bytes()).expect("answers");
+            assert_eq!(answers.len(), 2, "{why}");
+            assert_eq!(answers[0].status, 200, "{}", answers[0].text());
+            refused(&answers[1], 400, &format!("sockproxy: bad request: {why}"));
+            assert!(running(&e, &id), "{why}: the sandbox still runs");
+        }
+    }
+}
