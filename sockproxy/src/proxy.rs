@@ -76,6 +76,17 @@ impl Counters {
     }
 }
 
+/// The fields of a decision's log line besides the stack and the peer.
+struct Decided<'a> {
+    method: &'a str,
+    op: &'a str,
+    target: &'a str,
+    decision: &'static str,
+    reason: &'static str,
+    status: StatusCode,
+    duration_ms: f64,
+}
+
 /// What one request came to, for the decision log line.
 struct Outcome {
     op: String,
@@ -109,23 +120,39 @@ impl Proxy {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        self.counters.count(decision == "allow");
-        // String fields, not `%` values: the log format writes those without a trip through
-        // `fmt` (logfmt.rs), and this line is written once per request.
+        self.decided(
+            peer,
+            Decided {
+                method: method.as_str(),
+                op: &outcome.op,
+                target: &target,
+                decision,
+                reason,
+                status: resp.status(),
+                duration_ms: start.elapsed().as_secs_f64() * 1000.0,
+            },
+        );
+        Ok(resp)
+    }
+
+    /// Counts a decision and writes its one log line. String fields, not `%` values: the log
+    /// format writes those without a trip through `fmt` (logfmt.rs), and this line is written
+    /// once per request.
+    fn decided(&self, peer: Peer, d: Decided<'_>) {
+        self.counters.count(d.decision == "allow");
         tracing::info!(
             stack = self.stack.as_str(),
             peer_uid = peer.uid,
             peer_pid = peer.pid,
-            method = method.as_str(),
-            op = outcome.op.as_str(),
-            target = target.as_str(),
-            decision,
-            reason,
-            status = resp.status().as_u16(),
-            duration_ms = start.elapsed().as_secs_f64() * 1000.0,
+            method = d.method,
+            op = d.op,
+            target = d.target,
+            decision = d.decision,
+            reason = d.reason,
+            status = d.status.as_u16(),
+            duration_ms = d.duration_ms,
             "decision"
         );
-        Ok(resp)
     }
 
     /// Answers the stand-in request hyper is given for a head `headguard` refused.
@@ -134,19 +161,17 @@ impl Proxy {
             status: why.status,
             why: why.reason,
         };
-        self.counters.count(false);
-        tracing::info!(
-            stack = self.stack.as_str(),
-            peer_uid = peer.uid,
-            peer_pid = peer.pid,
-            method = "",
-            op = "bad_request",
-            target = "",
-            decision = "deny",
-            reason = refusal.reason(),
-            status = why.status.as_u16(),
-            duration_ms = 0.0,
-            "decision"
+        self.decided(
+            peer,
+            Decided {
+                method: "",
+                op: "bad_request",
+                target: "",
+                decision: "deny",
+                reason: refusal.reason(),
+                status: why.status,
+                duration_ms: 0.0,
+            },
         );
         let mut resp = refusal.into_response();
         resp.headers_mut()
