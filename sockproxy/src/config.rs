@@ -140,6 +140,10 @@ pub struct Args {
     /// Print the effective policy (name families, every setting) as TOML and exit.
     #[arg(long)]
     pub print_policy: bool,
+    /// Inspect every named object on every request instead of remembering the stack's own
+    /// names and IDs (kept coherent by the engine's events; see README, "Name map").
+    #[arg(long, env = "SOCKPROXY_NO_NAME_CACHE")]
+    pub no_name_cache: bool,
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
     #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES")]
     pub max_list_bytes: Option<usize>,
@@ -189,6 +193,8 @@ pub struct Config {
     pub shutdown_grace: std::time::Duration,
     pub create_rules: CreateRules,
     pub require_stack_label: bool,
+    /// Remember the stack's own names and IDs between requests (`names`, `watch`).
+    pub name_cache: bool,
     /// Pullable references, normalized (`docker.io/library/` dropped, `:latest` added).
     pub allow_images: Vec<String>,
 }
@@ -270,6 +276,7 @@ impl Config {
                 allow_images: allow_images.clone(),
             },
             require_stack_label: args.require_stack_label,
+            name_cache: !args.no_name_cache,
             allow_images,
         })
     }

@@ -3,7 +3,8 @@
 //! (`proxy`, `upstream`); list answers are filtered (`filter`); refusals look like dockerd's
 //! errors (`refusal`). What a stack may write is read field by field (`fields`) and decided by
 //! `create_body`, `host_config`, `mounts` and `write_rules`;
-//! `events` filters the event stream. `server` owns the socket, `config` the flags.
+//! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
+//! coherent by `watch`'s event subscription. `server` owns the socket, `config` the flags.
 
 pub mod api;
 pub mod body;
@@ -19,6 +20,7 @@ pub mod inflight;
 pub mod info;
 pub mod logfmt;
 pub mod mounts;
+pub mod names;
 pub mod pinning;
 mod plans;
 pub mod policy;
@@ -30,4 +32,5 @@ mod resolve;
 pub mod scope;
 pub mod server;
 pub mod upstream;
+pub mod watch;
 pub mod write_rules;

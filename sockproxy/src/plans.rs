@@ -3,6 +3,7 @@
 //! checked body to the pinned path. Every engine call here happens after `policy::decide`.
 
 use http::request::Parts;
+use http::StatusCode;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
@@ -10,8 +11,9 @@ use crate::api::{ContainerOp, ExecOp, NetworkOp, ObjRef};
 use crate::body;
 use crate::canon::Target;
 use crate::forward::{buffered_response, pinned, with_query};
+use crate::pinning::Pinned;
 use crate::policy;
-use crate::proxy::{in_client_words, json_parts, Proxy};
+use crate::proxy::{in_client_words, json_request, Proxy};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind};
 use crate::upstream::{self, Body};
@@ -55,6 +57,23 @@ impl Proxy {
             }
         };
         let version = target.version.as_deref();
+        // A pin the name map holds saves the inspect, for a request that can be sent twice: a
+        // streamed upload or an upgrade cannot be, and an inspect is itself the answer.
+        let repeatable = !upload && upgrade.is_none() && cop != ContainerOp::Inspect;
+        let mut stale = None;
+        if repeatable {
+            if let Some(id) = self.remembered(Kind::Container, access, op, r)? {
+                let resp = self
+                    .send_pinned(cop, &parts, &checked, target, &id, upstream::empty(), None)
+                    .await?;
+                if resp.status() != StatusCode::NOT_FOUND {
+                    return Ok(in_client_words(resp, &id, r.as_str()).await);
+                }
+                // Perhaps gone, with its event still on the way: inspect afresh, once.
+                self.names.evict(Kind::Container, id.id());
+                stale = Some((id, resp));
+            }
+        }
         let (id, inspected) = match self
             .resolve(Kind::Container, access, op, r, version)
             .await?
@@ -66,16 +85,47 @@ impl Proxy {
             // The inspect the check was made on is the answer: no second round trip.
             return Ok(buffered_response(inspected));
         }
-        let path = with_query(pinned(target, 1, &id), &target.query.encode_without(&[]));
-        let resp = match checked {
-            Some(v) => self.forward_json(parts, &v, path).await?,
-            None => {
+        let resp = match stale {
+            // The same object: the engine's 404 was about the request, not the name.
+            Some((old, resp)) if old == id => resp,
+            _ => {
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
                 let sent = if upload { take() } else { upstream::empty() };
-                self.forward(parts, sent, path, upgrade).await?
+                self.send_pinned(cop, &parts, &checked, target, &id, sent, upgrade)
+                    .await?
             }
         };
         Ok(in_client_words(resp, &id, r.as_str()).await)
+    }
+
+    /// Sends a container request to the pinned ID: the checked body when there is one, else
+    /// `sent`.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_pinned(
+        &self,
+        cop: ContainerOp,
+        parts: &Parts,
+        checked: &Option<Value>,
+        target: &Target,
+        id: &Pinned,
+        sent: Body,
+        upgrade: Option<OnUpgrade>,
+    ) -> Answer {
+        // A rename or remove through this proxy is known before its event arrives: the name
+        // map forgets the ID before and after (a lookup racing the request may fill it again).
+        let renames = matches!(cop, ContainerOp::Rename | ContainerOp::Remove);
+        if renames {
+            self.names.evict(Kind::Container, id.id());
+        }
+        let path = with_query(pinned(target, 1, id), &target.query.encode_without(&[]));
+        let resp = match checked {
+            Some(v) => self.forward_json(parts, v, path).await,
+            None => self.forward(parts, sent, path, upgrade).await,
+        };
+        if renames {
+            self.names.evict(Kind::Container, id.id());
+        }
+        resp
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -110,10 +160,10 @@ impl Proxy {
             Some(v) => {
                 let bytes =
                     serde_json::to_vec(&v).map_err(|e| Refusal::BadRequest(e.to_string()))?;
-                self.forward(json_parts(parts), upstream::full(bytes), path, upgrade)
-                    .await
+                let req = json_request(&parts, bytes, path, upgrade.is_some())?;
+                self.send_forwarded(req, upgrade).await
             }
-            None => self.forward(parts, upstream::empty(), path, upgrade).await,
+            None => self.forward(&parts, upstream::empty(), path, upgrade).await,
         }
     }
 
@@ -130,45 +180,122 @@ impl Proxy {
     ) -> Answer {
         let raw = body.take().unwrap_or_else(upstream::empty);
         let version = target.version.as_deref();
-        let (id, inspected) = match self.resolve(Kind::Network, access, op, r, version).await? {
-            Ok(found) => found,
-            Err(engine) => return Ok(buffered_response(engine)),
+        let at = |id: &Pinned| with_query(pinned(target, 1, id), &target.query.encode_without(&[]));
+        if nop == NetworkOp::Inspect {
+            let (_, inspected) = match self.resolve(Kind::Network, access, op, r, version).await? {
+                Ok(found) => found,
+                Err(engine) => return Ok(buffered_response(engine)),
+            };
+            body::no_body(raw).await?;
+            return self.own_endpoints_only(inspected);
+        }
+        let (mut id, net_remembered) = match self.remembered(Kind::Network, access, op, r)? {
+            Some(id) => (id, true),
+            None => match self
+                .fresh_pin(Kind::Network, access, op, r, version)
+                .await?
+            {
+                Ok(id) => (id, false),
+                Err(engine) => return Ok(buffered_response(engine)),
+            },
         };
-        let path = with_query(pinned(target, 1, &id), &target.query.encode_without(&[]));
-        match nop {
-            NetworkOp::Inspect => {
-                body::no_body(raw).await?;
-                self.own_endpoints_only(inspected)
-            }
-            NetworkOp::Remove => {
-                body::no_body(raw).await?;
-                let resp = self.forward(parts, upstream::empty(), path, None).await?;
-                Ok(in_client_words(resp, &id, r.as_str()).await)
-            }
-            NetworkOp::Connect | NetworkOp::Disconnect => {
-                let (container, mut map) = crate::write_rules::network_attach(
-                    op,
-                    body::read_checked(raw).await?,
-                    &self.scope,
-                    &self.create_rules,
-                )?;
-                let cref = ObjRef::parse(&container).ok_or_else(|| {
-                    Refusal::BadRequest(format!("{op}: Container {container:?} is not a reference"))
-                })?;
-                policy::check_name(Kind::Container, Access::Change, op, &cref, &self.scope)?;
-                let cid = match self
-                    .resolve(Kind::Container, Access::Change, op, &cref, version)
+        if nop == NetworkOp::Remove {
+            body::no_body(raw).await?;
+            self.names.evict(Kind::Network, id.id());
+            let mut resp = self
+                .forward(&parts, upstream::empty(), at(&id), None)
+                .await?;
+            self.names.evict(Kind::Network, id.id());
+            if net_remembered && resp.status() == StatusCode::NOT_FOUND {
+                // Perhaps gone, with its event still on the way: inspect afresh, once.
+                self.names.evict(Kind::Network, id.id());
+                let fresh = match self
+                    .fresh_pin(Kind::Network, access, op, r, version)
                     .await?
                 {
-                    Ok((cid, _)) => cid,
+                    Ok(fresh) => fresh,
                     Err(engine) => return Ok(buffered_response(engine)),
                 };
-                map.insert("Container".into(), Value::String(cid.id().to_owned()));
-                let bytes =
-                    serde_json::to_vec(&map).map_err(|e| Refusal::BadRequest(e.to_string()))?;
-                self.forward_body(parts, bytes, path).await
+                if fresh != id {
+                    resp = self
+                        .forward(&parts, upstream::empty(), at(&fresh), None)
+                        .await?;
+                    id = fresh;
+                }
+            }
+            return Ok(in_client_words(resp, &id, r.as_str()).await);
+        }
+        let (container, mut map) = crate::write_rules::network_attach(
+            op,
+            body::read_checked(raw).await?,
+            &self.scope,
+            &self.create_rules,
+        )?;
+        let cref = ObjRef::parse(&container).ok_or_else(|| {
+            Refusal::BadRequest(format!("{op}: Container {container:?} is not a reference"))
+        })?;
+        policy::check_name(Kind::Container, Access::Change, op, &cref, &self.scope)?;
+        let change = Access::Change;
+        let (cid, c_remembered) = match self.remembered(Kind::Container, change, op, &cref)? {
+            Some(cid) => (cid, true),
+            None => match self
+                .fresh_pin(Kind::Container, change, op, &cref, version)
+                .await?
+            {
+                Ok(cid) => (cid, false),
+                Err(engine) => return Ok(buffered_response(engine)),
+            },
+        };
+        let mut attach = |cid: &Pinned| {
+            map.insert("Container".into(), Value::String(cid.id().to_owned()));
+            serde_json::to_vec(&map).map_err(|e| Refusal::BadRequest(e.to_string()))
+        };
+        let resp = self.forward_body(&parts, attach(&cid)?, at(&id)).await?;
+        if resp.status() != StatusCode::NOT_FOUND || !(net_remembered || c_remembered) {
+            return Ok(resp);
+        }
+        // Either remembered pin may be stale: both inspected afresh, once.
+        let (mut fresh_net, mut fresh_c) = (id.clone(), cid.clone());
+        if net_remembered {
+            self.names.evict(Kind::Network, id.id());
+            match self
+                .fresh_pin(Kind::Network, access, op, r, version)
+                .await?
+            {
+                Ok(f) => fresh_net = f,
+                Err(engine) => return Ok(buffered_response(engine)),
             }
         }
+        if c_remembered {
+            self.names.evict(Kind::Container, cid.id());
+            match self
+                .fresh_pin(Kind::Container, change, op, &cref, version)
+                .await?
+            {
+                Ok(f) => fresh_c = f,
+                Err(engine) => return Ok(buffered_response(engine)),
+            }
+        }
+        if fresh_net == id && fresh_c == cid {
+            return Ok(resp);
+        }
+        self.forward_body(&parts, attach(&fresh_c)?, at(&fresh_net))
+            .await
+    }
+
+    /// A pin from a fresh inspect, or the engine's own answer for a name it does not know.
+    async fn fresh_pin(
+        &self,
+        kind: Kind,
+        access: Access,
+        op: &str,
+        r: &ObjRef,
+        version: Option<&str>,
+    ) -> Result<Result<Pinned, crate::upstream::Buffered>, Refusal> {
+        Ok(self
+            .resolve(kind, access, op, r, version)
+            .await?
+            .map(|(id, _)| id))
     }
 }
 

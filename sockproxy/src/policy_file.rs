@@ -48,6 +48,8 @@ pub struct PolicyFile {
     pub max_list_bytes: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_list_bytes_total: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_cache: Option<bool>,
 }
 
 impl PolicyFile {
@@ -61,6 +63,7 @@ impl PolicyFile {
         a.allow_public_ports |= self.allow_public_ports.unwrap_or(false);
         a.allow_seccomp_unconfined |= self.allow_seccomp_unconfined.unwrap_or(false);
         a.require_stack_label |= self.require_stack_label.unwrap_or(false);
+        a.no_name_cache |= self.name_cache == Some(false);
         a.allow_cap.extend(self.allow_cap);
         a.allow_bind_root.extend(self.allow_bind_root);
         a.allow_seccomp_profile.extend(self.allow_seccomp_profile);
@@ -110,6 +113,7 @@ impl PolicyFile {
             max_connections: Some(cfg.max_connections),
             max_list_bytes: Some(cfg.max_list_bytes),
             max_list_bytes_total: Some(cfg.max_list_bytes_total),
+            name_cache: Some(cfg.name_cache),
         }
     }
 }

@@ -54,6 +54,10 @@ pub struct Proxy {
     pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Time a client has to send a whole request head (`--header-timeout`).
     pub header_timeout: std::time::Duration,
+    /// The stack's own names and IDs, while the engine's events keep them coherent.
+    pub names: Arc<crate::names::Names>,
+    /// Whether `names` is kept at all (`--no-name-cache` turns it off).
+    pub name_cache: bool,
 }
 
 /// How many requests were allowed and refused since start.
@@ -246,7 +250,7 @@ impl Proxy {
             Plan::Forward => {
                 body::no_body(take()).await?;
                 let path = with_query(target.path(), &query);
-                self.forward(parts, upstream::empty(), path, None).await
+                self.forward(&parts, upstream::empty(), path, None).await
             }
             Plan::CreateContainer => {
                 let checked = body::read_checked(take()).await?;
@@ -257,7 +261,7 @@ impl Proxy {
                     self.upstream.path(),
                     &self.stack,
                 )?;
-                self.forward_json(parts, &out, with_query(target.path(), &query))
+                self.forward_json(&parts, &out, with_query(target.path(), &query))
                     .await
             }
             Plan::Events => {
@@ -299,7 +303,7 @@ impl Proxy {
                     body::read_checked(take()).await?,
                     &self.scope,
                 )?;
-                self.forward_json(parts, &v, with_query(target.path(), &query))
+                self.forward_json(&parts, &v, with_query(target.path(), &query))
                     .await
             }
             Plan::Network {
@@ -357,12 +361,21 @@ impl Proxy {
 
     pub(crate) async fn forward(
         &self,
-        parts: Parts,
+        parts: &Parts,
         body: Body,
         path_and_query: String,
         client_upgrade: Option<OnUpgrade>,
     ) -> Result<Response<Body>, Refusal> {
-        let req = upstream_request(&parts, path_and_query, body, client_upgrade.is_some())?;
+        let req = upstream_request(parts, path_and_query, body, client_upgrade.is_some())?;
+        self.send_forwarded(req, client_upgrade).await
+    }
+
+    /// Sends a request made from the client's and splices an upgrade the engine agreed to.
+    pub(crate) async fn send_forwarded(
+        &self,
+        req: Request<Body>,
+        client_upgrade: Option<OnUpgrade>,
+    ) -> Result<Response<Body>, Refusal> {
         let mut resp = self.upstream.send(req).await.map_err(upstream_err)?;
         if let Some(client) = client_upgrade {
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -382,7 +395,7 @@ impl Proxy {
     /// Forwards the JSON the proxy checked, not the bytes it received.
     pub(crate) async fn forward_json(
         &self,
-        parts: Parts,
+        parts: &Parts,
         v: &Value,
         path: String,
     ) -> Result<Response<Body>, Refusal> {
@@ -392,12 +405,12 @@ impl Proxy {
 
     pub(crate) async fn forward_body(
         &self,
-        parts: Parts,
+        parts: &Parts,
         bytes: Vec<u8>,
         path: String,
     ) -> Result<Response<Body>, Refusal> {
-        self.forward(json_parts(parts), upstream::full(bytes), path, None)
-            .await
+        let req = json_request(parts, bytes, path, false)?;
+        self.send_forwarded(req, None).await
     }
 
     /// `GET /info` for the stack alone (`info::for_stack`).
@@ -501,14 +514,21 @@ pub(crate) async fn in_client_words(
 }
 
 /// The request head for a body the proxy wrote: its own length, JSON.
-pub(crate) fn json_parts(mut parts: Parts) -> Parts {
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.remove(header::TRANSFER_ENCODING);
-    parts.headers.insert(
+pub(crate) fn json_request(
+    parts: &Parts,
+    bytes: Vec<u8>,
+    path: String,
+    upgrade: bool,
+) -> Result<Request<Body>, Refusal> {
+    let mut req = upstream_request(parts, path, upstream::full(bytes), upgrade)?;
+    let headers = req.headers_mut();
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::TRANSFER_ENCODING);
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    parts
+    Ok(req)
 }
 
 fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusal>) -> Outcome {

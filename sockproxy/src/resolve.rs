@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::api::ObjRef;
 use crate::forward::vprefix;
+use crate::names::Entry;
 use crate::pinning::{self, Inspected, Pinned, Rules};
 use crate::proxy::Proxy;
 use crate::refusal::Refusal;
@@ -37,6 +38,14 @@ struct NamedConfig {
 }
 
 impl Named {
+    fn entry(&self) -> Entry {
+        Entry {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            stack_label: self.inspected().stack_label.map(str::to_owned),
+        }
+    }
+
     fn inspected(&self) -> Inspected<'_> {
         Inspected {
             id: &self.id,
@@ -110,6 +119,7 @@ impl Proxy {
             }
             _ => r.as_str().to_owned(),
         };
+        let stamp = self.names.stamp();
         let v = vprefix(version);
         let path = match kind {
             Kind::Container => format!("{v}/containers/{full}/json"),
@@ -126,8 +136,26 @@ impl Proxy {
         }
         let named: Named =
             serde_json::from_slice(&answer.body).map_err(|e| unreadable("inspect", e))?;
+        if let Some(stamp) = stamp {
+            self.names.fill(kind, stamp, named.entry(), &self.scope);
+        }
         let pin = pinning::inspected(kind, access, op, r, &named.inspected(), &self.rules())?;
         Ok(Ok((pin, answer)))
+    }
+
+    /// The pin the name map holds for `r`, decided as an inspect's answer would be; `None`
+    /// when the map does not hold it (then the caller inspects).
+    pub(crate) fn remembered(
+        &self,
+        kind: Kind,
+        access: Access,
+        op: &str,
+        r: &ObjRef,
+    ) -> Result<Option<Pinned>, Refusal> {
+        let Some(e) = self.names.lookup(kind, r) else {
+            return Ok(None);
+        };
+        pinning::inspected(kind, access, op, r, &e.inspected(), &self.rules()).map(Some)
     }
 
     /// An exec instance is the stack's when its container is; pinned to the exec's full ID.
@@ -159,24 +187,37 @@ impl Proxy {
                 "exec inspect answer has no full IDs".into(),
             ));
         }
-        let container = self
-            .upstream
-            .get(
-                &format!("{v}/containers/{}/json", info.container_id),
-                MAX_INSPECT,
-            )
-            .await
-            .map_err(crate::proxy::upstream_err)?;
-        if container.status != StatusCode::OK {
-            return Err(Refusal::NoSuchExec(id.to_owned()));
-        }
-        let named: Named =
-            serde_json::from_slice(&container.body).map_err(|e| unreadable("inspect", e))?;
+        let by_id = ObjRef::Hex(info.container_id.clone());
+        let entry = match self.names.lookup(Kind::Container, &by_id) {
+            Some(e) => e,
+            None => {
+                let stamp = self.names.stamp();
+                let container = self
+                    .upstream
+                    .get(
+                        &format!("{v}/containers/{}/json", info.container_id),
+                        MAX_INSPECT,
+                    )
+                    .await
+                    .map_err(crate::proxy::upstream_err)?;
+                if container.status != StatusCode::OK {
+                    return Err(Refusal::NoSuchExec(id.to_owned()));
+                }
+                let named: Named = serde_json::from_slice(&container.body)
+                    .map_err(|e| unreadable("inspect", e))?;
+                let entry = named.entry();
+                if let Some(stamp) = stamp {
+                    self.names
+                        .fill(Kind::Container, stamp, entry.clone(), &self.scope);
+                }
+                entry
+            }
+        };
         pinning::exec(
             access,
             id,
             (&info.id, &info.container_id),
-            &named.inspected(),
+            &entry.inspected(),
             &self.rules(),
         )
     }

@@ -81,6 +81,8 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
         connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         header_timeout: cfg.header_timeout,
+        names: Default::default(),
+        name_cache: cfg.name_cache,
     })
 }
 
@@ -96,6 +98,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Ends with this function; until the subscription is up every request inspects.
+    let _watch = proxy.name_cache.then(|| {
+        AbortOnDrop(tokio::spawn(crate::watch::run(
+            proxy.upstream.clone(),
+            proxy.names.clone(),
+            proxy.scope.clone(),
+        )))
+    });
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -142,6 +152,15 @@ pub async fn serve(
                 "shutdown deadline reached; closing what is left"
             );
         }
+    }
+}
+
+/// Stops a background task when its owner goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -315,6 +334,12 @@ impl Background {
     /// (allowed, denied) decisions so far.
     pub fn decisions(&self) -> (u64, u64) {
         self.proxy.counters.snapshot()
+    }
+
+    /// Whether the name map is live (its event subscription is up), and the containers and
+    /// networks it holds.
+    pub fn names(&self) -> (bool, (usize, usize)) {
+        (self.proxy.names.is_live(), self.proxy.names.len())
     }
 }
 

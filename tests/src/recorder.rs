@@ -1,5 +1,6 @@
 //! A stand-in upstream that records every request it receives and answers a fixed body, to
-//! prove what the proxy forwarded, and that it forwarded nothing when it refused.
+//! prove what the proxy forwarded, and that it forwarded nothing when it refused. The proxy's
+//! own event subscription is refused and not recorded (`not_watched`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -67,6 +68,9 @@ impl Recorder {
                                     let answer = answer.clone();
                                     async move {
                                         let uri = req.uri().to_string();
+                                        if uri == sockproxy::watch::subscription() {
+                                            return Ok(not_watched());
+                                        }
                                         let line = format!("{} {uri}", req.method());
                                         log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
                                         let (status, body) = answer(req.method().as_str(), &uri);
@@ -128,6 +132,17 @@ impl Recorder {
             let _ = t.join();
         }
     }
+}
+
+/// The answer to the proxy's own event subscription, which is not recorded: a recorder sends
+/// no events, so the proxy's name map stays off and every request is inspected, as the tests
+/// here expect.
+fn not_watched() -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(
+        br#"{"message":"recorder: no events"}"#,
+    )));
+    *resp.status_mut() = hyper::StatusCode::NOT_FOUND;
+    resp
 }
 
 impl std::fmt::Debug for Recorder {

@@ -49,6 +49,7 @@ impl StackProxy {
             shutdown_grace: std::time::Duration::from_secs(2),
             create_rules: Default::default(),
             require_stack_label: false,
+            name_cache: true,
             allow_images: vec![],
         };
         let mut cfg = cfg;
@@ -73,6 +74,29 @@ impl StackProxy {
     /// Client connections and upgrade streams the proxy still holds.
     pub fn inflight(&self) -> usize {
         self.background.inflight()
+    }
+
+    /// Waits (up to 10 s) until the proxy's name map is live, so that what a test does next
+    /// is remembered; panics if it never comes up.
+    pub fn wait_names_live(&self) {
+        let start = std::time::Instant::now();
+        while !self.names_live() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "the proxy's event subscription never came up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the proxy's name map is live (its event subscription is up).
+    pub fn names_live(&self) -> bool {
+        self.background.names().0
+    }
+
+    /// (containers, networks) the proxy's name map holds.
+    pub fn remembered(&self) -> (usize, usize) {
+        self.background.names().1
     }
 
     pub fn socket_buf(&self) -> PathBuf {

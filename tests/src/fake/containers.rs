@@ -347,7 +347,10 @@ pub fn rename(shared: &Shared, r: &str, new: &str) -> Reply {
     if let Some(other) = st.containers.iter().find(|c| c.name[1..] == *new) {
         return Reply::Error(409, shared.flavor.name_conflict(new, &other.id));
     }
-    st.containers[i].name = format!("/{new}");
+    let old = std::mem::replace(&mut st.containers[i].name, format!("/{new}"));
+    let mut ev = render::event("container", "rename", &st.containers[i].id, new);
+    ev["Actor"]["Attributes"]["oldName"] = serde_json::Value::String(old);
+    let _ = shared.events.send(ev);
     Reply::Empty(204)
 }
 

@@ -55,6 +55,8 @@ pub enum Fault {
     Reset,
     /// Answer 500 with a dockerd-shaped error.
     Status500,
+    /// Answer 404 with a dockerd-shaped error, without doing the work.
+    Status404,
     /// Answer 200 with the first half of the normal JSON body.
     Truncated,
     /// Answer 200 with a body that is not JSON.
@@ -100,6 +102,8 @@ pub(crate) struct Shared {
     /// Bumped on every state change; waiters re-check their condition.
     pub changed: watch::Sender<u64>,
     pub events: broadcast::Sender<serde_json::Value>,
+    /// Events are not delivered while set (a subscriber that missed some, for tests).
+    pub events_muted: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -118,6 +122,7 @@ impl Shared {
             pending_stdin: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
             events: broadcast::channel(1024).0,
+            events_muted: Default::default(),
         }
     }
 
@@ -213,6 +218,14 @@ impl FakeEngine {
     /// Every request received so far, as `METHOD /path?query` lines.
     pub fn request_lines(&self) -> Vec<String> {
         self.requests().iter().map(ToString::to_string).collect()
+    }
+
+    /// Drops every event while `muted`: subscribers miss them, as after a slow or lost
+    /// delivery.
+    pub fn mute_events(&self, muted: bool) {
+        self.shared
+            .events_muted
+            .store(muted, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn clear_requests(&self) {

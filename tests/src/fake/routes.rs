@@ -99,6 +99,12 @@ async fn handle(
                 Reply::Error(500, "fake-dockerd: injected fault".into()),
             ))
         }
+        Some(Fault::Status404) => {
+            return Ok(finish(
+                &shared,
+                Reply::Error(404, "fake-dockerd: injected not found".into()),
+            ))
+        }
         _ => {}
     }
     let reply = match version

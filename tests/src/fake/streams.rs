@@ -463,10 +463,15 @@ pub fn exec_start(
 
 pub fn events(shared: &Arc<Shared>) -> Reply {
     let mut rx = shared.events.subscribe();
+    let shared = shared.clone();
     let (tx, resp) = streamed("application/json");
     tokio::spawn(async move {
         loop {
             match rx.recv().await {
+                Ok(_)
+                    if shared
+                        .events_muted
+                        .load(std::sync::atomic::Ordering::SeqCst) => {}
                 Ok(ev) => {
                     let mut line = ev.to_string().into_bytes();
                     line.push(b'\n');

@@ -1,0 +1,116 @@
+//! The proxy's own event subscription (I/O): one `GET /events` for the life of the proxy,
+//! filtered to container and network create, rename and destroy, fed line by line to `names`.
+//! The map is live only while this stream is: a drop (engine restart, socket gone, unreadable
+//! answer) empties it, every request inspects meanwhile, and the subscription is made again
+//! with a growing pause (100 ms to 5 s).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+
+use crate::names::{Event, Names};
+use crate::scope::Scope;
+use crate::upstream::{self, Upstream};
+
+/// The events that change a name or an ID; `Names` also checks each line itself.
+const FILTERS: &str = r#"{"type":["container","network"],"event":["create","rename","destroy"]}"#;
+
+/// An event line longer than this is not read: the map is emptied instead (a doubt).
+const MAX_LINE: usize = 1 << 20;
+
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+
+/// Keeps `names` coherent with the engine until the task is dropped.
+pub async fn run(upstream: Upstream, names: Arc<Names>, scope: Scope) {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match follow(&upstream, &names, &scope).await {
+            Ended::AfterEvents => pause = FIRST_PAUSE,
+            Ended::Failed(why) => {
+                tracing::debug!(%why, "engine event subscription failed; requests inspect");
+            }
+        }
+        if names.is_live() {
+            names.set_live(false);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
+}
+
+enum Ended {
+    /// The stream was up and then ended: try again soon.
+    AfterEvents,
+    Failed(String),
+}
+
+/// The path and query of the subscription (test engines recognise it by this).
+pub fn subscription() -> String {
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("filters", FILTERS)
+        .finish();
+    format!("/events?{query}")
+}
+
+async fn follow(upstream: &Upstream, names: &Names, scope: &Scope) -> Ended {
+    let req = match Request::get(subscription())
+        .header(http::header::HOST, "docker")
+        .body(upstream::empty())
+    {
+        Ok(r) => r,
+        Err(e) => return Ended::Failed(e.to_string()),
+    };
+    let resp = match upstream.send(req).await {
+        Ok(r) => r,
+        Err(e) => return Ended::Failed(e.to_string()),
+    };
+    if resp.status() != StatusCode::OK {
+        return Ended::Failed(format!("events answered {}", resp.status()));
+    }
+    // dockerd subscribes before it sends the answer's head, so from here on no event is missed.
+    names.set_live(true);
+    tracing::debug!("engine event subscription up; pinned names are remembered");
+    let mut body = resp.into_body();
+    let mut pending = BytesMut::new();
+    let mut skipping = false;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            break;
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        pending.extend_from_slice(&data);
+        while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+            let line = pending.split_to(i + 1);
+            if std::mem::take(&mut skipping) {
+                continue;
+            }
+            take_line(&line[..i], names, scope);
+        }
+        if pending.len() > MAX_LINE {
+            names.doubt();
+            pending.advance(pending.len());
+            skipping = true;
+        }
+    }
+    Ended::AfterEvents
+}
+
+fn take_line(line: &[u8], names: &Names, scope: &Scope) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    match Event::parse(line) {
+        Ok(Some(ev)) => names.apply(&ev, scope),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "unreadable engine event; forgetting every remembered name");
+            names.doubt();
+        }
+    }
+}
