@@ -109,6 +109,8 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
     let out = bench()
         .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
         .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
+        .args(["--real-requests", "20", "--real-stops", "8"])
+        .args(["--real-concurrency", "1,2"])
         .args(["--connections", "8"])
         .output()
         .expect("bench runs");
@@ -138,6 +140,30 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
         }
     }
 
+    let engine_required = std::env::var("CI").as_deref() == Ok("true");
+    if text.contains("## 1b. Per-request cost (real engine)\n\nSkipped") {
+        assert!(
+            !engine_required,
+            "CI=true must run part 1 on the real engine"
+        );
+    } else {
+        let quick = table(&text, "## 1b.");
+        assert_eq!(quick.len(), 4, "2 requests x 2 concurrencies: {quick:?}");
+        let cycles = table(&text, "Stop and start by name");
+        assert_eq!(cycles.len(), 2, "2 concurrencies: {cycles:?}");
+        for row in quick.iter().chain(&cycles) {
+            assert!(!row[2].contains("error"), "{row:?}");
+            assert!(!row[3].contains("error"), "{row:?}");
+            positive(row, 2);
+            positive(row, 3);
+            positive(row, 10);
+            if installed("haproxy") {
+                positive(row, 4);
+                positive(row, 11);
+            }
+        }
+    }
+
     let lists = table(&text, "## 2.");
     assert_eq!(lists.len(), 1, "{lists:?}");
     assert_eq!(lists[0][0], "10");
@@ -146,7 +172,6 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
     positive(&lists[0], 4);
     positive(&lists[0], 6);
 
-    let engine_required = std::env::var("CI").as_deref() == Ok("true");
     if text.contains("## 3. Real engine (docker CLI wall time)\n\nSkipped") {
         assert!(!engine_required, "CI=true must run the real-engine part");
     } else {

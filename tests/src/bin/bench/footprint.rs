@@ -68,7 +68,7 @@ pub fn footprint(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::
     for i in 0..10 {
         create(&engine.socket, &format!("bench-sandbox-{i}"))?;
     }
-    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "footprint")?;
+    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "footprint", &args.sockproxy_flag)?;
     sockproxy_tests::raw::get(&sockproxy.socket, "/_ping")?;
     settle();
     let idle = sockproxy.proc.memory();

@@ -21,8 +21,19 @@ pub struct Load {
     pub answered: usize,
     /// Requests that got no answer (a broken connection ends its client).
     pub failed: usize,
+    /// Answers with an error status (4xx, 5xx).
+    pub refused: usize,
     /// CPU time the proxy in the path spent per answered request (zero when direct).
     pub cpu_per_req: Duration,
+}
+
+/// The request a client sends: (client number, its request number) → (method, path).
+pub type Requests = Arc<dyn Fn(usize, usize) -> (&'static str, String) + Send + Sync>;
+
+/// The same request every time.
+pub fn same(method: &'static str, path: &str) -> Requests {
+    let path = path.to_owned();
+    Arc::new(move |_, _| (method, path.clone()))
 }
 
 /// `requests` requests over `concurrency` kept-alive connections to `sock`.
@@ -33,49 +44,59 @@ pub async fn load(
     concurrency: usize,
     requests: usize,
 ) -> Load {
+    load_with(sock, &same(method, path), concurrency, requests).await
+}
+
+/// Like `load`, each client sending what `next` says.
+pub async fn load_with(sock: &Path, next: &Requests, concurrency: usize, requests: usize) -> Load {
     let issued = Arc::new(AtomicUsize::new(0));
     let deadline = Instant::now() + LOAD_TIME_LIMIT;
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let (sock, path, issued) = (sock.to_owned(), path.to_owned(), issued.clone());
+    for client in 0..concurrency {
+        let (sock, next, issued) = (sock.to_owned(), next.clone(), issued.clone());
         tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
+            let (mut lat, mut refused) = (Vec::new(), 0);
             let Ok(stream) = tokio::net::UnixStream::connect(&sock).await else {
-                return (lat, 1);
+                return (lat, 1, refused);
             };
             let Ok((mut sender, conn)) =
                 hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
                     .await
             else {
-                return (lat, 1);
+                return (lat, 1, refused);
             };
             tokio::spawn(conn);
+            let mut nth = 0;
             while issued.fetch_add(1, Ordering::Relaxed) < requests && Instant::now() < deadline {
+                let (method, path) = next(client, nth);
+                nth += 1;
                 let req = hyper::Request::builder()
                     .method(method)
                     .uri(path.as_str())
                     .header("Host", "docker")
                     .body(Empty::new())
-                    .expect("a static request");
+                    .expect("a well-formed request");
                 let t = Instant::now();
                 let Ok(resp) = sender.send_request(req).await else {
-                    return (lat, 1);
+                    return (lat, 1, refused);
                 };
+                refused += usize::from(resp.status().as_u16() >= 400);
                 if resp.into_body().collect().await.is_err() {
-                    return (lat, 1);
+                    return (lat, 1, refused);
                 }
                 lat.push(t.elapsed());
             }
-            (lat, 0)
+            (lat, 0, refused)
         }));
     }
     let mut all = Vec::new();
-    let mut failed = 0;
+    let (mut failed, mut refused) = (0, 0);
     for t in tasks {
-        let (lat, f) = t.await.unwrap_or_default();
+        let (lat, f, r) = t.await.unwrap_or_default();
         all.extend(lat);
         failed += f;
+        refused += r;
     }
     let elapsed = start.elapsed();
     all.sort();
@@ -85,6 +106,7 @@ pub async fn load(
         p50: quantile(&all, 0.50),
         p99: quantile(&all, 0.99),
         failed,
+        refused,
         cpu_per_req: Duration::ZERO,
     }
 }

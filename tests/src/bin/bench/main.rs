@@ -52,6 +52,30 @@ pub struct Args {
         default_value = "10,1000,10000"
     )]
     list_sizes: Vec<usize>,
+    /// Requests per load of part 1 on the real engine (`/_ping` and the list).
+    #[arg(long, env = "BENCH_REAL_REQUESTS", default_value_t = 2000)]
+    real_requests: usize,
+    /// Requests per load of part 1's stop/start by name on the real engine (each one stops or
+    /// starts a container).
+    #[arg(long, env = "BENCH_REAL_STOPS", default_value_t = 200)]
+    real_stops: usize,
+    /// Concurrent clients per load of part 1 on the real engine.
+    #[arg(
+        long,
+        env = "BENCH_REAL_CONCURRENCY",
+        value_delimiter = ',',
+        default_value = "1,16"
+    )]
+    real_concurrency: Vec<usize>,
+    /// A flag for every sockproxy the bench starts (repeatable), e.g.
+    /// `--sockproxy-flag=--no-name-cache` to compare.
+    #[arg(
+        long,
+        env = "BENCH_SOCKPROXY_FLAGS",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    sockproxy_flag: Vec<String>,
     /// Rounds of docker CLI commands against the real engine.
     #[arg(long, env = "BENCH_REAL_ROUNDS", default_value_t = 5)]
     real_rounds: usize,
@@ -137,12 +161,23 @@ fn header(args: &Args) {
             .collect();
         parts.push_str(&format!(" --targets {}", names.join(",")));
     }
+    for f in &args.sockproxy_flag {
+        parts.push_str(&format!(" --sockproxy-flag={f}"));
+    }
+    let real_conc: Vec<String> = args
+        .real_concurrency
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     println!(
-        "\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --requests {} --concurrency {} --rounds {} --list-sizes {} --real-rounds {} --tunnel-mb {} --setups {} --connections {}{parts}`\n",
+        "\nReproduce: `cargo run --release -p sockproxy-tests --bin bench -- --requests {} --concurrency {} --rounds {} --list-sizes {} --real-requests {} --real-stops {} --real-concurrency {} --real-rounds {} --tunnel-mb {} --setups {} --connections {}{parts}`\n",
         args.requests,
         conc.join(","),
         args.rounds,
         sizes.join(","),
+        args.real_requests,
+        args.real_stops,
+        real_conc.join(","),
         args.real_rounds,
         args.tunnel_mb,
         args.setups,
@@ -191,7 +226,10 @@ fn main() -> anyhow::Result<()> {
     header(&args);
     for part in &args.parts {
         match part {
-            Part::Requests => socket::per_request(&rt, &args, &bins, dir.path())?,
+            Part::Requests => {
+                socket::per_request(&rt, &args, &bins, dir.path())?;
+                real::per_request(&rt, &args, &bins, dir.path())?;
+            }
             Part::Lists => socket::list_filtering(&rt, &args, &bins, dir.path())?,
             Part::Real => real::real_engine(&args, &bins, dir.path())?,
             Part::Tunnels => tunnel::tunnels(&rt, &args, &bins, dir.path())?,

@@ -45,7 +45,7 @@ fn warm_up(secs: u64) -> u64 {
 
 pub fn soak(rt: &Runtime, secs: u64, bins: &Path, dir: &Path) -> anyhow::Result<()> {
     let engine = start_fake(bins, dir, "soak")?;
-    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "soak")?;
+    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "soak", &[])?;
     let up = rt.block_on(upstream())?;
     let (netproxy, port) = start_netproxy(bins, dir, up, "soak")?;
 

@@ -10,7 +10,7 @@ use anyhow::Context;
 use sockproxy_tests::raw;
 use tokio::runtime::Runtime;
 
-use crate::load::{load, median, ms, Load};
+use crate::load::{load, load_with, median, ms, same, Load, Requests};
 use crate::procs::{installed, mib, unix_answers, Proc};
 use crate::{Args, Target};
 
@@ -33,12 +33,14 @@ pub fn start_fake(bins: &Path, dir: &Path, tag: &str) -> anyhow::Result<Served> 
     Ok(Served { proc, socket })
 }
 
-/// sockproxy as deployed: default logging (one decision line per request) to a file.
+/// sockproxy as deployed: default logging (one decision line per request) to a file, with
+/// `extra` flags (`--sockproxy-flag`).
 pub fn start_sockproxy(
     bins: &Path,
     dir: &Path,
     engine: &Path,
     tag: &str,
+    extra: &[String],
 ) -> anyhow::Result<Served> {
     let socket = dir.join(format!("sockproxy-{tag}.sock"));
     let mut cmd = Command::new(bins.join("sockproxy"));
@@ -46,7 +48,8 @@ pub fn start_sockproxy(
         .arg(&socket)
         .arg("--upstream")
         .arg(format!("unix://{}", engine.display()))
-        .args(["--prefix", PREFIX]);
+        .args(["--prefix", PREFIX])
+        .args(extra);
     let mut proc = Proc::spawn("sockproxy", cmd, dir.join(format!("sockproxy-{tag}.log")))?;
     proc.wait(START_LIMIT, || unix_answers(&socket))?;
     Ok(Served { proc, socket })
@@ -85,15 +88,15 @@ backend engine
 }
 
 /// HAProxy in front of `engine`, or why not.
-pub fn start_haproxy(dir: &Path, engine: &Path) -> Result<Served, String> {
+pub fn start_haproxy(dir: &Path, engine: &Path, tag: &str) -> Result<Served, String> {
     let bin = installed("haproxy").ok_or("not installed (Debian: apt-get install haproxy)")?;
-    let socket = dir.join("haproxy.sock");
-    let cfg = dir.join("haproxy.cfg");
+    let socket = dir.join(format!("haproxy-{tag}.sock"));
+    let cfg = dir.join(format!("haproxy-{tag}.cfg"));
     std::fs::write(&cfg, haproxy_config(&socket, engine)).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(bin);
     cmd.arg("-db").arg("-f").arg(&cfg);
-    let mut proc =
-        Proc::spawn("haproxy", cmd, dir.join("haproxy.log")).map_err(|e| e.to_string())?;
+    let mut proc = Proc::spawn("haproxy", cmd, dir.join(format!("haproxy-{tag}.log")))
+        .map_err(|e| e.to_string())?;
     proc.wait(START_LIMIT, || unix_answers(&socket))
         .map_err(|e| format!("did not start: {e}"))?;
     Ok(Served { proc, socket })
@@ -129,64 +132,98 @@ fn populate(engine: &Path, n: usize) -> anyhow::Result<()> {
 }
 
 fn rps_cell(l: &Load) -> String {
+    let mut cell = format!("{:.0}", l.rps);
     if l.failed > 0 {
-        format!("{:.0} ({} clients failed)", l.rps, l.failed)
-    } else {
-        format!("{:.0}", l.rps)
+        cell.push_str(&format!(" ({} clients failed)", l.failed));
     }
+    if l.refused > 0 {
+        cell.push_str(&format!(" ({} error answers)", l.refused));
+    }
+    cell
 }
 
 fn cpu_cell(l: &Load) -> String {
     format!("{:.1}", l.cpu_per_req.as_secs_f64() * 1e6)
 }
 
-/// Part 1: per-request cost, direct vs sockproxy vs HAProxy.
+/// Part 1: per-request cost, direct vs sockproxy vs HAProxy, on the fake engine.
 pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
     let engine = start_fake(bins, dir, "part1")?;
     populate(&engine.socket, 10)?;
     let own = create(&engine.socket, "bench-sandbox-stop")?;
-    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "part1")?;
-    let haproxy = start_haproxy(dir, &engine.socket);
+    let sockproxy = start_sockproxy(bins, dir, &engine.socket, "part1", &args.sockproxy_flag)?;
+    let haproxy = start_haproxy(dir, &engine.socket, "part1");
     println!("## 1. Per-request cost (fake engine)\n");
-    if let Err(why) = &haproxy {
-        println!("HAProxy: {why}; its columns are empty.\n");
-    }
-    let targets: Vec<(&str, &'static str, String)> = [
-        (Target::Ping, "HEAD /_ping", "HEAD", "/_ping".to_owned()),
+    let targets: Vec<(Target, &str, Requests)> = vec![
+        (Target::Ping, "HEAD /_ping", same("HEAD", "/_ping")),
         (
             Target::List,
             "GET /containers/json?all=1",
-            "GET",
-            "/containers/json?all=1".to_owned(),
+            same("GET", "/containers/json?all=1"),
         ),
         (
             Target::Stop,
             "POST /containers/{id}/stop",
-            "POST",
-            format!("/containers/{own}/stop"),
+            same("POST", &format!("/containers/{own}/stop")),
         ),
-    ]
-    .into_iter()
-    .filter(|(t, ..)| args.targets.contains(t))
-    .map(|(_, label, method, path)| (label, method, path))
-    .collect();
+    ];
+    let targets: Vec<(&str, Requests)> = targets
+        .into_iter()
+        .filter(|(t, ..)| args.targets.contains(t))
+        .map(|(_, label, r)| (label, r))
+        .collect();
+    let routes = Routes {
+        engine: &engine.socket,
+        sockproxy: &sockproxy,
+        haproxy: &haproxy,
+    };
+    table(
+        rt,
+        &routes,
+        &targets,
+        &args.concurrency,
+        args.requests,
+        args.rounds,
+    );
+    Ok(())
+}
+
+/// The three ways to the engine part 1 compares.
+pub struct Routes<'a> {
+    pub engine: &'a Path,
+    pub sockproxy: &'a Served,
+    pub haproxy: &'a Result<Served, String>,
+}
+
+/// Prints part 1's table: each target at each concurrency, `rounds` times over every route,
+/// the routes taking turns within a round so a slow spell of the machine hits all of them.
+pub fn table(
+    rt: &Runtime,
+    routes: &Routes,
+    targets: &[(&str, Requests)],
+    concurrency: &[usize],
+    requests: usize,
+    rounds: usize,
+) {
+    if let Err(why) = routes.haproxy {
+        println!("HAProxy: {why}; its columns are empty.\n");
+    }
     println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let mut routes: Vec<(&Path, Option<&Proc>)> = vec![
-        (&engine.socket, None),
-        (&sockproxy.socket, Some(&sockproxy.proc)),
+    let mut ways: Vec<(&Path, Option<&Proc>)> = vec![
+        (routes.engine, None),
+        (&routes.sockproxy.socket, Some(&routes.sockproxy.proc)),
     ];
-    if let Ok(h) = &haproxy {
-        routes.push((&h.socket, Some(&h.proc)));
+    if let Ok(h) = routes.haproxy {
+        ways.push((&h.socket, Some(&h.proc)));
     }
-    for (label, method, path) in &targets {
-        for &c in &args.concurrency {
-            let mut cells: Vec<Vec<Load>> = vec![Vec::new(); routes.len()];
-            // Rounds alternate between routes so a slow spell of the machine hits all of them.
-            for _ in 0..args.rounds {
-                for (i, (sock, proxy)) in routes.iter().enumerate() {
+    for (label, next) in targets {
+        for &c in concurrency {
+            let mut cells: Vec<Vec<Load>> = vec![Vec::new(); ways.len()];
+            for _ in 0..rounds {
+                for (i, (sock, proxy)) in ways.iter().enumerate() {
                     let before = proxy.map(Proc::cpu);
-                    let mut l = rt.block_on(load(sock, method, path, c, args.requests));
+                    let mut l = rt.block_on(load_with(sock, next, c, requests));
                     if let Some(before) = before {
                         let used = proxy.map(Proc::cpu).unwrap_or_default() - before;
                         let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
@@ -215,7 +252,6 @@ pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow
         }
     }
     println!();
-    Ok(())
 }
 
 /// Part 2: one client listing all containers, a fresh engine and sockproxy per size.
@@ -227,7 +263,7 @@ pub fn list_filtering(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> any
         let tag = format!("list{n}");
         let engine = start_fake(bins, dir, &tag)?;
         populate(&engine.socket, n)?;
-        let sockproxy = start_sockproxy(bins, dir, &engine.socket, &tag)?;
+        let sockproxy = start_sockproxy(bins, dir, &engine.socket, &tag, &args.sockproxy_flag)?;
         let size = raw::get(&engine.socket, "/containers/json?all=1")?
             .body
             .len();
