@@ -19,6 +19,7 @@ pub mod host_config;
 pub mod inflight;
 pub mod info;
 pub mod logfmt;
+pub mod logwrite;
 pub mod mounts;
 pub mod names;
 pub mod pinning;

@@ -13,7 +13,8 @@ fn init_logging(format: LogFormat) {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Lines are batched and written when the event loop is about to sleep (logwrite.rs).
+        .with_writer(sockproxy::logwrite::Batched)
         // The decision line has a `target` field of its own (the request path).
         .with_target(false)
         // Colour codes only on a terminal: a log file or the journal gets plain text.
@@ -29,12 +30,23 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-// One event-loop thread: a request crosses two connections (client and engine), and on a
-// multi-threaded runtime their tasks wake each other across threads. Measured on the bench
-// (`--parts requests --targets ping`, 4 alternating runs): 18-19 µs of CPU per `/_ping` here,
-// 21-29 µs with two worker threads. Large list filtering runs on the blocking pool (proxy.rs).
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // One event-loop thread: a request crosses two connections (client and engine), and on a
+    // multi-threaded runtime their tasks wake each other across threads. Measured on the bench
+    // (`--parts requests --targets ping`, 4 alternating runs): 18-19 µs of CPU per `/_ping`
+    // here, 21-29 µs with two worker threads. Large list filtering runs on the blocking pool
+    // (proxy.rs). The log lines of a turn are written when the loop is about to sleep.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(sockproxy::logwrite::flush)
+        .build()
+        .context("starting the event loop")?;
+    let result = runtime.block_on(run());
+    sockproxy::logwrite::flush();
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let print_policy = args.print_policy;
     let cfg = Config::from_args(args, std::env::var("DOCKER_HOST").ok())
