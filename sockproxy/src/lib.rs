@@ -11,6 +11,7 @@ pub mod body;
 pub mod canon;
 pub mod config;
 pub mod create_body;
+pub mod decision_line;
 pub mod events;
 pub mod fields;
 pub mod filter;

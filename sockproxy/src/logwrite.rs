@@ -69,15 +69,20 @@ pub struct Batched;
 #[derive(Debug)]
 pub struct Line;
 
+/// Adds whole lines to the batch.
+pub fn append(lines: &[u8]) {
+    let mut p = pending();
+    let now = Instant::now();
+    let since = *p.since.get_or_insert(now);
+    p.bytes.extend_from_slice(lines);
+    if p.bytes.len() >= MAX_BUFFERED || now.duration_since(since) >= MAX_WAIT {
+        write_out(&mut p);
+    }
+}
+
 impl Write for Line {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut p = pending();
-        let now = Instant::now();
-        let since = *p.since.get_or_insert(now);
-        p.bytes.extend_from_slice(buf);
-        if p.bytes.len() >= MAX_BUFFERED || now.duration_since(since) >= MAX_WAIT {
-            write_out(&mut p);
-        }
+        append(buf);
         Ok(buf.len())
     }
 

@@ -28,6 +28,11 @@ fn init_logging(format: LogFormat) {
         LogFormat::Plain => builder.fmt_fields(sockproxy::logfmt::Fields).init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    // The same text, without the trip through tracing, where the filter lets the line through
+    // (the filter is read once: SOCKPROXY_LOG is fixed at start-up).
+    let plain_file = format == LogFormat::Plain && !terminal;
+    let shown = tracing::enabled!(target: "sockproxy::proxy", tracing::Level::INFO);
+    sockproxy::decision_line::write_directly(plain_file && shown);
 }
 
 fn main() -> anyhow::Result<()> {

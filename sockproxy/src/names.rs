@@ -210,13 +210,9 @@ impl Names {
 
     /// Remembers an inspected object, unless an event came in since `stamp` (the answer may
     /// predate it) or the object is not one the stack can see.
-    pub fn fill(&self, kind: Kind, stamp: Stamp, entry: Entry, scope: &Scope) {
-        let bare = entry
-            .name
-            .strip_prefix('/')
-            .unwrap_or(&entry.name)
-            .to_owned();
-        if !is_full_id(&entry.id) || bare.contains('/') || !scope.visible(&bare) {
+    pub fn fill(&self, kind: Kind, stamp: Stamp, ins: &Inspected<'_>, scope: &Scope) {
+        let bare = ins.name.strip_prefix('/').unwrap_or(ins.name);
+        if !is_full_id(ins.id) || bare.contains('/') || !scope.visible(bare) {
             return;
         }
         let mut s = self.lock();
@@ -224,13 +220,22 @@ impl Names {
             return;
         }
         let t = s.table(kind);
+        // The usual case for an object asked about again: nothing to change, nothing to copy.
+        if t.by_name.get(bare).is_some_and(|e| e.inspected() == *ins) {
+            return;
+        }
         if t.by_name.len() >= MAX_ENTRIES {
             return;
         }
-        t.remove_id(&entry.id);
-        t.remove_name(&bare);
-        t.by_id.insert(entry.id.clone(), bare.clone());
-        t.by_name.insert(bare, entry);
+        t.remove_id(ins.id);
+        t.remove_name(bare);
+        t.by_id.insert(ins.id.to_owned(), bare.to_owned());
+        let entry = Entry {
+            id: ins.id.to_owned(),
+            name: ins.name.to_owned(),
+            stack_label: ins.stack_label.map(str::to_owned),
+        };
+        t.by_name.insert(bare.to_owned(), entry);
     }
 
     /// Forgets the entry pinned to `id` (the engine said it does not exist).

@@ -28,7 +28,7 @@ fn live() -> Names {
 
 fn filled(n: &Names, id: &str, nm: &str) {
     let stamp = n.stamp().expect("live");
-    n.fill(Kind::Container, stamp, entry(id, nm), &scope());
+    n.fill(Kind::Container, stamp, &entry(id, nm).inspected(), &scope());
 }
 
 fn event(kind: Kind, action: Action, id: &str, names: &[&str]) -> Event {
@@ -66,7 +66,12 @@ fn nothing_is_held_or_taken_while_the_subscription_is_down() {
     n.set_live(true);
     n.set_live(false);
     n.set_live(true);
-    n.fill(Kind::Container, stamp, entry(A, "deer-flow-1"), &scope());
+    n.fill(
+        Kind::Container,
+        stamp,
+        &entry(A, "deer-flow-1").inspected(),
+        &scope(),
+    );
     assert_eq!(n.lookup(Kind::Container, &name("deer-flow-1")), None);
     filled(&n, A, "deer-flow-1");
     assert!(n.lookup(Kind::Container, &name("deer-flow-1")).is_some());
@@ -88,7 +93,12 @@ fn a_fill_older_than_an_event_about_the_stack_is_dropped() {
         &event(Kind::Container, Action::Create, B, &["deer-flow-2"]),
         &scope(),
     );
-    n.fill(Kind::Container, stamp, entry(A, "deer-flow-1"), &scope());
+    n.fill(
+        Kind::Container,
+        stamp,
+        &entry(A, "deer-flow-1").inspected(),
+        &scope(),
+    );
     assert_eq!(n.lookup(Kind::Container, &name("deer-flow-1")), None);
     // Another stack's traffic does not make fills fail.
     let stamp = n.stamp().expect("live");
@@ -96,7 +106,12 @@ fn a_fill_older_than_an_event_about_the_stack_is_dropped() {
         &event(Kind::Container, Action::Create, B, &["other-1"]),
         &scope(),
     );
-    n.fill(Kind::Container, stamp, entry(A, "deer-flow-1"), &scope());
+    n.fill(
+        Kind::Container,
+        stamp,
+        &entry(A, "deer-flow-1").inspected(),
+        &scope(),
+    );
     assert!(n.lookup(Kind::Container, &name("deer-flow-1")).is_some());
 }
 

@@ -29,7 +29,7 @@ pub struct Rules<'a> {
 }
 
 /// The fields of an inspect answer the decision reads.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inspected<'a> {
     pub id: &'a str,
     pub name: &'a str,

@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::api;
 use crate::body;
 use crate::canon::{self, Target};
+use crate::decision_line::Decided;
 use crate::filter;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
@@ -80,17 +81,6 @@ impl Counters {
     }
 }
 
-/// The fields of a decision's log line besides the stack and the peer.
-struct Decided<'a> {
-    method: &'a str,
-    op: &'a str,
-    target: &'a str,
-    decision: &'static str,
-    reason: &'static str,
-    status: StatusCode,
-    duration_ms: f64,
-}
-
 /// What one request came to, for the decision log line.
 struct Outcome {
     op: String,
@@ -139,24 +129,10 @@ impl Proxy {
         Ok(resp)
     }
 
-    /// Counts a decision and writes its one log line. String fields, not `%` values: the log
-    /// format writes those without a trip through `fmt` (logfmt.rs), and this line is written
-    /// once per request.
+    /// Counts a decision and writes its one log line (`decision_line`).
     fn decided(&self, peer: Peer, d: Decided<'_>) {
         self.counters.count(d.decision == "allow");
-        tracing::info!(
-            stack = self.stack.as_str(),
-            peer_uid = peer.uid,
-            peer_pid = peer.pid,
-            method = d.method,
-            op = d.op,
-            target = d.target,
-            decision = d.decision,
-            reason = d.reason,
-            status = d.status.as_u16(),
-            duration_ms = d.duration_ms,
-            "decision"
-        );
+        crate::decision_line::log(&self.stack, peer, &d);
     }
 
     /// Answers the stand-in request hyper is given for a head `headguard` refused.

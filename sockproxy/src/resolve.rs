@@ -137,7 +137,8 @@ impl Proxy {
         let named: Named =
             serde_json::from_slice(&answer.body).map_err(|e| unreadable("inspect", e))?;
         if let Some(stamp) = stamp {
-            self.names.fill(kind, stamp, named.entry(), &self.scope);
+            self.names
+                .fill(kind, stamp, &named.inspected(), &self.scope);
         }
         let pin = pinning::inspected(kind, access, op, r, &named.inspected(), &self.rules())?;
         Ok(Ok((pin, answer)))
@@ -208,7 +209,7 @@ impl Proxy {
                 let entry = named.entry();
                 if let Some(stamp) = stamp {
                     self.names
-                        .fill(Kind::Container, stamp, entry.clone(), &self.scope);
+                        .fill(Kind::Container, stamp, &entry.inspected(), &self.scope);
                 }
                 entry
             }

@@ -1,0 +1,94 @@
+use std::sync::{Arc, Mutex};
+
+use tracing_subscriber::fmt::MakeWriter;
+
+use super::*;
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::ErrorKind::Other)?
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Buf {
+    type Writer = Buf;
+    fn make_writer(&'a self) -> Buf {
+        self.clone()
+    }
+}
+
+/// What tracing-subscriber's default plain format writes for the decision event, as deployed
+/// (no target, no colours), without its time.
+fn theirs(stack: &str, peer: Peer, d: &Decided<'_>) -> String {
+    let buf = Buf::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(buf.clone())
+        .with_target(false)
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(sub, || log(stack, peer, d));
+    let out = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
+    out.split_at(27).1.to_owned()
+}
+
+fn ours(stack: &str, peer: Peer, d: &Decided<'_>) -> String {
+    let mut line = String::new();
+    format(&mut line, stack, peer, d).expect("formats");
+    let (time, rest) = line.split_at(27);
+    assert!(time.ends_with('Z') && time.as_bytes()[19] == b'.', "{line}");
+    rest.to_owned()
+}
+
+#[test]
+fn the_direct_line_is_the_default_formatters() {
+    let d = Decided {
+        method: "GET",
+        op: "system.ping",
+        target: "/_ping",
+        decision: "allow",
+        reason: "always_allowed",
+        status: StatusCode::OK,
+        duration_ms: 0.46454,
+    };
+    let peers = [
+        Peer {
+            uid: Some(0),
+            pid: Some(4307),
+        },
+        Peer {
+            uid: Some(1000),
+            pid: None,
+        },
+        Peer::default(),
+    ];
+    let odd = Decided {
+        method: "POST",
+        target: "/containers/a \"b\"\\c\u{1b}[31m é\u{7f}\n/stop",
+        op: "",
+        decision: "deny",
+        reason: "bad_request",
+        status: StatusCode::FORBIDDEN,
+        duration_ms: 1.0,
+    };
+    for (stack, d) in [("deer-flow-", d), ("deer \"flow\"", odd)] {
+        for peer in peers {
+            for ms in [d.duration_ms, 0.0, 12_345.678, 1e-7] {
+                let d = Decided {
+                    duration_ms: ms,
+                    ..d
+                };
+                assert_eq!(ours(stack, peer, &d), theirs(stack, peer, &d));
+            }
+        }
+    }
+}
