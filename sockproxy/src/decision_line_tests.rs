@@ -1,31 +1,5 @@
-use std::sync::{Arc, Mutex};
-
-use tracing_subscriber::fmt::MakeWriter;
-
 use super::*;
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::ErrorKind::Other)?
-            .extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Buf {
-    type Writer = Buf;
-    fn make_writer(&'a self) -> Buf {
-        self.clone()
-    }
-}
+use crate::logfmt::capture::Buf;
 
 /// What tracing-subscriber's default plain format writes for the decision event, as deployed
 /// (no target, no colours), without its time.
@@ -37,8 +11,7 @@ fn theirs(stack: &str, peer: Peer, d: &Decided<'_>) -> String {
         .with_ansi(false)
         .finish();
     tracing::subscriber::with_default(sub, || log(stack, peer, d));
-    let out = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
-    out.split_at(27).1.to_owned()
+    buf.text().split_at(27).1.to_owned()
 }
 
 fn ours(stack: &str, peer: Peer, d: &Decided<'_>) -> String {

@@ -291,14 +291,22 @@ mod tests {
     }
 }
 
+/// A log writer that keeps what it is given, for tests that compare lines.
 #[cfg(test)]
-mod same_lines {
+pub(crate) mod capture {
     use std::sync::{Arc, Mutex};
 
     use tracing_subscriber::fmt::MakeWriter;
 
     #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Buf {
+        pub(crate) fn text(&self) -> String {
+            let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
 
     impl std::io::Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -319,6 +327,11 @@ mod same_lines {
             self.clone()
         }
     }
+}
+
+#[cfg(test)]
+mod same_lines {
+    use super::capture::Buf;
 
     fn events() {
         let (stack, method, target) = ("deer-flow-".to_owned(), http::Method::GET, "/_ping");
@@ -365,8 +378,7 @@ mod same_lines {
         } else {
             tracing::subscriber::with_default(b.finish(), events);
         }
-        let out = buf.0.lock().expect("lock").clone();
-        String::from_utf8(out).expect("utf-8")
+        buf.text()
     }
 
     #[test]

@@ -87,32 +87,18 @@ fn nothing_is_held_or_taken_while_the_subscription_is_down() {
 
 #[test]
 fn a_fill_older_than_an_event_about_the_stack_is_dropped() {
-    let n = live();
-    let stamp = n.stamp().expect("live");
-    n.apply(
-        &event(Kind::Container, Action::Create, B, &["deer-flow-2"]),
-        &scope(),
-    );
-    n.fill(
-        Kind::Container,
-        stamp,
-        &entry(A, "deer-flow-1").inspected(),
-        &scope(),
-    );
-    assert_eq!(n.lookup(Kind::Container, &name("deer-flow-1")), None);
-    // Another stack's traffic does not make fills fail.
-    let stamp = n.stamp().expect("live");
-    n.apply(
-        &event(Kind::Container, Action::Create, B, &["other-1"]),
-        &scope(),
-    );
-    n.fill(
-        Kind::Container,
-        stamp,
-        &entry(A, "deer-flow-1").inspected(),
-        &scope(),
-    );
-    assert!(n.lookup(Kind::Container, &name("deer-flow-1")).is_some());
+    // (name the event is about, whether a fill from before it is taken)
+    for (about, taken) in [("deer-flow-2", false), ("other-1", true)] {
+        let n = live();
+        let stamp = n.stamp().expect("live");
+        let ev = event(Kind::Container, Action::Create, B, &[about]);
+        n.apply(&ev, &scope());
+        let a = entry(A, "deer-flow-1");
+        n.fill(Kind::Container, stamp, &a.inspected(), &scope());
+        // Another stack's traffic does not make fills fail.
+        let held = n.lookup(Kind::Container, &name("deer-flow-1"));
+        assert_eq!(held.is_some(), taken, "{about}");
+    }
 }
 
 #[test]
