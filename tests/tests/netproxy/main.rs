@@ -1,0 +1,6 @@
+//! netproxy, the egress proxy: on loopback with an injected resolver (`loopback`), and restricted
+//! mode end to end on the real engine with the real sidecar image (`restricted_e2e`). Run on its
+//! own with `cargo test -p sockproxy-tests --test netproxy`.
+
+mod loopback;
+mod restricted_e2e;
