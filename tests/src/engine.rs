@@ -1,15 +1,18 @@
 //! The engines tests run against: a fake engine (always; one per test, per flavor) and the real
-//! dockerd found through `DOCKER_HOST` (unix://) or the default socket. Locally a missing real
-//! engine is skipped with a printed notice; with `CI=true` it fails the test. Also builds the
-//! local busybox test image on the real engine, since no registry can be reached.
+//! dockerd found through `DOCKER_HOST` (unix://) or the default socket, and `each_engine`, which
+//! runs a test's case on each of them. Locally a missing real engine is skipped with a printed
+//! notice; with `CI=true` it fails the test. Also builds the local busybox test image on the
+//! real engine, since no registry can be reached.
 
-use std::io::Write;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::Command;
 use std::sync::Mutex;
 
 use crate::fake::{FakeEngine, Flavor};
 use crate::raw;
+use crate::skip::skip;
 
 /// The image every real-engine test runs: busybox-static imported as a rootfs.
 pub const TEST_IMAGE: &str = "sockproxy-test-busybox:latest";
@@ -56,19 +59,49 @@ impl Engine {
     }
 }
 
-/// The fake (Debian 20.10 flavor, which every docker CLI on the machine speaks) and, when
-/// reachable, the real engine.
-pub fn engines(test: &str) -> Vec<Engine> {
-    let mut out = vec![Engine::start_fake(Flavor::Debian2010)];
-    out.extend(real_engine(test));
-    out
+/// The fakes a case runs on; the real engine follows them when one answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fakes {
+    /// The Debian 20.10 flavor, which every docker CLI on the machine speaks.
+    Debian,
+    /// Every flavor.
+    All,
 }
 
-/// Every fake flavor and, when reachable, the real engine.
-pub fn all_engines(test: &str) -> Vec<Engine> {
-    let mut out: Vec<Engine> = Flavor::ALL.iter().map(|f| Engine::start_fake(*f)).collect();
-    out.extend(real_engine(test));
-    out
+/// Runs `case` on each engine in turn: a fresh fake of each flavor `fakes` names, then the real
+/// engine when one answers (else a skip, see `real_engine`). Each run is announced as
+/// `== {test}: {engine}`; libtest prints that with a failing test's output, so the failure
+/// names its engine.
+pub fn each_engine(test: &str, fakes: Fakes, mut case: impl FnMut(Engine)) {
+    for e in in_turn(test, fakes) {
+        case(e);
+    }
+}
+
+/// `each_engine` for an `async` case: `|e| Box::pin(async move { … })`. The case borrows the
+/// engine, which lives here until the case is done; handed over by value, an `async move` block
+/// would capture only the fields it names and drop the rest (a fake's server) at once.
+pub async fn each_engine_async(
+    test: &str,
+    fakes: Fakes,
+    mut case: impl for<'e> FnMut(&'e Engine) -> Pin<Box<dyn Future<Output = ()> + 'e>>,
+) {
+    for e in in_turn(test, fakes) {
+        case(&e).await;
+    }
+}
+
+/// The engines of `each_engine`, each started (or looked for) only when its turn comes.
+fn in_turn(test: &str, fakes: Fakes) -> impl Iterator<Item = Engine> + '_ {
+    let flavors: &[Flavor] = match fakes {
+        Fakes::Debian => &[Flavor::Debian2010],
+        Fakes::All => &Flavor::ALL,
+    };
+    flavors
+        .iter()
+        .map(|f| Engine::start_fake(*f))
+        .chain(std::iter::once_with(move || real_engine(test)).flatten())
+        .inspect(move |e| eprintln!("== {test}: {}", e.label()))
 }
 
 /// The real engine's socket: `DOCKER_HOST` when it is `unix://…`, else the default path.
@@ -83,22 +116,18 @@ fn answers_ping(sock: &Path) -> bool {
     raw::get(sock, "/_ping").is_ok_and(|r| r.status == 200)
 }
 
-/// The engine to test against, or `None` after printing why this test is skipped.
-/// Panics when `CI=true` and no engine answers: CI must never skip these.
+/// The real engine, or `None` after skipping `test`'s real-engine run (`skip::skip`: a notice
+/// locally, a failure with `CI=true`, since CI must never skip it).
 pub fn real_engine(test: &str) -> Option<Engine> {
     let socket = candidate_socket();
     if !answers_ping(&socket) {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!(
-                "CI=true but no Docker engine answers at {} (set DOCKER_HOST=unix://…); {test} must not be skipped in CI",
+        skip(
+            test,
+            &format!(
+                "the real-engine run: no Docker engine answers at {}",
                 socket.display()
-            );
-        }
-        // Written to the stderr handle, not with eprintln!, so libtest's capture lets it through.
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOTICE: {test}: skipping the real-engine run, no Docker engine answers at {} (start dockerd and set DOCKER_HOST=unix://…, as .ci/run does)",
-            socket.display()
+            ),
+            "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
         );
         return None;
     }

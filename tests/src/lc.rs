@@ -18,6 +18,7 @@ use lifecycle::ops::{Lifecycle, Settings};
 use lifecycle::ports::Ports;
 use serde_json::json;
 
+use crate::bins;
 use crate::engine::{Engine, TEST_IMAGE};
 use crate::fake::{FakeEngine, Flavor};
 use crate::raw;
@@ -172,10 +173,10 @@ pub fn names(prefix: &str, id: &str) -> Names {
     Names::new(&Prefix::parse(prefix).expect("valid test prefix"), id)
 }
 
-/// The lifecycle binary at `bin` pointed at `sock` with the stack's flags only; `DOCKER_HOST`
-/// is removed so only `--docker-host` can work.
-pub fn lifecycle_base(bin: &str, sock: &Path, prefix: &str, mode: &str, state: &Path) -> Command {
-    let mut cmd = Command::new(bin);
+/// The lifecycle program under test (`bins::lifecycle`) pointed at `sock` with the stack's flags
+/// only; `DOCKER_HOST` is removed so only `--docker-host` can work.
+pub fn lifecycle_base(sock: &Path, prefix: &str, mode: &str, state: &Path) -> Command {
+    let mut cmd = Command::new(bins::lifecycle());
     cmd.arg("--docker-host")
         .arg(format!("unix://{}", sock.display()))
         .args(["--prefix", prefix, "--mode", mode, "--state-dir"])
@@ -186,14 +187,8 @@ pub fn lifecycle_base(bin: &str, sock: &Path, prefix: &str, mode: &str, state: &
 }
 
 /// `lifecycle_base` with the busybox test image standing in for the sidecar.
-pub fn lifecycle_command(
-    bin: &str,
-    sock: &Path,
-    prefix: &str,
-    mode: &str,
-    state: &Path,
-) -> Command {
-    let mut cmd = lifecycle_base(bin, sock, prefix, mode, state);
+pub fn lifecycle_command(sock: &Path, prefix: &str, mode: &str, state: &Path) -> Command {
+    let mut cmd = lifecycle_base(sock, prefix, mode, state);
     cmd.args(["--sidecar-image", TEST_IMAGE, "--sidecar-cmd", "sleep 600"]);
     cmd
 }

@@ -2,8 +2,10 @@
 //! stack's proxy started in-process (`stack`), the docker CLI with deadlines (`cli`), a raw
 //! HTTP/1.1 client for requests no well-behaved client would send (`raw`), and a recording
 //! upstream that proves what was (not) forwarded (`recorder`), and deer-flow's gateway replayed
-//! as docker CLI steps (`deerflow`).
+//! as docker CLI steps (`deerflow`). Every test finds this build's programs through `bins`,
+//! runs a case on each engine with `engine::each_engine`, and skips only through `skip::skip`.
 
+pub mod bins;
 pub mod cli;
 /// SIGKILLed runs and on-disk state readers for the crash-safety test (`ledger_crash`).
 pub mod crash;
@@ -16,6 +18,7 @@ pub mod recorder;
 pub mod redis_server;
 pub mod serve;
 pub mod serve_process;
+pub mod skip;
 pub mod stack;
 pub mod subject;
 

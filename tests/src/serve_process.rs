@@ -1,4 +1,4 @@
-//! A `lifecycle serve` process for tests (the binary the tests crate builds): started on a
+//! A `lifecycle serve` process for tests (the program `bins::lifecycle` finds): started on a
 //! socket in a test's temp dir, killed with SIGKILL when dropped unless the test took it (to
 //! kill it itself, or to SIGTERM it and read what its shutdown printed). Its stderr goes to a
 //! file beside the socket (a pipe nobody drains could fill and stall it), read by `stderr`.
@@ -21,7 +21,6 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// `global`: flags before `serve` (e.g. `--ready-timeout`); `serve`: flags after it.
     pub fn start(
-        bin: &str,
         proxy: &Path,
         prefix: &str,
         state: &Path,
@@ -30,7 +29,7 @@ impl ServeProcess {
         serve: &[&str],
     ) -> Self {
         let log = std::fs::File::create(sock.with_extension("stderr")).expect("stderr file");
-        let mut child = lifecycle_base(bin, proxy, prefix, "open", state)
+        let mut child = lifecycle_base(proxy, prefix, "open", state)
             .args(global)
             .arg("serve")
             .arg("--listen")

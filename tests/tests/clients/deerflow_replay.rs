@@ -10,8 +10,8 @@
 //! differ, the proxied output's own property is checked instead (marked below).
 //!
 //! Engines: the fake in both flavors (the 20.10 CLI cannot talk to the docker-29 flavor, whose
-//! minimum API is 1.44, and is skipped there with a notice) and the real dockerd (skipped with a
-//! notice when none answers, never with `CI=true`). Names carry a random (user, thread), and
+//! minimum API is 1.44, so only a newer CLI runs there; none at all is a skip) and the real
+//! dockerd (skipped with a notice when none answers, never with `CI=true`). Names carry a random (user, thread), and
 //! everything a run makes is removed from the engine afterwards.
 
 use std::path::Path;
@@ -22,7 +22,8 @@ use sockproxy_tests::cli::{clis, docker_with};
 use sockproxy_tests::deerflow::{
     differences, replay, BindRoot, Compare, Masks, Names, Printed, Step, PREFIX,
 };
-use sockproxy_tests::engine::{all_engines, Cleanup, Engine};
+use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes};
+use sockproxy_tests::skip::skip;
 use sockproxy_tests::stack::StackProxy;
 
 /// The capabilities deer-flow's sandbox adds (issue 13) and the one its images may need.
@@ -343,9 +344,12 @@ fn is_empty(v: &Value) -> bool {
     }
 }
 
-/// The CLIs that can talk to `e` (the 20.10 CLI's API 1.41 is below the docker-29 minimum).
+/// The CLIs that can talk to `e`. A CLI whose API version is below the engine's minimum (the
+/// 20.10 CLI's 1.41 against the docker-29 flavor's 1.44) is left out: dockerd refuses it the
+/// same way, so that pairing does not exist in the field. Any other failure to talk is a skip
+/// (`skip::skip`), and so is an engine no CLI on `PATH` speaks to.
 fn usable_clis(e: &Engine, test: &str) -> Vec<std::path::PathBuf> {
-    clis()
+    let usable: Vec<_> = clis()
         .into_iter()
         .filter(|cli| {
             let v = docker_with(
@@ -355,17 +359,40 @@ fn usable_clis(e: &Engine, test: &str) -> Vec<std::path::PathBuf> {
                 None,
                 std::time::Duration::from_secs(60),
             );
-            if !v.ok() {
-                eprintln!(
-                    "NOTICE: {test}: {} cannot talk to {} ({}); skipped there",
-                    cli.display(),
-                    e.label(),
-                    v.stderr.trim()
+            if v.ok() {
+                return true;
+            }
+            let why = format!(
+                "{} cannot talk to {} ({})",
+                cli.display(),
+                e.label(),
+                v.stderr.trim()
+            );
+            if v.stderr
+                .contains("is too old. Minimum supported API version is")
+            {
+                eprintln!("{test}: {why}; not a pairing dockerd serves either");
+            } else {
+                skip(
+                    test,
+                    &why,
+                    "a docker CLI that speaks the engine's API on PATH",
                 );
             }
-            v.ok()
+            false
         })
-        .collect()
+        .collect();
+    if usable.is_empty() {
+        skip(
+            test,
+            &format!(
+                "the replay on {}: no docker CLI on PATH speaks its API",
+                e.label()
+            ),
+            "install a docker CLI of API 1.44 or newer, e.g. docker-ce-cli",
+        );
+    }
+    usable
 }
 
 /// Replays one mode directly and through a proxy with `cli`; returns every problem found.
@@ -436,14 +463,14 @@ fn replay_mode(e: &Engine, cli: &Path, restricted: bool, self_check: bool) -> Ve
 
 fn replay_everywhere(test: &str, restricted: bool, self_check: bool) {
     let mut problems = Vec::new();
-    for e in all_engines(test) {
+    each_engine(test, Fakes::All, |e| {
         for cli in usable_clis(&e, test) {
             eprintln!("== {test} on {} with {}", e.label(), cli.display());
             for p in replay_mode(&e, &cli, restricted, self_check) {
                 problems.push(format!("[{} / {}] {p}", e.label(), cli.display()));
             }
         }
-    }
+    });
     assert!(
         problems.is_empty(),
         "{} problem(s):\n\n{}",

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sockproxy_tests::bins;
 use sockproxy_tests::cli::{docker, docker_stdin, docker_with, spawn_docker};
 use sockproxy_tests::engine::TEST_IMAGE;
 use sockproxy_tests::stack::StackProxy;
@@ -22,7 +23,7 @@ impl Drop for Daemon {
 
 fn start(dir: &Path, flavor: &str) -> (Daemon, PathBuf) {
     let sock = dir.join(format!("{flavor}.sock"));
-    let child = Command::new(env!("CARGO_BIN_EXE_fake-dockerd"))
+    let child = Command::new(bins::fake_dockerd())
         .arg("--listen")
         .arg(&sock)
         .args(["--flavor", flavor])

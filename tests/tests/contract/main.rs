@@ -14,15 +14,15 @@ mod networks;
 mod streams;
 mod versions;
 
-use sockproxy_tests::engine::all_engines;
+use sockproxy_tests::engine::{each_engine, Fakes};
 use sockproxy_tests::subject::Subject;
 
 /// Runs `case` on every engine, directly and through the proxy.
 pub fn each_subject(test: &str, case: impl Fn(&mut Subject<'_>)) {
-    for engine in all_engines(test) {
+    each_engine(test, Fakes::All, |engine| {
         for mut subject in Subject::both(&engine) {
             eprintln!("== {test}: {}", subject.label());
             case(&mut subject);
         }
-    }
+    });
 }

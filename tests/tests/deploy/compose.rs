@@ -12,6 +12,7 @@ use std::time::Duration;
 use sockproxy_tests::cli::docker;
 use sockproxy_tests::engine::{ensure_images, real_engine, Cleanup};
 use sockproxy_tests::raw;
+use sockproxy_tests::skip::skip;
 use sockproxy_tests::unique_prefix;
 
 struct Compose {
@@ -64,11 +65,11 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
         .map(|o| !o.status.success())
         .unwrap_or(true)
     {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but docker-compose is missing (.ci/run installs it)"
+        skip(
+            "the_compose_example_runs_a_stack_against_the_engine",
+            "docker-compose is not installed",
+            "apt-get install docker-compose, as .ci/run does",
         );
-        eprintln!("NOTICE: skipping the compose example: docker-compose is not installed");
         return;
     }
     let images = ensure_images(&e.socket);

@@ -31,10 +31,8 @@ fn a_failed_rollback_is_reported_quarantined_and_keeps_its_port() {
     relay.fail_once("DELETE", "/containers/");
     let id = s.id("rollback");
     let name = s.names(&id).sandbox;
-    let bin = std::env::var("LIFECYCLE_TEST_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_lifecycle-cli").to_owned());
     let run = |ready: &str| {
-        lifecycle_command(&bin, relay.socket(), &s.prefix, "open", &s.state_dir())
+        lifecycle_command(relay.socket(), &s.prefix, "open", &s.state_dir())
             .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", ready])
             .args(["create", "--user", "user-1", "--thread", "rollback"])
             .output()

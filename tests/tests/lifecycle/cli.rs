@@ -6,22 +6,17 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use sockproxy_tests::bins;
 use sockproxy_tests::engine::{Engine, TEST_IMAGE};
 use sockproxy_tests::fake::Flavor;
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
 
 fn lifecycle(docker_host: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
-    lifecycle_command(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
-        docker_host,
-        prefix,
-        mode,
-        state,
-    )
-    .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "0"])
-    .args(args)
-    .output()
-    .expect("lifecycle runs")
+    lifecycle_command(docker_host, prefix, mode, state)
+        .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "0"])
+        .args(args)
+        .output()
+        .expect("lifecycle runs")
 }
 
 fn stderr(o: &Output) -> String {
@@ -149,7 +144,7 @@ fn a_restricted_process_defers_with_exit_3_and_the_refusal() {
 fn only_the_given_address_is_used() {
     let s = LcStack::new(false);
     let elsewhere = Engine::start_fake(Flavor::Debian2010);
-    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+    let out = Command::new(bins::lifecycle())
         .arg("--docker-host")
         .arg(format!("unix://{}", s.proxy.socket().display()))
         .args(["--prefix", &s.prefix, "--mode", "open", "--state-dir"])
@@ -274,7 +269,7 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     }
     let bad_prefix = lifecycle(&sock, "abc", "open", &fresh("s7"), &["ls"]);
     assert_eq!(bad_prefix.status.code(), Some(2));
-    let bad_addr = Command::new(env!("CARGO_BIN_EXE_lifecycle-cli"))
+    let bad_addr = Command::new(bins::lifecycle())
         .args([
             "--docker-host",
             "tcp://127.0.0.1:2375",
@@ -296,17 +291,11 @@ fn bad_input_gets_one_line_and_changes_nothing() {
 fn a_sandbox_that_never_answers_is_destroyed_with_failed_to_become_ready() {
     let s = LcStack::new(false);
     // A fake container serves nothing; the probe goes to its loopback port and gets no answer.
-    let out = lifecycle_command(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
-        s.proxy.socket(),
-        &s.prefix,
-        "open",
-        &s.state_dir(),
-    )
-    .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "1"])
-    .args(["create", "--user", "user-1", "--thread", "slow"])
-    .output()
-    .expect("runs");
+    let out = lifecycle_command(s.proxy.socket(), &s.prefix, "open", &s.state_dir())
+        .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "1"])
+        .args(["create", "--user", "user-1", "--thread", "slow"])
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("failed to become ready"),

@@ -37,13 +37,7 @@ enum Op {
 }
 
 fn cmd(s: &LcStack) -> Command {
-    let mut c = lifecycle_command(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
-        s.proxy.socket(),
-        &s.prefix,
-        "open",
-        &s.state_dir(),
-    );
+    let mut c = lifecycle_command(s.proxy.socket(), &s.prefix, "open", &s.state_dir());
     c.args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "0"])
         .args(["--lock-timeout", "30", "--list-timeout", "5"]);
     c

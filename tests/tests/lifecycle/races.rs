@@ -13,8 +13,7 @@ use std::time::Duration;
 use lifecycle::ledger::Ledger;
 use lifecycle::naming::sandbox_id;
 use lifecycle::ports::Ports;
-use sockproxy_tests::engine::{real_engine, Cleanup, Engine};
-use sockproxy_tests::fake::Flavor;
+use sockproxy_tests::engine::{each_engine, real_engine, Cleanup, Engine, Fakes};
 use sockproxy_tests::lc::fault_relay::FaultRelay;
 use sockproxy_tests::lc::{lifecycle_command, names};
 use sockproxy_tests::raw;
@@ -60,15 +59,7 @@ impl Race {
         } else {
             ("httpd -f -p 8080 -h /tmp", "30")
         };
-        let bin = std::env::var("LIFECYCLE_TEST_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_lifecycle-cli").to_owned());
-        let mut c = lifecycle_command(
-            &bin,
-            self.relay.socket(),
-            &self.prefix,
-            "open",
-            self.state.path(),
-        );
+        let mut c = lifecycle_command(self.relay.socket(), &self.prefix, "open", self.state.path());
         c.args(["--sandbox-cmd", cmd, "--ready-timeout", ready])
             .args(["--stop-timeout", "1"])
             .args(args)
@@ -118,12 +109,6 @@ fn ok_json(o: &Output) -> serde_json::Value {
     })
 }
 
-fn engines(test: &str) -> Vec<Engine> {
-    let mut out = vec![Engine::start_fake(Flavor::Debian2010)];
-    out.extend(real_engine(test));
-    out
-}
-
 /// Waits for the held request, then lets it go on after `HOLD`.
 fn release_later(gate: sockproxy_tests::lc::fault_relay::Gate) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
@@ -140,120 +125,130 @@ fn release_later(gate: sockproxy_tests::lc::fault_relay::Gate) -> std::thread::J
 /// report, with its port reserved, and no stop ever names the sandbox instead of an ID.
 #[test]
 fn racing_creates_end_with_one_live_sandbox_that_all_report() {
-    for engine in engines("racing_creates_end_with_one_live_sandbox_that_all_report") {
-        let label = engine.label();
-        let (mut r, _) = Race::new(engine, "race-create");
-        let create = ["create", "--user", "user-1", "--thread", "race-create"];
-        let first = ok_json(&r.run(&create));
-        // The ID and name as the binary under test derives them (LIFECYCLE_TEST_BIN).
-        let field = |k: &str| first[k].as_str().unwrap_or_default().to_owned();
-        let (id, g1) = (field("sandbox_id"), field("container_id"));
-        r.clean.container(&field("container_name"));
-        ok_json(&r.run(&["quarantine", "mark", &id]));
-        let gate = r.relay.hold_once("POST", "/stop");
-        let children: Vec<Child> = (0..3).map(|_| r.spawn(&create)).collect();
-        let releaser = release_later(gate);
-        let outs: Vec<serde_json::Value> = children
-            .into_iter()
-            .map(|c| ok_json(&c.wait_with_output().expect("wait")))
-            .collect();
-        releaser.join().expect("releaser");
-        let live = outs[0]["container_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        for o in &outs {
-            assert_eq!(o["container_id"], live.as_str(), "{label}: {outs:?}");
-        }
-        assert_ne!(live, g1, "{label}");
-        assert!(r.running(&live), "{label}: the sandbox all report is live");
-        assert!(
-            !r.running(&g1),
-            "{label}: the quarantined generation is gone"
-        );
-        let port = outs[0]["host_port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok());
-        assert_eq!(r.ports().get(&id, &live).expect("read"), port, "{label}");
-        assert!(!r.ledger().is_quarantined(&id).expect("read"), "{label}");
-        let name = names(&r.prefix, &id).sandbox;
-        let by_name: Vec<String> = r
-            .relay
-            .requests()
-            .into_iter()
-            .filter(|l| {
-                l.contains(&format!("/containers/{name}/stop"))
-                    || l.contains(&live) && l.contains("/stop")
-            })
-            .collect();
-        assert!(by_name.is_empty(), "{label}: {by_name:?}");
-    }
+    each_engine(
+        "racing_creates_end_with_one_live_sandbox_that_all_report",
+        Fakes::Debian,
+        |engine| {
+            let label = engine.label();
+            let (mut r, _) = Race::new(engine, "race-create");
+            let create = ["create", "--user", "user-1", "--thread", "race-create"];
+            let first = ok_json(&r.run(&create));
+            // The ID and name as the binary under test derives them (LIFECYCLE_TEST_BIN).
+            let field = |k: &str| first[k].as_str().unwrap_or_default().to_owned();
+            let (id, g1) = (field("sandbox_id"), field("container_id"));
+            r.clean.container(&field("container_name"));
+            ok_json(&r.run(&["quarantine", "mark", &id]));
+            let gate = r.relay.hold_once("POST", "/stop");
+            let children: Vec<Child> = (0..3).map(|_| r.spawn(&create)).collect();
+            let releaser = release_later(gate);
+            let outs: Vec<serde_json::Value> = children
+                .into_iter()
+                .map(|c| ok_json(&c.wait_with_output().expect("wait")))
+                .collect();
+            releaser.join().expect("releaser");
+            let live = outs[0]["container_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            for o in &outs {
+                assert_eq!(o["container_id"], live.as_str(), "{label}: {outs:?}");
+            }
+            assert_ne!(live, g1, "{label}");
+            assert!(r.running(&live), "{label}: the sandbox all report is live");
+            assert!(
+                !r.running(&g1),
+                "{label}: the quarantined generation is gone"
+            );
+            let port = outs[0]["host_port"]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok());
+            assert_eq!(r.ports().get(&id, &live).expect("read"), port, "{label}");
+            assert!(!r.ledger().is_quarantined(&id).expect("read"), "{label}");
+            let name = names(&r.prefix, &id).sandbox;
+            let by_name: Vec<String> = r
+                .relay
+                .requests()
+                .into_iter()
+                .filter(|l| {
+                    l.contains(&format!("/containers/{name}/stop"))
+                        || l.contains(&live) && l.contains("/stop")
+                })
+                .collect();
+            assert!(by_name.is_empty(), "{label}: {by_name:?}");
+        },
+    );
 }
 
 /// Case 4: a `retire` confirmed G1 absent and is held in its teardown's listing while a create
 /// in the same thread runs. The create's new generation keeps its port.
 #[test]
 fn a_stale_retire_never_frees_a_live_generations_port() {
-    for engine in engines("a_stale_retire_never_frees_a_live_generations_port") {
-        let label = engine.label();
-        let (mut r, _) = Race::new(engine, "race-retire");
-        let create = ["create", "--user", "user-1", "--thread", "race-retire"];
-        let first = ok_json(&r.run(&create));
-        // The ID and name as the binary under test derives them (LIFECYCLE_TEST_BIN).
-        let field = |k: &str| first[k].as_str().unwrap_or_default().to_owned();
-        let (id, g1) = (field("sandbox_id"), field("container_id"));
-        r.clean.container(&field("container_name"));
-        ok_json(&r.run(&["quarantine", "mark", &id]));
-        let rm = raw::request(
-            r.socket(),
-            "DELETE",
-            &format!("/containers/{g1}?force=1"),
-            None,
-        )
-        .expect("rm");
-        assert_eq!(rm.status, 204, "{label}: removed out of band");
-        let gate = r.relay.hold_once("GET", "/containers/json");
-        let retire = r.spawn(&["retire"]);
-        assert!(
-            gate.wait_arrived(),
-            "{label}: the retire's listing never came"
-        );
-        let creator = r.spawn(&create);
-        std::thread::sleep(HOLD);
-        gate.release();
-        let retired = retire.wait_with_output().expect("wait");
-        assert!(
-            retired.status.success(),
-            "{label}: {}",
-            String::from_utf8_lossy(&retired.stderr)
-        );
-        let made = ok_json(&creator.wait_with_output().expect("wait"));
-        let g2 = made["container_id"].as_str().unwrap_or_default().to_owned();
-        let port = made["host_port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok());
-        assert!(port.is_some(), "{label}: {made}");
-        // Whatever the ports' layout: the retire did not say it released the live one's port.
-        let said = String::from_utf8_lossy(&retired.stdout).into_owned();
-        for line in said.lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
-            let released: Vec<u64> = match (&v["ports_released"], &v["port_released"]) {
-                (serde_json::Value::Array(a), _) => a.iter().filter_map(|p| p.as_u64()).collect(),
-                (_, p) => p.as_u64().into_iter().collect(),
-            };
+    each_engine(
+        "a_stale_retire_never_frees_a_live_generations_port",
+        Fakes::Debian,
+        |engine| {
+            let label = engine.label();
+            let (mut r, _) = Race::new(engine, "race-retire");
+            let create = ["create", "--user", "user-1", "--thread", "race-retire"];
+            let first = ok_json(&r.run(&create));
+            // The ID and name as the binary under test derives them (LIFECYCLE_TEST_BIN).
+            let field = |k: &str| first[k].as_str().unwrap_or_default().to_owned();
+            let (id, g1) = (field("sandbox_id"), field("container_id"));
+            r.clean.container(&field("container_name"));
+            ok_json(&r.run(&["quarantine", "mark", &id]));
+            let rm = raw::request(
+                r.socket(),
+                "DELETE",
+                &format!("/containers/{g1}?force=1"),
+                None,
+            )
+            .expect("rm");
+            assert_eq!(rm.status, 204, "{label}: removed out of band");
+            let gate = r.relay.hold_once("GET", "/containers/json");
+            let retire = r.spawn(&["retire"]);
             assert!(
-                !released.contains(&made["host_port"].as_u64().unwrap_or_default()),
-                "{label}: the stale retire released the live generation's port: {said}"
+                gate.wait_arrived(),
+                "{label}: the retire's listing never came"
             );
-        }
-        assert!(r.running(&g2), "{label}");
-        assert_eq!(
-            r.ports().get(&id, &g2).expect("read"),
-            port,
-            "{label}: the live generation's port is still reserved"
-        );
-        assert!(!r.ledger().is_quarantined(&id).expect("read"), "{label}");
-    }
+            let creator = r.spawn(&create);
+            std::thread::sleep(HOLD);
+            gate.release();
+            let retired = retire.wait_with_output().expect("wait");
+            assert!(
+                retired.status.success(),
+                "{label}: {}",
+                String::from_utf8_lossy(&retired.stderr)
+            );
+            let made = ok_json(&creator.wait_with_output().expect("wait"));
+            let g2 = made["container_id"].as_str().unwrap_or_default().to_owned();
+            let port = made["host_port"]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok());
+            assert!(port.is_some(), "{label}: {made}");
+            // Whatever the ports' layout: the retire did not say it released the live one's port.
+            let said = String::from_utf8_lossy(&retired.stdout).into_owned();
+            for line in said.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+                let released: Vec<u64> = match (&v["ports_released"], &v["port_released"]) {
+                    (serde_json::Value::Array(a), _) => {
+                        a.iter().filter_map(|p| p.as_u64()).collect()
+                    }
+                    (_, p) => p.as_u64().into_iter().collect(),
+                };
+                assert!(
+                    !released.contains(&made["host_port"].as_u64().unwrap_or_default()),
+                    "{label}: the stale retire released the live generation's port: {said}"
+                );
+            }
+            assert!(r.running(&g2), "{label}");
+            assert_eq!(
+                r.ports().get(&id, &g2).expect("read"),
+                port,
+                "{label}: the live generation's port is still reserved"
+            );
+            assert!(!r.ledger().is_quarantined(&id).expect("read"), "{label}");
+        },
+    );
 }
 
 /// Case 7 on the real engine: destroying an `--rm` container (which removes itself once

@@ -16,24 +16,18 @@ use sockproxy_tests::unique_prefix;
 const SANDBOX_CMD: &str = "httpd -f -p 8080 -h /tmp";
 
 fn lifecycle(sock: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
-    lifecycle_command(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
-        sock,
-        prefix,
-        mode,
-        state,
-    )
-    .args([
-        "--sandbox-cmd",
-        SANDBOX_CMD,
-        "--ready-timeout",
-        "30",
-        "--stop-timeout",
-        "1",
-    ])
-    .args(args)
-    .output()
-    .expect("lifecycle runs")
+    lifecycle_command(sock, prefix, mode, state)
+        .args([
+            "--sandbox-cmd",
+            SANDBOX_CMD,
+            "--ready-timeout",
+            "30",
+            "--stop-timeout",
+            "1",
+        ])
+        .args(args)
+        .output()
+        .expect("lifecycle runs")
 }
 
 fn stderr(o: &Output) -> String {

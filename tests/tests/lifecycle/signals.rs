@@ -14,13 +14,7 @@ use sockproxy_tests::lc::fault_relay::FaultRelay;
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
 
 fn cmd(s: &LcStack, sock: &Path, args: &[&str]) -> Command {
-    let mut c = lifecycle_command(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
-        sock,
-        &s.prefix,
-        "open",
-        &s.state_dir(),
-    );
+    let mut c = lifecycle_command(sock, &s.prefix, "open", &s.state_dir());
     c.args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "0"])
         .args(args)
         .stdout(Stdio::piped())

@@ -109,36 +109,30 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
 
     let proxy = StackProxy::start(&e.socket, &prefix, true);
     let state = tempfile::tempdir().expect("dir");
-    let made = lifecycle_base(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
-        proxy.socket(),
-        &prefix,
-        "restricted",
-        state.path(),
-    )
-    .args([
-        "--sidecar-image",
-        &sidecar_image,
-        "--egress-allow",
-        &format!("{gateway}:{port}"),
-        "--egress-allow",
-        &format!("{upstream}:80"),
-        "--egress-allow-cidr",
-        &format!("{gateway}/32"),
-        "--egress-allow-cidr",
-        &subnet,
-    ])
-    .args([
-        "--sandbox-cmd",
-        "httpd -f -p 8080 -h /tmp",
-        "--ready-timeout",
-        "30",
-        "--stop-timeout",
-        "1",
-    ])
-    .args(["create", "--user", "user-e2e", "--thread", "thread-e2e"])
-    .output()
-    .expect("lifecycle runs");
+    let made = lifecycle_base(proxy.socket(), &prefix, "restricted", state.path())
+        .args([
+            "--sidecar-image",
+            &sidecar_image,
+            "--egress-allow",
+            &format!("{gateway}:{port}"),
+            "--egress-allow",
+            &format!("{upstream}:80"),
+            "--egress-allow-cidr",
+            &format!("{gateway}/32"),
+            "--egress-allow-cidr",
+            &subnet,
+        ])
+        .args([
+            "--sandbox-cmd",
+            "httpd -f -p 8080 -h /tmp",
+            "--ready-timeout",
+            "30",
+            "--stop-timeout",
+            "1",
+        ])
+        .args(["create", "--user", "user-e2e", "--thread", "thread-e2e"])
+        .output()
+        .expect("lifecycle runs");
     assert!(
         made.status.success(),
         "{}",

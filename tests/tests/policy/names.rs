@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sockproxy_tests::engine::{engines, Cleanup, Engine};
+use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes};
 use sockproxy_tests::fake::{FakeEngine, Fault, FaultRule, Flavor};
 use sockproxy_tests::raw::{self, RawResponse};
 use sockproxy_tests::stack::StackProxy;
@@ -120,8 +120,7 @@ fn a_remembered_name_pins_with_one_engine_round_trip() {
 #[test]
 fn names_reused_renamed_and_removed_pin_the_right_container() {
     let test = "names_reused_renamed_and_removed_pin_the_right_container";
-    for e in engines(test) {
-        eprintln!("== {test}: {}", e.label());
+    each_engine(test, Fakes::Debian, |e| {
         let prefix = unique_prefix();
         let mut clean = Cleanup::new(&e.socket);
         let p = StackProxy::start(&e.socket, &prefix, false);
@@ -176,7 +175,7 @@ fn names_reused_renamed_and_removed_pin_the_right_container() {
         assert_eq!(running(&e.socket, &b), Some(true));
         ok(&proxied("POST", &n3, "/stop?t=0"), "stop c");
         assert_eq!(running(&e.socket, &b), Some(false));
-    }
+    });
 }
 
 #[test]
@@ -281,8 +280,7 @@ fn the_map_is_emptied_while_the_engine_is_away() {
 #[test]
 fn a_remembered_container_is_refused_as_an_inspected_one() {
     let test = "a_remembered_container_is_refused_as_an_inspected_one";
-    for e in engines(test) {
-        eprintln!("== {test}: {}", e.label());
+    each_engine(test, Fakes::Debian, |e| {
         let prefix = unique_prefix();
         let mut clean = Cleanup::new(&e.socket);
         let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
@@ -333,5 +331,5 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
             by_name.text()
         );
         assert_eq!(running(&e.socket, &id), Some(true));
-    }
+    });
 }

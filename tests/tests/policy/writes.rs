@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sockproxy_tests::cli::{self, docker};
-use sockproxy_tests::engine::{engines, real_engine, Cleanup};
+use sockproxy_tests::engine::{each_engine, real_engine, Cleanup, Fakes};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
@@ -18,11 +18,13 @@ fn absent(sock: &std::path::Path, name: &str) -> bool {
 
 #[test]
 fn refused_creates_say_why_and_leave_nothing_behind() {
-    for e in engines("refused_creates_say_why_and_leave_nothing_behind") {
-        eprintln!("== on {}", e.label());
-        let prefix = unique_prefix();
-        let p = StackProxy::start(&e.socket, &prefix, false);
-        let cases: Vec<(Vec<&str>, &str)> = vec![
+    each_engine(
+        "refused_creates_say_why_and_leave_nothing_behind",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let cases: Vec<(Vec<&str>, &str)> = vec![
             (
                 vec!["--privileged"],
                 "HostConfig.Privileged is not allowed for this stack",
@@ -143,68 +145,73 @@ fn refused_creates_say_why_and_leave_nothing_behind() {
                 "HostConfig.IpcMode someone-else is not one of this stack's sandboxes",
             ),
         ];
-        for (i, (flags, why)) in cases.iter().enumerate() {
-            let name = format!("{prefix}sandbox-bad{i}");
-            let mut args = vec!["run", "-d", "--name", name.as_str()];
-            args.extend(flags.iter().copied());
-            args.extend([e.image.as_str(), "sleep", "600"]);
-            let out = docker(p.socket(), &args);
-            assert!(!out.ok(), "{flags:?} must be refused");
-            // Newer CLIs spell capabilities CAP_X, so the reason is matched as a suffix.
-            let line = out
-                .stderr
-                .lines()
-                .find(|l| l.contains("sockproxy: containers.create: "))
-                .unwrap_or("");
-            assert!(
-                line.contains("Error response from daemon: sockproxy: containers.create: "),
-                "{flags:?}: {}",
-                out.stderr
-            );
-            assert!(line.ends_with(why), "{flags:?}: {}", out.stderr);
-            assert!(absent(&e.socket, &name), "{flags:?}: nothing was created");
-        }
-    }
+            for (i, (flags, why)) in cases.iter().enumerate() {
+                let name = format!("{prefix}sandbox-bad{i}");
+                let mut args = vec!["run", "-d", "--name", name.as_str()];
+                args.extend(flags.iter().copied());
+                args.extend([e.image.as_str(), "sleep", "600"]);
+                let out = docker(p.socket(), &args);
+                assert!(!out.ok(), "{flags:?} must be refused");
+                // Newer CLIs spell capabilities CAP_X, so the reason is matched as a suffix.
+                let line = out
+                    .stderr
+                    .lines()
+                    .find(|l| l.contains("sockproxy: containers.create: "))
+                    .unwrap_or("");
+                assert!(
+                    line.contains("Error response from daemon: sockproxy: containers.create: "),
+                    "{flags:?}: {}",
+                    out.stderr
+                );
+                assert!(line.ends_with(why), "{flags:?}: {}", out.stderr);
+                assert!(absent(&e.socket, &name), "{flags:?}: nothing was created");
+            }
+        },
+    );
 }
 
 #[test]
 fn the_gateways_normal_create_works_and_is_stamped() {
-    for e in engines("the_gateways_normal_create_works_and_is_stamped") {
-        let prefix = unique_prefix();
-        let mut clean = Cleanup::new(&e.socket);
-        let name = clean.container(&format!("{prefix}sandbox-normal"));
-        let p = StackProxy::start(&e.socket, &prefix, false);
-        let out = docker(
-            p.socket(),
-            &[
-                "run",
-                "-d",
-                "--name",
-                &name,
-                "-l",
-                "deerflow.role=sandbox",
-                "-e",
-                "A=1",
-                "-p",
-                "127.0.0.1::8080",
-                &e.image,
-                "sleep",
-                "600",
-            ],
-        );
-        assert!(out.ok(), "{}: {}", e.label(), out.stderr);
-        let inspect = raw::get(&e.socket, &format!("/containers/{name}/json"))
-            .expect("answer")
-            .json();
-        assert_eq!(inspect["Config"]["Labels"]["deerflow.role"], "sandbox");
-        assert_eq!(
-            inspect["Config"]["Labels"]["sockproxy.stack"],
-            format!("test-{prefix}").as_str()
-        );
-        assert!(inspect["Config"]["Env"]
-            .as_array()
-            .is_some_and(|env| env.contains(&serde_json::json!("A=1"))));
-    }
+    each_engine(
+        "the_gateways_normal_create_works_and_is_stamped",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let name = clean.container(&format!("{prefix}sandbox-normal"));
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let out = docker(
+                p.socket(),
+                &[
+                    "run",
+                    "-d",
+                    "--name",
+                    &name,
+                    "-l",
+                    "deerflow.role=sandbox",
+                    "-e",
+                    "A=1",
+                    "-p",
+                    "127.0.0.1::8080",
+                    &e.image,
+                    "sleep",
+                    "600",
+                ],
+            );
+            assert!(out.ok(), "{}: {}", e.label(), out.stderr);
+            let inspect = raw::get(&e.socket, &format!("/containers/{name}/json"))
+                .expect("answer")
+                .json();
+            assert_eq!(inspect["Config"]["Labels"]["deerflow.role"], "sandbox");
+            assert_eq!(
+                inspect["Config"]["Labels"]["sockproxy.stack"],
+                format!("test-{prefix}").as_str()
+            );
+            assert!(inspect["Config"]["Env"]
+                .as_array()
+                .is_some_and(|env| env.contains(&serde_json::json!("A=1"))));
+        },
+    );
 }
 
 #[test]
@@ -261,152 +268,166 @@ fn an_allowed_bind_root_works_end_to_end() {
 
 #[test]
 fn docker_events_show_the_stacks_containers_only() {
-    for e in engines("docker_events_show_the_stacks_containers_only") {
-        let prefix = unique_prefix();
-        let mut clean = Cleanup::new(&e.socket);
-        let own = clean.container(&format!("{prefix}sandbox-ev"));
-        let foreign = clean.container(&format!("o{prefix}ev"));
-        let p = StackProxy::start(&e.socket, &prefix, false);
-        let mut events = cli::spawn_docker(
-            p.socket(),
-            &[
-                "events",
-                "--format",
-                "{{.Type}} {{.Action}} {{.Actor.Attributes.name}}",
-            ],
-        );
-        let rx = events.lines();
-        std::thread::sleep(Duration::from_millis(300));
-        // The foreign container starts at the same time, directly on the engine.
-        let other = docker(
-            &e.socket,
-            &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"],
-        );
-        assert!(other.ok(), "{}", other.stderr);
-        let mine = docker(
-            p.socket(),
-            &["run", "-d", "--name", &own, &e.image, "sleep", "600"],
-        );
-        assert!(mine.ok(), "{}", mine.stderr);
-        let mut seen = Vec::new();
-        let want = format!("container start {own}");
-        while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
-            let done = line == want;
-            seen.push(line);
-            if done {
-                break;
+    each_engine(
+        "docker_events_show_the_stacks_containers_only",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let own = clean.container(&format!("{prefix}sandbox-ev"));
+            let foreign = clean.container(&format!("o{prefix}ev"));
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let mut events = cli::spawn_docker(
+                p.socket(),
+                &[
+                    "events",
+                    "--format",
+                    "{{.Type}} {{.Action}} {{.Actor.Attributes.name}}",
+                ],
+            );
+            let rx = events.lines();
+            std::thread::sleep(Duration::from_millis(300));
+            // The foreign container starts at the same time, directly on the engine.
+            let other = docker(
+                &e.socket,
+                &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"],
+            );
+            assert!(other.ok(), "{}", other.stderr);
+            let mine = docker(
+                p.socket(),
+                &["run", "-d", "--name", &own, &e.image, "sleep", "600"],
+            );
+            assert!(mine.ok(), "{}", mine.stderr);
+            let mut seen = Vec::new();
+            let want = format!("container start {own}");
+            while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
+                let done = line == want;
+                seen.push(line);
+                if done {
+                    break;
+                }
             }
-        }
-        drop(events);
-        assert!(seen.contains(&want), "{}: {seen:?}", e.label());
-        assert!(
-            !seen.iter().any(|l| l.contains(&foreign)),
-            "{}: a foreign event came through: {seen:?}",
-            e.label()
-        );
-    }
+            drop(events);
+            assert!(seen.contains(&want), "{}: {seen:?}", e.label());
+            assert!(
+                !seen.iter().any(|l| l.contains(&foreign)),
+                "{}: a foreign event came through: {seen:?}",
+                e.label()
+            );
+        },
+    );
 }
 
 #[test]
 fn rename_update_exec_and_the_stack_label() {
-    for e in engines("rename_update_exec_and_the_stack_label") {
-        let prefix = unique_prefix();
-        let mut clean = Cleanup::new(&e.socket);
-        let own = clean.container(&format!("{prefix}sandbox-r"));
-        let renamed = clean.container(&format!("{prefix}sandbox-r2"));
-        let unlabelled = clean.container(&format!("{prefix}sandbox-unlabelled"));
-        let p = StackProxy::start_with(&e.socket, &prefix, false, |c| c.require_stack_label = true);
-        assert!(docker(
-            p.socket(),
-            &["run", "-d", "--name", &own, &e.image, "sleep", "600"]
-        )
-        .ok());
+    each_engine(
+        "rename_update_exec_and_the_stack_label",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let own = clean.container(&format!("{prefix}sandbox-r"));
+            let renamed = clean.container(&format!("{prefix}sandbox-r2"));
+            let unlabelled = clean.container(&format!("{prefix}sandbox-unlabelled"));
+            let p =
+                StackProxy::start_with(&e.socket, &prefix, false, |c| c.require_stack_label = true);
+            assert!(docker(
+                p.socket(),
+                &["run", "-d", "--name", &own, &e.image, "sleep", "600"]
+            )
+            .ok());
 
-        let out = docker(p.socket(), &["rename", &own, "someone-else"]);
-        assert!(
+            let out = docker(p.socket(), &["rename", &own, "someone-else"]);
+            assert!(
             out.stderr.contains(
                 "sockproxy: containers.rename: someone-else is not one of this stack's sandboxes"
             ),
             "{}",
             out.stderr
         );
-        assert!(!absent(&e.socket, &own), "it keeps its name");
-        assert!(docker(p.socket(), &["rename", &own, &renamed]).ok());
-        assert!(absent(&e.socket, &own) && !absent(&e.socket, &renamed));
+            assert!(!absent(&e.socket, &own), "it keeps its name");
+            assert!(docker(p.socket(), &["rename", &own, &renamed]).ok());
+            assert!(absent(&e.socket, &own) && !absent(&e.socket, &renamed));
 
-        let out = docker(p.socket(), &["update", "--restart", "always", &renamed]);
-        assert!(
-            out.stderr.contains(
-                "sockproxy: containers.update: RestartPolicy is not allowed for this stack"
-            ),
-            "{}",
-            out.stderr
-        );
-        let out = docker(p.socket(), &["update", "--cpu-shares", "512", &renamed]);
-        assert!(out.ok(), "{}: {}", e.label(), out.stderr);
+            let out = docker(p.socket(), &["update", "--restart", "always", &renamed]);
+            assert!(
+                out.stderr.contains(
+                    "sockproxy: containers.update: RestartPolicy is not allowed for this stack"
+                ),
+                "{}",
+                out.stderr
+            );
+            let out = docker(p.socket(), &["update", "--cpu-shares", "512", &renamed]);
+            assert!(out.ok(), "{}: {}", e.label(), out.stderr);
 
-        let out = docker(p.socket(), &["exec", "--privileged", &renamed, "true"]);
-        assert!(
-            out.stderr
-                .contains("sockproxy: containers.exec: privileged exec is not allowed"),
-            "{}",
-            out.stderr
-        );
+            let out = docker(p.socket(), &["exec", "--privileged", &renamed, "true"]);
+            assert!(
+                out.stderr
+                    .contains("sockproxy: containers.exec: privileged exec is not allowed"),
+                "{}",
+                out.stderr
+            );
 
-        // An in-scope name without the stack's label (made on the engine) is not the stack's.
-        assert!(docker(
-            &e.socket,
-            &["run", "-d", "--name", &unlabelled, &e.image, "sleep", "600"]
-        )
-        .ok());
-        let out = docker(p.socket(), &["stop", &unlabelled]);
-        assert!(
-            out.stderr.contains(&format!(
-                "sockproxy: containers.stop: {unlabelled} is not one of this stack's sandboxes"
-            )),
-            "{}",
-            out.stderr
-        );
-        assert!(
-            docker(p.socket(), &["stop", "-t", "1", &renamed]).ok(),
-            "its own, stamped container still stops"
-        );
-    }
+            // An in-scope name without the stack's label (made on the engine) is not the stack's.
+            assert!(docker(
+                &e.socket,
+                &["run", "-d", "--name", &unlabelled, &e.image, "sleep", "600"]
+            )
+            .ok());
+            let out = docker(p.socket(), &["stop", &unlabelled]);
+            assert!(
+                out.stderr.contains(&format!(
+                    "sockproxy: containers.stop: {unlabelled} is not one of this stack's sandboxes"
+                )),
+                "{}",
+                out.stderr
+            );
+            assert!(
+                docker(p.socket(), &["stop", "-t", "1", &renamed]).ok(),
+                "its own, stamped container still stops"
+            );
+        },
+    );
 }
 
 #[test]
 fn pulls_only_of_allowed_images_and_no_host_bridges() {
-    for e in engines("pulls_only_of_allowed_images_and_no_host_bridges") {
-        let prefix = unique_prefix();
-        let mut clean = Cleanup::new(&e.socket);
-        let net = clean.network(&format!("{prefix}net-hb"));
-        let p = StackProxy::start_with(&e.socket, &prefix, true, |c| {
-            c.allow_images = vec!["busybox:latest".into()]
-        });
-        // Never forwarded, so no engine ever tries a registry for these.
-        let out = docker(p.socket(), &["pull", "alpine:3"]);
-        assert!(out.stderr.contains("sockproxy: images.pull: docker.io/library/alpine:3 is not an allowed image (--allow-image)"), "{}", out.stderr);
-        if e.is_fake() {
-            // Allowed references are forwarded; the fake has the image and needs no registry.
-            let out = docker(p.socket(), &["pull", "busybox:latest"]);
-            assert!(out.ok(), "{}", out.stderr);
-        }
-        let out = docker(
-            p.socket(),
-            &[
-                "network",
-                "create",
-                "-o",
-                "com.docker.network.bridge.name=docker0",
-                &net,
-            ],
-        );
-        assert!(
-            out.stderr
-                .contains("option com.docker.network.bridge.name is not allowed for this stack"),
-            "{}",
-            out.stderr
-        );
-        assert!(raw::get(&e.socket, &format!("/networks/{net}")).is_ok_and(|r| r.status == 404));
-    }
+    each_engine(
+        "pulls_only_of_allowed_images_and_no_host_bridges",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let net = clean.network(&format!("{prefix}net-hb"));
+            let p = StackProxy::start_with(&e.socket, &prefix, true, |c| {
+                c.allow_images = vec!["busybox:latest".into()]
+            });
+            // Never forwarded, so no engine ever tries a registry for these.
+            let out = docker(p.socket(), &["pull", "alpine:3"]);
+            assert!(out.stderr.contains("sockproxy: images.pull: docker.io/library/alpine:3 is not an allowed image (--allow-image)"), "{}", out.stderr);
+            if e.is_fake() {
+                // Allowed references are forwarded; the fake has the image and needs no registry.
+                let out = docker(p.socket(), &["pull", "busybox:latest"]);
+                assert!(out.ok(), "{}", out.stderr);
+            }
+            let out = docker(
+                p.socket(),
+                &[
+                    "network",
+                    "create",
+                    "-o",
+                    "com.docker.network.bridge.name=docker0",
+                    &net,
+                ],
+            );
+            assert!(
+                out.stderr.contains(
+                    "option com.docker.network.bridge.name is not allowed for this stack"
+                ),
+                "{}",
+                out.stderr
+            );
+            assert!(raw::get(&e.socket, &format!("/networks/{net}")).is_ok_and(|r| r.status == 404));
+        },
+    );
 }

@@ -38,7 +38,6 @@ async fn real_engine_acquire_release_reclaim_and_shutdown() {
         clean.container(&names(&prefix, &id).sandbox);
     }
     let mut serve = ServeProcess::start(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
         proxy.socket(),
         &prefix,
         state.path(),

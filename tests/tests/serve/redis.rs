@@ -146,7 +146,6 @@ async fn redis_outage_fails_closed_and_keeps_serving_what_is_owned() {
 
 fn serve_process(stack: &LcStack, redis: &RedisServer, dir: &Path, me: &str) -> ServeProcess {
     ServeProcess::start(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
         stack.proxy.socket(),
         &stack.prefix,
         stack.state.path(),

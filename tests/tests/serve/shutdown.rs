@@ -14,7 +14,6 @@ async fn sigterm_with_keep_warm_stops_accepting_and_leaves_sandboxes_running() {
     let stack = LcStack::new(false);
     let dir = tempfile::tempdir().expect("dir");
     let mut serve = ServeProcess::start(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
         stack.proxy.socket(),
         &stack.prefix,
         stack.state.path(),
@@ -58,7 +57,6 @@ async fn sigterm_with_a_failing_teardown_keeps_it_reports_it_on_stderr_and_exits
     let relay = FaultRelay::start(stack.proxy.socket());
     let dir = tempfile::tempdir().expect("dir");
     let mut serve = ServeProcess::start(
-        env!("CARGO_BIN_EXE_lifecycle-cli"),
         relay.socket(),
         &stack.prefix,
         stack.state.path(),

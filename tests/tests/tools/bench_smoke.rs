@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 
+use sockproxy_tests::bins;
+use sockproxy_tests::skip::skip;
+
 /// The rows of the first Markdown table after the line starting with `heading`, as cells,
 /// without the header and separator rows.
 fn table(text: &str, heading: &str) -> Vec<Vec<String>> {
@@ -60,18 +63,12 @@ fn newest_change(path: &Path) -> Option<SystemTime> {
         .max()
 }
 
-/// The directory this test run's debug binaries are in (`target/debug`, above `deps/` where this
-/// test runs from), for `--bin-dir`, when sockproxy and netproxy there are newer than every
-/// source they are built from (as after `cargo test --workspace`, which builds them for their
-/// own tests). Otherwise none, and the bench builds them itself with a nested `cargo build`,
-/// so a stale binary is never what runs.
+/// This build's binary directory (`bins::dir`), for `--bin-dir`, when sockproxy and netproxy
+/// there are newer than every source they are built from (as after `cargo test --workspace`,
+/// which builds them for their own tests). Otherwise none, and the bench builds them itself with
+/// a nested `cargo build`, so a stale binary is never what runs.
 fn prebuilt() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.to_owned();
-    // fake-dockerd comes fresh from this very run (it is this crate's own binary).
-    if Path::new(env!("CARGO_BIN_EXE_fake-dockerd")).parent()? != dir {
-        return None;
-    }
+    let dir = bins::dir();
     let built = ["sockproxy", "netproxy"]
         .iter()
         .map(|b| {
@@ -97,15 +94,19 @@ fn prebuilt() -> Option<PathBuf> {
 
 /// The bench, given `--bin-dir` when the binaries are already built.
 fn bench() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
+    let mut cmd = Command::new(bins::bench());
     if let Some(dir) = prebuilt() {
         cmd.arg("--bin-dir").arg(dir);
     }
     cmd
 }
 
+/// How to get the proxies the bench compares against.
+const HOW: &str = "apt-get install haproxy tinyproxy squid, as .ci/run does";
+
 #[test]
 fn the_benchmark_runs_every_part_at_a_tiny_size() {
+    const TEST: &str = "the_benchmark_runs_every_part_at_a_tiny_size";
     let out = bench()
         .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
         .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
@@ -122,6 +123,10 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
     );
     assert!(text.contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench"));
 
+    let haproxy = installed("haproxy");
+    if !haproxy {
+        skip(TEST, "the HAProxy columns: haproxy is not installed", HOW);
+    }
     let requests = table(&text, "## 1.");
     assert_eq!(
         requests.len(),
@@ -133,7 +138,7 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
         positive(row, 3);
         positive(row, 5);
         positive(row, 10);
-        if installed("haproxy") {
+        if haproxy {
             positive(row, 4);
             positive(row, 6);
             positive(row, 11);
@@ -173,7 +178,11 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
     positive(&lists[0], 6);
 
     if text.contains("## 3. Real engine (docker CLI wall time)\n\nSkipped") {
-        assert!(!engine_required, "CI=true must run the real-engine part");
+        skip(
+            TEST,
+            "the real-engine part: no engine answers at DOCKER_HOST",
+            "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
+        );
     } else {
         let real = table(&text, "## 3.");
         assert_eq!(real.len(), 3, "{real:?}");
@@ -193,6 +202,11 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
     for name in ["direct", "netproxy", "tinyproxy", "squid"] {
         let ours = name == "direct" || name == "netproxy";
         if !ours && !installed(name) {
+            skip(
+                TEST,
+                &format!("the {name} row: {name} is not installed"),
+                HOW,
+            );
             continue;
         }
         let row = route(name);

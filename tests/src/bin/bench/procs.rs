@@ -18,8 +18,8 @@ pub fn bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(dir) = explicit {
         return Ok(dir);
     }
-    let exe = std::env::current_exe().context("where the bench runs from")?;
-    let dir = exe.parent().context("bench has no directory")?.to_owned();
+    // The directory the bench itself was built into, found the way the tests find it.
+    let dir = sockproxy_tests::bins::dir();
     let profile = dir
         .file_name()
         .and_then(|n| n.to_str())
