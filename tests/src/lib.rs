@@ -3,7 +3,8 @@
 //! HTTP/1.1 client for requests no well-behaved client would send (`raw`), and a recording
 //! upstream that proves what was (not) forwarded (`recorder`), and deer-flow's gateway replayed
 //! as docker CLI steps (`deerflow`). Every test finds this build's programs through `bins`,
-//! runs a case on each engine with `engine::each_engine`, and skips only through `skip::skip`.
+//! runs a case on each engine with `engine::each_engine`, skips only through `skip::skip`, and
+//! names the steps of a long scenario with `step::step`.
 
 pub mod bins;
 pub mod cli;
@@ -20,6 +21,7 @@ pub mod serve;
 pub mod serve_process;
 pub mod skip;
 pub mod stack;
+pub mod step;
 pub mod subject;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -8,6 +8,7 @@ use sockproxy_tests::engine::Engine;
 use sockproxy_tests::fake::{Fault, FaultRule, Flavor};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 #[test]
@@ -81,92 +82,106 @@ fn injected_faults_reach_clients_and_the_proxy_fails_closed() {
         .expect("answer");
         let id = made.json()["Id"].as_str().unwrap_or_default().to_owned();
 
-        fake.inject(FaultRule::new(
-            Some("GET"),
-            "/containers/json",
-            Fault::Status500,
-        ));
-        let direct = raw::get(&engine.socket, "/containers/json").expect("answer");
-        assert_eq!(
-            (direct.status, direct.message().as_str()),
-            (500, "fake-dockerd: injected fault")
-        );
-        let proxied = raw::get(proxy.socket(), "/containers/json").expect("answer");
-        assert_eq!(
-            proxied.status, 500,
-            "an engine error on a list passes through"
-        );
-        fake.clear_faults();
-
-        fake.inject(FaultRule::new(
-            Some("GET"),
-            "/containers/json",
-            Fault::Truncated,
-        ));
-        let direct = raw::get(&engine.socket, "/containers/json?all=1").expect("answer");
-        assert!(serde_json::from_slice::<serde_json::Value>(&direct.body).is_err());
-        let proxied = raw::get(proxy.socket(), "/containers/json?all=1").expect("answer");
-        assert_eq!(
-            proxied.status, 502,
-            "a truncated list is never half-filtered"
-        );
-        fake.clear_faults();
-
-        for fault in [
-            Fault::Malformed,
-            Fault::Reset,
-            Fault::Status500,
-            Fault::Truncated,
-        ] {
+        step("a 500 on a list passes through", || {
             fake.inject(FaultRule::new(
                 Some("GET"),
-                &format!("/containers/{id}/json"),
-                fault,
+                "/containers/json",
+                Fault::Status500,
             ));
-            fake.clear_requests();
-            let r = raw::request(
-                proxy.socket(),
-                "POST",
-                &format!("/containers/{id}/stop"),
-                None,
-            )
-            .expect("answer");
-            assert_eq!(r.status, 502, "{fault:?}: {}", r.text());
-            assert!(
-                r.message().starts_with("sockproxy: upstream unavailable: "),
-                "{}",
-                r.text()
+            let direct = raw::get(&engine.socket, "/containers/json").expect("answer");
+            assert_eq!(
+                (direct.status, direct.message().as_str()),
+                (500, "fake-dockerd: injected fault")
             );
-            assert!(
-                !fake.request_lines().iter().any(|l| l.starts_with("POST")),
-                "{fault:?}: nothing was forwarded: {:?}",
-                fake.request_lines()
+            let proxied = raw::get(proxy.socket(), "/containers/json").expect("answer");
+            assert_eq!(
+                proxied.status, 500,
+                "an engine error on a list passes through"
             );
             fake.clear_faults();
-        }
+        });
+
+        step("a truncated list is a 502, never half-filtered", || {
+            fake.inject(FaultRule::new(
+                Some("GET"),
+                "/containers/json",
+                Fault::Truncated,
+            ));
+            let direct = raw::get(&engine.socket, "/containers/json?all=1").expect("answer");
+            assert!(serde_json::from_slice::<serde_json::Value>(&direct.body).is_err());
+            let proxied = raw::get(proxy.socket(), "/containers/json?all=1").expect("answer");
+            assert_eq!(
+                proxied.status, 502,
+                "a truncated list is never half-filtered"
+            );
+            fake.clear_faults();
+        });
+
+        step(
+            "an unreadable answer to a check is a 502 and nothing is forwarded",
+            || {
+                for fault in [
+                    Fault::Malformed,
+                    Fault::Reset,
+                    Fault::Status500,
+                    Fault::Truncated,
+                ] {
+                    fake.inject(FaultRule::new(
+                        Some("GET"),
+                        &format!("/containers/{id}/json"),
+                        fault,
+                    ));
+                    fake.clear_requests();
+                    let r = raw::request(
+                        proxy.socket(),
+                        "POST",
+                        &format!("/containers/{id}/stop"),
+                        None,
+                    )
+                    .expect("answer");
+                    assert_eq!(r.status, 502, "{fault:?}: {}", r.text());
+                    assert!(
+                        r.message().starts_with("sockproxy: upstream unavailable: "),
+                        "{}",
+                        r.text()
+                    );
+                    assert!(
+                        !fake.request_lines().iter().any(|l| l.starts_with("POST")),
+                        "{fault:?}: nothing was forwarded: {:?}",
+                        fake.request_lines()
+                    );
+                    fake.clear_faults();
+                }
+            },
+        );
 
         // A fault that fires a limited number of times, then the engine answers normally.
-        let mut once = FaultRule::new(None, "/_ping", Fault::Reset);
-        once.times = Some(1);
-        fake.inject(once);
-        assert!(
-            raw::get(&engine.socket, "/_ping").is_err(),
-            "reset: no answer"
+        step(
+            "a fault fires its number of times; a delay is waited out",
+            || {
+                let mut once = FaultRule::new(None, "/_ping", Fault::Reset);
+                once.times = Some(1);
+                fake.inject(once);
+                assert!(
+                    raw::get(&engine.socket, "/_ping").is_err(),
+                    "reset: no answer"
+                );
+                assert_eq!(
+                    raw::get(&engine.socket, "/_ping").expect("answer").status,
+                    200
+                );
+                fake.inject(FaultRule::new(
+                    None,
+                    "/version",
+                    Fault::Delay(Duration::from_millis(50)),
+                ));
+                assert_eq!(
+                    raw::get(proxy.socket(), "/version").expect("answer").status,
+                    200
+                );
+                fake.clear_faults();
+            },
         );
-        assert_eq!(
-            raw::get(&engine.socket, "/_ping").expect("answer").status,
-            200
-        );
-        fake.inject(FaultRule::new(
-            None,
-            "/version",
-            Fault::Delay(Duration::from_millis(50)),
-        ));
-        assert_eq!(
-            raw::get(proxy.socket(), "/version").expect("answer").status,
-            200
-        );
-        fake.clear_faults();
     }
 }
 

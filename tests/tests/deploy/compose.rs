@@ -13,6 +13,7 @@ use sockproxy_tests::cli::docker;
 use sockproxy_tests::engine::{ensure_images, real_engine, Cleanup};
 use sockproxy_tests::raw;
 use sockproxy_tests::skip::skip;
+use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 struct Compose {
@@ -100,118 +101,143 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     )
     .ok());
 
-    let up = compose.run(&["up", "-d", "sockproxy"]);
-    assert!(up.status.success(), "{}", text(&up));
-    // The proxy needs a moment to listen in its volume.
-    let mut listed = compose.run(&["run", "--rm", "gateway", "ls"]);
-    for _ in 0..40 {
-        if listed.status.success() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-        listed = compose.run(&["run", "--rm", "gateway", "ls"]);
-    }
-    assert!(listed.status.success(), "{}", text(&listed));
-
-    let made = compose.run(&[
-        "run",
-        "--rm",
-        "-e",
-        "LIFECYCLE_SANDBOX_CMD=sleep 600",
-        "gateway",
-        "create",
-        "--user",
-        "u1",
-        "--thread",
-        "t1",
-    ]);
-    assert!(made.status.success(), "{}", text(&made));
-    let line = String::from_utf8_lossy(&made.stdout)
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or("")
-        .to_owned();
-    let created: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {}", text(&made)));
-    let name = created["container_name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    clean.container(&name);
-    assert!(name.starts_with(&format!("{stack}sandbox-")), "{name}");
-    let inspect = raw::get(&e.socket, &format!("/containers/{name}/json"))
-        .expect("answer")
-        .json();
-    assert_eq!(inspect["State"]["Running"], true);
-    assert_eq!(
-        inspect["Config"]["Labels"]["sockproxy.stack"],
-        project.as_str()
+    step(
+        "the stack's sockproxy comes up and the gateway lists through it",
+        || {
+            let up = compose.run(&["up", "-d", "sockproxy"]);
+            assert!(up.status.success(), "{}", text(&up));
+            // The proxy needs a moment to listen in its volume.
+            let mut listed = compose.run(&["run", "--rm", "gateway", "ls"]);
+            for _ in 0..40 {
+                if listed.status.success() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+                listed = compose.run(&["run", "--rm", "gateway", "ls"]);
+            }
+            assert!(listed.status.success(), "{}", text(&listed));
+        },
     );
 
-    let ls = compose.run(&["run", "--rm", "gateway", "ls"]);
-    let seen = String::from_utf8_lossy(&ls.stdout).into_owned();
-    assert!(seen.contains(&name), "{seen}");
-    assert!(
-        !seen.contains(&foreign),
-        "the foreign container is invisible to the gateway: {seen}"
+    let (created, name) = step(
+        "the gateway creates a sandbox, stamped with the stack",
+        || {
+            let made = compose.run(&[
+                "run",
+                "--rm",
+                "-e",
+                "LIFECYCLE_SANDBOX_CMD=sleep 600",
+                "gateway",
+                "create",
+                "--user",
+                "u1",
+                "--thread",
+                "t1",
+            ]);
+            assert!(made.status.success(), "{}", text(&made));
+            let line = String::from_utf8_lossy(&made.stdout)
+                .lines()
+                .rev()
+                .find(|l| l.starts_with('{'))
+                .unwrap_or("")
+                .to_owned();
+            let created: serde_json::Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {}", text(&made)));
+            let name = created["container_name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            clean.container(&name);
+            assert!(name.starts_with(&format!("{stack}sandbox-")), "{name}");
+            let inspect = raw::get(&e.socket, &format!("/containers/{name}/json"))
+                .expect("answer")
+                .json();
+            assert_eq!(inspect["State"]["Running"], true);
+            assert_eq!(
+                inspect["Config"]["Labels"]["sockproxy.stack"],
+                project.as_str()
+            );
+            (created, name)
+        },
     );
 
-    let id = created["sandbox_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let destroyed = compose.run(&["run", "--rm", "gateway", "destroy", &id]);
-    assert!(destroyed.status.success(), "{}", text(&destroyed));
-    assert_eq!(
-        raw::get(&e.socket, &format!("/containers/{name}/json"))
-            .expect("answer")
-            .status,
-        404
-    );
-    let foreign_state = raw::get(&e.socket, &format!("/containers/{foreign}/json"))
-        .expect("answer")
-        .json();
-    assert_eq!(
-        foreign_state["State"]["Running"], true,
-        "the foreign container is untouched"
+    step(
+        "the gateway sees its sandbox and not the foreign container",
+        || {
+            let ls = compose.run(&["run", "--rm", "gateway", "ls"]);
+            let seen = String::from_utf8_lossy(&ls.stdout).into_owned();
+            assert!(seen.contains(&name), "{seen}");
+            assert!(
+                !seen.contains(&foreign),
+                "the foreign container is invisible to the gateway: {seen}"
+            );
+        },
     );
 
-    let restricted = Compose {
-        files: vec![
-            repo().join("deploy/compose.yaml"),
-            repo().join("deploy/compose.restricted.yaml"),
-        ],
-        project: format!("{project}r"),
-        env: compose.env.clone(),
-    };
-    let config = restricted.run(&["config"]);
-    assert!(config.status.success(), "{}", text(&config));
-    let merged = String::from_utf8_lossy(&config.stdout).into_owned();
-    assert!(
-        merged.contains("SOCKPROXY_RESTRICTED") && merged.contains("netproxy:latest"),
-        "{merged}"
+    step(
+        "the gateway destroys its sandbox, the foreign container untouched",
+        || {
+            let id = created["sandbox_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let destroyed = compose.run(&["run", "--rm", "gateway", "destroy", &id]);
+            assert!(destroyed.status.success(), "{}", text(&destroyed));
+            assert_eq!(
+                raw::get(&e.socket, &format!("/containers/{name}/json"))
+                    .expect("answer")
+                    .status,
+                404
+            );
+            let foreign_state = raw::get(&e.socket, &format!("/containers/{foreign}/json"))
+                .expect("answer")
+                .json();
+            assert_eq!(
+                foreign_state["State"]["Running"], true,
+                "the foreign container is untouched"
+            );
+        },
     );
-    drop(restricted);
 
-    let down = compose.run(&["down", "-v"]);
-    assert!(down.status.success(), "{}", text(&down));
-    let left = docker(
-        &e.socket,
-        &[
-            "ps",
-            "-a",
-            "--filter",
-            &format!("label=com.docker.compose.project={project}"),
-            "--format",
-            "{{.Names}}",
-        ],
-    );
-    assert_eq!(left.out(), "", "nothing of the example is left");
-    let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
-    assert!(
-        !volumes.out().contains(&project),
-        "its volumes are gone: {}",
-        volumes.out()
-    );
+    step("the restricted variant is a valid configuration", || {
+        let restricted = Compose {
+            files: vec![
+                repo().join("deploy/compose.yaml"),
+                repo().join("deploy/compose.restricted.yaml"),
+            ],
+            project: format!("{project}r"),
+            env: compose.env.clone(),
+        };
+        let config = restricted.run(&["config"]);
+        assert!(config.status.success(), "{}", text(&config));
+        let merged = String::from_utf8_lossy(&config.stdout).into_owned();
+        assert!(
+            merged.contains("SOCKPROXY_RESTRICTED") && merged.contains("netproxy:latest"),
+            "{merged}"
+        );
+        drop(restricted);
+    });
+
+    step("the example comes down and leaves nothing", || {
+        let down = compose.run(&["down", "-v"]);
+        assert!(down.status.success(), "{}", text(&down));
+        let left = docker(
+            &e.socket,
+            &[
+                "ps",
+                "-a",
+                "--filter",
+                &format!("label=com.docker.compose.project={project}"),
+                "--format",
+                "{{.Names}}",
+            ],
+        );
+        assert_eq!(left.out(), "", "nothing of the example is left");
+        let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
+        assert!(
+            !volumes.out().contains(&project),
+            "its volumes are gone: {}",
+            volumes.out()
+        );
+    });
 }

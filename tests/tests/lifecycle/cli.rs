@@ -10,6 +10,7 @@ use sockproxy_tests::bins;
 use sockproxy_tests::engine::{Engine, TEST_IMAGE};
 use sockproxy_tests::fake::Flavor;
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
+use sockproxy_tests::step::step;
 
 fn lifecycle(docker_host: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str]) -> Output {
     lifecycle_command(docker_host, prefix, mode, state)
@@ -35,84 +36,101 @@ fn create_prints_one_json_object_and_retire_logs_the_skip_once() {
     let s = LcStack::new(false);
     let sock = s.proxy.socket_buf();
     let state = s.state_dir();
-    let out = lifecycle(
-        &sock,
-        &s.prefix,
-        "open",
-        &state,
-        &["create", "--user", "user-1", "--thread", "t1"],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let created = json_lines(&out);
-    assert_eq!(created.len(), 1);
-    let c = &created[0];
-    let id = s.id("t1");
-    assert_eq!(c["sandbox_id"], id.as_str());
-    assert_eq!(c["container_name"], s.names(&id).sandbox.as_str());
-    assert_eq!(c["mode"], "open");
-    let port = c["host_port"].as_u64().expect("a host port");
-    assert_eq!(c["url"], format!("http://127.0.0.1:{port}").as_str());
-    assert_eq!(c["container_id"].as_str().map(str::len), Some(64));
+    let (id, port) = step("create prints one JSON object", || {
+        let out = lifecycle(
+            &sock,
+            &s.prefix,
+            "open",
+            &state,
+            &["create", "--user", "user-1", "--thread", "t1"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let created = json_lines(&out);
+        assert_eq!(created.len(), 1);
+        let c = &created[0];
+        let id = s.id("t1");
+        assert_eq!(c["sandbox_id"], id.as_str());
+        assert_eq!(c["container_name"], s.names(&id).sandbox.as_str());
+        assert_eq!(c["mode"], "open");
+        let port = c["host_port"].as_u64().expect("a host port");
+        assert_eq!(c["url"], format!("http://127.0.0.1:{port}").as_str());
+        assert_eq!(c["container_id"].as_str().map(str::len), Some(64));
+        (id, port)
+    });
 
-    let ls = lifecycle(&sock, &s.prefix, "open", &state, &["ls"]);
-    let listed = json_lines(&ls);
-    assert_eq!(listed.len(), 1, "{}", stderr(&ls));
-    assert_eq!(listed[0]["sandbox_id"], id.as_str());
-    assert_eq!(listed[0]["state"], "running");
-    assert_eq!(listed[0]["mode"], "open");
+    step("ls lists it running", || {
+        let ls = lifecycle(&sock, &s.prefix, "open", &state, &["ls"]);
+        let listed = json_lines(&ls);
+        assert_eq!(listed.len(), 1, "{}", stderr(&ls));
+        assert_eq!(listed[0]["sandbox_id"], id.as_str());
+        assert_eq!(listed[0]["state"], "running");
+        assert_eq!(listed[0]["mode"], "open");
+    });
 
     // Quarantine it in one process, see it from another (the ledger survives a restart).
-    let mark = lifecycle(
-        &sock,
-        &s.prefix,
-        "open",
-        &state,
-        &["quarantine", "mark", &id],
-    );
-    assert!(mark.status.success(), "{}", stderr(&mark));
-    let ls = lifecycle(&sock, &s.prefix, "open", &state, &["quarantine", "ls"]);
-    let entries = json_lines(&ls);
-    assert_eq!(entries.len(), 1);
-    assert_eq!(entries[0]["sandbox_id"], id.as_str());
+    step("a mark by one process is seen by another", || {
+        let mark = lifecycle(
+            &sock,
+            &s.prefix,
+            "open",
+            &state,
+            &["quarantine", "mark", &id],
+        );
+        assert!(mark.status.success(), "{}", stderr(&mark));
+        let ls = lifecycle(&sock, &s.prefix, "open", &state, &["quarantine", "ls"]);
+        let entries = json_lines(&ls);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0]["sandbox_id"], id.as_str());
+    });
 
     // While the container is present, retire keeps the record.
-    let kept = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
-    assert!(kept.status.success(), "{}", stderr(&kept));
-    assert_eq!(json_lines(&kept)[0]["result"], "kept");
+    step(
+        "retire keeps the record while the container is there",
+        || {
+            let kept = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
+            assert!(kept.status.success(), "{}", stderr(&kept));
+            assert_eq!(json_lines(&kept)[0]["result"], "kept");
+        },
+    );
 
-    let rm = sockproxy_tests::raw::request(
-        &s.engine.socket,
-        "DELETE",
-        &format!("/containers/{}?force=1", s.names(&id).sandbox),
-        None,
-    )
-    .expect("rm");
-    assert_eq!(rm.status, 204);
-    let retired = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
-    assert!(retired.status.success(), "{}", stderr(&retired));
-    let line = &json_lines(&retired)[0];
-    assert_eq!(line["result"], "retired");
-    assert_eq!(line["strict"], false);
-    assert_eq!(line["ports_released"], serde_json::json!([port]));
-    let skip = format!(
+    step(
+        "retire retires it once the container is gone, logging the skip once",
+        || {
+            let rm = sockproxy_tests::raw::request(
+                &s.engine.socket,
+                "DELETE",
+                &format!("/containers/{}?force=1", s.names(&id).sandbox),
+                None,
+            )
+            .expect("rm");
+            assert_eq!(rm.status, 204);
+            let retired = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
+            assert!(retired.status.success(), "{}", stderr(&retired));
+            let line = &json_lines(&retired)[0];
+            assert_eq!(line["result"], "retired");
+            assert_eq!(line["strict"], false);
+            assert_eq!(line["ports_released"], serde_json::json!([port]));
+            let skip = format!(
         "Retiring open-mode sandbox {id} without restricted cleanup: no network proxy {} is listed.",
         s.names(&id).sidecar
     );
-    assert_eq!(
-        stderr(&retired).matches(&skip).count(),
-        1,
-        "{}",
-        stderr(&retired)
+            assert_eq!(
+                stderr(&retired).matches(&skip).count(),
+                1,
+                "{}",
+                stderr(&retired)
+            );
+            assert_eq!(s.proxy.decisions().1, 0, "no call was refused");
+            assert!(json_lines(&lifecycle(
+                &sock,
+                &s.prefix,
+                "open",
+                &state,
+                &["quarantine", "ls"]
+            ))
+            .is_empty());
+        },
     );
-    assert_eq!(s.proxy.decisions().1, 0, "no call was refused");
-    assert!(json_lines(&lifecycle(
-        &sock,
-        &s.prefix,
-        "open",
-        &state,
-        &["quarantine", "ls"]
-    ))
-    .is_empty());
 }
 
 #[test]
@@ -248,43 +266,50 @@ fn bad_input_gets_one_line_and_changes_nothing() {
             "nothing.sock",
         ),
     ];
-    for (what, docker_host, state, args, code, says) in cases {
-        s.fake().clear_requests();
-        let out = lifecycle(&docker_host, &s.prefix, "open", &state, &args);
-        assert_eq!(out.status.code(), Some(code), "{what}: {}", stderr(&out));
-        let err = stderr(&out);
-        assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
-        assert!(err.contains(says), "{what}: {err}");
-        // Only a lock file may be made (an operation on a sandbox ID takes its lock first).
-        for kept in ["sandbox-quarantine", "ports"] {
-            assert!(!state.join(kept).exists(), "{what}: nothing in {kept}");
+    step("each bad input: one line, its exit code, no change", || {
+        for (what, docker_host, state, args, code, says) in cases {
+            s.fake().clear_requests();
+            let out = lifecycle(&docker_host, &s.prefix, "open", &state, &args);
+            assert_eq!(out.status.code(), Some(code), "{what}: {}", stderr(&out));
+            let err = stderr(&out);
+            assert_eq!(err.trim_end().lines().count(), 1, "{what}: one line: {err}");
+            assert!(err.contains(says), "{what}: {err}");
+            // Only a lock file may be made (an operation on a sandbox ID takes its lock first).
+            for kept in ["sandbox-quarantine", "ports"] {
+                assert!(!state.join(kept).exists(), "{what}: nothing in {kept}");
+            }
+            assert!(
+                !s.asked()
+                    .iter()
+                    .any(|l| l.starts_with("POST") || l.starts_with("DELETE")),
+                "{what}: nothing changed in the engine: {:?}",
+                s.asked()
+            );
         }
-        assert!(
-            !s.asked()
-                .iter()
-                .any(|l| l.starts_with("POST") || l.starts_with("DELETE")),
-            "{what}: nothing changed in the engine: {:?}",
-            s.asked()
-        );
-    }
-    let bad_prefix = lifecycle(&sock, "abc", "open", &fresh("s7"), &["ls"]);
-    assert_eq!(bad_prefix.status.code(), Some(2));
-    let bad_addr = Command::new(bins::lifecycle())
-        .args([
-            "--docker-host",
-            "tcp://127.0.0.1:2375",
-            "--prefix",
-            "p-",
-            "--mode",
-            "open",
-            "--state-dir",
-            "/nonexistent",
-            "ls",
-        ])
-        .output()
-        .expect("runs");
-    assert_eq!(bad_addr.status.code(), Some(2));
-    assert!(stderr(&bad_addr).contains("only unix:// addresses"));
+    });
+    step(
+        "a bad prefix and a non-unix address are usage errors",
+        || {
+            let bad_prefix = lifecycle(&sock, "abc", "open", &fresh("s7"), &["ls"]);
+            assert_eq!(bad_prefix.status.code(), Some(2));
+            let bad_addr = Command::new(bins::lifecycle())
+                .args([
+                    "--docker-host",
+                    "tcp://127.0.0.1:2375",
+                    "--prefix",
+                    "p-",
+                    "--mode",
+                    "open",
+                    "--state-dir",
+                    "/nonexistent",
+                    "ls",
+                ])
+                .output()
+                .expect("runs");
+            assert_eq!(bad_addr.status.code(), Some(2));
+            assert!(stderr(&bad_addr).contains("only unix:// addresses"));
+        },
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ use sockproxy_tests::engine::{real_engine, Cleanup};
 use sockproxy_tests::lc::{lifecycle_command, names as names_of};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 /// busybox's httpd answers every request (404 for /), which is all readiness needs.
@@ -126,79 +127,94 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
     let state = tempfile::tempdir().expect("dir");
     let (sock, st) = (proxy.socket_buf(), state.path());
 
-    let made = lifecycle(
-        &sock,
-        &prefix,
-        "restricted",
-        st,
-        &["create", "--user", "user-2", "--thread", "thread-r"],
-    );
-    assert!(made.status.success(), "{}", stderr(&made));
-    let c = json(&made);
-    assert_eq!(c["mode"], "restricted");
+    let c = step("lifecycle creates a restricted sandbox", || {
+        let made = lifecycle(
+            &sock,
+            &prefix,
+            "restricted",
+            st,
+            &["create", "--user", "user-2", "--thread", "thread-r"],
+        );
+        assert!(made.status.success(), "{}", stderr(&made));
+        let c = json(&made);
+        assert_eq!(c["mode"], "restricted");
+        c
+    });
     let inspect = |path: &str| raw::get(&e.socket, path).expect("answer");
-    let net = inspect(&format!("/networks/{}", names.network));
-    assert_eq!(net.status, 200);
-    assert_eq!(net.json()["Internal"], true);
-    let sandbox = inspect(&format!("/containers/{}/json", names.sandbox)).json();
-    assert_eq!(
-        sandbox["Config"]["Labels"]["deerflow.network_mode"], "allowlist",
-        "restricted is written as deer-flow's allowlist"
+    step(
+        "the sandbox is on its internal network only, with the sidecar as its proxy",
+        || {
+            let net = inspect(&format!("/networks/{}", names.network));
+            assert_eq!(net.status, 200);
+            assert_eq!(net.json()["Internal"], true);
+            let sandbox = inspect(&format!("/containers/{}/json", names.sandbox)).json();
+            assert_eq!(
+                sandbox["Config"]["Labels"]["deerflow.network_mode"], "allowlist",
+                "restricted is written as deer-flow's allowlist"
+            );
+            let egress = inspect(&format!("/networks/{}", names.egress));
+            assert_eq!(egress.status, 200, "the sandbox's own egress network");
+            assert_eq!(egress.json()["Labels"]["deerflow.sandbox_id"], id.as_str());
+            let sandbox_nets: Vec<String> = sandbox["NetworkSettings"]["Networks"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            assert_eq!(
+                sandbox_nets,
+                vec![names.network.clone()],
+                "the sandbox is on its internal network only"
+            );
+            let ip = sandbox["NetworkSettings"]["Networks"][&names.network]["IPAddress"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert_eq!(c["url"], format!("http://{ip}:8080").as_str());
+            let env = sandbox["Config"]["Env"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert!(
+                env.contains(&serde_json::json!(format!(
+                    "HTTP_PROXY=http://{}:3128",
+                    names.sidecar
+                ))),
+                "{env:?}"
+            );
+        },
     );
-    let egress = inspect(&format!("/networks/{}", names.egress));
-    assert_eq!(egress.status, 200, "the sandbox's own egress network");
-    assert_eq!(egress.json()["Labels"]["deerflow.sandbox_id"], id.as_str());
-    let sandbox_nets: Vec<String> = sandbox["NetworkSettings"]["Networks"]
-        .as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
-    assert_eq!(
-        sandbox_nets,
-        vec![names.network.clone()],
-        "the sandbox is on its internal network only"
+    step(
+        "the sidecar runs on the internal and the egress network",
+        || {
+            let sidecar = inspect(&format!("/containers/{}/json", names.sidecar)).json();
+            assert_eq!(sidecar["State"]["Running"], true);
+            let mut sidecar_nets: Vec<String> = sidecar["NetworkSettings"]["Networks"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            sidecar_nets.sort();
+            let mut want = vec![names.network.clone(), names.egress.clone()];
+            want.sort();
+            assert_eq!(sidecar_nets, want);
+        },
     );
-    let ip = sandbox["NetworkSettings"]["Networks"][&names.network]["IPAddress"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert_eq!(c["url"], format!("http://{ip}:8080").as_str());
-    let env = sandbox["Config"]["Env"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    assert!(
-        env.contains(&serde_json::json!(format!(
-            "HTTP_PROXY=http://{}:3128",
-            names.sidecar
-        ))),
-        "{env:?}"
-    );
-    let sidecar = inspect(&format!("/containers/{}/json", names.sidecar)).json();
-    assert_eq!(sidecar["State"]["Running"], true);
-    let mut sidecar_nets: Vec<String> = sidecar["NetworkSettings"]["Networks"]
-        .as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
-    sidecar_nets.sort();
-    let mut want = vec![names.network.clone(), names.egress.clone()];
-    want.sort();
-    assert_eq!(sidecar_nets, want);
 
-    let destroyed = lifecycle(&sock, &prefix, "restricted", st, &["destroy", &id]);
-    assert!(destroyed.status.success(), "{}", stderr(&destroyed));
-    assert_eq!(
-        inspect(&format!("/containers/{}/json", names.sandbox)).status,
-        404
-    );
-    assert_eq!(
-        inspect(&format!("/containers/{}/json", names.sidecar)).status,
-        404
-    );
-    assert_eq!(inspect(&format!("/networks/{}", names.network)).status, 404);
-    assert_eq!(
-        inspect(&format!("/networks/{}", names.egress)).status,
-        404,
-        "the sandbox's own egress network goes with it"
-    );
-    assert_eq!(proxy.decisions().1, 0, "nothing was refused");
+    step("destroy removes sandbox, sidecar and both networks", || {
+        let destroyed = lifecycle(&sock, &prefix, "restricted", st, &["destroy", &id]);
+        assert!(destroyed.status.success(), "{}", stderr(&destroyed));
+        assert_eq!(
+            inspect(&format!("/containers/{}/json", names.sandbox)).status,
+            404
+        );
+        assert_eq!(
+            inspect(&format!("/containers/{}/json", names.sidecar)).status,
+            404
+        );
+        assert_eq!(inspect(&format!("/networks/{}", names.network)).status, 404);
+        assert_eq!(
+            inspect(&format!("/networks/{}", names.egress)).status,
+            404,
+            "the sandbox's own egress network goes with it"
+        );
+        assert_eq!(proxy.decisions().1, 0, "nothing was refused");
+    });
 }

@@ -1,7 +1,8 @@
 //! netproxy on loopback with an injected resolver: what is allowed is carried (CONNECT and
 //! absolute form, headers rewritten), what is not is refused before any lookup or dial;
-//! rebinding and mixed answers, resolver timeouts, smuggling attempts, the connection cap and
-//! garbage. Every address dialed is 127.0.0.1; refused ones are never dialed.
+//! rebinding and mixed answers, resolver timeouts, smuggling attempts and garbage, and every
+//! request of a kept-alive connection decided again. Every address dialed is 127.0.0.1; refused
+//! ones are never dialed. The scripted resolver, upstream and clients are shared with `limits`.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -18,13 +19,13 @@ use netproxy::server::{Background, Limits};
 /// Answers from a script: each name has a list of answer sets, used in turn (the last repeats);
 /// `hang` never answers. Counts every query.
 #[derive(Debug, Default)]
-struct Scripted {
+pub struct Scripted {
     answers: Mutex<HashMap<String, Vec<Vec<IpAddr>>>>,
     queries: AtomicUsize,
 }
 
 impl Scripted {
-    fn with(pairs: &[(&str, &[&[&str]])]) -> Arc<Self> {
+    pub fn with(pairs: &[(&str, &[&[&str]])]) -> Arc<Self> {
         let s = Self::default();
         for (name, sets) in pairs {
             let sets = sets
@@ -68,7 +69,7 @@ impl Resolve for Scripted {
 
 /// An upstream on 127.0.0.1 that answers every HTTP request with the request head it got
 /// (and a header netproxy must strip), counting connections.
-fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+pub fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -102,11 +103,11 @@ fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, accepted)
 }
 
-fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits) -> Background {
+pub fn proxy(resolver: Arc<Scripted>, allow: &[&str], deny: &[&str], limits: Limits) -> Background {
     proxy_idle(resolver, allow, deny, limits, Duration::from_secs(300))
 }
 
-fn proxy_idle(
+pub fn proxy_idle(
     resolver: Arc<Scripted>,
     allow: &[&str],
     deny: &[&str],
@@ -135,7 +136,7 @@ fn proxy_idle(
         .expect("netproxy starts")
 }
 
-fn send(proxy: SocketAddr, raw: &[u8]) -> String {
+pub fn send(proxy: SocketAddr, raw: &[u8]) -> String {
     let mut s = connect(proxy);
     s.write_all(raw).expect("write");
     let mut out = Vec::new();
@@ -333,119 +334,6 @@ fn smuggling_and_malformed_requests_are_refused() {
 }
 
 #[test]
-fn over_the_connection_cap_clients_get_503_with_retry_after() {
-    let r = Scripted::with(&[]);
-    let limits = Limits {
-        max_connections: 1,
-        ..Limits::default()
-    };
-    let p = proxy(r, &[], &[], limits);
-    let _held = TcpStream::connect(p.addr).expect("first connection");
-    std::thread::sleep(Duration::from_millis(100));
-    let out = send(
-        p.addr,
-        b"GET http://x.test/ HTTP/1.1\r\nHost: x.test\r\n\r\n",
-    );
-    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
-    let lower = out.to_ascii_lowercase();
-    assert!(lower.contains("retry-after: 1\r\n"), "{out}");
-    assert!(
-        lower.contains("x-netproxy-error: connection_limit\r\n"),
-        "{out}"
-    );
-}
-
-fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
-    let mut s = connect(proxy);
-    write!(
-        s,
-        "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
-    )
-    .expect("write");
-    let head = read_head(&mut s);
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    s
-}
-
-#[test]
-fn slow_and_oversized_clients_are_cut_off_without_hurting_other_tunnels() {
-    let (up, _) = upstream();
-    let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
-    let limits = Limits {
-        max_per_client: 3,
-        header_timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
-    let p = proxy_idle(
-        r,
-        &[&format!("allowed.test:{}", up.port())],
-        &[],
-        limits,
-        Duration::from_secs(30),
-    );
-    let mut tunnel = connect_tunnel(p.addr, up.port());
-
-    // A client that never finishes its request head is cut off by the header timeout.
-    let mut slow = TcpStream::connect(p.addr).expect("connect");
-    slow.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    slow.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nHost: allow")
-        .expect("write");
-    let mut got = Vec::new();
-    let _ = slow.read_to_end(&mut got);
-    assert!(
-        String::from_utf8_lossy(&got).contains("request head too slow"),
-        "{}",
-        String::from_utf8_lossy(&got)
-    );
-
-    // An oversized head is refused.
-    let big = format!(
-        "GET http://allowed.test/ HTTP/1.1\r\nX-Big: {}\r\n\r\n",
-        "a".repeat(20_000)
-    );
-    let out = send(p.addr, big.as_bytes());
-    assert!(
-        out.starts_with("HTTP/1.1 431") && out.contains("request head too large"),
-        "{out}"
-    );
-
-    // The first tunnel never noticed.
-    tunnel.write_all(b"PING\r\n\r\n").expect("write");
-    let mut pong = [0u8; 4];
-    tunnel.read_exact(&mut pong).expect("still open");
-    assert_eq!(&pong, b"PONG");
-}
-
-#[test]
-fn an_idle_tunnel_is_closed() {
-    // An upstream that accepts and then says nothing.
-    let quiet = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = quiet.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        let held: Vec<TcpStream> = quiet.incoming().take(1).flatten().collect();
-        std::thread::sleep(Duration::from_secs(20));
-        drop(held);
-    });
-    let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
-    let p = proxy_idle(
-        r,
-        &[&format!("allowed.test:{port}")],
-        &[],
-        Limits::default(),
-        Duration::from_millis(300),
-    );
-    let mut tunnel = connect_tunnel(p.addr, port);
-    let mut buf = [0u8; 1];
-    let n = tunnel.read(&mut buf).expect("EOF, not a read timeout");
-    assert_eq!(n, 0, "the proxy ended the idle tunnel");
-}
-
-#[test]
 fn every_request_on_a_kept_alive_connection_is_decided_again() {
     let (up, _) = upstream();
     let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
@@ -519,8 +407,25 @@ fn every_request_on_a_kept_alive_connection_is_decided_again() {
     );
 }
 
+/// A CONNECT tunnel to `allowed.test:{port}` through the proxy, its 200 read.
+pub fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
+    let mut s = connect(proxy);
+    write!(
+        s,
+        "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
+    )
+    .expect("write");
+    let head = read_head(&mut s);
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
 /// A client connection to the proxy with a read deadline, so a hang fails the test.
-fn connect(proxy: SocketAddr) -> TcpStream {
+pub fn connect(proxy: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(proxy).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
@@ -528,7 +433,7 @@ fn connect(proxy: SocketAddr) -> TcpStream {
 }
 
 /// Reads a response head, byte by byte so nothing after it is consumed.
-fn read_head(s: &mut TcpStream) -> Vec<u8> {
+pub fn read_head(s: &mut TcpStream) -> Vec<u8> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -551,33 +456,4 @@ fn read_one_response(s: &mut TcpStream) -> Vec<u8> {
     s.read_exact(&mut body).expect("body");
     got.extend_from_slice(&body);
     got
-}
-
-#[test]
-fn open_tunnels_count_toward_the_per_client_cap() {
-    let (up, _) = upstream();
-    let r = Scripted::with(&[("allowed.test", &[&["127.0.0.1"]])]);
-    let limits = Limits {
-        max_per_client: 3,
-        ..Limits::default()
-    };
-    let p = proxy(r, &[&format!("allowed.test:{}", up.port())], &[], limits);
-    // hyper lets go of a connection once it is upgraded; the tunnel keeps its share anyway.
-    let tunnels: Vec<TcpStream> = (0..3).map(|_| connect_tunnel(p.addr, up.port())).collect();
-    let out = send(p.addr, b"GET http://allowed.test/ HTTP/1.1\r\n\r\n");
-    assert!(
-        out.starts_with("HTTP/1.1 503") && out.contains("client_connection_limit"),
-        "{out}"
-    );
-    drop(tunnels);
-    // Closed tunnels give their share back (the proxy notices the close asynchronously).
-    let freed = (0..50).any(|_| {
-        std::thread::sleep(Duration::from_millis(100));
-        !send(
-            p.addr,
-            b"GET http://other.test/ HTTP/1.1\r\nConnection: close\r\n\r\n",
-        )
-        .starts_with("HTTP/1.1 503")
-    });
-    assert!(freed, "the shares came back after the tunnels closed");
 }

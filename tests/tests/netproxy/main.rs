@@ -1,6 +1,8 @@
-//! netproxy, the egress proxy: on loopback with an injected resolver (`loopback`), and restricted
-//! mode end to end on the real engine with the real sidecar image (`restricted_e2e`). Run on its
-//! own with `cargo test -p sockproxy-tests --test netproxy`.
+//! netproxy, the egress proxy: on loopback with an injected resolver, its decisions (`loopback`)
+//! and its limits (`limits`), and restricted mode end to end on the real engine with the real
+//! sidecar image (`restricted_e2e`). Run on its own with
+//! `cargo test -p sockproxy-tests --test netproxy`.
 
+mod limits;
 mod loopback;
 mod restricted_e2e;

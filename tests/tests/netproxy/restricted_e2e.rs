@@ -12,6 +12,7 @@ use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
 use sockproxy_tests::lc::lifecycle_base;
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 #[test]
@@ -32,111 +33,122 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     clean.network(&names.egress);
 
     // A container on the stack's egress network: the sidecar's own network, never dialable.
-    assert!(docker(&e.socket, &["network", "create", &names.egress]).ok());
-    let neighbour = docker(
-        &e.socket,
-        &[
-            "run",
-            "-d",
-            "--name",
-            &upstream,
-            "--network",
-            &names.egress,
-            &e.image,
-            "sh",
-            "-c",
-            "mkdir -p /www && echo neighbour > /www/index.html && httpd -f -p 80 -h /www",
-        ],
-    );
-    assert!(neighbour.ok(), "{}", neighbour.stderr);
-    let net = raw::get(&e.socket, &format!("/networks/{}", names.egress))
-        .expect("answer")
-        .json();
-    let subnet = net["IPAM"]["Config"][0]["Subnet"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let neighbour_ip = raw::get(&e.socket, &format!("/containers/{upstream}/json"))
-        .expect("answer")
-        .json()["NetworkSettings"]["Networks"][&names.egress]["IPAddress"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(!subnet.is_empty() && !neighbour_ip.is_empty());
+    let subnet = step("a neighbour on the stack's egress network", || {
+        assert!(docker(&e.socket, &["network", "create", &names.egress]).ok());
+        let neighbour = docker(
+            &e.socket,
+            &[
+                "run",
+                "-d",
+                "--name",
+                &upstream,
+                "--network",
+                &names.egress,
+                &e.image,
+                "sh",
+                "-c",
+                "mkdir -p /www && echo neighbour > /www/index.html && httpd -f -p 80 -h /www",
+            ],
+        );
+        assert!(neighbour.ok(), "{}", neighbour.stderr);
+        let net = raw::get(&e.socket, &format!("/networks/{}", names.egress))
+            .expect("answer")
+            .json();
+        let subnet = net["IPAM"]["Config"][0]["Subnet"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let neighbour_ip = raw::get(&e.socket, &format!("/containers/{upstream}/json"))
+            .expect("answer")
+            .json()["NetworkSettings"]["Networks"][&names.egress]["IPAddress"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!subnet.is_empty() && !neighbour_ip.is_empty());
+        subnet
+    });
 
     // The allowed upstream: on the engine host's network, reached at the default bridge's
     // gateway, a host address outside the sidecar's networks.
-    let host_upstream = format!("{prefix}host-upstream");
-    clean.container(&host_upstream);
-    let port = std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-    let up = docker(
-        &e.socket,
-        &[
-            "run",
-            "-d",
-            "--name",
-            &host_upstream,
-            "--network",
-            "host",
-            &e.image,
-            "sh",
-            "-c",
-            &format!(
+    let (gateway, port, upstream_url) = step("the allowed upstream on the engine host", || {
+        let host_upstream = format!("{prefix}host-upstream");
+        clean.container(&host_upstream);
+        let port = std::net::TcpListener::bind("0.0.0.0:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let up = docker(
+            &e.socket,
+            &[
+                "run",
+                "-d",
+                "--name",
+                &host_upstream,
+                "--network",
+                "host",
+                &e.image,
+                "sh",
+                "-c",
+                &format!(
                 "mkdir -p /www && echo upstream-ok > /www/index.html && httpd -f -p {port} -h /www"
             ),
-        ],
-    );
-    assert!(up.ok(), "{}", up.stderr);
-    let bridge = raw::get(&e.socket, "/networks/bridge")
-        .expect("answer")
-        .json();
-    let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
-        .as_str()
-        .map(str::to_owned)
-        .or_else(|| {
-            // Not always filled in: the gateway is the subnet's first address.
-            let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
-                .as_str()?
-                .parse()
-                .ok()?;
-            net.hosts().next().map(|a| a.to_string())
-        })
-        .expect("the default bridge's gateway");
-    let upstream_url = format!("http://{gateway}:{port}/");
+            ],
+        );
+        assert!(up.ok(), "{}", up.stderr);
+        let bridge = raw::get(&e.socket, "/networks/bridge")
+            .expect("answer")
+            .json();
+        let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| {
+                // Not always filled in: the gateway is the subnet's first address.
+                let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
+                    .as_str()?
+                    .parse()
+                    .ok()?;
+                net.hosts().next().map(|a| a.to_string())
+            })
+            .expect("the default bridge's gateway");
+        let upstream_url = format!("http://{gateway}:{port}/");
+        (gateway, port, upstream_url)
+    });
 
     let proxy = StackProxy::start(&e.socket, &prefix, true);
     let state = tempfile::tempdir().expect("dir");
-    let made = lifecycle_base(proxy.socket(), &prefix, "restricted", state.path())
-        .args([
-            "--sidecar-image",
-            &sidecar_image,
-            "--egress-allow",
-            &format!("{gateway}:{port}"),
-            "--egress-allow",
-            &format!("{upstream}:80"),
-            "--egress-allow-cidr",
-            &format!("{gateway}/32"),
-            "--egress-allow-cidr",
-            &subnet,
-        ])
-        .args([
-            "--sandbox-cmd",
-            "httpd -f -p 8080 -h /tmp",
-            "--ready-timeout",
-            "30",
-            "--stop-timeout",
-            "1",
-        ])
-        .args(["create", "--user", "user-e2e", "--thread", "thread-e2e"])
-        .output()
-        .expect("lifecycle runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    step(
+        "lifecycle creates a restricted sandbox behind sockproxy --restricted",
+        || {
+            let made = lifecycle_base(proxy.socket(), &prefix, "restricted", state.path())
+                .args([
+                    "--sidecar-image",
+                    &sidecar_image,
+                    "--egress-allow",
+                    &format!("{gateway}:{port}"),
+                    "--egress-allow",
+                    &format!("{upstream}:80"),
+                    "--egress-allow-cidr",
+                    &format!("{gateway}/32"),
+                    "--egress-allow-cidr",
+                    &subnet,
+                ])
+                .args([
+                    "--sandbox-cmd",
+                    "httpd -f -p 8080 -h /tmp",
+                    "--ready-timeout",
+                    "30",
+                    "--stop-timeout",
+                    "1",
+                ])
+                .args(["create", "--user", "user-e2e", "--thread", "thread-e2e"])
+                .output()
+                .expect("lifecycle runs");
+            assert!(
+                made.status.success(),
+                "{}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+        },
     );
 
     let run = |args: &[&str]| {
@@ -144,60 +156,74 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
         full.extend_from_slice(args);
         docker(&e.socket, &full)
     };
-    let fetched = run(&["wget", "-q", "-O", "-", &upstream_url]);
-    assert_eq!(
-        fetched.out(),
-        "upstream-ok\n",
-        "through the sidecar: {}",
-        fetched.stderr
-    );
+    step("the allowed upstream answers through the sidecar", || {
+        let fetched = run(&["wget", "-q", "-O", "-", &upstream_url]);
+        assert_eq!(
+            fetched.out(),
+            "upstream-ok\n",
+            "through the sidecar: {}",
+            fetched.stderr
+        );
+    });
 
     // busybox wget hides an error's headers: ask the sidecar raw, from inside the sandbox (nc
     // quits at the end of its input, so the input stays open until the answer is in).
-    let ask = format!(
+    step("a name that is not allowed gets 403", || {
+        let ask = format!(
         "(printf 'GET http://forbidden.invalid/ HTTP/1.1\\r\\nHost: forbidden.invalid\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
         names.sidecar
     );
-    let refused = run(&["sh", "-c", &ask]);
-    let said = refused.out().to_ascii_lowercase();
-    assert!(said.starts_with("http/1.1 403"), "{said}");
-    assert!(said.contains("x-netproxy-error: not_allowed"), "{said}");
-    assert!(said.contains(r#""host":"forbidden.invalid""#), "{said}");
+        let refused = run(&["sh", "-c", &ask]);
+        let said = refused.out().to_ascii_lowercase();
+        assert!(said.starts_with("http/1.1 403"), "{said}");
+        assert!(said.contains("x-netproxy-error: not_allowed"), "{said}");
+        assert!(said.contains(r#""host":"forbidden.invalid""#), "{said}");
+    });
 
     // The neighbour on the egress network: allowed by name, its range trusted, and still
     // refused, because it is in the sidecar's own network.
-    let ask = format!(
+    step(
+        "the neighbour on the sidecar's own network is refused",
+        || {
+            let ask = format!(
         "(printf 'GET http://{upstream}/ HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
         names.sidecar
     );
-    let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
-    assert!(
-        said.starts_with("http/1.1 403") && said.contains("x-netproxy-error: proxy_network"),
-        "{said}"
+            let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+            assert!(
+                said.starts_with("http/1.1 403")
+                    && said.contains("x-netproxy-error: proxy_network"),
+                "{said}"
+            );
+        },
     );
 
-    let direct = run(&[
-        "wget",
-        "-Y",
-        "off",
-        "-T",
-        "3",
-        "-q",
-        "-O",
-        "-",
-        &upstream_url,
-    ]);
-    assert!(
-        !direct.ok(),
-        "the upstream must not be reachable without the sidecar: {}",
-        direct.out()
-    );
+    step("the upstream is unreachable without the sidecar", || {
+        let direct = run(&[
+            "wget",
+            "-Y",
+            "off",
+            "-T",
+            "3",
+            "-q",
+            "-O",
+            "-",
+            &upstream_url,
+        ]);
+        assert!(
+            !direct.ok(),
+            "the upstream must not be reachable without the sidecar: {}",
+            direct.out()
+        );
+    });
 
-    let logs = docker(&e.socket, &["logs", &names.sidecar]);
-    assert!(
-        logs.stderr.contains("\"decision\":\"allow\"")
-            && logs.stderr.contains("\"decision\":\"deny\""),
-        "{}",
-        logs.stderr
-    );
+    step("the sidecar logged both decisions", || {
+        let logs = docker(&e.socket, &["logs", &names.sidecar]);
+        assert!(
+            logs.stderr.contains("\"decision\":\"allow\"")
+                && logs.stderr.contains("\"decision\":\"deny\""),
+            "{}",
+            logs.stderr
+        );
+    });
 }

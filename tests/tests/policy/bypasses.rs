@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
 use sockproxy_tests::raw::{self, RawResponse};
 use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 fn send(sock: &std::path::Path, method: &str, target: &str, body: &Value) -> RawResponse {
@@ -159,98 +160,121 @@ fn endpoints_name_only_own_networks_and_configs() {
             let p = StackProxy::start(&e.socket, &prefix, true);
             let own_net = clean.network(&format!("{prefix}net-a"));
             let foreign_net = clean.network(&format!("x{prefix}foreign"));
-            let r = send(
-                &e.socket,
-                "POST",
-                "/networks/create",
-                &json!({ "Name": foreign_net }),
-            );
-            assert_eq!(r.status, 201, "{}", r.text());
-            let foreign_id = r.json()["Id"].as_str().unwrap_or_default().to_owned();
-            let r = send(
-                p.socket(),
-                "POST",
-                "/networks/create",
-                &json!({ "Name": own_net }),
-            );
-            assert_eq!(r.status, 201, "{}", r.text());
-            // Create with NetworkID under the own network's key: nothing made.
-            let name = clean.container(&format!("{prefix}sandbox-nid"));
-            let body = json!({
-                "Image": e.image, "Cmd": ["sleep", "600"],
-                "HostConfig": { "NetworkMode": own_net },
-                "NetworkingConfig": { "EndpointsConfig": { own_net.clone(): { "NetworkID": foreign_id } } },
+            let foreign_id = step("a foreign network and the stack's own", || {
+                let r = send(
+                    &e.socket,
+                    "POST",
+                    "/networks/create",
+                    &json!({ "Name": foreign_net }),
+                );
+                assert_eq!(r.status, 201, "{}", r.text());
+                let foreign_id = r.json()["Id"].as_str().unwrap_or_default().to_owned();
+                let r = send(
+                    p.socket(),
+                    "POST",
+                    "/networks/create",
+                    &json!({ "Name": own_net }),
+                );
+                assert_eq!(r.status, 201, "{}", r.text());
+                foreign_id
             });
-            let r = send(
-                p.socket(),
-                "POST",
-                &format!("/containers/create?name={name}"),
-                &body,
-            );
-            refused(&r, 403, "NetworkID is not allowed");
-            assert_eq!(
-                inspect(&e, "containers", &format!("{name}/json")).status,
-                404
+            // Create with NetworkID under the own network's key: nothing made.
+            let name = step(
+                "a create naming a foreign network by NetworkID makes nothing",
+                || {
+                    let name = clean.container(&format!("{prefix}sandbox-nid"));
+                    let body = json!({
+                        "Image": e.image, "Cmd": ["sleep", "600"],
+                        "HostConfig": { "NetworkMode": own_net },
+                        "NetworkingConfig": { "EndpointsConfig": { own_net.clone(): { "NetworkID": foreign_id } } },
+                    });
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/create?name={name}"),
+                        &body,
+                    );
+                    refused(&r, 403, "NetworkID is not allowed");
+                    assert_eq!(
+                        inspect(&e, "containers", &format!("{name}/json")).status,
+                        404
+                    );
+                    name
+                },
             );
             // Connect with NetworkID: the container stays off the foreign network.
-            let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
-            let r = send(
-                p.socket(),
-                "POST",
-                &format!("/containers/create?name={name}"),
-                &body,
-            );
-            assert_eq!(r.status, 201, "{}", r.text());
-            let connect =
-                json!({ "Container": name, "EndpointConfig": { "NetworkID": foreign_id } });
-            let r = send(
-                p.socket(),
-                "POST",
-                &format!("/networks/{own_net}/connect"),
-                &connect,
-            );
-            refused(&r, 403, "EndpointConfig.NetworkID is not allowed");
-            let got = inspect(&e, "containers", &format!("{name}/json")).json();
-            let nets = got["NetworkSettings"]["Networks"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default();
-            assert!(
-                !nets.contains_key(&foreign_net) && !nets.contains_key(&own_net),
-                "{nets:?}"
+            step(
+                "a connect by NetworkID leaves the container off the foreign network",
+                || {
+                    let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/create?name={name}"),
+                        &body,
+                    );
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    let connect =
+                        json!({ "Container": name, "EndpointConfig": { "NetworkID": foreign_id } });
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/networks/{own_net}/connect"),
+                        &connect,
+                    );
+                    refused(&r, 403, "EndpointConfig.NetworkID is not allowed");
+                    let got = inspect(&e, "containers", &format!("{name}/json")).json();
+                    let nets = got["NetworkSettings"]["Networks"]
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default();
+                    assert!(
+                        !nets.contains_key(&foreign_net) && !nets.contains_key(&own_net),
+                        "{nets:?}"
+                    );
+                },
             );
             // A network made from another's config: refused, nothing made.
-            let cfg_net = format!("{prefix}net-cfg");
-            let body = json!({ "Name": cfg_net, "ConfigFrom": { "Network": foreign_net } });
-            refused(
-                &send(p.socket(), "POST", "/networks/create", &body),
-                403,
-                "ConfigFrom is not allowed",
-            );
-            assert_eq!(inspect(&e, "networks", &cfg_net).status, 404);
+            step("a network made from another's config is refused", || {
+                let cfg_net = format!("{prefix}net-cfg");
+                let body = json!({ "Name": cfg_net, "ConfigFrom": { "Network": foreign_net } });
+                refused(
+                    &send(p.socket(), "POST", "/networks/create", &body),
+                    403,
+                    "ConfigFrom is not allowed",
+                );
+                assert_eq!(inspect(&e, "networks", &cfg_net).status, 404);
+            });
             // The own network's inspect lists no foreign container, even one attached directly.
-            let stranger = clean.container(&format!("x{prefix}stranger"));
-            let r = send(
-                &e.socket,
-                "POST",
-                &format!("/containers/create?name={stranger}"),
-                &body_of(&e),
+            step(
+                "the own network's inspect lists no foreign container",
+                || {
+                    let stranger = clean.container(&format!("x{prefix}stranger"));
+                    let r = send(
+                        &e.socket,
+                        "POST",
+                        &format!("/containers/create?name={stranger}"),
+                        &body_of(&e),
+                    );
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    let r = send(
+                        &e.socket,
+                        "POST",
+                        &format!("/networks/{own_net}/connect"),
+                        &json!({ "Container": stranger }),
+                    );
+                    assert!(r.status < 300, "{}", r.text());
+                    let direct = inspect(&e, "networks", &own_net).json();
+                    let through =
+                        raw::get(p.socket(), &format!("/networks/{own_net}")).expect("answer");
+                    assert_eq!(through.status, 200, "{}", through.text());
+                    let listed =
+                        |v: &Value| v["Containers"].as_object().map(|m| m.len()).unwrap_or(0);
+                    if listed(&direct) > 0 {
+                        assert!(!through.text().contains(&stranger), "{}", through.text());
+                    }
+                },
             );
-            assert_eq!(r.status, 201, "{}", r.text());
-            let r = send(
-                &e.socket,
-                "POST",
-                &format!("/networks/{own_net}/connect"),
-                &json!({ "Container": stranger }),
-            );
-            assert!(r.status < 300, "{}", r.text());
-            let direct = inspect(&e, "networks", &own_net).json();
-            let through = raw::get(p.socket(), &format!("/networks/{own_net}")).expect("answer");
-            assert_eq!(through.status, 200, "{}", through.text());
-            let listed = |v: &Value| v["Containers"].as_object().map(|m| m.len()).unwrap_or(0);
-            if listed(&direct) > 0 {
-                assert!(!through.text().contains(&stranger), "{}", through.text());
-            }
         },
     );
 }

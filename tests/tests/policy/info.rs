@@ -9,6 +9,7 @@ use sockproxy_tests::cli::{self, docker_with};
 use sockproxy_tests::engine::{each_engine, Cleanup, Fakes};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 #[test]
@@ -35,68 +36,85 @@ fn info_version_and_the_bridge_network_answer_for_the_stack() {
                 let run = |sock: &std::path::Path, args: &[&str]| {
                     docker_with(&c, sock, args, None, Duration::from_secs(60))
                 };
-                for args in [
-                    &["info", "--format", "{{json .OperatingSystem}}"][..],
-                    &["version", "--format", "{{.Server.Version}}"][..],
-                ] {
-                    let (direct, through) = (run(&e.socket, args), run(p.socket(), args));
-                    assert_eq!(through.code, Some(0), "{args:?}: {}", through.stderr);
-                    assert_eq!(
-                        through.stdout,
-                        direct.stdout,
-                        "{args:?} via {}",
-                        c.display()
-                    );
-                    assert_eq!(through.stderr, "", "{args:?}");
-                }
-                let info = run(p.socket(), &["info"]);
-                let text = info.out();
-                assert_eq!(info.code, Some(0), "{}", info.stderr);
-                assert!(!info.stderr.contains("sockproxy"), "{}", info.stderr);
-                assert!(text.contains(&format!("Name: test-{prefix}")), "{text}");
-                let host_name = host_info["Name"].as_str().unwrap_or_default();
-                let host_id = host_info["ID"].as_str().unwrap_or_default();
-                assert!(
-                    !text
-                        .lines()
-                        .any(|l| l.trim() == format!("Name: {host_name}")),
-                    "{text}"
+                step("info and version print as they do directly", || {
+                    for args in [
+                        &["info", "--format", "{{json .OperatingSystem}}"][..],
+                        &["version", "--format", "{{.Server.Version}}"][..],
+                    ] {
+                        let (direct, through) = (run(&e.socket, args), run(p.socket(), args));
+                        assert_eq!(through.code, Some(0), "{args:?}: {}", through.stderr);
+                        assert_eq!(
+                            through.stdout,
+                            direct.stdout,
+                            "{args:?} via {}",
+                            c.display()
+                        );
+                        assert_eq!(through.stderr, "", "{args:?}");
+                    }
+                });
+                step(
+                    "info names the stack and counts its containers, not the host's",
+                    || {
+                        let info = run(p.socket(), &["info"]);
+                        let text = info.out();
+                        assert_eq!(info.code, Some(0), "{}", info.stderr);
+                        assert!(!info.stderr.contains("sockproxy"), "{}", info.stderr);
+                        assert!(text.contains(&format!("Name: test-{prefix}")), "{text}");
+                        let host_name = host_info["Name"].as_str().unwrap_or_default();
+                        let host_id = host_info["ID"].as_str().unwrap_or_default();
+                        assert!(
+                            !text
+                                .lines()
+                                .any(|l| l.trim() == format!("Name: {host_name}")),
+                            "{text}"
+                        );
+                        assert!(host_id.is_empty() || !text.contains(host_id), "{text}");
+                        let counts = run(
+                            p.socket(),
+                            &[
+                                "info",
+                                "--format",
+                                "{{.Containers}} {{.ContainersRunning}} {{.Images}}",
+                            ],
+                        );
+                        assert_eq!(counts.out().trim(), "1 1 0", "{}", counts.stderr);
+                    },
                 );
-                assert!(host_id.is_empty() || !text.contains(host_id), "{text}");
-                let counts = run(
-                    p.socket(),
-                    &[
-                        "info",
-                        "--format",
-                        "{{.Containers}} {{.ContainersRunning}} {{.Images}}",
-                    ],
+                step(
+                    "the bridge network shows the stack's containers only, by name and by ID",
+                    || {
+                        let bridge = run(p.socket(), &["network", "inspect", "bridge"]);
+                        assert_eq!(bridge.code, Some(0), "{}", bridge.stderr);
+                        assert!(!bridge.out().contains(&neighbour), "{}", bridge.out());
+                        let direct_bridge = run(&e.socket, &["network", "inspect", "bridge"]);
+                        if direct_bridge.out().contains(&neighbour) {
+                            assert!(bridge.out().contains(&own), "{}", bridge.out());
+                        }
+                        // By ID (a prefix of it) too, resolved among what the stack may read.
+                        let id = raw::get(&e.socket, "/networks/bridge")
+                            .expect("answer")
+                            .json()["Id"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned();
+                        let by_id = run(
+                            p.socket(),
+                            &["network", "inspect", "--format", "{{.Name}}", &id[..12]],
+                        );
+                        assert_eq!(by_id.out().trim(), "bridge", "{}", by_id.stderr);
+                    },
                 );
-                assert_eq!(counts.out().trim(), "1 1 0", "{}", counts.stderr);
-                let bridge = run(p.socket(), &["network", "inspect", "bridge"]);
-                assert_eq!(bridge.code, Some(0), "{}", bridge.stderr);
-                assert!(!bridge.out().contains(&neighbour), "{}", bridge.out());
-                let direct_bridge = run(&e.socket, &["network", "inspect", "bridge"]);
-                if direct_bridge.out().contains(&neighbour) {
-                    assert!(bridge.out().contains(&own), "{}", bridge.out());
-                }
-                // By ID (a prefix of it) too, resolved among what the stack may read.
-                let id = raw::get(&e.socket, "/networks/bridge")
-                    .expect("answer")
-                    .json()["Id"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                let by_id = run(
-                    p.socket(),
-                    &["network", "inspect", "--format", "{{.Name}}", &id[..12]],
-                );
-                assert_eq!(by_id.out().trim(), "bridge", "{}", by_id.stderr);
                 // The other predefined networks are readable, never changeable.
-                for n in ["host", "none"] {
-                    assert_eq!(run(p.socket(), &["network", "inspect", n]).code, Some(0));
-                }
-                let rm = run(p.socket(), &["network", "rm", "bridge"]);
-                assert_ne!(rm.code, Some(0));
+                step(
+                    "the other predefined networks are readable, never changeable",
+                    || {
+                        for n in ["host", "none"] {
+                            assert_eq!(run(p.socket(), &["network", "inspect", n]).code, Some(0));
+                        }
+                        let rm = run(p.socket(), &["network", "rm", "bridge"]);
+                        assert_ne!(rm.code, Some(0));
+                    },
+                );
             }
         },
     );

@@ -1,14 +1,16 @@
 //! The stack's policy as sockproxy enforces it: what a stack may see, create and change, and what
 //! is refused before it reaches an engine. Raw requests against a recording stand-in upstream
-//! (`offline`), issue 12's host-takeover bypasses checked on what the engine holds afterwards
-//! (`bypasses`), creates, events, rename, update, exec, pulls and network options with the docker
-//! CLI (`writes`), what `info`/`version`/the bridge network say for a stack (`info`),
-//! `--restricted`'s network and sidecar scopes (`restricted`), and the name map pinning the right
-//! container in one round trip (`names`); on the fake and the real engine. Run on its own with
+//! (`offline`) and lists filtered and capped there (`lists`), issue 12's host-takeover bypasses
+//! checked on what the engine holds afterwards (`bypasses`), creates, events, rename, update,
+//! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
+//! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
+//! (`restricted`), and the name map pinning the right container in one round trip (`names`);
+//! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
 mod bypasses;
 mod info;
+mod lists;
 mod names;
 mod offline;
 mod restricted;

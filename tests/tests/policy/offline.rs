@@ -1,5 +1,6 @@
 //! sockproxy against a recording stand-in upstream: what is refused is never forwarded, what is
-//! forwarded is pinned and filtered, and an absent or broken upstream fails closed.
+//! forwarded is pinned, and an absent or broken upstream fails closed (lists: `lists`). The
+//! stand-in upstream and the refusal check are shared with `lists`.
 
 use sockproxy_tests::raw::{self, RawResponse};
 use sockproxy_tests::recorder::Recorder;
@@ -9,7 +10,7 @@ const OWN_ID: &str = "1111111111111111111111111111111111111111111111111111111111
 const FOREIGN_ID: &str = "2222222222222222222222222222222222222222222222222222222222222222";
 
 /// An upstream with one in-scope container (`P` + `sandbox-a`) and one foreign one.
-fn engine(prefix: &str) -> Recorder {
+pub fn engine(prefix: &str) -> Recorder {
     let own = format!("/{prefix}sandbox-a");
     Recorder::start(move |method, uri| {
         let path = uri.split('?').next().unwrap_or("");
@@ -71,20 +72,15 @@ fn engine(prefix: &str) -> Recorder {
     })
 }
 
-fn assert_refusal(r: &RawResponse, status: u16, message: &str) {
+pub fn assert_refusal(r: &RawResponse, status: u16, message: &str) {
     assert_eq!(r.status, status, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.message(), message);
 }
 
-/// What hyper would refuse itself with a bare 400 or 431 and no body is refused before hyper
-/// parses it, in dockerd's shape, on any request of a kept-alive connection; the requests before
-/// it are answered as usual and nothing of it reaches the engine.
-#[test]
-fn http_layer_refusals_carry_the_json_body_on_any_request() {
-    let up = Recorder::fixed("[]");
-    let p = StackProxy::start(up.socket(), "deer-flow-", false);
-    let ok: &[u8] = b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
+/// The heads hyper would refuse itself (with a bare 400 or 431 and no body), each with the
+/// status and reason the proxy answers instead.
+fn http_layer_cases() -> Vec<(Vec<u8>, u16, &'static str)> {
     let big = format!(
         "GET /_ping HTTP/1.1\r\nHost: docker\r\nX-Big: {}\r\n\r\n",
         "a".repeat(300 * 1024)
@@ -95,7 +91,7 @@ fn http_layer_refusals_carry_the_json_body_on_any_request() {
             .map(|i| format!("X-{i}: 1\r\n"))
             .collect::<String>()
     );
-    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+    vec![
         (
             b"GET /a b c HTTP/1.1\r\nHost: d\r\n\r\n".to_vec(),
             400,
@@ -143,7 +139,18 @@ fn http_layer_refusals_carry_the_json_body_on_any_request() {
             400,
             "Transfer-Encoding must end in chunked",
         ),
-    ];
+    ]
+}
+
+/// What hyper would refuse itself with a bare 400 or 431 and no body is refused before hyper
+/// parses it, in dockerd's shape, on any request of a kept-alive connection; the requests before
+/// it are answered as usual and nothing of it reaches the engine.
+#[test]
+fn http_layer_refusals_carry_the_json_body_on_any_request() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let ok: &[u8] = b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
+    let cases = http_layer_cases();
     for (bad, status, why) in &cases {
         for before in [0, 2] {
             let mut stream = ok.repeat(before);
@@ -364,171 +371,6 @@ fn foreign_ids_and_prefixes_look_absent() {
 }
 
 #[test]
-fn lists_are_filtered_and_limited_after_filtering() {
-    let prefix = "deer-flow-";
-    let up = engine(prefix);
-    let p = StackProxy::start(up.socket(), prefix, false);
-    let r = raw::get(p.socket(), "/v1.41/containers/json?all=1&limit=1").expect("answer");
-    assert_eq!(r.status, 200);
-    let names: Vec<String> = r
-        .json()
-        .as_array()
-        .expect("array")
-        .iter()
-        .map(|e| e["Names"][0].as_str().unwrap_or("").to_owned())
-        .collect();
-    assert_eq!(names, ["/deer-flow-sandbox-a"]);
-    let r = raw::get(p.socket(), "/v1.41/containers/json?all=1").expect("answer");
-    // `//P…` keeps an inner '/' after one is stripped, so it is not the container's own name.
-    let body = r.json();
-    let ids: Vec<&str> = body
-        .as_array()
-        .expect("array")
-        .iter()
-        .map(|e| e["Id"].as_str().unwrap_or(""))
-        .collect();
-    assert_eq!(ids, ["b", "d"], "{}", r.text());
-    assert_eq!(
-        up.requests()[0],
-        "GET /v1.41/containers/json?all=1",
-        "limit is not forwarded"
-    );
-}
-
-#[test]
-fn unreadable_answers_fail_closed() {
-    for body in ["{}", "[", "not json", r#"[{"Names":"/x"}]"#] {
-        let up = Recorder::fixed(body);
-        let p = StackProxy::start(up.socket(), "deer-flow-", false);
-        let r = raw::get(p.socket(), "/containers/json").expect("answer");
-        assert_eq!(r.status, 502, "{body}: {}", r.text());
-        assert!(r.message().starts_with("sockproxy: upstream unavailable: "));
-        // An inspect that cannot be read decides nothing: the stop is never sent.
-        let r = raw::request(p.socket(), "POST", "/containers/abcdef/stop", None).expect("answer");
-        assert_eq!(r.status, 502, "{body}: {}", r.text());
-        assert!(
-            up.requests().iter().all(|l| l.starts_with("GET ")),
-            "{:?}",
-            up.requests()
-        );
-    }
-}
-
-/// A list of 50 of the stack's containers, as the engine would send it.
-fn fifty_own_containers() -> String {
-    let entries: Vec<String> = (0..50)
-        .map(|i| format!(r#"{{"Names":["/deer-flow-{i}"]}}"#))
-        .collect();
-    format!("[{}]", entries.join(","))
-}
-
-/// With the engine at `engine` answering a list of `size` bytes: a cap one byte short is a 502
-/// naming the cap, a cap of exactly `size` passes the whole list.
-fn assert_list_cap(engine: &std::path::Path, size: usize) {
-    let tight = StackProxy::start_with(engine, "deer-flow-", false, |c| {
-        c.max_list_bytes = size - 1;
-    });
-    let r = raw::get(tight.socket(), "/containers/json").expect("answer");
-    assert_eq!(r.status, 502, "{}", r.text());
-    assert_eq!(
-        r.message(),
-        format!(
-            "sockproxy: upstream unavailable: answer larger than {} bytes",
-            size - 1
-        )
-    );
-    let exact = StackProxy::start_with(engine, "deer-flow-", false, |c| {
-        c.max_list_bytes = size;
-    });
-    let r = raw::get(exact.socket(), "/containers/json").expect("answer");
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json().as_array().map(Vec::len), Some(50));
-}
-
-#[test]
-fn a_list_larger_than_the_cap_fails_closed_and_one_at_the_cap_passes() {
-    let big = fifty_own_containers();
-    let size = big.len();
-    let up = Recorder::start(move |_, _| (200, big.clone()));
-    assert_list_cap(up.socket(), size);
-}
-
-/// An engine that answers every request with `body` in chunks (no Content-Length), as dockerd
-/// does for large answers; one thread, one connection per answer.
-fn chunked_engine(body: String) -> (tempfile::TempDir, std::path::PathBuf) {
-    use std::io::{BufRead, BufReader, Write};
-    let dir = tempfile::tempdir().expect("dir");
-    let sock = dir.path().join("engine.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(16).flatten() {
-            let mut reader = BufReader::new(conn);
-            let mut line = String::new();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
-                line.clear();
-            }
-            let mut conn = reader.into_inner();
-            let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
-            for piece in body.as_bytes().chunks(100) {
-                out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                out.extend_from_slice(piece);
-                out.extend_from_slice(b"\r\n");
-            }
-            out.extend_from_slice(b"0\r\n\r\n");
-            let _ = conn.write_all(&out);
-        }
-    });
-    (dir, sock)
-}
-
-#[test]
-fn a_streamed_list_larger_than_the_cap_fails_closed_too() {
-    let big = fifty_own_containers();
-    let size = big.len();
-    let (_dir, engine) = chunked_engine(big);
-    assert_list_cap(&engine, size);
-}
-
-#[test]
-fn a_large_list_is_filtered_like_a_small_one() {
-    // Over 128 KiB, so sockproxy filters it off its event loop.
-    let entries: Vec<String> = (0..600)
-        .map(|i| {
-            let owner = if i % 2 == 0 {
-                "deer-flow-sandbox"
-            } else {
-                "other"
-            };
-            format!(
-                r#"{{"Names":["/{owner}-{i}"],"Labels":{{"pad":"{}"}}}}"#,
-                "x".repeat(300)
-            )
-        })
-        .collect();
-    let big = format!("[{}]", entries.join(","));
-    assert!(big.len() > 128 * 1024);
-    let up = Recorder::start(move |_, _| (200, big.clone()));
-    let p = StackProxy::start(up.socket(), "deer-flow-", false);
-    let r = raw::get(p.socket(), "/containers/json?all=1&limit=250").expect("answer");
-    assert_eq!(r.status, 200, "{}", r.text());
-    let names: Vec<String> = r
-        .json()
-        .as_array()
-        .expect("a list")
-        .iter()
-        .map(|e| e["Names"][0].as_str().unwrap_or_default().to_owned())
-        .collect();
-    let expected: Vec<String> = (0..500)
-        .step_by(2)
-        .map(|i| format!("/deer-flow-sandbox-{i}"))
-        .collect();
-    assert_eq!(
-        names, expected,
-        "the stack's entries, in order, limit after filtering"
-    );
-}
-
-#[test]
 fn upstream_down_is_502_and_recovers_without_restart() {
     let up = Recorder::fixed("[]");
     let p = StackProxy::start(up.socket(), "deer-flow-", false);
@@ -708,39 +550,4 @@ fn engine_errors_name_what_the_client_named() {
         Some(format!("POST /containers/{OWN_ID}/stop").as_str()),
         "still pinned"
     );
-}
-
-/// Lists buffered at once are bounded all together (`--max-list-bytes-total`), not only one by
-/// one: a list that would take the proxy past it is a 503 in dockerd's shape, and a list that
-/// fits is filtered as usual. Both with a Content-Length answer and a chunked one.
-#[test]
-fn buffered_lists_share_one_budget() {
-    // Over 200 KiB: the budget is kept in 64 KiB blocks.
-    let entries: Vec<String> = (0..3000)
-        .map(|i| format!(r#"{{"Id":"{i:064x}","Names":["/deer-flow-sandbox-{i}"]}}"#))
-        .collect();
-    let big = format!("[{}]", entries.join(","));
-    let size = big.len();
-    assert!(size > 200 * 1024);
-    let (_dir, chunked) = chunked_engine(big.clone());
-    let fixed = Recorder::start(move |_, _| (200, big.clone()));
-    for sock in [fixed.socket(), chunked.as_path()] {
-        // Room for less than one list: refused before it grows past the budget.
-        let tight = StackProxy::start_with(sock, "deer-flow-", false, |c| {
-            c.max_list_bytes_total = 64 * 1024;
-        });
-        let r = raw::get(tight.socket(), "/containers/json?all=1").expect("answer");
-        assert_refusal(
-            &r,
-            503,
-            "sockproxy: busy: the proxy is buffering as many lists as it may (--max-list-bytes-total)",
-        );
-        // Room for it: the same list passes, filtered.
-        let roomy = StackProxy::start_with(sock, "deer-flow-", false, |c| {
-            c.max_list_bytes_total = 4 * size;
-        });
-        let r = raw::get(roomy.socket(), "/containers/json?all=1").expect("answer");
-        assert_eq!(r.status, 200, "{}", r.text());
-        assert!(r.json().as_array().is_some_and(|a| !a.is_empty()));
-    }
 }

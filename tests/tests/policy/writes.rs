@@ -16,15 +16,10 @@ fn absent(sock: &std::path::Path, name: &str) -> bool {
     raw::get(sock, &format!("/containers/{name}/json")).is_ok_and(|r| r.status == 404)
 }
 
-#[test]
-fn refused_creates_say_why_and_leave_nothing_behind() {
-    each_engine(
-        "refused_creates_say_why_and_leave_nothing_behind",
-        Fakes::Debian,
-        |e| {
-            let prefix = unique_prefix();
-            let p = StackProxy::start(&e.socket, &prefix, false);
-            let cases: Vec<(Vec<&str>, &str)> = vec![
+/// The docker CLI's flags for a create the stack may not make, each with the reason the proxy
+/// gives.
+fn refused_create_cases() -> Vec<(Vec<&'static str>, &'static str)> {
+    vec![
             (
                 vec!["--privileged"],
                 "HostConfig.Privileged is not allowed for this stack",
@@ -144,7 +139,18 @@ fn refused_creates_say_why_and_leave_nothing_behind() {
                 vec!["--ipc", "container:someone-else"],
                 "HostConfig.IpcMode someone-else is not one of this stack's sandboxes",
             ),
-        ];
+        ]
+}
+
+#[test]
+fn refused_creates_say_why_and_leave_nothing_behind() {
+    each_engine(
+        "refused_creates_say_why_and_leave_nothing_behind",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let cases = refused_create_cases();
             for (i, (flags, why)) in cases.iter().enumerate() {
                 let name = format!("{prefix}sandbox-bad{i}");
                 let mut args = vec!["run", "-d", "--name", name.as_str()];

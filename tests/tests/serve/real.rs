@@ -11,6 +11,7 @@ use sockproxy_tests::lc::names;
 use sockproxy_tests::raw;
 use sockproxy_tests::serve_process::ServeProcess;
 use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::{step, step_async};
 use sockproxy_tests::unique_prefix;
 
 /// busybox's httpd answers every request, which is all readiness needs.
@@ -52,29 +53,36 @@ async fn real_engine_acquire_release_reclaim_and_shutdown() {
         ],
         &["--idle-timeout", "600"],
     );
-    let (mut cold, mut warm) = (Vec::new(), Vec::new());
-    for t in &threads {
-        let started = Instant::now();
-        let (status, first) = serve.acquire("user-1", t).await;
-        cold.push(started.elapsed());
-        assert_eq!(status, 200, "{first}");
-        assert_eq!(first["source"], "created");
-        let url = first["url"].as_str().unwrap_or_default().to_owned();
-        let addr = url.trim_start_matches("http://").to_owned();
-        let answered =
-            tokio::task::spawn_blocking(move || std::net::TcpStream::connect(addr).is_ok())
-                .await
-                .expect("probe");
-        assert!(answered, "the sandbox serves at {url}");
-        assert_eq!(serve.release(&first).await.1["result"], "warm");
-        let started = Instant::now();
-        let (status, again) = serve.acquire("user-1", t).await;
-        warm.push(started.elapsed());
-        assert_eq!(status, 200, "{again}");
-        assert_eq!(again["source"], "warm");
-        assert_eq!(again["generation"], first["generation"]);
-        serve.release(&again).await;
-    }
+    let (mut cold, mut warm) = step_async(
+        "each thread: a created sandbox serves, is released warm and reclaimed",
+        async {
+            let (mut cold, mut warm) = (Vec::new(), Vec::new());
+            for t in &threads {
+                let started = Instant::now();
+                let (status, first) = serve.acquire("user-1", t).await;
+                cold.push(started.elapsed());
+                assert_eq!(status, 200, "{first}");
+                assert_eq!(first["source"], "created");
+                let url = first["url"].as_str().unwrap_or_default().to_owned();
+                let addr = url.trim_start_matches("http://").to_owned();
+                let answered =
+                    tokio::task::spawn_blocking(move || std::net::TcpStream::connect(addr).is_ok())
+                        .await
+                        .expect("probe");
+                assert!(answered, "the sandbox serves at {url}");
+                assert_eq!(serve.release(&first).await.1["result"], "warm");
+                let started = Instant::now();
+                let (status, again) = serve.acquire("user-1", t).await;
+                warm.push(started.elapsed());
+                assert_eq!(status, 200, "{again}");
+                assert_eq!(again["source"], "warm");
+                assert_eq!(again["generation"], first["generation"]);
+                serve.release(&again).await;
+            }
+            (cold, warm)
+        },
+    )
+    .await;
     cold.sort();
     warm.sort();
     let ratio =
@@ -93,21 +101,23 @@ async fn real_engine_acquire_release_reclaim_and_shutdown() {
         percentile(&warm, 0.99)
     );
     println!("warm reclaim is {ratio:.0}x faster than a cold create (p50)");
-    let out = serve.terminate();
-    assert!(out.status.success(), "{out:?}");
-    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        printed
-            .lines()
-            .filter(|l| l.contains("\"destroyed\""))
-            .count(),
-        THREADS,
-        "{printed}"
-    );
-    for t in &threads {
-        let id = sandbox_id("user-1", t).expect("id");
-        let name = names(&prefix, &id).sandbox;
-        let r = raw::get(&e.socket, &format!("/containers/{name}/json")).expect("answer");
-        assert_eq!(r.status, 404, "{name} destroyed at shutdown");
-    }
+    step("SIGTERM destroys every sandbox the process owns", || {
+        let out = serve.terminate();
+        assert!(out.status.success(), "{out:?}");
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            printed
+                .lines()
+                .filter(|l| l.contains("\"destroyed\""))
+                .count(),
+            THREADS,
+            "{printed}"
+        );
+        for t in &threads {
+            let id = sandbox_id("user-1", t).expect("id");
+            let name = names(&prefix, &id).sandbox;
+            let r = raw::get(&e.socket, &format!("/containers/{name}/json")).expect("answer");
+            assert_eq!(r.status, 404, "{name} destroyed at shutdown");
+        }
+    });
 }

@@ -14,6 +14,7 @@ use sockproxy_tests::lc::LcStack;
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::serve::{call, config, Served};
 use sockproxy_tests::serve_process::ServeProcess;
+use sockproxy_tests::step::{step, step_async};
 
 fn owner(redis: &RedisServer, me: &str, ttl: Duration) -> Ownership {
     redis.ownership(me, ttl)
@@ -188,82 +189,103 @@ async fn second_provider_adopts_a_killed_ones_sandboxes_only_after_ttl_and_grace
         )
         .await
     };
-    let (status, warm) = acquire(a.sock.clone(), "t1").await;
-    assert_eq!(status, 200, "{warm}");
-    call(
-        &a.sock,
-        "POST",
-        &format!(
-            "/v1/leases/{}/release",
-            warm["lease"].as_str().unwrap_or("")
-        ),
-        None,
-    )
+    let (warm, held) = step_async("A hands out t1, released warm, and holds t2", async {
+        let (status, warm) = acquire(a.sock.clone(), "t1").await;
+        assert_eq!(status, 200, "{warm}");
+        call(
+            &a.sock,
+            "POST",
+            &format!(
+                "/v1/leases/{}/release",
+                warm["lease"].as_str().unwrap_or("")
+            ),
+            None,
+        )
+        .await;
+        let (status, held) = acquire(a.sock.clone(), "t2").await;
+        assert_eq!(status, 200, "{held}");
+        (warm, held)
+    })
     .await;
-    let (status, held) = acquire(a.sock.clone(), "t2").await;
-    assert_eq!(status, 200, "{held}");
     // While A renews, B neither adopts nor hands out A's sandboxes, for two TTL + grace spans.
-    let watch_until = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < watch_until {
-        assert!(b.ids().await.is_empty(), "B adopted while A still renews");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (status, v) = acquire(b.sock.clone(), "t1").await;
-    assert_eq!(status, 409, "A's sandbox is not B's to hand out: {v}");
-    let held_id = held["sandbox_id"].as_str().unwrap_or_default();
-    let (status, v) = call(
-        &b.sock,
-        "POST",
-        &format!("/v1/sandboxes/{held_id}/destroy"),
-        None,
+    step_async(
+        "while A renews, B neither adopts, hands out nor destroys A's sandboxes",
+        async {
+            let watch_until = Instant::now() + Duration::from_secs(6);
+            while Instant::now() < watch_until {
+                assert!(b.ids().await.is_empty(), "B adopted while A still renews");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let (status, v) = acquire(b.sock.clone(), "t1").await;
+            assert_eq!(status, 409, "A's sandbox is not B's to hand out: {v}");
+            let held_id = held["sandbox_id"].as_str().unwrap_or_default();
+            let (status, v) = call(
+                &b.sock,
+                "POST",
+                &format!("/v1/sandboxes/{held_id}/destroy"),
+                None,
+            )
+            .await;
+            assert_eq!(status, 409, "B never destroys A's sandbox: {v}");
+            let held_cid = held["generation"].as_str().unwrap_or_default();
+            assert!(stack.exists(&format!("/containers/{held_cid}/json")));
+        },
     )
     .await;
-    assert_eq!(status, 409, "B never destroys A's sandbox: {v}");
-    let held_cid = held["generation"].as_str().unwrap_or_default();
-    assert!(stack.exists(&format!("/containers/{held_cid}/json")));
-    a.kill9();
-    let killed = Instant::now();
-    let mut adopted = Vec::new();
-    for _ in 0..300 {
-        adopted = b.ids().await;
-        if adopted.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let took = killed.elapsed();
-    assert_eq!(adopted.len(), 2, "B adopts both after A died: {adopted:?}");
-    assert!(adopted.iter().all(|(_, o)| o == "B"), "{adopted:?}");
-    // A's claim outlives it by the rest of its TTL (2 s after its last renewal, which came
-    // some ticks before the kill), then the sandboxes must be seen unowned for the grace (1 s):
-    // the grace alone is a bound no scheduling can undercut.
-    assert!(
-        took >= Duration::from_secs(1),
-        "adopted after {took:?}, before the grace"
-    );
-    let (status, again) = acquire(b.sock.clone(), "t1").await;
-    assert_eq!(status, 200, "{again}");
-    assert_eq!(
-        (again["source"].clone(), again["generation"].clone()),
-        (json!("warm"), warm["generation"].clone())
-    );
-    let out = b.terminate();
-    assert!(out.status.success(), "{out:?}");
-    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        lines
-            .lines()
-            .filter(|l| l.contains("\"destroyed\""))
-            .count(),
-        2,
-        "{lines}"
-    );
-    for g in [&warm["generation"], &held["generation"]] {
-        assert!(
-            !stack.exists(&format!("/containers/{}/json", g.as_str().unwrap_or(""))),
+    step_async(
+        "A killed: B adopts both, only after the TTL and the grace",
+        async {
+            a.kill9();
+            let killed = Instant::now();
+            let mut adopted = Vec::new();
+            for _ in 0..300 {
+                adopted = b.ids().await;
+                if adopted.len() == 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let took = killed.elapsed();
+            assert_eq!(adopted.len(), 2, "B adopts both after A died: {adopted:?}");
+            assert!(adopted.iter().all(|(_, o)| o == "B"), "{adopted:?}");
+            // A's claim outlives it by the rest of its TTL (2 s after its last renewal, which came
+            // some ticks before the kill), then the sandboxes must be seen unowned for the grace (1 s):
+            // the grace alone is a bound no scheduling can undercut.
+            assert!(
+                took >= Duration::from_secs(1),
+                "adopted after {took:?}, before the grace"
+            );
+        },
+    )
+    .await;
+    step_async("B reclaims A's warm sandbox", async {
+        let (status, again) = acquire(b.sock.clone(), "t1").await;
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(
+            (again["source"].clone(), again["generation"].clone()),
+            (json!("warm"), warm["generation"].clone())
+        );
+    })
+    .await;
+    step("B's shutdown destroys both", || {
+        let out = b.terminate();
+        assert!(out.status.success(), "{out:?}");
+        let lines = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            lines
+                .lines()
+                .filter(|l| l.contains("\"destroyed\""))
+                .count(),
+            2,
             "{lines}"
         );
-    }
+        for g in [&warm["generation"], &held["generation"]] {
+            assert!(
+                !stack.exists(&format!("/containers/{}/json", g.as_str().unwrap_or(""))),
+                "{lines}"
+            );
+        }
+    });
 }
 
 /// Not a check of speed: prints acquire throughput of two providers sharing one Redis and one

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use sockproxy_tests::bins;
 use sockproxy_tests::skip::skip;
+use sockproxy_tests::step::step;
 
 /// The rows of the first Markdown table after the line starting with `heading`, as cells,
 /// without the header and separator rows.
@@ -107,123 +108,138 @@ const HOW: &str = "apt-get install haproxy tinyproxy squid, as .ci/run does";
 #[test]
 fn the_benchmark_runs_every_part_at_a_tiny_size() {
     const TEST: &str = "the_benchmark_runs_every_part_at_a_tiny_size";
-    let out = bench()
-        .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
-        .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
-        .args(["--real-requests", "20", "--real-stops", "8"])
-        .args(["--real-concurrency", "1,2"])
-        .args(["--connections", "8"])
-        .output()
-        .expect("bench runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench"));
-
-    let haproxy = installed("haproxy");
-    if !haproxy {
-        skip(TEST, "the HAProxy columns: haproxy is not installed", HOW);
-    }
-    let requests = table(&text, "## 1.");
-    assert_eq!(
-        requests.len(),
-        9,
-        "3 requests x 3 concurrencies: {requests:?}"
-    );
-    for row in &requests {
-        positive(row, 2);
-        positive(row, 3);
-        positive(row, 5);
-        positive(row, 10);
-        if haproxy {
-            positive(row, 4);
-            positive(row, 6);
-            positive(row, 11);
-        }
-    }
-
-    let engine_required = std::env::var("CI").as_deref() == Ok("true");
-    if text.contains("## 1b. Per-request cost (real engine)\n\nSkipped") {
+    let text = step("the bench runs every part", || {
+        let out = bench()
+            .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
+            .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
+            .args(["--real-requests", "20", "--real-stops", "8"])
+            .args(["--real-concurrency", "1,2"])
+            .args(["--connections", "8"])
+            .output()
+            .expect("bench runs");
+        let text = String::from_utf8_lossy(&out.stdout);
         assert!(
-            !engine_required,
-            "CI=true must run part 1 on the real engine"
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
         );
-    } else {
-        let quick = table(&text, "## 1b.");
-        assert_eq!(quick.len(), 4, "2 requests x 2 concurrencies: {quick:?}");
-        let cycles = table(&text, "Stop and start by name");
-        assert_eq!(cycles.len(), 2, "2 concurrencies: {cycles:?}");
-        for row in quick.iter().chain(&cycles) {
-            assert!(!row[2].contains("error"), "{row:?}");
-            assert!(!row[3].contains("error"), "{row:?}");
+        assert!(text.contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench"));
+        text.into_owned()
+    });
+
+    step("1. requests through each proxy", || {
+        let haproxy = installed("haproxy");
+        if !haproxy {
+            skip(TEST, "the HAProxy columns: haproxy is not installed", HOW);
+        }
+        let requests = table(&text, "## 1.");
+        assert_eq!(
+            requests.len(),
+            9,
+            "3 requests x 3 concurrencies: {requests:?}"
+        );
+        for row in &requests {
             positive(row, 2);
             positive(row, 3);
+            positive(row, 5);
             positive(row, 10);
-            if installed("haproxy") {
+            if haproxy {
                 positive(row, 4);
+                positive(row, 6);
                 positive(row, 11);
             }
         }
-    }
+    });
 
-    let lists = table(&text, "## 2.");
-    assert_eq!(lists.len(), 1, "{lists:?}");
-    assert_eq!(lists[0][0], "10");
-    assert_eq!(lists[0][2], "5", "half of 10 containers are the stack's");
-    positive(&lists[0], 3);
-    positive(&lists[0], 4);
-    positive(&lists[0], 6);
-
-    if text.contains("## 3. Real engine (docker CLI wall time)\n\nSkipped") {
-        skip(
-            TEST,
-            "the real-engine part: no engine answers at DOCKER_HOST",
-            "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
-        );
-    } else {
-        let real = table(&text, "## 3.");
-        assert_eq!(real.len(), 3, "{real:?}");
-        for row in &real {
-            positive(row, 1);
-            positive(row, 2);
-        }
-    }
-
-    let tunnels = table(&text, "## 4.");
-    let route = |name: &str| {
-        tunnels
-            .iter()
-            .find(|r| r[0] == name)
-            .unwrap_or_else(|| panic!("no {name} row in {tunnels:?}"))
-    };
-    for name in ["direct", "netproxy", "tinyproxy", "squid"] {
-        let ours = name == "direct" || name == "netproxy";
-        if !ours && !installed(name) {
+    step("1b. per-request cost on the real engine", || {
+        if text.contains("## 1b. Per-request cost (real engine)\n\nSkipped") {
             skip(
                 TEST,
-                &format!("the {name} row: {name} is not installed"),
-                HOW,
+                "part 1 on the real engine: no engine answers at DOCKER_HOST",
+                "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
             );
-            continue;
+        } else {
+            let quick = table(&text, "## 1b.");
+            assert_eq!(quick.len(), 4, "2 requests x 2 concurrencies: {quick:?}");
+            let cycles = table(&text, "Stop and start by name");
+            assert_eq!(cycles.len(), 2, "2 concurrencies: {cycles:?}");
+            for row in quick.iter().chain(&cycles) {
+                assert!(!row[2].contains("error"), "{row:?}");
+                assert!(!row[3].contains("error"), "{row:?}");
+                positive(row, 2);
+                positive(row, 3);
+                positive(row, 10);
+                if installed("haproxy") {
+                    positive(row, 4);
+                    positive(row, 11);
+                }
+            }
         }
-        let row = route(name);
-        positive(row, 1);
-        positive(row, 3);
-        if name != "direct" {
-            positive(row, 5);
-        }
-    }
+    });
 
-    let footprint = table(&text, "## 5.");
-    assert_eq!(footprint.len(), 2, "{footprint:?}");
-    for row in &footprint {
-        positive(row, 1);
-        positive(row, 2);
-        assert_eq!(row[4], "8", "every connection was held: {row:?}");
-    }
+    step("2. list filtering", || {
+        let lists = table(&text, "## 2.");
+        assert_eq!(lists.len(), 1, "{lists:?}");
+        assert_eq!(lists[0][0], "10");
+        assert_eq!(lists[0][2], "5", "half of 10 containers are the stack's");
+        positive(&lists[0], 3);
+        positive(&lists[0], 4);
+        positive(&lists[0], 6);
+    });
+
+    step("3. the real engine", || {
+        if text.contains("## 3. Real engine (docker CLI wall time)\n\nSkipped") {
+            skip(
+                TEST,
+                "the real-engine part: no engine answers at DOCKER_HOST",
+                "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
+            );
+        } else {
+            let real = table(&text, "## 3.");
+            assert_eq!(real.len(), 3, "{real:?}");
+            for row in &real {
+                positive(row, 1);
+                positive(row, 2);
+            }
+        }
+    });
+
+    step("4. tunnels", || {
+        let tunnels = table(&text, "## 4.");
+        let route = |name: &str| {
+            tunnels
+                .iter()
+                .find(|r| r[0] == name)
+                .unwrap_or_else(|| panic!("no {name} row in {tunnels:?}"))
+        };
+        for name in ["direct", "netproxy", "tinyproxy", "squid"] {
+            let ours = name == "direct" || name == "netproxy";
+            if !ours && !installed(name) {
+                skip(
+                    TEST,
+                    &format!("the {name} row: {name} is not installed"),
+                    HOW,
+                );
+                continue;
+            }
+            let row = route(name);
+            positive(row, 1);
+            positive(row, 3);
+            if name != "direct" {
+                positive(row, 5);
+            }
+        }
+    });
+
+    step("5. footprint", || {
+        let footprint = table(&text, "## 5.");
+        assert_eq!(footprint.len(), 2, "{footprint:?}");
+        for row in &footprint {
+            positive(row, 1);
+            positive(row, 2);
+            assert_eq!(row[4], "8", "every connection was held: {row:?}");
+        }
+    });
 }
 
 #[test]
