@@ -38,3 +38,29 @@ fn message(payload: &(dyn Any + Send)) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(a panic without a message)".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_step_names_itself_and_a_passing_one_returns_its_value() {
+        assert_eq!(step("passes", || 7), 7);
+        let failed = catch_unwind(|| step("breaks", || panic!("boom {}", 1)));
+        let payload = failed.expect_err("the step's panic goes on");
+        assert_eq!(message(&*payload), r#"step "breaks" failed: boom 1"#);
+    }
+
+    #[test]
+    fn a_failing_async_step_names_itself() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let failed = catch_unwind(AssertUnwindSafe(|| {
+            rt.block_on(step_async("breaks", async { panic!("boom") }))
+        }));
+        let payload = failed.expect_err("the step's panic goes on");
+        assert_eq!(message(&*payload), r#"step "breaks" failed: boom"#);
+        assert_eq!(rt.block_on(step_async("passes", async { 7 })), 7);
+    }
+}
