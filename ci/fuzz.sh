@@ -7,7 +7,7 @@
 #
 # libFuzzer starts from a scratch copy of fuzz/corpus/<target>/ and writes what it finds there,
 # so the committed seed corpus stays small. Files named known-bug-* are left out of the copy:
-# they reproduce bugs not fixed yet (listed in tests/tests/fuzz_corpus.rs's KNOWN_FAILURES) and
+# they reproduce bugs not fixed yet (listed in tests/tests/tools/fuzz_corpus.rs's KNOWN_FAILURES) and
 # would stop libFuzzer at its first input. A crash (a panic, which is how every target reports
 # a violated property) fails this script after all targets ran, and the crashing input is
 # copied into fuzz/corpus/<target>/ so the stable replay test keeps it.

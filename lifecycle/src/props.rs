@@ -1,5 +1,5 @@
 //! Properties the fuzz target `ledger_paths` (`fuzz/`) asserts and the stable replay test
-//! (`tests/tests/fuzz_corpus.rs`) checks again on every committed corpus input; `Err(why)` when
+//! (`tests/tests/tools/fuzz_corpus.rs`) checks again on every committed corpus input; `Err(why)` when
 //! one does not hold. The caller gives a fresh state directory (a temp dir) to write in.
 //!
 //! `ledger_paths`: arbitrary scope, sandbox ID and generation strings map to a record strictly

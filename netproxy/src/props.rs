@@ -1,5 +1,5 @@
 //! Properties the fuzz targets (`fuzz/`) assert and the stable replay test
-//! (`tests/tests/fuzz_corpus.rs`) checks again on every committed corpus input; `Err(why)` when
+//! (`tests/tests/tools/fuzz_corpus.rs`) checks again on every committed corpus input; `Err(why)` when
 //! one does not hold. Only the public parsing and deciding functions are used; every call into
 //! `addr` and `framing` goes through one of two small adapters (`address_allowed`, `scanner`),
 //! so a change to those modules touches only them here.

@@ -1,5 +1,5 @@
 //! Properties the fuzz targets (`fuzz/`) assert and the stable replay test
-//! (`tests/tests/fuzz_corpus.rs`) checks again on every committed corpus input. Each function
+//! (`tests/tests/tools/fuzz_corpus.rs`) checks again on every committed corpus input. Each function
 //! takes the raw fuzz input, reads it as documented, and returns `Err(why)` when a property
 //! does not hold; malformed input that the code under test refuses is not a violation.
 //!
