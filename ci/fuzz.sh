@@ -2,8 +2,11 @@
 # Fuzzes every cargo-fuzz target in fuzz/ for a bounded time (issue 17), when a nightly
 # toolchain is present; otherwise prints a NOTICE and succeeds. Called by .ci/run.
 #
-#   FUZZ_SECONDS   seconds per target (default 30)
-#   FUZZ_TARGETS   targets to run, space-separated (default: every target, `cargo fuzz list`)
+#   FUZZ_SECONDS    seconds per target (default 30)
+#   FUZZ_TARGETS    targets to run, space-separated (default: every target, `cargo fuzz list`)
+#   FUZZ_SANITIZER  cargo-fuzz's --sanitizer (default none: the code under test has no
+#                   `unsafe` and every target reports a violated property by panicking, so the
+#                   address sanitizer's slower build buys little; `address` to put it back)
 #
 # libFuzzer starts from a scratch copy of fuzz/corpus/<target>/ and writes what it finds there,
 # so the committed seed corpus stays small. Files named known-bug-* are left out of the copy:
@@ -14,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${FUZZ_SECONDS:-30}"
+sanitizer="${FUZZ_SANITIZER:-none}"
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "NOTICE: fuzzing skipped: no nightly toolchain ('cargo +nightly --version' failed)"
@@ -26,8 +30,8 @@ fi
 
 began=$(date +%s)
 cd fuzz
-echo "== cargo fuzz build ($(cargo +nightly --version))"
-cargo +nightly fuzz build
+echo "== cargo fuzz build --sanitizer $sanitizer ($(cargo +nightly --version))"
+cargo +nightly fuzz build --sanitizer "$sanitizer"
 built=$(date +%s)
 echo "== built in $((built - began)) s"
 
@@ -39,7 +43,7 @@ for t in ${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}; do
   find "corpus/$t" -maxdepth 1 -type f ! -name 'known-bug-*' -exec cp {} "$scratch/$t/" \;
   rm -rf "artifacts/$t"
   echo "== fuzz $t for ${secs} s ($(find "$scratch/$t" -type f | wc -l) seed inputs)"
-  if ! cargo +nightly fuzz run "$t" "$scratch/$t" -- \
+  if ! cargo +nightly fuzz run --sanitizer "$sanitizer" "$t" "$scratch/$t" -- \
     -max_total_time="$secs" -timeout=10 -print_final_stats=1 >"$scratch/$t.log" 2>&1; then
     tail -40 "$scratch/$t.log"
     found=0
