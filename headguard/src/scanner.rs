@@ -90,9 +90,17 @@ pub struct Scanner<R> {
     then_tunnel: bool,
     /// The head so far, while `state` is `Head`.
     head: Vec<u8>,
-    /// What each read from `inner` lands in: allocated (and zeroed) once per connection, not
-    /// once per read.
-    chunk: Vec<u8>,
+}
+
+/// Bytes read per read from a client.
+const READ_SIZE: usize = 16 * 1024;
+
+thread_local! {
+    /// What each read from a client lands in before it is framed, shared by every connection on
+    /// the thread: `feed` copies what it keeps before the read returns, so the bytes need not
+    /// outlive it. Allocated (and zeroed) once per thread, not per connection (16 KiB each of
+    /// 256 open connections) nor per read.
+    static READ_INTO: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl<R> Scanner<R> {
@@ -101,7 +109,6 @@ impl<R> Scanner<R> {
             inner,
             state: State::Head,
             head: Vec::new(),
-            chunk: Vec::new(),
             verdicts,
             limits,
             out: Vec::new(),
@@ -304,24 +311,28 @@ impl<R: AsyncRead + Unpin> AsyncRead for Scanner<R> {
                 this.refuse(TOO_SLOW);
                 continue;
             }
-            let mut chunk = std::mem::take(&mut this.chunk);
-            if chunk.is_empty() {
-                chunk = vec![0u8; 16 * 1024];
-            }
-            let mut rb = ReadBuf::new(&mut chunk);
-            let read = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
-            let n = rb.filled().len();
-            let result = match read {
-                Poll::Pending => Some(Poll::Pending),
-                Poll::Ready(Err(e)) => Some(Poll::Ready(Err(e))),
-                // End of input: a head not complete by now is no request.
-                Poll::Ready(Ok(())) if n == 0 => Some(Poll::Ready(Ok(()))),
-                Poll::Ready(Ok(())) => {
-                    this.feed(&chunk[..n]);
-                    None
+            let result = READ_INTO.with(|cell| {
+                // Taken, not borrowed, so a nested use (there is none) could never panic.
+                let mut chunk = std::mem::take(&mut *cell.borrow_mut());
+                if chunk.is_empty() {
+                    chunk = vec![0u8; READ_SIZE];
                 }
-            };
-            this.chunk = chunk;
+                let mut rb = ReadBuf::new(&mut chunk);
+                let read = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
+                let n = rb.filled().len();
+                let result = match read {
+                    Poll::Pending => Some(Poll::Pending),
+                    Poll::Ready(Err(e)) => Some(Poll::Ready(Err(e))),
+                    // End of input: a head not complete by now is no request.
+                    Poll::Ready(Ok(())) if n == 0 => Some(Poll::Ready(Ok(()))),
+                    Poll::Ready(Ok(())) => {
+                        this.feed(&chunk[..n]);
+                        None
+                    }
+                };
+                *cell.borrow_mut() = chunk;
+                result
+            });
             if let Some(done) = result {
                 return done;
             }
