@@ -251,22 +251,64 @@ pub fn list_filter(data: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// An entry's `Name` and `Names` (the last of each when repeated, as a JSON object reads);
+/// every other field is skipped unread, so a number no `f64` can hold (`1e666`, valid JSON,
+/// which the filter passes through untouched) does not make the entry unreadable.
+#[derive(Default)]
+struct NameFields {
+    name: Option<Value>,
+    names: Option<Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for NameFields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = NameFields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list entry (an object)")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<NameFields, A::Error> {
+                let mut out = NameFields::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "Name" => out.name = Some(map.next_value()?),
+                        "Names" => out.names = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
 /// Visibility read independently of `filter`: a container's name is its first `Names` entry
 /// without an inner `/` (one leading `/` stripped), a network's its `Name`.
 fn visible(kind: Kind, entry: &RawValue, scope: &Scope) -> bool {
-    let Ok(v) = serde_json::from_str::<Value>(entry.get()) else {
+    let Ok(v) = serde_json::from_str::<NameFields>(entry.get()) else {
         return false;
     };
     let name = match kind {
-        Kind::Network => v.get("Name").and_then(Value::as_str).map(str::to_owned),
-        Kind::Container => v.get("Names").and_then(Value::as_array).and_then(|names| {
-            names
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|n| n.strip_prefix('/').unwrap_or(n))
-                .find(|n| !n.contains('/'))
-                .map(str::to_owned)
-        }),
+        Kind::Network => v.name.as_ref().and_then(Value::as_str).map(str::to_owned),
+        Kind::Container => v
+            .names
+            .as_ref()
+            .and_then(Value::as_array)
+            .and_then(|names| {
+                names
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|n| n.strip_prefix('/').unwrap_or(n))
+                    .find(|n| !n.contains('/'))
+                    .map(str::to_owned)
+            }),
     };
     name.is_some_and(|n| n.starts_with(PREFIX) && scope.visible(&n))
 }
