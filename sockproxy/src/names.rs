@@ -41,6 +41,16 @@ pub struct Entry {
     pub stack_label: Option<String>,
 }
 
+impl From<&Inspected<'_>> for Entry {
+    fn from(ins: &Inspected<'_>) -> Self {
+        Self {
+            id: ins.id.to_owned(),
+            name: ins.name.to_owned(),
+            stack_label: ins.stack_label.map(str::to_owned),
+        }
+    }
+}
+
 impl Entry {
     /// What the pinning decision reads, as from an inspect answer.
     pub fn inspected(&self) -> Inspected<'_> {
@@ -86,6 +96,13 @@ struct State {
 }
 
 impl State {
+    /// Every entry gone, and every fill in flight refused.
+    fn forget(&mut self) {
+        self.generation += 1;
+        self.containers = Table::default();
+        self.networks = Table::default();
+    }
+
     fn table(&mut self, kind: Kind) -> &mut Table {
         match kind {
             Kind::Container => &mut self.containers,
@@ -175,9 +192,7 @@ impl Names {
     pub fn set_live(&self, live: bool) {
         let mut s = self.lock();
         s.live = live;
-        s.generation += 1;
-        s.containers = Table::default();
-        s.networks = Table::default();
+        s.forget();
     }
 
     pub fn is_live(&self) -> bool {
@@ -230,12 +245,7 @@ impl Names {
         t.remove_id(ins.id);
         t.remove_name(bare);
         t.by_id.insert(ins.id.to_owned(), bare.to_owned());
-        let entry = Entry {
-            id: ins.id.to_owned(),
-            name: ins.name.to_owned(),
-            stack_label: ins.stack_label.map(str::to_owned),
-        };
-        t.by_name.insert(bare.to_owned(), entry);
+        t.by_name.insert(bare.to_owned(), Entry::from(ins));
     }
 
     /// Forgets the entry pinned to `id` (the engine said it does not exist).
@@ -278,10 +288,7 @@ impl Names {
     /// Something was read that could not be understood: forget everything (any doubt →
     /// inspect).
     pub fn doubt(&self) {
-        let mut s = self.lock();
-        s.generation += 1;
-        s.containers = Table::default();
-        s.networks = Table::default();
+        self.lock().forget();
     }
 
     /// Entries held, containers and networks (for tests and the log).

@@ -16,7 +16,7 @@ use crate::policy;
 use crate::proxy::{in_client_words, json_request, Proxy};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind};
-use crate::upstream::{self, Body};
+use crate::upstream::{self, Body, Buffered};
 
 /// Query parameters of `PUT /containers/{id}/archive` (dockerd's `putContainersArchive`).
 const ARCHIVE_PUT_PARAMS: [&str; 3] = ["path", "noOverwriteDirNonDir", "copyUIDGID"];
@@ -189,18 +189,21 @@ impl Proxy {
             body::no_body(raw).await?;
             return self.own_endpoints_only(inspected);
         }
-        let (mut id, net_remembered) = match self.remembered(Kind::Network, access, op, r)? {
-            Some(id) => (id, true),
-            None => match self
-                .fresh_pin(Kind::Network, access, op, r, version)
-                .await?
-            {
-                Ok(id) => (id, false),
-                Err(engine) => return Ok(buffered_response(engine)),
-            },
+        let net = Wanted {
+            kind: Kind::Network,
+            access,
+            op,
+            r,
+            version,
+        };
+        let (mut id, net_remembered) = match self.pin(net).await? {
+            Ok(pin) => pin,
+            Err(engine) => return Ok(buffered_response(engine)),
         };
         if nop == NetworkOp::Remove {
             body::no_body(raw).await?;
+            // A remove through this proxy is known before its event arrives (as in
+            // `send_pinned`).
             self.names.evict(Kind::Network, id.id());
             let mut resp = self
                 .forward(&parts, upstream::empty(), at(&id), None)
@@ -208,11 +211,7 @@ impl Proxy {
             self.names.evict(Kind::Network, id.id());
             if net_remembered && resp.status() == StatusCode::NOT_FOUND {
                 // Perhaps gone, with its event still on the way: inspect afresh, once.
-                self.names.evict(Kind::Network, id.id());
-                let fresh = match self
-                    .fresh_pin(Kind::Network, access, op, r, version)
-                    .await?
-                {
+                let fresh = match self.fresh_pin(net).await? {
                     Ok(fresh) => fresh,
                     Err(engine) => return Ok(buffered_response(engine)),
                 };
@@ -235,16 +234,15 @@ impl Proxy {
             Refusal::BadRequest(format!("{op}: Container {container:?} is not a reference"))
         })?;
         policy::check_name(Kind::Container, Access::Change, op, &cref, &self.scope)?;
-        let change = Access::Change;
-        let (cid, c_remembered) = match self.remembered(Kind::Container, change, op, &cref)? {
-            Some(cid) => (cid, true),
-            None => match self
-                .fresh_pin(Kind::Container, change, op, &cref, version)
-                .await?
-            {
-                Ok(cid) => (cid, false),
-                Err(engine) => return Ok(buffered_response(engine)),
-            },
+        let joined = Wanted {
+            kind: Kind::Container,
+            access: Access::Change,
+            r: &cref,
+            ..net
+        };
+        let (cid, c_remembered) = match self.pin(joined).await? {
+            Ok(pin) => pin,
+            Err(engine) => return Ok(buffered_response(engine)),
         };
         let mut attach = |cid: &Pinned| {
             map.insert("Container".into(), Value::String(cid.id().to_owned()));
@@ -254,24 +252,17 @@ impl Proxy {
         if resp.status() != StatusCode::NOT_FOUND || !(net_remembered || c_remembered) {
             return Ok(resp);
         }
-        // Either remembered pin may be stale: both inspected afresh, once.
-        let (mut fresh_net, mut fresh_c) = (id.clone(), cid.clone());
+        // Either remembered pin may be stale: each inspected afresh, once.
+        let mut fresh_net = id.clone();
         if net_remembered {
-            self.names.evict(Kind::Network, id.id());
-            match self
-                .fresh_pin(Kind::Network, access, op, r, version)
-                .await?
-            {
+            match self.repin(net, &id).await? {
                 Ok(f) => fresh_net = f,
                 Err(engine) => return Ok(buffered_response(engine)),
             }
         }
+        let mut fresh_c = cid.clone();
         if c_remembered {
-            self.names.evict(Kind::Container, cid.id());
-            match self
-                .fresh_pin(Kind::Container, change, op, &cref, version)
-                .await?
-            {
+            match self.repin(joined, &cid).await? {
                 Ok(f) => fresh_c = f,
                 Err(engine) => return Ok(buffered_response(engine)),
             }
@@ -283,20 +274,42 @@ impl Proxy {
             .await
     }
 
+    /// The pin for what `w` names, and whether it came from the name map; `Err` is the
+    /// engine's own answer for a name it does not know.
+    async fn pin(&self, w: Wanted<'_>) -> Result<Result<(Pinned, bool), Buffered>, Refusal> {
+        if let Some(id) = self.remembered(w.kind, w.access, w.op, w.r)? {
+            return Ok(Ok((id, true)));
+        }
+        Ok(self.fresh_pin(w).await?.map(|id| (id, false)))
+    }
+
     /// A pin from a fresh inspect, or the engine's own answer for a name it does not know.
-    async fn fresh_pin(
-        &self,
-        kind: Kind,
-        access: Access,
-        op: &str,
-        r: &ObjRef,
-        version: Option<&str>,
-    ) -> Result<Result<Pinned, crate::upstream::Buffered>, Refusal> {
+    async fn fresh_pin(&self, w: Wanted<'_>) -> Result<Result<Pinned, Buffered>, Refusal> {
         Ok(self
-            .resolve(kind, access, op, r, version)
+            .resolve(w.kind, w.access, w.op, w.r, w.version)
             .await?
             .map(|(id, _)| id))
     }
+
+    /// After the engine answered 404 to a remembered pin: forget it and inspect afresh.
+    async fn repin(
+        &self,
+        w: Wanted<'_>,
+        stale: &Pinned,
+    ) -> Result<Result<Pinned, Buffered>, Refusal> {
+        self.names.evict(w.kind, stale.id());
+        self.fresh_pin(w).await
+    }
+}
+
+/// What a request names, and what it wants to do with it.
+#[derive(Debug, Clone, Copy)]
+struct Wanted<'a> {
+    kind: Kind,
+    access: Access,
+    op: &'a str,
+    r: &'a ObjRef,
+    version: Option<&'a str>,
 }
 
 /// An upload names where to put the tar and two switches; nothing else reaches the engine.

@@ -39,11 +39,7 @@ struct NamedConfig {
 
 impl Named {
     fn entry(&self) -> Entry {
-        Entry {
-            id: self.id.clone(),
-            name: self.name.clone(),
-            stack_label: self.inspected().stack_label.map(str::to_owned),
-        }
+        Entry::from(&self.inspected())
     }
 
     fn inspected(&self) -> Inspected<'_> {
