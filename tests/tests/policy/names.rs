@@ -301,12 +301,24 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
         );
         // Reading it is allowed and makes the proxy remember it.
         remember(&p, &name, 1);
-        for target in [&name, &id] {
-            let path = format!("/v1.41/containers/{target}/stop?t=0");
+        // The stop by name and by full ID, and spellings no other test sends from the map: a
+        // kill on the oldest version the proxy takes, a forced remove with no version, and a
+        // rename on a middle version.
+        let requests = [
+            ("POST", format!("/v1.41/containers/{name}/stop?t=0")),
+            ("POST", format!("/v1.41/containers/{id}/stop?t=0")),
+            ("POST", format!("/v1.24/containers/{name}/kill?signal=KILL")),
+            ("DELETE", format!("/containers/{id}?force=1")),
+            (
+                "POST",
+                format!("/v1.30/containers/{name}/rename?name={name}-x"),
+            ),
+        ];
+        for (method, path) in &requests {
             if let Some(f) = &e.fake {
                 f.clear_requests();
             }
-            let r = call(p.socket(), "POST", &path);
+            let r = call(p.socket(), method, path);
             if let Some(f) = &e.fake {
                 assert_eq!(
                     f.request_lines(),
@@ -314,8 +326,8 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
                     "decided from the map"
                 );
             }
-            let inspected = call(q.socket(), "POST", &path);
-            assert!(r.status == 403 || r.status == 404, "{}", r.text());
+            let inspected = call(q.socket(), method, path);
+            assert!(r.status == 403 || r.status == 404, "{path}: {}", r.text());
             assert_eq!((r.status, r.text()), (inspected.status, inspected.text()));
         }
         let by_name = call(
@@ -331,5 +343,7 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
             by_name.text()
         );
         assert_eq!(running(&e.socket, &id), Some(true));
+        // Still there under its own name: neither removed nor renamed.
+        assert_eq!(running(&e.socket, &name), Some(true));
     });
 }
