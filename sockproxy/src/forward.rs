@@ -5,7 +5,6 @@
 use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
@@ -93,7 +92,7 @@ pub(crate) fn upstream_request(
     Ok(req)
 }
 
-pub(crate) fn stream_response(resp: Response<Incoming>) -> Response<Body> {
+pub(crate) fn stream_response(resp: Response<upstream::Answer>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     for name in HOP_BY_HOP {
         parts.headers.remove(name);

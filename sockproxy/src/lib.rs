@@ -27,6 +27,7 @@ pub mod pinning;
 mod plans;
 pub mod policy;
 pub mod policy_file;
+mod pool;
 pub mod props;
 pub mod proxy;
 pub mod refusal;

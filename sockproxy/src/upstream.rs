@@ -1,35 +1,26 @@
-//! The client side: a pool of kept-alive connections to the engine's Unix socket. A connection
-//! goes back to the pool only once its answer is fully read, so a stream (logs, events, wait)
-//! holds its own connection, and an upgraded (hijacked) connection never returns to the pool.
+//! The client side: requests to the engine's Unix socket, on the kept-alive connections of
+//! `pool` (a connection returns only once its answer is read to the end; streams and upgrades
+//! hold their own), bounded reads of whole answers, and the budget that bounds list buffering.
 //! A dockerd restart needs no proxy restart: closed connections leave the pool, and a request
-//! that a closing connection never sent is retried on a fresh one.
+//! that a closing connection never sent is tried again on another.
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::UnixStream;
+
+pub use crate::pool::Answer;
+use crate::pool::Pool;
 
 /// The body type used on both sides of the proxy.
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounded: an inspect that does not answer within this is a failed check, not a hang.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Idle connections kept for reuse; more may be open while busy, these are what stays.
-const POOL_MAX_IDLE: usize = 256;
-/// An idle connection older than this is closed rather than reused.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -99,73 +90,25 @@ pub struct Buffered {
     pub body: Bytes,
 }
 
-/// Opens connections to one Unix socket, whatever the request URI says.
-#[derive(Debug, Clone)]
-struct Connector {
-    path: Arc<PathBuf>,
-}
-
-impl tower_service::Service<Uri> for Connector {
-    type Response = TokioIo<UnixStream>;
-    type Error = UpstreamError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Uri) -> Self::Future {
-        let path = self.path.clone();
-        Box::pin(async move {
-            let display = path.display().to_string();
-            let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&*path))
-                .await
-                .map_err(|_| UpstreamError::ConnectTimeout(display.clone()))?
-                .map_err(|source| UpstreamError::Connect {
-                    path: display,
-                    source,
-                })?;
-            Ok(TokioIo::new(stream))
-        })
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    path: Arc<PathBuf>,
-    client: Client<Connector, Body>,
+    pool: Arc<Pool>,
 }
 
 impl Upstream {
     pub fn new(path: PathBuf) -> Self {
-        let path = Arc::new(path);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(POOL_MAX_IDLE)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .build(Connector { path: path.clone() });
-        Self { path, client }
+        Self {
+            pool: Pool::new(Arc::new(path)),
+        }
     }
 
     pub fn path(&self) -> &std::path::Path {
-        &self.path
+        self.pool.path()
     }
 
     /// Sends `req`, whose URI is a path and query, to the engine.
-    pub async fn send(&self, mut req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        // The pool keys connections by scheme and authority; one fixed key, since every
-        // connection goes to the same socket. HTTP/1 sends only the path and query.
-        let target = req
-            .uri()
-            .path_and_query()
-            .map_or("/", http::uri::PathAndQuery::as_str);
-        *req.uri_mut() = Uri::builder()
-            .scheme("http")
-            .authority("docker")
-            .path_and_query(target)
-            .build()
-            .map_err(|e| UpstreamError::Client(e.to_string()))?;
-        self.client.request(req).await.map_err(client_error)
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
+        self.pool.send(req).await
     }
 
     /// A bounded GET whose whole answer is read, for inspects and lists.
@@ -183,34 +126,16 @@ impl Upstream {
     }
 }
 
-/// The client's error with its causes; a failed connect reads as the connector's own message.
-fn client_error(e: hyper_util::client::legacy::Error) -> UpstreamError {
-    let mut causes = Vec::new();
-    let mut next = std::error::Error::source(&e);
-    while let Some(cause) = next {
-        if let Some(own) = cause.downcast_ref::<UpstreamError>() {
-            return UpstreamError::Client(own.to_string());
-        }
-        causes.push(cause.to_string());
-        next = cause.source();
-    }
-    if causes.is_empty() {
-        UpstreamError::Client(e.to_string())
-    } else {
-        UpstreamError::Client(causes.join(": "))
-    }
-}
-
 /// Reads a whole answer of at most `cap` bytes into one buffer, sized up front from
 /// Content-Length when the engine sends one (lists run to megabytes; growing and then joining
 /// chunks copied them twice).
-pub async fn read_capped(resp: Response<Incoming>, cap: usize) -> Result<Buffered, UpstreamError> {
+pub async fn read_capped(resp: Response<Answer>, cap: usize) -> Result<Buffered, UpstreamError> {
     read_budgeted(resp, cap, None).await.map(|(b, _)| b)
 }
 
 /// Like `read_capped`, holding blocks of `budget` for every byte buffered.
 pub async fn read_budgeted(
-    resp: Response<Incoming>,
+    resp: Response<Answer>,
     cap: usize,
     budget: Option<&ListBudget>,
 ) -> Result<(Buffered, Held), UpstreamError> {

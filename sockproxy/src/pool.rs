@@ -1,0 +1,268 @@
+//! The kept-alive connections to the engine's one Unix socket, on hyper's own HTTP/1 client
+//! connections. A connection goes back to the pool only once its answer has been read to the end
+//! (the `Answer` body hands it back), so a stream (logs, events, wait) holds its own connection
+//! and an upgraded (hijacked) one never returns. Idle connections are reused newest first, and
+//! closed once idle for `IDLE_TIMEOUT`.
+//!
+//! This replaces hyper-util's general pool, which per request hashed a scheme-and-authority key,
+//! rebuilt the URI twice, moved its request future about a dozen times and spawned a task to wait
+//! for the connection's readiness: about 7,000 of a `/_ping`'s 59,000 instructions (callgrind).
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+
+use crate::upstream::{Body, UpstreamError};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Idle connections kept for reuse; more may be open while busy, these are what stays.
+const MAX_IDLE: usize = 256;
+/// An idle connection older than this is closed rather than reused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A request a closing connection never sent is tried again on another; bounded, since each
+/// failure removes a connection but a fresh one may fail the same way.
+const FRESH_ATTEMPTS: usize = 2;
+
+struct Idle {
+    send: SendRequest<Body>,
+    since: Instant,
+}
+
+/// The pool of one upstream socket.
+pub(crate) struct Pool {
+    path: Arc<PathBuf>,
+    /// Oldest first; checkout takes from the end.
+    idle: Mutex<Vec<Idle>>,
+    reaping: AtomicBool,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("path", &self.path).finish()
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(path: Arc<PathBuf>) -> Arc<Self> {
+        Arc::new(Self {
+            path,
+            idle: Mutex::new(Vec::new()),
+            reaping: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sends `req` on an idle connection, or a new one, and answers with a body that returns the
+    /// connection once read to the end.
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        mut req: Request<Body>,
+    ) -> Result<Response<Answer>, UpstreamError> {
+        let mut fresh_failures = 0;
+        loop {
+            let (mut send, reused) = match self.take_idle().await {
+                Some(s) => (s, true),
+                None => (self.connect().await?, false),
+            };
+            match send.try_send_request(req).await {
+                Ok(resp) => return Ok(self.answer(resp, send)),
+                Err(mut e) => match e.take_message() {
+                    // Never written: the connection was closing. Try another.
+                    Some(unsent) if reused || fresh_failures + 1 < FRESH_ATTEMPTS => {
+                        fresh_failures += usize::from(!reused);
+                        req = unsent;
+                    }
+                    _ => return Err(hyper_error(&e.into_error())),
+                },
+            }
+        }
+    }
+
+    fn answer(
+        self: &Arc<Self>,
+        resp: Response<Incoming>,
+        send: SendRequest<Body>,
+    ) -> Response<Answer> {
+        // An upgraded connection belongs to the two ends it joins from now on.
+        let back = (resp.status() != StatusCode::SWITCHING_PROTOCOLS).then(|| Checkin {
+            send,
+            pool: Arc::downgrade(self),
+        });
+        let (parts, inner) = resp.into_parts();
+        let mut answer = Answer { inner, back };
+        if answer.inner.is_end_stream() {
+            answer.give_back();
+        }
+        Response::from_parts(parts, answer)
+    }
+
+    /// The newest idle connection still open, once it is ready for a request.
+    async fn take_idle(&self) -> Option<SendRequest<Body>> {
+        loop {
+            let mut idle = self.lock().pop()?;
+            if idle.send.is_closed() || idle.since.elapsed() > IDLE_TIMEOUT {
+                continue;
+            }
+            // Back in the pool once its answer was read, so ready at once or after the
+            // connection's task has taken the end of that answer in.
+            if idle.send.is_ready() || idle.send.ready().await.is_ok() {
+                return Some(idle.send);
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
+        let display = || self.path.display().to_string();
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&*self.path))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout(display()))?
+            .map_err(|source| UpstreamError::Connect {
+                path: display(),
+                source,
+            })?;
+        let (send, conn) = hyper::client::conn::http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| hyper_error(&e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "engine connection ended");
+            }
+        });
+        Ok(send)
+    }
+
+    fn put(self: Arc<Self>, send: SendRequest<Body>) {
+        if send.is_closed() {
+            return;
+        }
+        let now = Instant::now();
+        {
+            let mut idle = self.lock();
+            let stale = idle
+                .iter()
+                .take_while(|i| now.duration_since(i.since) > IDLE_TIMEOUT)
+                .count();
+            idle.drain(..stale);
+            if idle.len() >= MAX_IDLE {
+                idle.remove(0);
+            }
+            idle.push(Idle { send, since: now });
+        }
+        if !self.reaping.swap(true, Ordering::Relaxed) {
+            self.start_reaper();
+        }
+    }
+
+    /// Closes connections left idle past `IDLE_TIMEOUT` even when no request comes to notice.
+    fn start_reaper(self: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.reaping.store(false, Ordering::Relaxed);
+            return;
+        };
+        let pool: Weak<Self> = Arc::downgrade(self);
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE_TIMEOUT / 2).await;
+                let Some(pool) = pool.upgrade() else { return };
+                let now = Instant::now();
+                pool.lock()
+                    .retain(|i| !i.send.is_closed() && now.duration_since(i.since) <= IDLE_TIMEOUT);
+            }
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        // The list holds no invariant a panic could break halfway.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// hyper's error with its causes, `: `-joined.
+fn hyper_error(e: &hyper::Error) -> UpstreamError {
+    let mut text = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    UpstreamError::Client(text)
+}
+
+struct Checkin {
+    send: SendRequest<Body>,
+    pool: Weak<Pool>,
+}
+
+/// An engine answer's body; the connection it came on returns to the pool when the body has
+/// ended, and is closed if the body is dropped before its end.
+pub struct Answer {
+    inner: Incoming,
+    back: Option<Checkin>,
+}
+
+impl Answer {
+    fn give_back(&mut self) {
+        if let Some(c) = self.back.take() {
+            if let Some(pool) = c.pool.upgrade() {
+                pool.put(c.send);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl HttpBody for Answer {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.give_back(),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.give_back(),
+            Poll::Ready(Some(Err(_))) => self.back = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;
