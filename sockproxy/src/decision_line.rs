@@ -76,26 +76,62 @@ pub fn format(out: &mut String, stack: &str, peer: Peer, d: &Decided<'_>) -> std
         out.push(' ');
         out.push_str(name);
         out.push('=');
-        write!(out, "{v:?}")
+        quoted(out, v)
     };
     text(out, "stack", stack)?;
     if let Some(uid) = peer.uid {
-        write!(out, " peer_uid={uid}")?;
+        out.push_str(" peer_uid=");
+        decimal(out, uid.into());
     }
     if let Some(pid) = peer.pid {
-        write!(out, " peer_pid={pid}")?;
+        out.push_str(" peer_pid=");
+        decimal(out, pid.into());
     }
     text(out, "method", d.method)?;
     text(out, "op", d.op)?;
     text(out, "target", d.target)?;
     text(out, "decision", d.decision)?;
     text(out, "reason", d.reason)?;
-    writeln!(
-        out,
-        " status={} duration_ms={:?}",
-        d.status.as_u16(),
-        d.duration_ms
-    )
+    out.push_str(" status=");
+    decimal(out, d.status.as_u16().into());
+    writeln!(out, " duration_ms={:?}", d.duration_ms)
+}
+
+/// `v` as `{:?}` writes it. That leaves printable ASCII other than `"` and `\` as it is, which
+/// is every field of almost every line, so those are copied without the formatting machinery
+/// (a quarter of the line's cost, callgrind).
+fn quoted(out: &mut String, v: &str) -> std::fmt::Result {
+    if v.bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.push('"');
+        out.push_str(v);
+        out.push('"');
+        Ok(())
+    } else {
+        write!(out, "{v:?}")
+    }
+}
+
+/// `n` in decimal, as `{}` writes it.
+fn decimal(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    let mut n = n.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 #[cfg(test)]

@@ -65,3 +65,19 @@ fn the_direct_line_is_the_default_formatters() {
         }
     }
 }
+
+proptest::proptest! {
+    /// The copy without formatting agrees with `{:?}` on any text, and so does the number with
+    /// `{}`.
+    #[test]
+    fn quoted_text_and_numbers_are_debug_and_display(v in ".*", bytes in "[ -~]{0,40}", n in proptest::num::i64::ANY) {
+        for v in [v.as_str(), bytes.as_str()] {
+            let mut out = String::new();
+            quoted(&mut out, v).expect("formats");
+            proptest::prop_assert_eq!(out, format!("{v:?}"));
+        }
+        let mut out = String::new();
+        decimal(&mut out, n);
+        proptest::prop_assert_eq!(out, n.to_string());
+    }
+}
