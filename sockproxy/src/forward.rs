@@ -65,39 +65,51 @@ pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
+/// Hop-by-hop in an answer: the connection's own, never passed on.
+fn answer_hop(name: &header::HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive"
+}
+
 pub(crate) fn upstream_request(
     parts: &Parts,
     path_and_query: String,
     body: Body,
     upgrade: bool,
 ) -> Result<Request<Body>, Refusal> {
-    let mut req = Request::builder()
-        .method(parts.method.clone())
-        .uri(path_and_query)
-        .body(body)
-        .map_err(|e| Refusal::BadRequest(e.to_string()))?;
-    let headers = req.headers_mut();
-    for (name, value) in &parts.headers {
-        let hop = HOP_BY_HOP.contains(name)
-            || name.as_str() == "keep-alive"
-            || name.as_str() == "proxy-connection";
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = http::Uri::try_from(path_and_query)
+        .map_err(|e| Refusal::BadRequest(http::Error::from(e).to_string()))?;
+    // A copy of the map, then the few names to drop: cheaper than re-inserting every header.
+    let mut headers = parts.headers.clone();
+    let hop = |name: &header::HeaderName| {
         let keep_for_upgrade = upgrade && (name == header::CONNECTION || name == header::UPGRADE);
-        if !hop || keep_for_upgrade {
-            headers.append(name.clone(), value.clone());
-        }
+        (answer_hop(name) || name.as_str() == "proxy-connection") && !keep_for_upgrade
+    };
+    let hops: Vec<header::HeaderName> = headers.keys().filter(|n| hop(n)).cloned().collect();
+    for name in hops {
+        headers.remove(name);
     }
     if !headers.contains_key(header::HOST) {
         headers.insert(header::HOST, HeaderValue::from_static("docker"));
     }
+    *req.headers_mut() = headers;
     Ok(req)
+}
+
+/// Drops an answer's hop-by-hop headers, looking them up only when there is one.
+fn drop_answer_hops(headers: &mut HeaderMap) {
+    if headers.keys().any(answer_hop) {
+        for name in HOP_BY_HOP {
+            headers.remove(name);
+        }
+        headers.remove("keep-alive");
+    }
 }
 
 pub(crate) fn stream_response(resp: Response<upstream::Answer>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
-    for name in HOP_BY_HOP {
-        parts.headers.remove(name);
-    }
-    parts.headers.remove("keep-alive");
+    drop_answer_hops(&mut parts.headers);
     Response::from_parts(parts, body.boxed())
 }
 
@@ -105,11 +117,8 @@ pub(crate) fn buffered_response(answer: Buffered) -> Response<Body> {
     let mut resp = Response::new(upstream::full(answer.body));
     *resp.status_mut() = answer.status;
     let mut headers = answer.headers;
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
+    drop_answer_hops(&mut headers);
     headers.remove(header::CONTENT_LENGTH);
-    headers.remove("keep-alive");
     *resp.headers_mut() = headers;
     resp
 }
@@ -135,3 +144,7 @@ pub(crate) async fn splice(client: OnUpgrade, engine: OnUpgrade) {
         Err(e) => tracing::debug!(error = %e, "stream ended with an error"),
     }
 }
+
+#[cfg(test)]
+#[path = "forward_tests.rs"]
+mod tests;
