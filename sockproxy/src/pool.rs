@@ -74,7 +74,7 @@ impl Pool {
     ) -> Result<Response<Answer>, UpstreamError> {
         let mut fresh_failures = 0;
         loop {
-            let (mut send, reused) = match self.take_idle().await {
+            let (mut send, reused) = match self.take_idle() {
                 Some(s) => (s, true),
                 None => (self.connect().await?, false),
             };
@@ -110,16 +110,12 @@ impl Pool {
         Response::from_parts(parts, answer)
     }
 
-    /// The newest idle connection still open, once it is ready for a request.
-    async fn take_idle(&self) -> Option<SendRequest<Body>> {
+    /// The newest idle connection still open. Only ready connections are put back, so one that
+    /// is not ready any more is closing.
+    fn take_idle(&self) -> Option<SendRequest<Body>> {
         loop {
-            let mut idle = self.lock().pop()?;
-            if idle.send.is_closed() || idle.since.elapsed() > IDLE_TIMEOUT {
-                continue;
-            }
-            // Back in the pool once its answer was read, so ready at once or after the
-            // connection's task has taken the end of that answer in.
-            if idle.send.is_ready() || idle.send.ready().await.is_ok() {
+            let idle = self.lock().pop()?;
+            if idle.send.is_ready() && idle.since.elapsed() <= IDLE_TIMEOUT {
                 return Some(idle.send);
             }
         }
@@ -219,11 +215,27 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Puts the connection back once it is ready for another request. It usually is by the time
+    /// its answer has ended; when it is not (the engine answered before the request's body was
+    /// all sent, say), a task waits for it, so no later request waits on this one.
     fn give_back(&mut self) {
-        if let Some(c) = self.back.take() {
-            if let Some(pool) = c.pool.upgrade() {
-                pool.put(c.send);
+        let Some(Checkin { mut send, pool }) = self.back.take() else {
+            return;
+        };
+        if send.is_ready() {
+            if let Some(pool) = pool.upgrade() {
+                pool.put(send);
             }
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if send.ready().await.is_ok() {
+                    if let Some(pool) = pool.upgrade() {
+                        pool.put(send);
+                    }
+                }
+            });
         }
     }
 }

@@ -163,3 +163,42 @@ async fn an_upgraded_connection_never_returns() {
     let _ = pool.send(get("/_ping")).await;
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
+
+/// A request body that never ends (an upload from a client that stalls).
+struct Stalled;
+
+impl HttpBody for Stalled {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Poll::Pending
+    }
+}
+
+#[tokio::test]
+async fn a_connection_still_sending_its_request_keeps_no_one_waiting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Answers as soon as it has the head, as dockerd does when it refuses an upload.
+    let (path, accepted) = raw_engine(
+        dir.path(),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
+        false,
+    );
+    let pool = Pool::new(Arc::new(path));
+    let upload = Request::put("/containers/x/archive?path=/")
+        .header(http::header::HOST, "docker")
+        .body(Stalled.boxed())
+        .expect("request");
+    let resp = pool.send(upload).await.expect("an early answer");
+    assert_eq!(read_all(resp).await, "OK");
+    let next = tokio::time::timeout(std::time::Duration::from_secs(5), pool.send(get("/_ping")))
+        .await
+        .expect("not held up by the stalled upload")
+        .expect("answer");
+    assert_eq!(read_all(next).await, "OK");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
