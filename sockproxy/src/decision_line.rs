@@ -97,13 +97,11 @@ pub fn format(out: &mut String, stack: &str, peer: Peer, d: &Decided<'_>) -> std
     writeln!(out, " duration_ms={:?}", d.duration_ms)
 }
 
-/// `v` as `{:?}` writes it. That leaves printable ASCII other than `"` and `\` as it is, which
+/// `v` as `{:?}` writes it. That leaves printable ASCII other than `"` and `\\` as it is, which
 /// is every field of almost every line, so those are copied without the formatting machinery
 /// (a quarter of the line's cost, callgrind).
 fn quoted(out: &mut String, v: &str) -> std::fmt::Result {
-    if v.bytes()
-        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
-    {
+    if crate::logfmt::plain(v) {
         out.push('"');
         out.push_str(v);
         out.push('"');
@@ -115,23 +113,8 @@ fn quoted(out: &mut String, v: &str) -> std::fmt::Result {
 
 /// `n` in decimal, as `{}` writes it.
 fn decimal(out: &mut String, n: i64) {
-    if n < 0 {
-        out.push('-');
-    }
-    let mut n = n.unsigned_abs();
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
+    let mut buf = [0u8; 21];
+    out.push_str(crate::logfmt::decimal(n < 0, n.unsigned_abs(), &mut buf));
 }
 
 #[cfg(test)]

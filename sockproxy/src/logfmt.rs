@@ -140,7 +140,7 @@ impl FieldVisitor<'_> {
 }
 
 /// Whether `{:?}` of `s` is `s` in quotes (no escape needed).
-fn plain(s: &str) -> bool {
+pub(crate) fn plain(s: &str) -> bool {
     s.bytes()
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
@@ -190,23 +190,28 @@ impl Visit for FieldVisitor<'_> {
 impl FieldVisitor<'_> {
     fn integer_after_start(&mut self, negative: bool, n: u64) {
         let mut buf = [0u8; 21];
-        let mut at = buf.len();
-        let mut n = n;
-        loop {
-            at -= 1;
-            buf[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        if negative {
-            at -= 1;
-            buf[at] = b'-';
-        }
-        let text = std::str::from_utf8(&buf[at..]).map_err(|_| fmt::Error);
-        self.result = self.result.and(text).and_then(|t| self.writer.write_str(t));
+        let text = decimal(negative, n, &mut buf);
+        self.result = self.result.and_then(|()| self.writer.write_str(text));
     }
+}
+
+/// `n` (negated if `negative`) in decimal as `{}` writes it, in the end of `buf`.
+pub(crate) fn decimal(negative: bool, mut n: u64, buf: &mut [u8; 21]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if negative {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    // Only ASCII digits and '-' were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
 }
 
 #[cfg(test)]

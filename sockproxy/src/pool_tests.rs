@@ -55,20 +55,24 @@ async fn read_all(resp: Response<Answer>) -> Bytes {
     resp.into_body().collect().await.expect("body").to_bytes()
 }
 
-#[tokio::test]
-async fn answers_read_to_the_end_reuse_one_connection() {
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK";
+
+/// Sends `n` pings one after another, reading each answer to the end, to an engine that closes
+/// each connection after answering if `close` is set; the connections it accepted.
+async fn pings(n: usize, close: bool) -> usize {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, accepted) = raw_engine(
-        dir.path(),
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
-        false,
-    );
+    let (path, accepted) = raw_engine(dir.path(), OK, close);
     let pool = Pool::new(Arc::new(path));
-    for _ in 0..5 {
+    for _ in 0..n {
         let resp = pool.send(get("/_ping")).await.expect("answer");
         assert_eq!(read_all(resp).await, "OK");
     }
-    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    accepted.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn answers_read_to_the_end_reuse_one_connection() {
+    assert_eq!(pings(5, false).await, 1);
 }
 
 #[tokio::test]
@@ -116,19 +120,8 @@ async fn a_stream_holds_its_own_connection_and_an_unfinished_one_is_not_reused()
 
 #[tokio::test]
 async fn a_connection_the_engine_closed_is_replaced() {
-    let dir = tempfile::tempdir().expect("tempdir");
     // No `Connection: close`: the proxy learns of the close only from the socket.
-    let (path, accepted) = raw_engine(
-        dir.path(),
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
-        true,
-    );
-    let pool = Pool::new(Arc::new(path));
-    for _ in 0..4 {
-        let resp = pool.send(get("/_ping")).await.expect("answer");
-        assert_eq!(read_all(resp).await, "OK");
-    }
-    assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    assert_eq!(pings(4, true).await, 4);
 }
 
 #[tokio::test]
@@ -183,11 +176,7 @@ impl HttpBody for Stalled {
 async fn a_connection_still_sending_its_request_keeps_no_one_waiting() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Answers as soon as it has the head, as dockerd does when it refuses an upload.
-    let (path, accepted) = raw_engine(
-        dir.path(),
-        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
-        false,
-    );
+    let (path, accepted) = raw_engine(dir.path(), OK, false);
     let pool = Pool::new(Arc::new(path));
     let upload = Request::put("/containers/x/archive?path=/")
         .header(http::header::HOST, "docker")
