@@ -72,6 +72,12 @@ impl Pool {
         self: &Arc<Self>,
         mut req: Request<Body>,
     ) -> Result<Response<Answer>, UpstreamError> {
+        // dockerd answers an HTTP/1.1 request without Host with a 400; hyper sends the head as
+        // given.
+        if !req.headers().contains_key(http::header::HOST) {
+            req.headers_mut()
+                .insert(http::header::HOST, http::HeaderValue::from_static("docker"));
+        }
         let mut fresh_failures = 0;
         loop {
             let (mut send, reused) = match self.take_idle() {
@@ -230,7 +236,9 @@ impl Answer {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if send.ready().await.is_ok() {
+                // Bounded like an idle connection: a client that stalls its upload for longer
+                // costs the connection, not a task and a socket held for as long as it stalls.
+                if let Ok(Ok(())) = tokio::time::timeout(IDLE_TIMEOUT, send.ready()).await {
                     if let Some(pool) = pool.upgrade() {
                         pool.put(send);
                     }

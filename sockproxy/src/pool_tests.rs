@@ -191,3 +191,28 @@ async fn a_connection_still_sending_its_request_keeps_no_one_waiting() {
     assert_eq!(read_all(next).await, "OK");
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_request_without_host_is_sent_with_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("engine.sock");
+    let listener = UnixListener::bind(&path).expect("bind");
+    let head = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed before a whole head");
+            head.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(OK).await.expect("write");
+        String::from_utf8(head).expect("text")
+    });
+    let pool = Pool::new(Arc::new(path));
+    let req = Request::get("/_ping").body(empty()).expect("request");
+    let resp = pool.send(req).await.expect("answer");
+    assert_eq!(read_all(resp).await, "OK");
+    let head = head.await.expect("engine").to_ascii_lowercase();
+    assert!(head.contains("\r\nhost: docker\r\n"), "{head}");
+}
