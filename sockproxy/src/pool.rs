@@ -152,18 +152,16 @@ impl Pool {
         if send.is_closed() {
             return;
         }
-        let now = Instant::now();
+        // Stale ones go at checkout (`take_idle`) or with the reaper.
         {
             let mut idle = self.lock();
-            let stale = idle
-                .iter()
-                .take_while(|i| now.duration_since(i.since) > IDLE_TIMEOUT)
-                .count();
-            idle.drain(..stale);
             if idle.len() >= MAX_IDLE {
                 idle.remove(0);
             }
-            idle.push(Idle { send, since: now });
+            idle.push(Idle {
+                send,
+                since: Instant::now(),
+            });
         }
         if !self.reaping.swap(true, Ordering::Relaxed) {
             self.start_reaper();

@@ -202,12 +202,11 @@ impl Proxy {
                 }
                 let named: Named = serde_json::from_slice(&container.body)
                     .map_err(|e| unreadable("inspect", e))?;
-                let entry = named.entry();
                 if let Some(stamp) = stamp {
                     self.names
-                        .fill(Kind::Container, stamp, &entry.inspected(), &self.scope);
+                        .fill(Kind::Container, stamp, &named.inspected(), &self.scope);
                 }
-                entry
+                named.entry()
             }
         };
         pinning::exec(

@@ -113,8 +113,8 @@ impl Upstream {
 
     /// A bounded GET whose whole answer is read, for inspects and lists.
     pub async fn get(&self, path_and_query: &str, cap: usize) -> Result<Buffered, UpstreamError> {
+        // Host is the pool's to add.
         let req = Request::get(path_and_query)
-            .header(http::header::HOST, "docker")
             .body(empty())
             .map_err(|e| UpstreamError::Body(e.to_string()))?;
         tokio::time::timeout(INSPECT_TIMEOUT, async {

@@ -57,10 +57,8 @@ pub fn subscription() -> String {
 }
 
 async fn follow(upstream: &Upstream, names: &Names, scope: &Scope) -> Ended {
-    let req = match Request::get(subscription())
-        .header(http::header::HOST, "docker")
-        .body(upstream::empty())
-    {
+    // Host is the pool's to add.
+    let req = match Request::get(subscription()).body(upstream::empty()) {
         Ok(r) => r,
         Err(e) => return Ended::Failed(e.to_string()),
     };
