@@ -166,9 +166,7 @@ pub fn create(shared: &Arc<Shared>, name: Option<&str>, decoded: Decoded) -> Rep
     });
     drop(st);
     streams::register(shared, &id);
-    let _ = shared
-        .events
-        .send(render::event("container", "create", &id, &name));
+    shared.publish(render::event("container", "create", &id, &name));
     shared.notify();
     Reply::Json(201, json!({ "Id": id, "Warnings": [] }))
 }
@@ -320,7 +318,7 @@ pub async fn remove(shared: &Arc<Shared>, r: &str, force: bool) -> Reply {
         name
     };
     streams::unregister(shared, &id);
-    let _ = shared.events.send(render::event(
+    shared.publish(render::event(
         "container",
         "destroy",
         &id,
@@ -350,7 +348,7 @@ pub fn rename(shared: &Shared, r: &str, new: &str) -> Reply {
     let old = std::mem::replace(&mut st.containers[i].name, format!("/{new}"));
     let mut ev = render::event("container", "rename", &st.containers[i].id, new);
     ev["Actor"]["Attributes"]["oldName"] = serde_json::Value::String(old);
-    let _ = shared.events.send(ev);
+    shared.publish(ev);
     Reply::Empty(204)
 }
 

@@ -134,6 +134,15 @@ impl Shared {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    /// Sends an event to every subscriber, unless events are muted (`mute_events`). Decided
+    /// here, when the event happens, not when a subscriber's task gets to it: an event made
+    /// while muted must stay lost even if the mute is lifted before it is delivered.
+    pub fn publish(&self, event: serde_json::Value) {
+        if !self.events_muted.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = self.events.send(event);
+        }
+    }
+
     pub fn record(&self, entry: Logged) {
         lock(&self.log).push(entry);
     }
@@ -220,7 +229,7 @@ impl FakeEngine {
         self.requests().iter().map(ToString::to_string).collect()
     }
 
-    /// Drops every event while `muted`: subscribers miss them, as after a slow or lost
+    /// Drops every event made while `muted`: subscribers miss them, as after a slow or lost
     /// delivery.
     pub fn mute_events(&self, muted: bool) {
         self.shared

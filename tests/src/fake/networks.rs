@@ -113,9 +113,7 @@ pub fn create(shared: &Arc<Shared>, body: &Value) -> Reply {
     let n = new_network(id.clone(), name, body, st.networks.len());
     st.networks.push(n);
     drop(st);
-    let _ = shared
-        .events
-        .send(render::event("network", "create", &id, name));
+    shared.publish(render::event("network", "create", &id, name));
     Reply::Json(201, json!({ "Id": id, "Warning": "" }))
 }
 
@@ -179,9 +177,7 @@ pub fn remove(shared: &Arc<Shared>, r: &str) -> Reply {
         c.networks.remove(&n.name);
     }
     drop(st);
-    let _ = shared
-        .events
-        .send(render::event("network", "destroy", &n.id, &n.name));
+    shared.publish(render::event("network", "destroy", &n.id, &n.name));
     Reply::Empty(204)
 }
 
@@ -232,9 +228,7 @@ pub fn attach(shared: &Arc<Shared>, r: &str, body: &Value, connect: bool) -> Rep
     let id = st.networks[ni].id.clone();
     drop(st);
     let action = if connect { "connect" } else { "disconnect" };
-    let _ = shared
-        .events
-        .send(render::event("network", action, &id, &net));
+    shared.publish(render::event("network", action, &id, &net));
     Reply::Empty(200)
 }
 

@@ -128,9 +128,7 @@ pub fn run_container(shared: &Arc<Shared>, id: &str) {
     if let Ok(mut m) = shared.stops.lock() {
         m.insert(id.to_owned(), stop_tx);
     }
-    let _ = shared
-        .events
-        .send(render::event("container", "start", id, &name));
+    shared.publish(render::event("container", "start", id, &name));
     shared.notify();
     let shared = shared.clone();
     let id = id.to_owned();
@@ -170,9 +168,7 @@ pub fn run_container(shared: &Arc<Shared>, id: &str) {
         if let Ok(mut m) = shared.stops.lock() {
             m.remove(&id);
         }
-        let _ = shared
-            .events
-            .send(render::event("container", "die", &id, &name));
+        shared.publish(render::event("container", "die", &id, &name));
         shared.notify();
         // `docker run --rm` sets HostConfig.AutoRemove and waits for `condition=removed`.
         let auto_remove = shared
@@ -463,15 +459,10 @@ pub fn exec_start(
 
 pub fn events(shared: &Arc<Shared>) -> Reply {
     let mut rx = shared.events.subscribe();
-    let shared = shared.clone();
     let (tx, resp) = streamed("application/json");
     tokio::spawn(async move {
         loop {
             match rx.recv().await {
-                Ok(_)
-                    if shared
-                        .events_muted
-                        .load(std::sync::atomic::Ordering::SeqCst) => {}
                 Ok(ev) => {
                     let mut line = ev.to_string().into_bytes();
                     line.push(b'\n');
