@@ -175,6 +175,23 @@ fn http_layer_refusals_carry_the_json_body_on_any_request() {
     assert_eq!(pings, 2 * cases.len());
 }
 
+/// A head with exactly as many headers as the limit allows is forwarded, not refused by the
+/// proxy's scanner or by hyper behind it.
+#[test]
+fn a_head_with_exactly_the_header_limit_is_forwarded() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let head = format!(
+        "GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n{}\r\n",
+        (2..100)
+            .map(|i| format!("X-{i}: 1\r\n"))
+            .collect::<String>()
+    );
+    let r = raw::send(p.socket(), head.as_bytes()).expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.requests(), vec!["GET /_ping".to_owned()]);
+}
+
 #[test]
 fn malformed_requests_get_400_and_nothing_is_forwarded() {
     let up = Recorder::fixed("[]");
