@@ -126,6 +126,10 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
+    /// Event-loop threads; each client connection is served on one of them, in turn
+    /// [default: the cores the proxy may run on, at most 2].
+    #[arg(long, env = "SOCKPROXY_EVENT_LOOPS")]
+    pub event_loops: Option<usize>,
     /// Client connections served at once; more are answered 503 and closed [default: 256].
     #[arg(long, env = "SOCKPROXY_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
@@ -173,6 +177,17 @@ pub enum ConfigError {
     MinApiVersion(String),
     #[error("--policy {0:?}: {1}")]
     PolicyFile(PathBuf, String),
+    #[error("--event-loops {0}: expected 1 to {MAX_EVENT_LOOPS}")]
+    EventLoops(usize),
+}
+
+/// More loops than this would only add threads: each is a whole core's worth of work.
+pub const MAX_EVENT_LOOPS: usize = 64;
+
+/// One loop per core the proxy may run on, at most two: past two, a per-stack proxy's own
+/// threads would compete with the engine and the sandboxes for the host's cores.
+fn default_event_loops() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
 #[derive(Debug, Clone)]
@@ -190,6 +205,8 @@ pub struct Config {
     pub min_api_version: (u32, u32),
     pub header_timeout: std::time::Duration,
     pub max_connections: usize,
+    /// Event-loop threads serving client connections (`loops`).
+    pub event_loops: usize,
     pub shutdown_grace: std::time::Duration,
     pub create_rules: CreateRules,
     pub require_stack_label: bool,
@@ -236,6 +253,10 @@ impl Config {
         let min_api_version = crate::canon::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
             .ok_or_else(|| ConfigError::MinApiVersion(min_raw.to_owned()))?;
+        let event_loops = args.event_loops.unwrap_or_else(default_event_loops);
+        if !(1..=MAX_EVENT_LOOPS).contains(&event_loops) {
+            return Err(ConfigError::EventLoops(event_loops));
+        }
         let allow_images: Vec<String> = args
             .allow_image
             .iter()
@@ -258,6 +279,7 @@ impl Config {
             min_api_version,
             header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
             max_connections: args.max_connections.unwrap_or(256).max(1),
+            event_loops,
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
@@ -410,5 +432,21 @@ mod tests {
         )
         .expect("ok");
         assert_eq!((c.socket_gid, c.socket_mode), (Some(0), 0o600));
+    }
+
+    #[test]
+    fn event_loops_default_to_the_cores_at_most_two_and_are_bounded() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let c = Config::from_args(args(&[]), None).expect("ok");
+        assert_eq!(c.event_loops, cores.min(2));
+        let c = Config::from_args(args(&["--event-loops", "4"]), None).expect("ok");
+        assert_eq!(c.event_loops, 4);
+        for bad in ["0", "65"] {
+            let e = Config::from_args(args(&["--event-loops", bad]), None).expect_err(bad);
+            assert_eq!(
+                e.to_string(),
+                format!("--event-loops {bad}: expected 1 to 64")
+            );
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! errors (`refusal`). What a stack may write is read field by field (`fields`) and decided by
 //! `create_body`, `host_config`, `mounts` and `write_rules`;
 //! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
-//! coherent by `watch`'s event subscription. `server` owns the socket, `config` the flags.
+//! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
+//! threads its connections are served on, `config` the flags.
 
 pub mod api;
 pub mod body;
@@ -21,6 +22,7 @@ pub mod inflight;
 pub mod info;
 pub mod logfmt;
 pub mod logwrite;
+pub mod loops;
 pub mod mounts;
 pub mod names;
 pub mod pinning;

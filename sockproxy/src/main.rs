@@ -36,16 +36,11 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> anyhow::Result<()> {
-    // One event-loop thread: a request crosses two connections (client and engine), and on a
-    // multi-threaded runtime their tasks wake each other across threads. Measured on the bench
-    // (`--parts requests --targets ping`, 4 alternating runs): 18-19 µs of CPU per `/_ping`
-    // here, 21-29 µs with two worker threads. Large list filtering runs on the blocking pool
-    // (proxy.rs). The log lines of a turn are written when the loop is about to sleep.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .on_thread_park(sockproxy::logwrite::flush)
-        .build()
-        .context("starting the event loop")?;
+    // This thread is the first event loop; `serve` starts the others (`--event-loops`, loops.rs),
+    // each single-threaded, so the client and engine halves of a request stay on one thread.
+    // Large list filtering runs on the blocking pool (proxy.rs). The log lines of a turn are
+    // written when the loop is about to sleep.
+    let runtime = sockproxy::loops::runtime().context("starting the event loop")?;
     let result = runtime.block_on(run());
     sockproxy::logwrite::flush();
     result
@@ -76,23 +71,14 @@ async fn run() -> anyhow::Result<()> {
         );
     }
     let listener = server::bind(&cfg).context("cannot listen")?;
-    // A timer that always expires within a few seconds. hyper arms a request-head timer after
-    // every response; when the event loop went to sleep with no timer pending, arming one
-    // writes to the loop's eventfd to wake it and recompute its deadline: one extra system call
-    // per request (strace). With this tick pending, every head timer is later than the loop's
-    // next wake-up and needs no wake (perf stat: see the commit).
-    tokio::spawn(async {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-        }
-    });
+    tokio::spawn(sockproxy::loops::keep_a_timer_pending());
     tracing::info!(
         listen = %cfg.listen.display(),
         upstream = %cfg.upstream.display(),
         prefix = %cfg.scope.prefix(),
         restricted = cfg.scope.restricted(),
         stack = %cfg.stack,
+        event_loops = cfg.event_loops,
         "sockproxy listening"
     );
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;

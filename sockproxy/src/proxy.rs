@@ -51,6 +51,8 @@ pub struct Proxy {
     pub min_api_version: (u32, u32),
     /// Bytes all buffered lists may hold together.
     pub list_budget: upstream::ListBudget,
+    /// Event-loop threads serving client connections (`--event-loops`).
+    pub event_loops: usize,
     /// Client connections served at once (`--max-connections`).
     pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Time a client has to send a whole request head (`--header-timeout`).

@@ -16,6 +16,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
+use crate::loops::{Loops, Worker};
 use crate::proxy::{Peer, Proxy};
 use crate::refusal::Refusal;
 use crate::upstream::Upstream;
@@ -70,7 +71,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
     Arc::new(Proxy {
         scope: cfg.scope.clone(),
         stack: cfg.stack.clone(),
-        upstream: Upstream::new(cfg.upstream.clone()),
+        upstream: Upstream::new(cfg.upstream.clone(), cfg.event_loops),
         max_list_bytes: cfg.max_list_bytes,
         counters: Default::default(),
         create_rules: cfg.create_rules.clone(),
@@ -79,6 +80,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         inflight: Default::default(),
         min_api_version: cfg.min_api_version,
         list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
+        event_loops: cfg.event_loops,
         connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         header_timeout: cfg.header_timeout,
         names: Default::default(),
@@ -106,6 +108,7 @@ pub async fn serve(
             proxy.scope.clone(),
         )))
     });
+    let mut loops = Loops::start(proxy.event_loops, serve_handed);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -113,11 +116,11 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => match proxy.connection_slots.clone().try_acquire_owned() {
                     Ok(slot) => {
-                        let (p, stop) = (proxy.clone(), stop_rx.clone());
-                        tokio::spawn(async move {
-                            serve_connection(stream, p, stop).await;
-                            drop(slot);
-                        });
+                        let held = Held { slot, proxy: proxy.clone(), stop: stop_rx.clone() };
+                        match loops.next_turn() {
+                            None => drop(tokio::spawn(held.serve(stream))),
+                            Some(other) => hand_over(other, stream, held),
+                        }
                     }
                     Err(_) => {
                         tokio::spawn(reject_busy(stream, proxy.clone()));
@@ -152,6 +155,44 @@ pub async fn serve(
                 "shutdown deadline reached; closing what is left"
             );
         }
+    }
+    loops.stop();
+}
+
+/// An accepted connection's slot under `--max-connections`, and what serving it needs.
+struct Held {
+    slot: tokio::sync::OwnedSemaphorePermit,
+    proxy: Arc<Proxy>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Held {
+    async fn serve(self, stream: UnixStream) {
+        serve_connection(stream, self.proxy, self.stop).await;
+        drop(self.slot);
+    }
+}
+
+/// A connection on its way to another event loop: a socket that no loop watches yet.
+type Handed = (std::os::unix::net::UnixStream, Held);
+
+/// Gives a connection to `to`, which watches it from then on; here if that loop has gone.
+fn hand_over(to: &Worker<Handed>, stream: UnixStream, held: Held) {
+    match stream.into_std() {
+        Ok(s) => {
+            if let Err(job) = to.send((s, held)) {
+                tokio::spawn(serve_handed(job));
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not hand a connection to an event loop"),
+    }
+}
+
+/// Serves a handed connection on the loop running this.
+async fn serve_handed((stream, held): Handed) {
+    match UnixStream::from_std(stream) {
+        Ok(s) => held.serve(s).await,
+        Err(e) => tracing::warn!(error = %e, "an event loop could not take a connection"),
     }
 }
 
@@ -295,11 +336,8 @@ pub struct Background {
 
 impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
-        // The binary's runtime (main.rs): one event-loop thread, so tests see what runs.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(io_err(&cfg.listen))?;
+        // The binary's first event loop (main.rs); `serve` starts the others, as in the binary.
+        let runtime = crate::loops::runtime().map_err(io_err(&cfg.listen))?;
         let listener = {
             let _guard = runtime.enter();
             bind(&cfg)?

@@ -92,23 +92,33 @@ pub struct Buffered {
 
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    pool: Arc<Pool>,
+    /// One per event loop (`loops`): a connection is driven by the loop that opened it, so a
+    /// loop reusing another's would have the two wake each other across threads.
+    pools: Arc<[Arc<Pool>]>,
 }
 
 impl Upstream {
-    pub fn new(path: PathBuf) -> Self {
+    /// The engine at `path`, for a proxy with `loops` event loops.
+    pub fn new(path: PathBuf, loops: usize) -> Self {
+        let path = Arc::new(path);
         Self {
-            pool: Pool::new(Arc::new(path)),
+            pools: (0..loops.max(1)).map(|_| Pool::new(path.clone())).collect(),
         }
     }
 
+    /// This event loop's pool; a thread that is not one of the loops uses the first.
+    fn pool(&self) -> &Arc<Pool> {
+        let i = crate::loops::index();
+        self.pools.get(i).unwrap_or(&self.pools[0])
+    }
+
     pub fn path(&self) -> &std::path::Path {
-        self.pool.path()
+        self.pools[0].path()
     }
 
     /// Sends `req`, whose URI is a path and query, to the engine.
     pub async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
-        self.pool.send(req).await
+        self.pool().send(req).await
     }
 
     /// A bounded GET whose whole answer is read, for inspects and lists.

@@ -1,6 +1,7 @@
 //! Real clients through sockproxy, each checked on what it prints or returns: every docker CLI on
 //! `PATH` (`docker_cli`), bollard (`bollard_client`), docker-py (`docker_py`), deer-flow's gateway's
-//! CLI sequences replayed directly and through the proxy (`deerflow_replay`), and the
+//! CLI sequences replayed directly and through the proxy (`deerflow_replay`), the program with
+//! several event loops under concurrent clients and SIGTERM (`event_loops`), and the
 //! `fake-dockerd` program used the way the README shows a newcomer (`fake_dockerd_cli`).
 //! Run on its own with `cargo test -p sockproxy-tests --test clients`.
 
@@ -8,4 +9,5 @@ mod bollard_client;
 mod deerflow_replay;
 mod docker_cli;
 mod docker_py;
+mod event_loops;
 mod fake_dockerd_cli;

@@ -1,0 +1,135 @@
+//! The sockproxy program with several event loops (`--event-loops`), as its clients and its
+//! operator see it: the loops are threads of their own, clients at once are all served, and on
+//! SIGTERM a stream on every loop keeps flowing through the grace period while every decision
+//! line reaches the log.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sockproxy_tests::bins;
+use sockproxy_tests::fake::{FakeEngine, Flavor};
+use sockproxy_tests::raw;
+
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_for(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn create(engine: &Path, name: &str) {
+    let body = br#"{"Image":"busybox","Cmd":["sleep","600"]}"#;
+    let r = raw::request(
+        engine,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        Some(body),
+    )
+    .expect("create");
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+#[test]
+fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
+    let engine = FakeEngine::start(Flavor::Debian2010);
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("stack.sock");
+    let log = dir.path().join("sockproxy.log");
+    let mut child = Command::new(bins::sockproxy())
+        .arg("--listen")
+        .arg(&sock)
+        .args(["--prefix", "deer-flow-", "--event-loops", "3"])
+        .args(["--shutdown-grace", "3"])
+        .arg("--upstream")
+        .arg(format!("unix://{}", engine.socket().display()))
+        .env_remove("SOCKPROXY_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("sockproxy starts");
+    wait_for("the socket", Duration::from_secs(20), || sock.exists());
+
+    let threads = thread_names(child.id());
+    for loop_thread in ["sp-loop-1", "sp-loop-2"] {
+        assert!(threads.iter().any(|t| t == loop_thread), "{threads:?}");
+    }
+    assert!(!threads.iter().any(|t| t == "sp-loop-3"), "{threads:?}");
+
+    // Six clients at once, three kept-alive pings each: connections take the loops in turn.
+    let ping = b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
+    let last = b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n";
+    let mut three = ping.repeat(2);
+    three.extend_from_slice(last);
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            let (sock, three) = (sock.clone(), three.clone());
+            std::thread::spawn(move || raw::exchange(&sock, &three).expect("answers"))
+        })
+        .collect();
+    for c in clients {
+        let answers = c.join().expect("client");
+        assert_eq!(answers.len(), 3);
+        for a in answers {
+            assert_eq!((a.status, a.text().as_str()), (200, "OK"));
+        }
+    }
+
+    // One event stream per loop (three connections in a row take the three loops).
+    let mut streams: Vec<raw::Conn> = (0..3)
+        .map(|_| {
+            let c = raw::Conn::open(&sock, b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n")
+                .expect("events");
+            assert_eq!(c.status, 200);
+            c
+        })
+        .collect();
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    wait_for("the socket file to go", Duration::from_secs(5), || {
+        !sock.exists()
+    });
+    // In the grace period every stream still carries the stack's events.
+    create(engine.socket(), "deer-flow-sandbox-loops");
+    create(engine.socket(), "other-stack-loops");
+    for (i, s) in streams.iter_mut().enumerate() {
+        let seen = s.read_until(Duration::from_secs(10), |b| {
+            String::from_utf8_lossy(b).contains("deer-flow-sandbox-loops")
+        });
+        let text = String::from_utf8_lossy(&seen);
+        assert!(
+            text.contains("deer-flow-sandbox-loops"),
+            "stream {i}: {text}"
+        );
+        assert!(!text.contains("other-stack-loops"), "stream {i}: {text}");
+    }
+
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("status") {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    let decisions = text.lines().filter(|l| l.contains(" decision ")).count();
+    assert_eq!(decisions, 6 * 3 + 3, "{text}");
+    assert!(text.contains("event_loops=3"), "{text}");
+}
