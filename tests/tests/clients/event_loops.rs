@@ -4,12 +4,22 @@
 //! line reaches the log.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bins;
 use sockproxy_tests::fake::{FakeEngine, Flavor};
 use sockproxy_tests::raw;
+
+/// The proxy, killed if the test ends early.
+struct Proxy(Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 fn thread_names(pid: u32) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -47,7 +57,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("stack.sock");
     let log = dir.path().join("sockproxy.log");
-    let mut child = Command::new(bins::sockproxy())
+    let child = Command::new(bins::sockproxy())
         .arg("--listen")
         .arg(&sock)
         .args(["--prefix", "deer-flow-", "--event-loops", "3"])
@@ -59,9 +69,10 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("sockproxy starts");
+    let mut proxy = Proxy(child);
     wait_for("the socket", Duration::from_secs(20), || sock.exists());
 
-    let threads = thread_names(child.id());
+    let threads = thread_names(proxy.0.id());
     for loop_thread in ["sp-loop-1", "sp-loop-2"] {
         assert!(threads.iter().any(|t| t == loop_thread), "{threads:?}");
     }
@@ -97,7 +108,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
         .collect();
 
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        nix::unistd::Pid::from_raw(i32::try_from(proxy.0.id()).expect("pid")),
         nix::sys::signal::Signal::SIGTERM,
     )
     .expect("SIGTERM");
@@ -121,7 +132,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
 
     let start = Instant::now();
     let status = loop {
-        if let Some(s) = child.try_wait().expect("status") {
+        if let Some(s) = proxy.0.try_wait().expect("status") {
             break s;
         }
         assert!(start.elapsed() < Duration::from_secs(20), "no exit");
