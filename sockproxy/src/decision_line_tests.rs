@@ -55,7 +55,17 @@ fn the_direct_line_is_the_default_formatters() {
     };
     for (stack, d) in [("deer-flow-", d), ("deer \"flow\"", odd)] {
         for peer in peers {
-            for ms in [d.duration_ms, 0.0, 12_345.678, 1e-7] {
+            for ms in [
+                d.duration_ms,
+                0.0,
+                12_345.678,
+                1e-7,
+                0.001,
+                0.087,
+                1.5,
+                -0.0,
+                f64::NAN,
+            ] {
                 let d = Decided {
                     duration_ms: ms,
                     ..d
@@ -79,5 +89,20 @@ proptest::proptest! {
         let mut out = String::new();
         decimal(&mut out, n);
         proptest::prop_assert_eq!(out, n.to_string());
+    }
+
+    /// A duration to the microsecond, and any other number, is written as `{:?}` writes it.
+    #[test]
+    fn milliseconds_are_debug(micros in 0u64..1_000_000_000_000_000, small in 0u64..100_000_000, any in proptest::num::f64::ANY) {
+        for ms in [
+            millis(std::time::Duration::from_micros(micros)),
+            millis(std::time::Duration::from_micros(small)),
+            millis(std::time::Duration::from_nanos(small)),
+            any,
+        ] {
+            let mut out = String::new();
+            milliseconds(&mut out, ms).expect("formats");
+            proptest::prop_assert_eq!(out, format!("{ms:?}"));
+        }
     }
 }

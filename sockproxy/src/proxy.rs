@@ -125,7 +125,7 @@ impl Proxy {
                 decision,
                 reason,
                 status: resp.status(),
-                duration_ms: start.elapsed().as_secs_f64() * 1000.0,
+                duration_ms: crate::decision_line::millis(start.elapsed()),
             },
         );
         Ok(resp)
