@@ -85,6 +85,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         header_timeout: cfg.header_timeout,
         names: Default::default(),
         name_cache: cfg.name_cache,
+        blocking: Default::default(),
     })
 }
 
@@ -108,6 +109,7 @@ pub async fn serve(
             proxy.scope.clone(),
         )))
     });
+    let _ = proxy.blocking.set(tokio::runtime::Handle::current());
     let mut loops = Loops::start(proxy.event_loops, serve_handed);
     tokio::pin!(shutdown);
     loop {
