@@ -38,6 +38,14 @@ fn number(cell: &str) -> Option<f64> {
     cell.split_whitespace().next()?.parse().ok()
 }
 
+/// The machine-idle cell: one percentage per route, each within 0-100.
+fn idle_cell(row: &[String], routes: usize) {
+    let cell = &row[12];
+    let pcts: Vec<f64> = cell.split(" / ").filter_map(number).collect();
+    assert_eq!(pcts.len(), routes, "{row:?}");
+    assert!(pcts.iter().all(|p| (0.0..=100.0).contains(p)), "{row:?}");
+}
+
 fn positive(row: &[String], col: usize) -> f64 {
     let v = number(&row[col]).unwrap_or_else(|| panic!("column {col} of {row:?} is not a number"));
     assert!(v > 0.0, "column {col} of {row:?}");
@@ -143,6 +151,7 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
             positive(row, 3);
             positive(row, 5);
             positive(row, 10);
+            idle_cell(row, if haproxy { 3 } else { 2 });
             if haproxy {
                 positive(row, 4);
                 positive(row, 6);

@@ -25,6 +25,8 @@ pub struct Load {
     pub refused: usize,
     /// CPU time the proxy in the path spent per answered request (zero when direct).
     pub cpu_per_req: Duration,
+    /// How much of the machine's CPU time went idle over the load, in percent.
+    pub idle_pct: f64,
 }
 
 /// The request a client sends: (client number, its request number) → (method, path).
@@ -108,6 +110,7 @@ pub async fn load_with(sock: &Path, next: &Requests, concurrency: usize, request
         failed,
         refused,
         cpu_per_req: Duration::ZERO,
+        idle_pct: 0.0,
     }
 }
 

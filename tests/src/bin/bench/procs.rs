@@ -239,6 +239,33 @@ pub struct Memory {
     pub peak_kib: u64,
 }
 
+/// The machine's CPU time so far, all cores, in clock ticks: (everything, idle and I/O wait),
+/// from the first line of `/proc/stat`.
+pub fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (ticks.iter().sum(), idle)
+}
+
+/// The percentage of the machine's CPU time that was idle between two `machine_ticks`.
+pub fn idle_pct(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.0.saturating_sub(before.0);
+    let idle = after.1.saturating_sub(before.1);
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * idle as f64 / total as f64
+    }
+}
+
 pub fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)
 }

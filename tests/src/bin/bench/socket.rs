@@ -11,7 +11,7 @@ use sockproxy_tests::raw;
 use tokio::runtime::Runtime;
 
 use crate::load::{load, load_with, median, ms, same, Load, Requests};
-use crate::procs::{installed, mib, unix_answers, Proc};
+use crate::procs::{idle_pct, installed, machine_ticks, mib, unix_answers, Proc};
 use crate::{Args, Target};
 
 pub const PREFIX: &str = "bench-";
@@ -208,8 +208,8 @@ pub fn table(
     if let Err(why) = routes.haproxy {
         println!("HAProxy: {why}; its columns are empty.\n");
     }
-    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req | machine idle % direct / sockproxy / HAProxy |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut ways: Vec<(&Path, Option<&Proc>)> = vec![
         (routes.engine, None),
         (&routes.sockproxy.socket, Some(&routes.sockproxy.proc)),
@@ -223,7 +223,9 @@ pub fn table(
             for _ in 0..rounds {
                 for (i, (sock, proxy)) in ways.iter().enumerate() {
                     let before = proxy.map(Proc::cpu);
+                    let ticks = machine_ticks();
                     let mut l = rt.block_on(load_with(sock, next, c, requests));
+                    l.idle_pct = idle_pct(ticks, machine_ticks());
                     if let Some(before) = before {
                         let used = proxy.map(Proc::cpu).unwrap_or_default() - before;
                         let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
@@ -236,7 +238,7 @@ pub fn table(
             let d = m[0];
             let col = |i: usize, f: &dyn Fn(&Load) -> String| m.get(i).map(f).unwrap_or_default();
             println!(
-                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
+                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {} |",
                 rps_cell(&d),
                 col(1, &rps_cell),
                 col(2, &rps_cell),
@@ -248,6 +250,10 @@ pub fn table(
                 col(2, &|l| format!("{} / {}", ms(l.p50), ms(l.p99))),
                 col(1, &cpu_cell),
                 col(2, &cpu_cell),
+                m.iter()
+                    .map(|l| format!("{:.1}", l.idle_pct))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
             );
         }
     }
