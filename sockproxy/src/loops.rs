@@ -96,11 +96,21 @@ impl<T: Send + 'static> Loops<T> {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let (jobs, mut rx) = mpsc::unbounded_channel::<T>();
-        let rt = runtime()?;
+        let (started_tx, started) = std::sync::mpsc::channel();
+        // The runtime is built on its own thread: built here, a failed spawn would drop it
+        // inside the caller's runtime, and tokio panics on that.
         let thread = std::thread::Builder::new()
             .name(format!("sp-loop-{i}"))
             .spawn(move || {
                 INDEX.with(|x| x.set(i));
+                let rt = match runtime() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = started_tx.send(Ok(()));
                 rt.block_on(async move {
                     tokio::spawn(keep_a_timer_pending());
                     while let Some(job) = rx.recv().await {
@@ -110,7 +120,12 @@ impl<T: Send + 'static> Loops<T> {
                 // What is still running when the caller stops the loops is past its grace.
                 rt.shutdown_background();
             })?;
-        Ok(Worker { jobs, thread })
+        // Waits for the thread's runtime, once per loop at start-up.
+        match started.recv() {
+            Ok(Ok(())) => Ok(Worker { jobs, thread }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::other("the loop's thread ended at start")),
+        }
     }
 
     /// Whose turn the next connection is: `None` for the caller's own loop, or another loop
@@ -181,6 +196,35 @@ mod tests {
                 "loop {l} is not the caller's thread"
             );
         }
+    }
+
+    /// Started from inside a runtime, as `serve` does, the loops start, run and stop without
+    /// dropping a runtime where tokio forbids it.
+    #[test]
+    fn loops_start_and_stop_from_inside_a_runtime() {
+        let rt = runtime().expect("runtime");
+        let ran = rt.block_on(async {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut loops = Loops::start(2, move |job: usize| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send((job, index()));
+                }
+            });
+            assert!(
+                loops.next_turn().is_none(),
+                "the first turn is the caller's"
+            );
+            loops
+                .next_turn()
+                .expect("the second is the other loop's")
+                .send(7)
+                .expect("taken");
+            let ran = rx.recv().await;
+            loops.stop();
+            ran
+        });
+        assert_eq!(ran, Some((7, 1)));
     }
 
     /// One loop is the caller's alone: every turn is the caller's.

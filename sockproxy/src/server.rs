@@ -118,7 +118,14 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => match proxy.connection_slots.clone().try_acquire_owned() {
                     Ok(slot) => {
-                        let held = Held { slot, proxy: proxy.clone(), stop: stop_rx.clone() };
+                        let held = Held {
+                            slot,
+                            // Counted from here: a connection waiting for its loop to take it
+                            // is in flight for the shutdown's wait too.
+                            _inflight: proxy.inflight.enter(),
+                            proxy: proxy.clone(),
+                            stop: stop_rx.clone(),
+                        };
                         match loops.next_turn() {
                             None => drop(tokio::spawn(held.serve(stream))),
                             Some(other) => hand_over(other, stream, held),
@@ -161,9 +168,11 @@ pub async fn serve(
     loops.stop();
 }
 
-/// An accepted connection's slot under `--max-connections`, and what serving it needs.
+/// An accepted connection's slot under `--max-connections`, its place among the work a
+/// shutdown waits for, and what serving it needs.
 struct Held {
     slot: tokio::sync::OwnedSemaphorePermit,
+    _inflight: crate::inflight::Guard,
     proxy: Arc<Proxy>,
     stop: tokio::sync::watch::Receiver<bool>,
 }
@@ -217,7 +226,6 @@ async fn serve_connection(
     proxy: Arc<Proxy>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let _guard = proxy.inflight.enter();
     let peer = stream
         .peer_cred()
         .map(|c| Peer {
