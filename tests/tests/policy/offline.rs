@@ -481,6 +481,56 @@ fn create_bodies_are_checked_capped_and_reserialized() {
     assert_eq!(up.requests(), [format!("POST {target}")]);
 }
 
+/// An idle kept-alive connection is closed after twice `--header-timeout`, while an answer that
+/// streams for longer than that (an event stream) is left alone and still delivers.
+#[test]
+fn an_idle_kept_alive_connection_is_closed_and_a_long_stream_is_not() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let engine =
+        sockproxy_tests::fake::FakeEngine::start(sockproxy_tests::fake::Flavor::Debian2010);
+    let p = StackProxy::start_with(engine.socket(), "deer-flow-", false, |c| {
+        c.header_timeout = Duration::from_secs(1);
+    });
+    let mut events = raw::Conn::open(p.socket(), b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n")
+        .expect("events");
+    assert_eq!(events.status, 200);
+    let mut idle = std::os::unix::net::UnixStream::connect(p.socket()).expect("connect");
+    idle.write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n")
+        .expect("ping");
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = [0u8; 1024];
+    let n = idle.read(&mut answer).expect("answered");
+    assert!(
+        answer[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    let idle_from = Instant::now();
+    let closed = idle.read(&mut answer).expect("closed, not timed out");
+    let took = idle_from.elapsed();
+    assert_eq!(closed, 0, "the proxy closes the idle connection");
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "closed after {took:?}, expected about 2 s"
+    );
+    // The event stream has been quiet for as long; it is still open and delivers.
+    let body = br#"{"Image":"busybox","Cmd":["sleep","600"]}"#;
+    let made = raw::request(
+        engine.socket(),
+        "POST",
+        "/containers/create?name=deer-flow-sandbox-idle",
+        Some(body),
+    )
+    .expect("create");
+    assert_eq!(made.status, 201, "{}", made.text());
+    let seen = events.read_until(Duration::from_secs(10), |b| {
+        String::from_utf8_lossy(b).contains("deer-flow-sandbox-idle")
+    });
+    assert!(String::from_utf8_lossy(&seen).contains("deer-flow-sandbox-idle"));
+}
+
 /// Slow clients: a head that never completes is answered 408 and cut off after
 /// `--header-timeout`, and past
 /// `--max-connections` a client is answered 503 in dockerd's shape instead of waiting.
