@@ -26,7 +26,8 @@ pub fn index() -> usize {
     INDEX.with(Cell::get)
 }
 
-/// A timer that always expires within a few seconds, for every loop. hyper arms a request-head
+/// A timer that always expires within a few seconds, for every loop (`serve` runs it on the
+/// caller's, `Loops::start` on the others). hyper arms a request-head
 /// timer after every response; when the loop went to sleep with no timer pending, arming one
 /// writes to the loop's eventfd to wake it and recompute its deadline: one extra system call per
 /// request (strace). With this tick pending, every head timer is later than the loop's next

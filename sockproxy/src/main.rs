@@ -77,7 +77,6 @@ async fn run() -> anyhow::Result<()> {
         );
     }
     let listener = server::bind(&cfg).context("cannot listen")?;
-    tokio::spawn(sockproxy::loops::keep_a_timer_pending());
     tracing::info!(
         listen = %cfg.listen.display(),
         upstream = %cfg.upstream.display(),
