@@ -251,13 +251,14 @@ pub fn list_filter(data: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// An entry's `Name` and `Names` (the last of each when repeated, as a JSON object reads);
-/// every other field is skipped unread, so a number no `f64` can hold (`1e666`, valid JSON,
-/// which the filter passes through untouched) does not make the entry unreadable.
+/// An entry's `Name` and `Names` (the last of each when repeated, as a JSON object reads), kept
+/// as raw JSON; every other field is skipped unread. A number no `f64` can hold (`1e666`, valid
+/// JSON, which the filter passes through untouched) makes neither the entry nor the field the
+/// kind does not read unreadable: `visible` decodes only the field its kind names.
 #[derive(Default)]
 struct NameFields {
-    name: Option<Value>,
-    names: Option<Value>,
+    name: Option<Box<RawValue>>,
+    names: Option<Box<RawValue>>,
 }
 
 impl<'de> serde::Deserialize<'de> for NameFields {
@@ -295,10 +296,14 @@ fn visible(kind: Kind, entry: &RawValue, scope: &Scope) -> bool {
     let Ok(v) = serde_json::from_str::<NameFields>(entry.get()) else {
         return false;
     };
+    let field =
+        |raw: Option<Box<RawValue>>| raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok());
     let name = match kind {
-        Kind::Network => v.name.as_ref().and_then(Value::as_str).map(str::to_owned),
-        Kind::Container => v
-            .names
+        Kind::Network => field(v.name)
+            .as_ref()
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        Kind::Container => field(v.names)
             .as_ref()
             .and_then(Value::as_array)
             .and_then(|names| {
