@@ -1,6 +1,7 @@
 //! The stack's policy as sockproxy enforces it: what a stack may see, create and change, and what
 //! is refused before it reaches an engine. Raw requests against a recording stand-in upstream
-//! (`offline`) and lists filtered and capped there (`lists`), issue 12's host-takeover bypasses
+//! (`offline`), the HTTP layer in front of the policy (`http_layer`: bad heads, slow and idle
+//! clients) and lists filtered and capped there (`lists`), issue 12's host-takeover bypasses
 //! checked on what the engine holds afterwards (`bypasses`), creates, events, rename, update,
 //! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
 //! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
@@ -9,6 +10,7 @@
 //! `cargo test -p sockproxy-tests --test policy`.
 
 mod bypasses;
+mod http_layer;
 mod info;
 mod lists;
 mod names;
