@@ -32,7 +32,17 @@ pub enum BadRequest {
 }
 
 /// Query parameters whose repetition would let dockerd and the proxy read different values.
-const SINGLE_VALUED: [&str; 4] = ["name", "filters", "force", "all"];
+/// (Both read the first value today; a repeat is refused so that no later change on either side
+/// can split them for the parameters the policy reads.)
+const SINGLE_VALUED: [&str; 7] = [
+    "name",
+    "filters",
+    "force",
+    "all",
+    "ps_args",
+    "fromImage",
+    "tag",
+];
 
 /// A parsed query string, kept in order so it can be re-serialized for forwarding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -270,6 +280,10 @@ mod tests {
             (
                 "/containers/create?name=a&name=b",
                 BadRequest::RepeatedParam("name"),
+            ),
+            (
+                "/containers/x/top?ps_args=-ef&ps_args=eww",
+                BadRequest::RepeatedParam("ps_args"),
             ),
             (
                 "/containers/json?filters=1&filters=2",

@@ -81,6 +81,9 @@ pub fn decide(
                 Access::Change
             };
             check_name(Kind::Container, access, &op, target, scope)?;
+            if *cop == ContainerOp::Top {
+                top_args(&op, query)?;
+            }
             if *cop == ContainerOp::Rename {
                 let new = query.get("name").unwrap_or("");
                 let new = new.strip_prefix('/').unwrap_or(new);
@@ -132,6 +135,22 @@ pub fn decide(
     }
 }
 
+/// `ps` options `top` may pass. dockerd runs `ps` as root with the client's options, and when
+/// they cannot be combined with its own `-q PIDS` it runs them over every process on the host,
+/// then keeps rows by a column the options can rename: any other option could list the host's
+/// processes with their environments.
+const TOP_ARGS: [&str; 3] = ["", "-ef", "aux"];
+
+fn top_args(op: &str, query: &Query) -> Result<(), Refusal> {
+    match query.get("ps_args") {
+        Some(args) if !TOP_ARGS.contains(&args) => Err(Refusal::Setting {
+            op: op.to_owned(),
+            why: format!("ps_args {args:?} is not allowed for this stack (allowed: -ef, aux)"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// A pull names `fromImage` (and `tag`); only exact `--allow-image` references are pulled.
 fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
     if query.get("fromSrc").is_some() {
@@ -141,6 +160,13 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
     }
     let from = query.get("fromImage").unwrap_or("");
     let tag = query.get("tag").filter(|t| !t.is_empty());
+    if from.contains('@') && tag.is_some() {
+        // dockerd reads a digest-shaped tag as the digest to pull, in place of the one checked.
+        return Err(Refusal::Setting {
+            op: "images.pull".into(),
+            why: format!("{from} names a digest and a tag; pull by the digest alone"),
+        });
+    }
     let last = from.rsplit('/').next().unwrap_or(from);
     if tag.is_none() && !last.contains(':') && !from.contains('@') {
         // Without a tag dockerd pulls every tag of the repository.
@@ -237,282 +263,5 @@ fn out_of_scope(kind: Kind, op: &str, name: &str) -> Refusal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scope::Prefix;
-
-    fn scope(restricted: bool) -> Scope {
-        Scope::new(Prefix::parse("deer-flow-").expect("valid"), restricted)
-    }
-
-    fn container(op: ContainerOp, name: &str) -> Endpoint {
-        Endpoint::Container {
-            op,
-            target: ObjRef::parse(name).expect("ref"),
-        }
-    }
-
-    #[test]
-    fn decision_table() {
-        let q = Query::default();
-        let stop_sidecar = container(ContainerOp::Stop, "deer-flow-netproxy-c1a44b2434411cc2");
-        let cases: Vec<(Endpoint, bool, Result<(), String>)> = vec![
-            (Endpoint::Ping, false, Ok(())),
-            (
-                stop_sidecar.clone(),
-                false,
-                Err("sockproxy: containers.stop: deer-flow-netproxy-c1a44b2434411cc2 is not one of this stack's sandboxes".into()),
-            ),
-            (stop_sidecar, true, Ok(())),
-            (container(ContainerOp::Inspect, "deer-flow-netproxy-x"), false, Ok(())),
-            (
-                container(ContainerOp::Inspect, "other-x"),
-                false,
-                Err("sockproxy: containers.inspect: other-x is not one of this stack's sandboxes".into()),
-            ),
-            (container(ContainerOp::Stop, "abc123"), false, Ok(())),
-            (
-                Endpoint::Denied { op: "system.info".into() },
-                true,
-                Err("sockproxy: system.info: not allowed for this stack".into()),
-            ),
-            (Endpoint::Info, false, Ok(())),
-            (
-                Endpoint::NetworkCreate,
-                false,
-                Err("sockproxy: networks.create: not allowed for this stack".into()),
-            ),
-            (Endpoint::NetworkCreate, true, Ok(())),
-            (
-                Endpoint::Network { op: NetworkOp::Remove, target: ObjRef::parse("bridge").expect("ref") },
-                true,
-                Err("sockproxy: networks.remove: bridge is not one of this stack's networks".into()),
-            ),
-            (
-                Endpoint::Network { op: NetworkOp::Remove, target: ObjRef::parse("deer-flow-net-1").expect("ref") },
-                false,
-                Err("sockproxy: networks.remove: not allowed for this stack".into()),
-            ),
-            (
-                Endpoint::Unknown { op: "POST /containers/a/b/stop".into() },
-                true,
-                Err("sockproxy: POST /containers/a/b/stop: not allowed for this stack".into()),
-            ),
-        ];
-        for (ep, restricted, want) in cases {
-            let got = decide(&ep, &q, &scope(restricted), &[])
-                .map(|_| ())
-                .map_err(|r| r.to_string());
-            assert_eq!(got, want, "{ep:?} restricted={restricted}");
-        }
-    }
-
-    #[test]
-    fn info_deny_refuses_info() {
-        let s = scope(false).with_info(false);
-        assert_eq!(
-            decide(&Endpoint::Info, &Query::default(), &s, &[]).map_err(|r| r.to_string()),
-            Err("sockproxy: system.info: not allowed for this stack".into())
-        );
-    }
-
-    #[test]
-    fn create_needs_a_name_in_scope() {
-        let s = scope(false);
-        let with = |n: &str| Query::parse(Some(&format!("name={n}"))).expect("query");
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("deer-flow-sandbox-1"),
-            &s,
-            &[]
-        )
-        .is_ok());
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("/deer-flow-sandbox-1"),
-            &s,
-            &[]
-        )
-        .is_ok());
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("deer-flow-netproxy-1"),
-            &s,
-            &[]
-        )
-        .is_err());
-        assert!(decide(&Endpoint::ContainerCreate, &with("other"), &s, &[]).is_err());
-        assert!(decide(&Endpoint::ContainerCreate, &Query::default(), &s, &[]).is_err());
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("deer-flow-netproxy-1"),
-            &scope(true),
-            &[]
-        )
-        .is_ok());
-    }
-
-    #[test]
-    fn pulls_rename_and_events() {
-        let s = scope(false);
-        let q = |raw: &str| Query::parse(Some(raw)).expect("query");
-        let allowed = vec!["busybox:latest".to_owned(), "ghcr.io/x/y:1".to_owned()];
-        let pull = |raw: &str| {
-            decide(&Endpoint::ImagePull, &q(raw), &s, &allowed)
-                .map(|_| ())
-                .map_err(|r| r.to_string())
-        };
-        assert_eq!(
-            pull("fromImage=docker.io%2Flibrary%2Fbusybox&tag=latest"),
-            Ok(())
-        );
-        assert_eq!(
-            pull("fromImage=busybox"),
-            Err(
-                "sockproxy: images.pull: busybox names no tag or digest; pull one tag at a time"
-                    .into()
-            )
-        );
-        assert_eq!(pull("fromImage=busybox%3Alatest"), Ok(()));
-        assert_eq!(pull("fromImage=busybox&tag=latest"), Ok(()));
-        assert_eq!(pull("fromImage=ghcr.io%2Fx%2Fy&tag=1"), Ok(()));
-        assert_eq!(
-            pull("fromImage=ghcr.io%2Fx%2Fy&tag=2"),
-            Err(
-                "sockproxy: images.pull: ghcr.io/x/y:2 is not an allowed image (--allow-image)"
-                    .into()
-            )
-        );
-        assert!(pull("fromSrc=-").is_err());
-        assert!(pull("").is_err());
-        let rename = |new: &str| {
-            decide(
-                &container(ContainerOp::Rename, "deer-flow-sandbox-1"),
-                &q(&format!("name={new}")),
-                &s,
-                &[],
-            )
-            .map(|_| ())
-            .map_err(|r| r.to_string())
-        };
-        assert_eq!(rename("deer-flow-sandbox-2"), Ok(()));
-        assert_eq!(
-            rename("other"),
-            Err("sockproxy: containers.rename: other is not one of this stack's sandboxes".into())
-        );
-        assert!(rename("").is_err());
-        assert!(decide(
-            &container(ContainerOp::Rename, "other"),
-            &q("name=deer-flow-sandbox-2"),
-            &s,
-            &[]
-        )
-        .is_err());
-        assert_eq!(
-            decide(&Endpoint::Events, &Query::default(), &s, &[]),
-            Ok(Plan::Events)
-        );
-    }
-
-    #[test]
-    fn resolved_ids_out_of_scope_look_absent_unless_visible() {
-        let s = scope(false);
-        let hex = ObjRef::Hex("abc".into());
-        let got = check_resolved(
-            Kind::Container,
-            Access::Change,
-            "containers.stop",
-            &hex,
-            "/other",
-            &s,
-        );
-        assert_eq!(got, Err(Refusal::NoSuchContainer("abc".into())));
-        let got = check_resolved(
-            Kind::Container,
-            Access::Change,
-            "containers.stop",
-            &hex,
-            "/deer-flow-sandbox-1",
-            &s,
-        );
-        assert_eq!(got, Ok(()));
-        // A link alias is never a stack's own canonical name.
-        let got = check_resolved(
-            Kind::Container,
-            Access::Read,
-            "containers.inspect",
-            &hex,
-            "/deer-flow-x/alias",
-            &s,
-        );
-        assert!(got.is_err());
-        // A container the stack may see but not change (a leftover sidecar without
-        // `--restricted`): by ID, refused by its name, not answered as absent.
-        let got = check_resolved(
-            Kind::Container,
-            Access::Change,
-            "containers.stop",
-            &hex,
-            "/deer-flow-netproxy-1",
-            &s,
-        );
-        assert_eq!(
-            got.map_err(|e| e.to_string()),
-            Err("sockproxy: containers.stop: deer-flow-netproxy-1 is not one of this stack's sandboxes".into())
-        );
-        assert!(check_exec(Access::Change, "e1", "/deer-flow-sandbox-1", &s).is_ok());
-        assert_eq!(
-            check_exec(Access::Change, "e1", "/deer-flow-netproxy-1", &s),
-            Err(Refusal::NoSuchExec("e1".into()))
-        );
-        assert!(check_exec(Access::Read, "e1", "/deer-flow-netproxy-1", &s).is_ok());
-    }
-}
-
-#[cfg(test)]
-mod properties {
-    use super::*;
-    use crate::api;
-    use crate::canon;
-    use crate::scope::Prefix;
-    use proptest::prelude::*;
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
-
-        /// Any target: the pure pipeline answers without panicking.
-        #[test]
-        fn pipeline_never_panics(method in "(GET|POST|DELETE|PUT|HEAD|PATCH|X)", path in "[ -~]{0,60}") {
-            let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
-            if let Ok(uri) = path.parse::<http::Uri>() {
-                if let Ok(t) = canon::canonicalize(&uri, &http::HeaderMap::new()) {
-                    let m = http::Method::from_bytes(method.as_bytes()).expect("method");
-                    let ep = api::parse(&m, &t);
-                    let _ = decide(&ep, &t.query, &scope, &[]);
-                }
-            }
-        }
-
-        /// A container named outside the stack's sandbox scope is never allowed to be changed,
-        /// whatever the action and version segment.
-        #[test]
-        fn foreign_names_are_never_changeable(
-            name in "[a-zA-Z0-9_.-]{1,24}",
-            action in "(start|stop|kill|restart|attach|resize|exec|archive)",
-            version in "(|/v1.41|/v1.44)",
-        ) {
-            prop_assume!(!name.starts_with("deer-flow-sandbox-"));
-            prop_assume!(!name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
-            let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
-            let method = if action == "archive" { "PUT" } else { "POST" };
-            let target = format!("{version}/containers/{name}/{action}");
-            if let Ok(uri) = target.parse::<http::Uri>() {
-                if let Ok(t) = canon::canonicalize(&uri, &http::HeaderMap::new()) {
-                    let m = http::Method::from_bytes(method.as_bytes()).expect("method");
-                    let ep = api::parse(&m, &t);
-                    prop_assert!(decide(&ep, &t.query, &scope, &[]).is_err(), "{target} was allowed");
-                }
-            }
-        }
-    }
-}
+#[path = "policy_tests.rs"]
+mod tests;
