@@ -296,6 +296,7 @@ impl Config {
                     args.allow_log_driver
                 },
                 allow_images: allow_images.clone(),
+                require_stack_label: args.require_stack_label,
             },
             require_stack_label: args.require_stack_label,
             name_cache: !args.no_name_cache,

@@ -42,6 +42,9 @@ pub struct CreateRules {
     /// When not empty, the only images a container may be created from (`--allow-image`),
     /// normalized as `config::normalize_image` does.
     pub allow_images: Vec<String>,
+    /// `--require-stack-label`: a container another setting names (`VolumesFrom`, `Links`,
+    /// `container:` modes) cannot be checked for the label here, so such settings are refused.
+    pub require_stack_label: bool,
 }
 
 impl Default for CreateRules {
@@ -56,6 +59,7 @@ impl Default for CreateRules {
             max_shm_size: DEFAULT_MAX_SHM,
             allow_log_drivers: default_log_drivers(),
             allow_images: vec![],
+            require_stack_label: false,
         }
     }
 }
@@ -192,6 +196,15 @@ fn networking_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> 
         };
         let mut out = Map::new();
         for (name, settings) in eps {
+            // `NetworkMode: ""` means the default network, but an empty key here reaches the
+            // engine's network lookup as an ID prefix that every network matches, and the
+            // start then fails naming how many networks the host holds.
+            if name.is_empty() {
+                return Err(Refusal::Setting {
+                    op: ctx.op.to_owned(),
+                    why: format!("{at} has a network with an empty name"),
+                });
+            }
             host_config::own_network(ctx, &at, &name)?;
             out.insert(
                 name.clone(),

@@ -201,3 +201,50 @@ mod properties {
         }
     }
 }
+
+/// Under `--require-stack-label` a name in scope does not make a container the stack's, so a
+/// body that names another container (its volumes, its namespaces, a link) is refused; without
+/// the flag the name decides.
+#[test]
+fn settings_naming_a_container_are_refused_under_require_stack_label() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let strict = CreateRules {
+        require_stack_label: true,
+        ..CreateRules::default()
+    };
+    let bodies = [
+        (
+            serde_json::json!({ "HostConfig": { "VolumesFrom": ["deer-flow-sandbox-a:ro"] } }),
+            "HostConfig.VolumesFrom",
+        ),
+        (
+            serde_json::json!({ "HostConfig": { "PidMode": "container:deer-flow-sandbox-a" } }),
+            "HostConfig.PidMode",
+        ),
+        (
+            serde_json::json!({ "HostConfig": { "NetworkMode": "container:deer-flow-sandbox-a" } }),
+            "HostConfig.NetworkMode",
+        ),
+        (
+            serde_json::json!({ "HostConfig": { "Links": ["deer-flow-sandbox-a:db"] } }),
+            "HostConfig.Links",
+        ),
+    ];
+    for (body, path) in bodies {
+        let open = check(
+            body.clone(),
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            "s",
+        );
+        assert!(open.is_ok(), "{body}: {open:?}");
+        let err = check(body.clone(), &scope, &strict, Path::new("/x"), "s").expect_err("refused");
+        assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(
+            err.to_string(),
+            format!("sockproxy: containers.create: {path} names another container, which --require-stack-label does not allow"),
+            "{body}"
+        );
+    }
+}

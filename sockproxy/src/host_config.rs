@@ -130,7 +130,7 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     })?;
     r.keep(&mut o, "ReadonlyRootfs", fields::any_bool)?;
     r.keep(&mut o, "SecurityOpt", |_, p, v| security_opt(ctx, p, v))?;
-    r.keep(&mut o, "Tmpfs", fields::any_str_map)?;
+    r.keep(&mut o, "Tmpfs", |_, p, v| mounts::tmpfs(ctx, p, v))?;
     r.keep(&mut o, "ShmSize", |r, p, v| {
         let max = i64::try_from(ctx.rules.max_shm_size).unwrap_or(i64::MAX);
         int_in(r, p, &v, 0, max).map(Value::from)
@@ -164,15 +164,24 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
             "Cpuset",
         ],
     )?;
-    resources(&mut r, &mut o)?;
+    resources(&mut r, &mut o, Pids::Create)?;
     r.finish()?;
     Ok(Value::Object(o))
+}
+
+/// Which request `resources` reads: dockerd gives `PidsLimit: 0` a different meaning in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pids {
+    /// At create, 0 is "not set" (the engine's default limit applies).
+    Create,
+    /// At update, 0 (like any value below 1) sets "unlimited" over the limit the container has.
+    Update,
 }
 
 /// `container.Resources`: limits are the stack's to set; devices, cgroup parents, block-device
 /// throttles (they name host devices) and switching the OOM killer off are not. Shared by
 /// create and `POST /containers/{id}/update`.
-pub fn resources(r: &mut Reader, o: &mut Map<String, Value>) -> Result<(), Refusal> {
+pub fn resources(r: &mut Reader, o: &mut Map<String, Value>, pids: Pids) -> Result<(), Refusal> {
     for f in [
         "CpuShares",
         "Memory",
@@ -193,10 +202,15 @@ pub fn resources(r: &mut Reader, o: &mut Map<String, Value>) -> Result<(), Refus
     r.keep(o, "CpusetMems", fields::any_string)?;
     r.keep(o, "MemorySwappiness", fields::any_int)?;
     r.keep(o, "OomKillDisable", fields::false_only)?;
-    // The docker CLI sends 0 for "not set" (dockerd reads it as no limit of the stack's own);
-    // -1 asks for "unlimited" outright and is refused.
+    // The docker CLI sends 0 for "not set" at create (dockerd reads it as no limit of the
+    // stack's own); -1 asks for "unlimited" outright and is refused. At update dockerd reads 0
+    // as "unlimited" too.
+    let least = match pids {
+        Pids::Create => 0,
+        Pids::Update => 1,
+    };
     r.keep(o, "PidsLimit", |r, p, v| {
-        int_in(r, p, &v, 0, i64::MAX).map(Value::from)
+        int_in(r, p, &v, least, i64::MAX).map(Value::from)
     })?;
     r.keep(o, "Ulimits", ulimits)?;
     r.zero_kept(
@@ -233,6 +247,23 @@ fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, 
     }
 }
 
+/// Resource limits a stack may set on its processes. `rtprio` and `nice` would let them raise
+/// their scheduling priority above the host's other work, `memlock` pin host memory.
+const ULIMITS: [&str; 12] = [
+    "as",
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "msgqueue",
+    "nofile",
+    "nproc",
+    "rss",
+    "sigpending",
+    "stack",
+];
+
 fn ulimits(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
     let Value::Array(list) = v else {
         return Err(Refusal::BadRequest(format!("{path} must be a list")));
@@ -241,7 +272,7 @@ fn ulimits(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
     for (i, u) in list.into_iter().enumerate() {
         let mut r = Reader::new(parent.op(), &format!("{path}[{i}]"), u)?;
         let mut o = Map::new();
-        r.keep(&mut o, "Name", fields::any_string)?;
+        r.keep(&mut o, "Name", fields::one_of(&ULIMITS))?;
         r.keep(&mut o, "Hard", fields::any_int)?;
         r.keep(&mut o, "Soft", fields::any_int)?;
         r.finish()?;
@@ -316,8 +347,18 @@ pub fn own_network(ctx: &Ctx, path: &str, name: &str) -> Result<(), Refusal> {
     }
 }
 
-/// A container another setting points at must be the stack's own, by name.
+/// A container another setting points at must be the stack's own, by name. Under
+/// `--require-stack-label` the name alone does not make a container the stack's, and the body
+/// check reads no engine state, so no container may be named at all.
 pub fn own_container(ctx: &Ctx, path: &str, reference: &str) -> Result<(), Refusal> {
+    if ctx.rules.require_stack_label {
+        return Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!(
+                "{path} names another container, which --require-stack-label does not allow"
+            ),
+        });
+    }
     let name = reference.strip_prefix('/').unwrap_or(reference);
     if !name.contains('/') && ctx.scope.allows(Kind::Container, Access::Change, name) {
         Ok(())

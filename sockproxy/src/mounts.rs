@@ -1,7 +1,8 @@
 //! What a container may mount (`HostConfig.Binds`, `HostConfig.Mounts`): host paths only from
 //! beneath an allowed bind root, checked on the proxy's own view of the filesystem with no
 //! symbolic link in any component; named volumes only with the stack's prefix; anonymous
-//! volumes and tmpfs freely. The engine's socket is never mountable.
+//! volumes freely; tmpfs at clean paths with plain tmpfs options (`HostConfig.Tmpfs`,
+//! `TmpfsOptions.Options`). The engine's socket is never mountable.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -31,6 +32,69 @@ const BIND_MODES: [&str; 12] = [
 
 const PROPAGATIONS: [&str; 5] = ["", "private", "rprivate", "slave", "rslave"];
 
+/// Flags a tmpfs may carry. dockerd hands any mount flag it knows to the runtime, including
+/// `remount`, `bind` and `shared`: `remount` on `/sys/` (a path the engine does not see as its
+/// own `/sys`) turned the container's read-only sysfs writable.
+const TMPFS_FLAGS: [&str; 10] = [
+    "ro",
+    "rw",
+    "exec",
+    "noexec",
+    "nosuid",
+    "nodev",
+    "noatime",
+    "relatime",
+    "tmpcopyup",
+    "notmpcopyup",
+];
+
+/// `key=value` options of the tmpfs filesystem itself.
+const TMPFS_KEYS: [&str; 6] = ["size", "mode", "uid", "gid", "nr_inodes", "nr_blocks"];
+
+/// Whether one tmpfs option (`flag` or `key=value`) is one a stack may use.
+fn tmpfs_option_ok(option: &str) -> bool {
+    match option.split_once('=') {
+        Some((key, value)) => TMPFS_KEYS.contains(&key) && !value.is_empty(),
+        None => TMPFS_FLAGS.contains(&option),
+    }
+}
+
+/// Whether `p` is absolute and already clean, as dockerd compares mount destinations as strings
+/// (a `/sys/` is not its `/sys`).
+fn clean_absolute(p: &str) -> bool {
+    let path = Path::new(p);
+    let clean: PathBuf = path.components().collect();
+    path.is_absolute()
+        && clean.as_os_str() == path.as_os_str()
+        && !path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+}
+
+/// `HostConfig.Tmpfs`: destination → comma-separated options.
+pub fn tmpfs(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
+    let m = fields::str_map(path, v)?;
+    for (dest, opts) in &m {
+        let at = format!("{path}.{dest}");
+        if !clean_absolute(dest) {
+            return Err(Refusal::Setting {
+                op: ctx.op.to_owned(),
+                why: format!(
+                    "{at} is not a clean absolute path (no '..', '.', '//' or trailing '/')"
+                ),
+            });
+        }
+        let opts = opts.as_str().unwrap_or_default();
+        if opts.is_empty() {
+            continue;
+        }
+        if let Some(bad) = opts.split(',').find(|o| !tmpfs_option_ok(o)) {
+            return Err(value_not_allowed(ctx.op, &at, bad, ""));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
 /// Checks a host path that would be bound into a container.
 pub fn bind_source(ctx: &Ctx, path: &str, source: &str) -> Result<(), Refusal> {
     let refuse = |why: &str| Refusal::Setting {
@@ -42,11 +106,7 @@ pub fn bind_source(ctx: &Ctx, path: &str, source: &str) -> Result<(), Refusal> {
         return Err(refuse("is not an absolute path"));
     }
     // dockerd cleans the path; a source that is not already clean could be read two ways.
-    let clean: PathBuf = p.components().collect();
-    if clean.as_os_str() != p.as_os_str()
-        || p.components()
-            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
+    if !clean_absolute(source) {
         return Err(refuse(
             "is not a clean path (no '..', '.', '//' or trailing '/')",
         ));
@@ -232,10 +292,27 @@ fn tmpfs_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal
     let mut o = Map::new();
     r.keep(&mut o, "SizeBytes", fields::any_int)?;
     r.keep(&mut o, "Mode", fields::any_uint)?;
-    r.keep(&mut o, "Options", |_, p, v| match v {
+    // `[["flag"], ["key", "value"]]`, held to the same options as `HostConfig.Tmpfs`.
+    r.keep(&mut o, "Options", |r, p, v| match v {
         Value::Array(opts) => opts
             .into_iter()
-            .map(|o| fields::str_list(p, o).map(Value::from))
+            .map(|o| {
+                let pair = fields::str_list(p, o)?;
+                let option = match pair.as_slice() {
+                    [flag] => flag.clone(),
+                    [key, value] => format!("{key}={value}"),
+                    _ => {
+                        return Err(Refusal::BadRequest(format!(
+                            "{p} entries are [flag] or [key, value]"
+                        )))
+                    }
+                };
+                if tmpfs_option_ok(&option) {
+                    Ok(Value::from(pair))
+                } else {
+                    Err(value_not_allowed(r.op(), p, &option, ""))
+                }
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
         _ => Err(Refusal::BadRequest(format!("{p} must be a list"))),

@@ -86,7 +86,7 @@ pub fn update(v: Value) -> Result<Value, Refusal> {
     object(&v)?;
     let mut r = Reader::new("containers.update", "", v)?;
     let mut o = Map::new();
-    host_config::resources(&mut r, &mut o)?;
+    host_config::resources(&mut r, &mut o, host_config::Pids::Update)?;
     // Changing the restart policy is not a resource limit (the CLI sends it empty).
     r.zero_kept(&mut o, &["RestartPolicy"])?;
     r.finish()?;
@@ -94,7 +94,8 @@ pub fn update(v: Value) -> Result<Value, Refusal> {
 }
 
 /// Bridge options a stack may set; everything else (a host bridge's name, host binding
-/// addresses, ...) is refused by name.
+/// addresses, ...) is refused by name. The gateway modes are limited further by
+/// `GATEWAY_MODES`.
 const BRIDGE_OPTIONS: [&str; 6] = [
     "com.docker.network.bridge.enable_icc",
     "com.docker.network.bridge.enable_ip_masquerade",
@@ -103,6 +104,11 @@ const BRIDGE_OPTIONS: [&str; 6] = [
     "com.docker.network.driver.mtu",
     "com.docker.network.container_iface_prefix",
 ];
+
+/// The gateway modes a stack may choose. `nat-unprotected` and `routed` (engine 28 and later)
+/// drop the rule that keeps other hosts from reaching container addresses directly, which would
+/// expose every port of a sandbox without `--allow-public-ports`.
+const GATEWAY_MODES: [&str; 2] = ["nat", "isolated"];
 
 /// `POST /networks/create`.
 pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
@@ -157,13 +163,22 @@ pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
     })?;
     r.keep(&mut o, "Options", |r, p, v| {
         let opts = fields::str_map(p, v)?;
-        match opts.keys().find(|k| !BRIDGE_OPTIONS.contains(&k.as_str())) {
-            Some(k) => Err(Refusal::Setting {
+        if let Some(k) = opts.keys().find(|k| !BRIDGE_OPTIONS.contains(&k.as_str())) {
+            return Err(Refusal::Setting {
                 op: r.op().into(),
                 why: format!("option {k} is not allowed for this stack"),
-            }),
-            None => Ok(Value::Object(opts)),
+            });
         }
+        for (k, v) in &opts {
+            let mode = v.as_str().unwrap_or_default();
+            if k.contains(".gateway_mode_") && !GATEWAY_MODES.contains(&mode) {
+                return Err(Refusal::Setting {
+                    op: r.op().into(),
+                    why: format!("option {k}={mode} is not allowed for this stack"),
+                });
+            }
+        }
+        Ok(Value::Object(opts))
     })?;
     r.finish()?;
     Ok(Value::Object(o))
@@ -222,6 +237,14 @@ mod tests {
         );
         assert!(update(json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
         assert!(update(json!({ "Privileged": true })).is_err());
+        // dockerd reads 0 (and any value below 1) as "unlimited" at update.
+        assert!(update(json!({ "PidsLimit": 100 })).is_ok());
+        for unlimited in [0, -1] {
+            assert_eq!(
+                update(json!({ "PidsLimit": unlimited })).map_err(|e| e.to_string()),
+                Err(format!("sockproxy: containers.update: PidsLimit {unlimited} is not allowed for this stack (allowed: 1..=9223372036854775807)"))
+            );
+        }
         let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
         assert!(network_create(json!({ "Name": "deer-flow-net-1", "Internal": true }), &s).is_ok());
         assert!(network_create(json!({ "Name": "other" }), &s).is_err());
@@ -237,6 +260,26 @@ mod tests {
         // deer-flow's two networks pass as it sends them.
         assert!(network_create(json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }), &s).is_ok());
         assert!(network_create(json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }), &s).is_ok());
+        // Gateway modes that open container addresses to other hosts are refused.
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.gateway_mode_ipv6": "nat" } }), &s).is_ok());
+        for (family, mode) in [
+            ("ipv4", "routed"),
+            ("ipv4", "nat-unprotected"),
+            ("ipv6", "routed"),
+            ("ipv4", ""),
+        ] {
+            let key = format!("com.docker.network.bridge.gateway_mode_{family}");
+            assert_eq!(
+                network_create(
+                    json!({ "Name": "deer-flow-net-1", "Options": { key.clone(): mode } }),
+                    &s
+                )
+                .map_err(|e| e.to_string()),
+                Err(format!(
+                    "sockproxy: networks.create: option {key}={mode} is not allowed for this stack"
+                ))
+            );
+        }
         let refused = |v: Value| {
             network_create(v, &s)
                 .map_err(|e| e.to_string())
