@@ -2,7 +2,8 @@
 //! is refused before it reaches an engine. Raw requests against a recording stand-in upstream
 //! (`offline`), the HTTP layer in front of the policy (`http_layer`: bad heads, slow and idle
 //! clients) and lists filtered and capped there (`lists`), issue 12's host-takeover bypasses
-//! checked on what the engine holds afterwards (`bypasses`), creates, events, rename, update,
+//! checked on what the engine holds afterwards (`bypasses`), and those a later review found
+//! (`host_reach`: tmpfs flags, `top`'s ps options, unlimited pids, gateway modes), creates, events, rename, update,
 //! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
 //! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
 //! (`restricted`), and the name map pinning the right container in one round trip (`names`);
@@ -10,6 +11,7 @@
 //! `cargo test -p sockproxy-tests --test policy`.
 
 mod bypasses;
+mod host_reach;
 mod http_layer;
 mod info;
 mod lists;

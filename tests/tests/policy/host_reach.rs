@@ -1,0 +1,174 @@
+//! Requests that reached past the stack until a review found them, each refused through the
+//! real proxy on the fake and the real dockerd and checked on what the engine holds afterwards:
+//! a tmpfs `remount` of `/sys/` (a writable sysfs), an empty network name (the start's error
+//! counts the host's networks), `top` with `ps` options (every host process and its
+//! environment), an update to an unlimited pids limit, a gateway mode that opens container
+//! addresses to other hosts, and under `--require-stack-label` a create that borrows another
+//! container's volumes by name.
+
+use serde_json::{json, Value};
+use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes};
+use sockproxy_tests::raw::{self, RawResponse};
+use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
+use sockproxy_tests::unique_prefix;
+
+fn send(sock: &std::path::Path, method: &str, target: &str, body: &Value) -> RawResponse {
+    let bytes = body.to_string();
+    raw::request(sock, method, target, Some(bytes.as_bytes())).expect("answer")
+}
+
+fn refused(r: &RawResponse, needle: &str) {
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(
+        r.message().contains(needle),
+        "{needle:?} in {}",
+        r.message()
+    );
+}
+
+fn absent(e: &Engine, what: &str, name: &str) -> bool {
+    raw::get(&e.socket, &format!("/{what}/{name}"))
+        .expect("answer")
+        .status
+        == 404
+}
+
+#[test]
+fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
+    each_engine(
+        "reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, true);
+            step("a tmpfs remount of /sys makes no container", || {
+                for (i, tmpfs) in [
+                    json!({ "/sys/": "remount" }),
+                    json!({ "/sys": "rw,remount" }),
+                    json!({ "/mnt": "rshared" }),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let name = clean.container(&format!("{prefix}sandbox-sys{i}"));
+                    let body = json!({
+                        "Image": e.image, "Cmd": ["sleep", "600"],
+                        "HostConfig": { "Tmpfs": tmpfs },
+                    });
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/create?name={name}"),
+                        &body,
+                    );
+                    refused(&r, "HostConfig.Tmpfs");
+                    assert!(absent(&e, "containers", &format!("{name}/json")), "{name}");
+                }
+            });
+            step("an empty network name makes no container", || {
+                let name = clean.container(&format!("{prefix}sandbox-nonet"));
+                let body = json!({
+                    "Image": e.image, "Cmd": ["sleep", "600"],
+                    "HostConfig": { "NetworkMode": "bridge" },
+                    "NetworkingConfig": { "EndpointsConfig": { "": {} } },
+                });
+                let r = send(
+                    p.socket(),
+                    "POST",
+                    &format!("/containers/create?name={name}"),
+                    &body,
+                );
+                refused(&r, "has a network with an empty name");
+                assert!(absent(&e, "containers", &format!("{name}/json")));
+            });
+            let own = clean.container(&format!("{prefix}sandbox-own"));
+            step("an own container with a pids limit, running", || {
+                let body = json!({
+                    "Image": e.image, "Cmd": ["sleep", "600"],
+                    "HostConfig": { "PidsLimit": 100, "Tmpfs": { "/scratch": "rw,size=1m" } },
+                });
+                let r = send(
+                    p.socket(),
+                    "POST",
+                    &format!("/containers/create?name={own}"),
+                    &body,
+                );
+                assert_eq!(r.status, 201, "{}", r.text());
+                let r = raw::request(
+                    p.socket(),
+                    "POST",
+                    &format!("/containers/{own}/start"),
+                    None,
+                )
+                .expect("answer");
+                assert_eq!(r.status, 204, "{}", r.text());
+            });
+            step("top passes plain ps options and refuses the rest", || {
+                let r = raw::get(p.socket(), &format!("/containers/{own}/top?ps_args=-ef"))
+                    .expect("answer");
+                assert_eq!(r.status, 200, "{}", r.text());
+                let r = raw::get(
+                    p.socket(),
+                    &format!(
+                        "/containers/{own}/top?ps_args=-ofname%3DA%2Clabel%3DPID%2Cargs%20eww%20-N%20-p1"
+                    ),
+                )
+                .expect("answer");
+                refused(&r, "ps_args");
+                assert!(r.json().get("Processes").is_none(), "{}", r.text());
+            });
+            step("an update to unlimited pids leaves the limit", || {
+                for unlimited in [0, -1] {
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/{own}/update"),
+                        &json!({ "PidsLimit": unlimited }),
+                    );
+                    refused(&r, "PidsLimit");
+                }
+                let held = raw::get(&e.socket, &format!("/containers/{own}/json"))
+                    .expect("answer")
+                    .json();
+                assert_eq!(held["HostConfig"]["PidsLimit"], 100, "{held}");
+            });
+            step(
+                "a network that routes to its containers is not made",
+                || {
+                    let net = clean.network(&format!("{prefix}net-routed"));
+                    let body = json!({
+                        "Name": net,
+                        "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "routed" },
+                    });
+                    let r = send(p.socket(), "POST", "/networks/create", &body);
+                    refused(&r, "gateway_mode_ipv4=routed");
+                    assert!(absent(&e, "networks", &net));
+                },
+            );
+            step(
+                "under --require-stack-label a create naming a container makes nothing",
+                || {
+                    let strict = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+                        c.require_stack_label = true;
+                    });
+                    let name = clean.container(&format!("{prefix}sandbox-borrow"));
+                    let body = json!({
+                        "Image": e.image, "Cmd": ["sleep", "600"],
+                        "HostConfig": { "VolumesFrom": [own] },
+                    });
+                    let r = send(
+                        strict.socket(),
+                        "POST",
+                        &format!("/containers/create?name={name}"),
+                        &body,
+                    );
+                    refused(&r, "--require-stack-label does not allow");
+                    assert!(absent(&e, "containers", &format!("{name}/json")));
+                },
+            );
+        },
+    );
+}
