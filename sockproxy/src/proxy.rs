@@ -108,13 +108,16 @@ impl Proxy {
         let target = req.uri().path().to_owned();
         let method = req.method().clone();
         let client_upgrade = wants_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
-        let asked_upgrade = client_upgrade.is_some();
+        // headguard frames the stream as a tunnel after any HTTP/1.1 head with an `Upgrade`
+        // header, `Connection: upgrade` or not, and judges no later head on it.
+        let tunnel_framed =
+            req.version() == http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
         let outcome = self.process(req, client_upgrade).await;
         let (decision, reason, mut resp) = match outcome.result {
             Ok(resp) => ("allow", outcome.reason, resp),
             Err(refusal) => ("deny", refusal.reason(), refusal.into_response()),
         };
-        if asked_upgrade && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        if tunnel_framed && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             // The client's stream is framed as a tunnel after an upgrade request
             // (`headguard`); one that was not upgraded carries no further request.
             resp.headers_mut()

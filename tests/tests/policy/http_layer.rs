@@ -309,3 +309,27 @@ fn slow_clients_are_cut_off_and_extra_ones_answered_busy() {
     );
     assert!(up.requests().iter().all(|r| r.contains("_ping")));
 }
+
+/// A head with an `Upgrade` header but no `Connection: upgrade` is answered as a plain request,
+/// and the connection then closes: the head scanner treats everything after such a head as a
+/// tunnel, so a later head on it (here a bare-LF one and one with two `Content-Length`s) must
+/// never reach the HTTP parser unjudged.
+#[test]
+fn a_request_with_an_upgrade_header_ends_its_connection_unless_upgraded() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let first: &[u8] = b"GET /_ping HTTP/1.1\r\nHost: docker\r\nUpgrade: foo\r\n\r\n";
+    let laters: [&[u8]; 2] = [
+        b"GET /version HTTP/1.1\nHost: d\n\n",
+        b"POST /_ping HTTP/1.1\r\nHost: d\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    ];
+    for later in laters {
+        let mut stream = first.to_vec();
+        stream.extend_from_slice(later);
+        let answers = raw::exchange(p.socket(), &stream).expect("answers");
+        assert_eq!(answers.len(), 1, "{:?}", String::from_utf8_lossy(later));
+        assert_eq!(answers[0].status, 200, "{}", answers[0].text());
+        assert_eq!(answers[0].header("connection"), Some("close"));
+    }
+    assert_eq!(up.requests(), ["GET /_ping", "GET /_ping"]);
+}
