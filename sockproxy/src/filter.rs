@@ -124,6 +124,35 @@ fn skip_ws(body: &[u8], mut pos: usize) -> usize {
     pos
 }
 
+/// Keeps only the stack's own endpoints in a network's `Containers` and drops its swarm-only
+/// views of other nodes and services (`Peers`, `Services`).
+pub fn own_endpoints(network: &mut serde_json::Value, scope: &Scope) {
+    if let Some(serde_json::Value::Object(containers)) = network.get_mut("Containers") {
+        containers.retain(|_, ep| {
+            ep.get("Name")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|n| scope.visible(n))
+        });
+    }
+    if let Some(obj) = network.as_object_mut() {
+        obj.remove("Peers");
+        obj.remove("Services");
+    }
+}
+
+/// A filtered network list with `own_endpoints` applied to every entry: below API 1.28 (and
+/// with `verbose`) dockerd lists each network's endpoints, other stacks' containers among them.
+pub fn own_endpoints_in_list(body: &[u8], scope: &Scope) -> Result<Vec<u8>, FilterError> {
+    let mut networks: Vec<serde_json::Value> =
+        serde_json::from_slice(body).map_err(|e| FilterError(e.to_string()))?;
+    for n in &mut networks {
+        own_endpoints(n, scope);
+    }
+    let mut out = serde_json::to_vec(&networks).map_err(|e| FilterError(e.to_string()))?;
+    out.push(b'\n');
+    Ok(out)
+}
+
 /// dockerd reads `limit` as an integer and ignores values below 1.
 pub fn parse_limit(raw: Option<&str>) -> Result<Option<usize>, String> {
     match raw {
@@ -246,6 +275,25 @@ mod tests {
                     .to_owned()
             })
             .collect()
+    }
+
+    /// dockerd below API 1.28 lists every network's endpoints; other stacks' containers on the
+    /// stack's own network are left out, as in the network's inspect.
+    #[test]
+    fn network_lists_keep_only_own_endpoints() {
+        let body = br#"[{"Name":"deer-flow-net-a","Id":"n1","Containers":{
+            "c1":{"Name":"deer-flow-sandbox-a","IPv4Address":"172.23.0.2/16"},
+            "c2":{"Name":"other-stack-x","IPv4Address":"172.23.0.3/16"}},
+            "Peers":[{"Name":"node-2"}]},
+            {"Name":"other-net","Id":"n2","Containers":{}}]"#;
+        let kept = filter_list(Kind::Network, body, &scope(), None).expect("ok");
+        let out = own_endpoints_in_list(&kept, &scope()).expect("ok");
+        let v: Vec<serde_json::Value> = serde_json::from_slice(&out).expect("json");
+        assert_eq!(v.len(), 1);
+        let containers = v[0]["Containers"].as_object().expect("object");
+        assert_eq!(containers.keys().collect::<Vec<_>>(), ["c1"]);
+        assert!(v[0].get("Peers").is_none());
+        assert!(own_endpoints_in_list(b"{}", &scope()).is_err());
     }
 
     #[test]

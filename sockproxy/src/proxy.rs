@@ -342,6 +342,11 @@ impl Proxy {
             filter::filter_list(kind, &answer.body, &self.scope, limit)
         }
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        let filtered = match kind {
+            Kind::Network => filter::own_endpoints_in_list(&filtered, &self.scope)
+                .map_err(|e| Refusal::Upstream(e.to_string()))?,
+            Kind::Container => filtered,
+        };
         Ok(buffered_response(Buffered {
             body: Bytes::from(filtered),
             ..answer
@@ -441,18 +446,7 @@ impl Proxy {
     ) -> Result<Response<Body>, Refusal> {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
-        if let Some(Value::Object(containers)) = v.get_mut("Containers") {
-            containers.retain(|_, ep| {
-                ep.get("Name")
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| self.scope.visible(n))
-            });
-        }
-        if let Some(obj) = v.as_object_mut() {
-            // Swarm-only views of other nodes and services.
-            obj.remove("Peers");
-            obj.remove("Services");
-        }
+        filter::own_endpoints(&mut v, &self.scope);
         let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         Ok(buffered_response(Buffered {

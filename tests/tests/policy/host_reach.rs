@@ -3,11 +3,12 @@
 //! a tmpfs `remount` of `/sys/` (a writable sysfs), an empty network name (the start's error
 //! counts the host's networks), `top` with `ps` options (every host process and its
 //! environment), an update to an unlimited pids limit, a gateway mode that opens container
-//! addresses to other hosts, and under `--require-stack-label` a create that borrows another
-//! container's volumes by name.
+//! addresses to other hosts, under `--require-stack-label` a create that borrows another
+//! container's volumes by name, and an old API version's network list naming other stacks'
+//! containers on the stack's own network.
 
 use serde_json::{json, Value};
-use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes};
+use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
 use sockproxy_tests::raw::{self, RawResponse};
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::step::step;
@@ -169,6 +170,71 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                     assert!(absent(&e, "containers", &format!("{name}/json")));
                 },
             );
+        },
+    );
+}
+
+/// Below API 1.28 dockerd's network list carries every endpoint of each network; a container of
+/// another stack attached (directly on the engine) to the stack's own network is left out, as
+/// in the network's inspect.
+#[test]
+fn an_old_api_network_list_names_no_other_stacks_containers() {
+    each_engine(
+        "an_old_api_network_list_names_no_other_stacks_containers",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, true);
+            let net = clean.network(&format!("{prefix}net-old"));
+            let stranger = clean.container(&format!("x{prefix}stranger"));
+            step(
+                "a foreign container runs on the stack's own network",
+                || {
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        "/networks/create",
+                        &json!({ "Name": net }),
+                    );
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    let body = json!({
+                        "Image": e.image, "Cmd": ["sleep", "600"],
+                        "HostConfig": { "NetworkMode": net },
+                    });
+                    let r = send(
+                        &e.socket,
+                        "POST",
+                        &format!("/containers/create?name={stranger}"),
+                        &body,
+                    );
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    let r = raw::request(
+                        &e.socket,
+                        "POST",
+                        &format!("/containers/{stranger}/start"),
+                        None,
+                    )
+                    .expect("answer");
+                    assert_eq!(r.status, 204, "{}", r.text());
+                },
+            );
+            step("the v1.27 list through the proxy leaves it out", || {
+                let listed = |sock: &std::path::Path| {
+                    let r = raw::get(sock, "/v1.27/networks").expect("answer");
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    r.text()
+                };
+                if e.kind == Kind::Real {
+                    assert!(
+                        listed(&e.socket).contains(&stranger),
+                        "the engine itself lists the endpoint at v1.27"
+                    );
+                }
+                let through = listed(p.socket());
+                assert!(through.contains(&net), "{through}");
+                assert!(!through.contains(&stranger), "{through}");
+            });
         },
     );
 }
