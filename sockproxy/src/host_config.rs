@@ -497,7 +497,9 @@ fn security_opt_one(ctx: &Ctx, path: &str, opt: &str) -> Result<(), Refusal> {
                 Err(refuse("--allow-seccomp-unconfined"))
             }
         }
-        "seccomp" if value == "builtin" => Ok(()),
+        // Docker's built-in profile in place of the one the operator gave the engine
+        // (`--seccomp-profile`, engine 25 and later), which may be stricter.
+        "seccomp" if value == "builtin" => Err(refuse("")),
         "seccomp" => {
             let sum: String = Sha256::digest(value.as_bytes())
                 .iter()
