@@ -21,6 +21,10 @@ const FILTERS: &str = r#"{"type":["container","network"],"event":["create","rena
 /// An event line longer than this is not read: the map is emptied instead (a doubt).
 const MAX_LINE: usize = 1 << 20;
 
+/// How far back the subscription asks the engine to replay (seconds), to cover the moment
+/// between the answer's head and the engine's subscription.
+const REPLAY_SECS: u64 = 2;
+
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 
@@ -48,7 +52,8 @@ enum Ended {
     Failed(String),
 }
 
-/// The path and query of the subscription (test engines recognise it by this).
+/// The path and query of the subscription, before its `since` (test engines recognise it by
+/// this prefix).
 pub fn subscription() -> String {
     let query = form_urlencoded::Serializer::new(String::new())
         .append_pair("filters", FILTERS)
@@ -57,8 +62,16 @@ pub fn subscription() -> String {
 }
 
 async fn follow(upstream: &Upstream, names: &Names, scope: &Scope) -> Ended {
+    // dockerd 20.10 sends the answer's head before it subscribes (moby `getEvents` flushes,
+    // then calls `SubscribeToEvents`): an event in between would be lost. Asking for the last
+    // seconds' events replays that moment from the engine's buffer; a replayed event can only
+    // make the map forget, so the overlap is harmless.
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().saturating_sub(REPLAY_SECS));
     // Host is the pool's to add.
-    let req = match Request::get(subscription()).body(upstream::empty()) {
+    let path = format!("{}&since={since}", subscription());
+    let req = match Request::get(path).body(upstream::empty()) {
         Ok(r) => r,
         Err(e) => return Ended::Failed(e.to_string()),
     };
@@ -69,7 +82,7 @@ async fn follow(upstream: &Upstream, names: &Names, scope: &Scope) -> Ended {
     if resp.status() != StatusCode::OK {
         return Ended::Failed(format!("events answered {}", resp.status()));
     }
-    // dockerd subscribes before it sends the answer's head, so from here on no event is missed.
+    // With `since` covering the head-to-subscription moment, no event is missed from here on.
     names.set_live(true);
     tracing::debug!("engine event subscription up; pinned names are remembered");
     let mut body = resp.into_body();

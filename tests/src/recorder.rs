@@ -68,7 +68,7 @@ impl Recorder {
                                     let answer = answer.clone();
                                     async move {
                                         let uri = req.uri().to_string();
-                                        if uri == sockproxy::watch::subscription() {
+                                        if uri.starts_with(&sockproxy::watch::subscription()) {
                                             return Ok(not_watched());
                                         }
                                         let line = format!("{} {uri}", req.method());

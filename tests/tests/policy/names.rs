@@ -347,3 +347,42 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
         assert_eq!(running(&e.socket, &name), Some(true));
     });
 }
+
+/// dockerd 20.10 sends the event stream's head before it subscribes; the proxy's subscription
+/// asks for the last seconds' events (`since`), so an event in that moment is replayed rather
+/// than missed. Checked on the request the proxy sends to a stand-in engine.
+#[test]
+fn the_event_subscription_replays_the_moment_before_it() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sock = dir.path().join("engine.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(8) {
+            let Ok(mut conn) = conn else { return };
+            let mut line = String::new();
+            let _ = BufReader::new(&conn).read_line(&mut line);
+            let _ = seen_tx.send(line);
+            let _ = conn.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let _p = StackProxy::start(&sock, "deer-flow-", false);
+    let line = seen
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the proxy subscribes");
+    assert!(line.starts_with("GET /events?"), "{line}");
+    let since: u64 = line
+        .split(['?', '&', ' '])
+        .find_map(|kv| kv.strip_prefix("since="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no since in {line}"));
+    assert!(
+        since < before + 1 && since + 10 > before,
+        "since={since}, now={before}"
+    );
+}
