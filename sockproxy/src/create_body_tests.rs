@@ -248,3 +248,16 @@ fn settings_naming_a_container_are_refused_under_require_stack_label() {
         );
     }
 }
+
+/// A map that may only be empty is forwarded empty even when sent with keys of empty values
+/// (an annotation or storage option named is not nothing to the engine).
+#[test]
+fn zero_only_maps_are_forwarded_empty() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let body = serde_json::json!({
+        "HostConfig": { "Annotations": { "io.example.x": "" }, "StorageOpt": { "size": "" } }
+    });
+    let out = check(body, &scope, &CreateRules::default(), Path::new("/x"), "s").expect("allowed");
+    assert_eq!(out["HostConfig"]["Annotations"], serde_json::json!({}));
+    assert_eq!(out["HostConfig"]["StorageOpt"], serde_json::json!({}));
+}

@@ -92,7 +92,9 @@ impl<'a> Reader<'a> {
 
     /// Fields the stack may name only with their zero value (what clients send when unset:
     /// `""`, `0`, `false`, `[]`, `{}`, `null`); the value is forwarded as sent, since the engine
-    /// stores `[]` and `null` differently and a client comparing answers would see it.
+    /// stores `[]` and `null` differently and a client comparing answers would see it. An
+    /// object of zeros is forwarded as `{}`: for a struct that is the same zero, but for a map
+    /// (`Annotations`, `StorageOpt`, driver options) a key with an empty value is not nothing.
     pub fn zero_kept(
         &mut self,
         out: &mut Map<String, Value>,
@@ -105,6 +107,10 @@ impl<'a> Reader<'a> {
                 if !is_zero(&v) {
                     return Err(self.not_allowed(name));
                 }
+                let v = match v {
+                    Value::Object(_) => Value::Object(Map::new()),
+                    other => other,
+                };
                 out.insert((*name).to_owned(), v);
             }
         }
@@ -298,7 +304,7 @@ mod tests {
             .expect("object");
         let mut out = Map::new();
         r.zero_kept(&mut out, &["A", "B", "C"]).expect("zeros");
-        assert_eq!(Value::Object(out), json!({"A": "", "B": [], "C": {"x": 0}}));
+        assert_eq!(Value::Object(out), json!({"A": "", "B": [], "C": {}}));
         assert!(r.zero_kept(&mut Map::new(), &["D"]).is_err());
         assert!(int("p", &json!(1.5)).is_err());
         assert!(int("p", &json!(1e3)).is_err());
