@@ -45,6 +45,7 @@ impl Proxy {
             )?),
             ContainerOp::Update => Some(crate::write_rules::update(
                 body::read_checked(take()).await?,
+                target.version.as_deref(),
             )?),
             // The archive upload's body is the tar stream itself; its head is checked.
             ContainerOp::Archive if upload => {

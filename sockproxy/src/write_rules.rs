@@ -82,11 +82,22 @@ fn console(_: &Reader, p: &str, v: Value) -> Result<Value, Refusal> {
 }
 
 /// `POST /containers/{id}/update`: `container.UpdateConfig`, resources and restart policy.
-pub fn update(v: Value) -> Result<Value, Refusal> {
+/// `version` is the request's API version, if its path names one.
+pub fn update(v: Value, version: Option<&str>) -> Result<Value, Refusal> {
     object(&v)?;
     let mut r = Reader::new("containers.update", "", v)?;
     let mut o = Map::new();
-    host_config::resources(&mut r, &mut o, host_config::Pids::Update)?;
+    // Below API 1.40 dockerd drops `PidsLimit` from an update, and clients of that age send
+    // `0` with every update (no `omitempty`), so 0 is "not set" there as at create.
+    let old = version
+        .and_then(crate::canon::api_version)
+        .is_some_and(|v| v < (1, 40));
+    let pids = if old {
+        host_config::Pids::Create
+    } else {
+        host_config::Pids::Update
+    };
+    host_config::resources(&mut r, &mut o, pids)?;
     // Changing the restart policy is not a resource limit (the CLI sends it empty).
     r.zero_kept(&mut o, &["RestartPolicy"])?;
     r.finish()?;
@@ -224,24 +235,28 @@ mod tests {
 
     #[test]
     fn exec_update_and_network_tables() {
+        let update_now = |v: Value| update(v, None);
         assert!(exec_create(json!({ "Cmd": ["sh"], "Privileged": false })).is_ok());
         assert_eq!(
             exec_create(json!({ "privileged": true })).map_err(|e| e.to_string()),
             Err("sockproxy: containers.exec: privileged exec is not allowed".into())
         );
         // What `docker update --memory 64m` sends: every resource field, most of them zero.
-        assert!(update(json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": { "Name": "", "MaximumRetryCount": 0 } })).is_ok());
+        assert!(update_now(json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": { "Name": "", "MaximumRetryCount": 0 } })).is_ok());
         assert_eq!(
-            update(json!({ "RestartPolicy": { "Name": "always" } })).map_err(|e| e.to_string()),
+            update_now(json!({ "RestartPolicy": { "Name": "always" } })).map_err(|e| e.to_string()),
             Err("sockproxy: containers.update: RestartPolicy is not allowed for this stack".into())
         );
-        assert!(update(json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
-        assert!(update(json!({ "Privileged": true })).is_err());
+        assert!(update_now(json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
+        assert!(update_now(json!({ "Privileged": true })).is_err());
+        // An 18.09 client (API 1.39) sends 0 with every update; dockerd drops it there.
+        assert!(update(json!({ "PidsLimit": 0, "Memory": 67108864 }), Some("1.39")).is_ok());
+        assert!(update(json!({ "PidsLimit": 0 }), Some("1.40")).is_err());
         // dockerd reads 0 (and any value below 1) as "unlimited" at update.
-        assert!(update(json!({ "PidsLimit": 100 })).is_ok());
+        assert!(update_now(json!({ "PidsLimit": 100 })).is_ok());
         for unlimited in [0, -1] {
             assert_eq!(
-                update(json!({ "PidsLimit": unlimited })).map_err(|e| e.to_string()),
+                update_now(json!({ "PidsLimit": unlimited })).map_err(|e| e.to_string()),
                 Err(format!("sockproxy: containers.update: PidsLimit {unlimited} is not allowed for this stack (allowed: 1..=9223372036854775807)"))
             );
         }
