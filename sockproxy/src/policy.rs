@@ -176,8 +176,11 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
         });
     }
     let reference = match tag {
-        Some(tag) if !from.contains('@') => format!("{from}:{tag}"),
-        _ => from.to_owned(),
+        // The docker CLI pulls `NAME@DIGEST` as `fromImage=NAME&tag=DIGEST`; a tag never holds
+        // a ':', and dockerd reads one that parses as a digest as the digest.
+        Some(tag) if tag.contains(':') => format!("{from}@{tag}"),
+        Some(tag) => format!("{from}:{tag}"),
+        None => from.to_owned(),
     };
     if !from.is_empty() && allow_images.contains(&crate::config::normalize_image(&reference)) {
         Ok(Plan::Forward)

@@ -170,6 +170,31 @@ mod table {
             .map_err(|r| r.to_string()),
             Err(format!("sockproxy: images.pull: busybox@{digest} names a digest and a tag; pull by the digest alone"))
         );
+        // The docker CLI's own shape of a digest pull.
+        assert_eq!(
+            decide(
+                &Endpoint::ImagePull,
+                &q(&format!(
+                    "fromImage=busybox&tag=sha256%3A{}",
+                    "a".repeat(64)
+                )),
+                &s,
+                &allowed_digest
+            )
+            .map(|_| ()),
+            Ok(())
+        );
+        // A tagged name with a digest-shaped tag (dockerd would drop the tag) matches nothing.
+        assert!(decide(
+            &Endpoint::ImagePull,
+            &q(&format!(
+                "fromImage=busybox%3Alatest&tag=sha256%3A{}",
+                "a".repeat(64)
+            )),
+            &s,
+            &allowed_digest
+        )
+        .is_err());
         // `top` runs `ps` as root on the host with these options: only the plain ones pass.
         let top = |raw: &str| {
             decide(
