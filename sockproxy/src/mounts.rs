@@ -300,6 +300,10 @@ fn tmpfs_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal
                 let pair = fields::str_list(p, o)?;
                 let option = match pair.as_slice() {
                     [flag] => flag.clone(),
+                    // A comma would start another option when the pair is joined for mount(2).
+                    [_, value] if value.contains(',') => {
+                        return Err(value_not_allowed(r.op(), p, value, ""))
+                    }
                     [key, value] => format!("{key}={value}"),
                     _ => {
                         return Err(Refusal::BadRequest(format!(
