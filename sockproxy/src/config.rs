@@ -208,8 +208,8 @@ pub struct Config {
     /// Event-loop threads serving client connections (`loops`).
     pub event_loops: usize,
     pub shutdown_grace: std::time::Duration,
+    /// What creates may ask for, and `--require-stack-label` (which pinning reads too).
     pub create_rules: CreateRules,
-    pub require_stack_label: bool,
     /// Remember the stack's own names and IDs between requests (`names`, `watch`).
     pub name_cache: bool,
     /// Pullable references, normalized (`docker.io/library/` dropped, `:latest` added).
@@ -298,7 +298,6 @@ impl Config {
                 allow_images: allow_images.clone(),
                 require_stack_label: args.require_stack_label,
             },
-            require_stack_label: args.require_stack_label,
             name_cache: !args.no_name_cache,
             allow_images,
         })

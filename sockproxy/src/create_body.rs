@@ -19,7 +19,8 @@ pub const STACK_LABEL: &str = "sockproxy.stack";
 /// Default cap on `HostConfig.ShmSize` (1 GiB).
 pub const DEFAULT_MAX_SHM: u64 = 1 << 30;
 
-/// Operator choices that open doors the defaults keep shut.
+/// Operator choices about what a stack's creates may ask for: doors the defaults keep shut,
+/// and `--require-stack-label`, which shuts one more (pinning reads it too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRules {
     /// Capabilities `CapAdd` may name (`--allow-cap`).

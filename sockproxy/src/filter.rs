@@ -142,7 +142,7 @@ pub fn own_endpoints(network: &mut serde_json::Value, scope: &Scope) {
 
 /// A filtered network list with `own_endpoints` applied to every entry: below API 1.28 (and
 /// with `verbose`) dockerd lists each network's endpoints, other stacks' containers among them.
-pub fn own_endpoints_in_list(body: &[u8], scope: &Scope) -> Result<Vec<u8>, FilterError> {
+fn own_endpoints_in_list(body: &[u8], scope: &Scope) -> Result<Vec<u8>, FilterError> {
     let mut networks: Vec<serde_json::Value> =
         serde_json::from_slice(body).map_err(|e| FilterError(e.to_string()))?;
     for n in &mut networks {
@@ -151,6 +151,21 @@ pub fn own_endpoints_in_list(body: &[u8], scope: &Scope) -> Result<Vec<u8>, Filt
     let mut out = serde_json::to_vec(&networks).map_err(|e| FilterError(e.to_string()))?;
     out.push(b'\n');
     Ok(out)
+}
+
+/// A list answer as the stack gets it: `filter_list`, and for networks `own_endpoints_in_list`
+/// on what was kept (one place, so a large list does both off the event loop).
+pub fn stack_list(
+    kind: Kind,
+    body: &[u8],
+    scope: &Scope,
+    limit: Option<usize>,
+) -> Result<Vec<u8>, FilterError> {
+    let kept = filter_list(kind, body, scope, limit)?;
+    match kind {
+        Kind::Network => own_endpoints_in_list(&kept, scope),
+        Kind::Container => Ok(kept),
+    }
 }
 
 /// dockerd reads `limit` as an integer and ignores values below 1.
@@ -286,8 +301,7 @@ mod tests {
             "c2":{"Name":"other-stack-x","IPv4Address":"172.23.0.3/16"}},
             "Peers":[{"Name":"node-2"}]},
             {"Name":"other-net","Id":"n2","Containers":{}}]"#;
-        let kept = filter_list(Kind::Network, body, &scope(), None).expect("ok");
-        let out = own_endpoints_in_list(&kept, &scope()).expect("ok");
+        let out = stack_list(Kind::Network, body, &scope(), None).expect("ok");
         let v: Vec<serde_json::Value> = serde_json::from_slice(&out).expect("json");
         assert_eq!(v.len(), 1);
         let containers = v[0]["Containers"].as_object().expect("object");

@@ -108,7 +108,7 @@ impl PolicyFile {
             max_shm_size: Some(r.max_shm_size),
             allow_log_driver: r.allow_log_drivers.clone(),
             allow_image: cfg.allow_images.clone(),
-            require_stack_label: Some(cfg.require_stack_label),
+            require_stack_label: Some(r.require_stack_label),
             header_timeout: Some(cfg.header_timeout.as_secs()),
             max_connections: Some(cfg.max_connections),
             max_list_bytes: Some(cfg.max_list_bytes),

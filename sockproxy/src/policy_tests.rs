@@ -149,52 +149,27 @@ mod table {
         // A digest-shaped tag would replace the checked digest in dockerd's reading.
         let digest = format!("sha256:{}", "a".repeat(64));
         let allowed_digest = vec![format!("busybox@{digest}")];
+        let pull_digest = |raw: &str| {
+            decide(&Endpoint::ImagePull, &q(raw), &s, &allowed_digest)
+                .map(|_| ())
+                .map_err(|r| r.to_string())
+        };
         assert_eq!(
-            decide(
-                &Endpoint::ImagePull,
-                &q(&format!("fromImage=busybox%40{digest}")),
-                &s,
-                &allowed_digest
-            )
-            .map(|_| ()),
+            pull_digest(&format!("fromImage=busybox%40{digest}")),
             Ok(())
         );
         assert_eq!(
-            decide(
-                &Endpoint::ImagePull,
-                &q(&format!("fromImage=busybox%40{digest}&tag=sha256%3A{}", "b".repeat(64))),
-                &s,
-                &allowed_digest
-            )
-            .map(|_| ())
-            .map_err(|r| r.to_string()),
+            pull_digest(&format!("fromImage=busybox%40{digest}&tag=sha256%3A{}", "b".repeat(64))),
             Err(format!("sockproxy: images.pull: busybox@{digest} names a digest and a tag; pull by the digest alone"))
         );
         // The docker CLI's own shape of a digest pull.
+        let hex = "a".repeat(64);
         assert_eq!(
-            decide(
-                &Endpoint::ImagePull,
-                &q(&format!(
-                    "fromImage=busybox&tag=sha256%3A{}",
-                    "a".repeat(64)
-                )),
-                &s,
-                &allowed_digest
-            )
-            .map(|_| ()),
+            pull_digest(&format!("fromImage=busybox&tag=sha256%3A{hex}")),
             Ok(())
         );
         // A tagged name with a digest-shaped tag (dockerd would drop the tag) matches nothing.
-        assert!(decide(
-            &Endpoint::ImagePull,
-            &q(&format!(
-                "fromImage=busybox%3Alatest&tag=sha256%3A{}",
-                "a".repeat(64)
-            )),
-            &s,
-            &allowed_digest
-        )
-        .is_err());
+        assert!(pull_digest(&format!("fromImage=busybox%3Alatest&tag=sha256%3A{hex}")).is_err());
         // `top` runs `ps` as root on the host with these options: only the plain ones pass.
         let top = |raw: &str| {
             decide(

@@ -43,7 +43,6 @@ pub struct Proxy {
     pub max_list_bytes: usize,
     pub counters: Counters,
     pub create_rules: crate::create_body::CreateRules,
-    pub require_stack_label: bool,
     pub allow_images: Vec<String>,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
@@ -331,7 +330,7 @@ impl Proxy {
             // Off the event loop: a large list takes milliseconds to filter, and every other
             // request on the loop waits meanwhile.
             let (body, scope) = (answer.body.clone(), self.scope.clone());
-            let filter = move || filter::filter_list(kind, &body, &scope, limit);
+            let filter = move || filter::stack_list(kind, &body, &scope, limit);
             match self.blocking.get() {
                 Some(first) => first.spawn_blocking(filter),
                 None => tokio::task::spawn_blocking(filter),
@@ -339,14 +338,9 @@ impl Proxy {
             .await
             .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
         } else {
-            filter::filter_list(kind, &answer.body, &self.scope, limit)
+            filter::stack_list(kind, &answer.body, &self.scope, limit)
         }
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
-        let filtered = match kind {
-            Kind::Network => filter::own_endpoints_in_list(&filtered, &self.scope)
-                .map_err(|e| Refusal::Upstream(e.to_string()))?,
-            Kind::Container => filtered,
-        };
         Ok(buffered_response(Buffered {
             body: Bytes::from(filtered),
             ..answer

@@ -93,7 +93,7 @@ impl Proxy {
     pub(crate) fn rules(&self) -> Rules<'_> {
         Rules {
             scope: &self.scope,
-            require_stack_label: self.require_stack_label,
+            require_stack_label: self.create_rules.require_stack_label,
             stack: &self.stack,
         }
     }

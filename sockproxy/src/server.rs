@@ -74,12 +74,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         upstream: Upstream::new(cfg.upstream.clone(), cfg.event_loops),
         max_list_bytes: cfg.max_list_bytes,
         counters: Default::default(),
-        // One switch: the body check follows the proxy's own `--require-stack-label`.
-        create_rules: crate::create_body::CreateRules {
-            require_stack_label: cfg.require_stack_label,
-            ..cfg.create_rules.clone()
-        },
-        require_stack_label: cfg.require_stack_label,
+        create_rules: cfg.create_rules.clone(),
         allow_images: cfg.allow_images.clone(),
         inflight: Default::default(),
         min_api_version: cfg.min_api_version,

@@ -50,7 +50,6 @@ impl StackProxy {
             event_loops: 2,
             shutdown_grace: std::time::Duration::from_secs(2),
             create_rules: Default::default(),
-            require_stack_label: false,
             name_cache: true,
             allow_images: vec![],
         };

@@ -13,16 +13,21 @@ use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-fn send(sock: &std::path::Path, method: &str, target: &str, body: &Value) -> RawResponse {
+pub(crate) fn send(
+    sock: &std::path::Path,
+    method: &str,
+    target: &str,
+    body: &Value,
+) -> RawResponse {
     let bytes = body.to_string();
     raw::request(sock, method, target, Some(bytes.as_bytes())).expect("answer")
 }
 
-fn inspect(e: &Engine, what: &str, name: &str) -> RawResponse {
+pub(crate) fn inspect(e: &Engine, what: &str, name: &str) -> RawResponse {
     raw::get(&e.socket, &format!("/{what}/{name}")).expect("answer")
 }
 
-fn refused(r: &RawResponse, status: u16, needle: &str) {
+pub(crate) fn refused(r: &RawResponse, status: u16, needle: &str) {
     assert_eq!(r.status, status, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert!(

@@ -7,33 +7,17 @@
 //! container's volumes by name, and an old API version's network list naming other stacks'
 //! containers on the stack's own network.
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
-use sockproxy_tests::raw::{self, RawResponse};
+use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-fn send(sock: &std::path::Path, method: &str, target: &str, body: &Value) -> RawResponse {
-    let bytes = body.to_string();
-    raw::request(sock, method, target, Some(bytes.as_bytes())).expect("answer")
-}
-
-fn refused(r: &RawResponse, needle: &str) {
-    assert_eq!(r.status, 403, "{}", r.text());
-    assert_eq!(r.header("content-type"), Some("application/json"));
-    assert!(
-        r.message().contains(needle),
-        "{needle:?} in {}",
-        r.message()
-    );
-}
+use crate::bypasses::{inspect, refused, send};
 
 fn absent(e: &Engine, what: &str, name: &str) -> bool {
-    raw::get(&e.socket, &format!("/{what}/{name}"))
-        .expect("answer")
-        .status
-        == 404
+    inspect(e, what, name).status == 404
 }
 
 #[test]
@@ -65,7 +49,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                         &format!("/containers/create?name={name}"),
                         &body,
                     );
-                    refused(&r, "HostConfig.Tmpfs");
+                    refused(&r, 403, "HostConfig.Tmpfs");
                     assert!(absent(&e, "containers", &format!("{name}/json")), "{name}");
                 }
             });
@@ -82,7 +66,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                     &format!("/containers/create?name={name}"),
                     &body,
                 );
-                refused(&r, "has a network with an empty name");
+                refused(&r, 403, "has a network with an empty name");
                 assert!(absent(&e, "containers", &format!("{name}/json")));
             });
             let own = clean.container(&format!("{prefix}sandbox-own"));
@@ -118,7 +102,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                     ),
                 )
                 .expect("answer");
-                refused(&r, "ps_args");
+                refused(&r, 403, "ps_args");
                 assert!(r.json().get("Processes").is_none(), "{}", r.text());
             });
             step("an update to unlimited pids leaves the limit", || {
@@ -129,7 +113,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                         &format!("/containers/{own}/update"),
                         &json!({ "PidsLimit": unlimited }),
                     );
-                    refused(&r, "PidsLimit");
+                    refused(&r, 403, "PidsLimit");
                 }
                 let held = raw::get(&e.socket, &format!("/containers/{own}/json"))
                     .expect("answer")
@@ -145,7 +129,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                         "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "routed" },
                     });
                     let r = send(p.socket(), "POST", "/networks/create", &body);
-                    refused(&r, "gateway_mode_ipv4=routed");
+                    refused(&r, 403, "gateway_mode_ipv4=routed");
                     assert!(absent(&e, "networks", &net));
                 },
             );
@@ -153,7 +137,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                 "under --require-stack-label a create naming a container makes nothing",
                 || {
                     let strict = StackProxy::start_with(&e.socket, &prefix, false, |c| {
-                        c.require_stack_label = true;
+                        c.create_rules.require_stack_label = true;
                     });
                     let name = clean.container(&format!("{prefix}sandbox-borrow"));
                     let body = json!({
@@ -166,7 +150,7 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                         &format!("/containers/create?name={name}"),
                         &body,
                     );
-                    refused(&r, "--require-stack-label does not allow");
+                    refused(&r, 403, "--require-stack-label does not allow");
                     assert!(absent(&e, "containers", &format!("{name}/json")));
                 },
             );

@@ -284,11 +284,11 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
         let prefix = unique_prefix();
         let mut clean = Cleanup::new(&e.socket);
         let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
-            c.require_stack_label = true;
+            c.create_rules.require_stack_label = true;
         });
         // The same stack's proxy without the map: what an inspect decides.
         let q = StackProxy::start_with(&e.socket, &prefix, false, |c| {
-            c.require_stack_label = true;
+            c.create_rules.require_stack_label = true;
             c.name_cache = false;
         });
         p.wait_names_live();

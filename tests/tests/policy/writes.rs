@@ -335,8 +335,9 @@ fn rename_update_exec_and_the_stack_label() {
             let own = clean.container(&format!("{prefix}sandbox-r"));
             let renamed = clean.container(&format!("{prefix}sandbox-r2"));
             let unlabelled = clean.container(&format!("{prefix}sandbox-unlabelled"));
-            let p =
-                StackProxy::start_with(&e.socket, &prefix, false, |c| c.require_stack_label = true);
+            let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+                c.create_rules.require_stack_label = true
+            });
             assert!(docker(
                 p.socket(),
                 &["run", "-d", "--name", &own, &e.image, "sleep", "600"]
