@@ -53,6 +53,55 @@ fn reaches_past_the_stack_are_refused_and_leave_the_engine_unchanged() {
                     assert!(absent(&e, "containers", &format!("{name}/json")), "{name}");
                 }
             });
+            step(
+                "other spellings and shapes of the refused settings make no container",
+                || {
+                    // 20.10 (API 1.41) reads top-level HostConfig fields when HostConfig is
+                    // absent; keys are matched case-insensitively; `seccomp:` is `seccomp=`.
+                    let rows = [
+                        (
+                            json!({ "Tmpfs": { "/sys/": "remount" } }),
+                            "HostConfig.Tmpfs",
+                        ),
+                        (
+                            json!({ "hostconfig": { "tmpfs": { "/sys": "REMOUNT" } } }),
+                            "HostConfig.Tmpfs",
+                        ),
+                        (
+                            json!({ "HostConfig": { "Mounts": [{ "Type": "tmpfs", "Target": "/scratch",
+                                "TmpfsOptions": { "Options": [["size", "1,remount"]] } }] } }),
+                            "TmpfsOptions.Options",
+                        ),
+                        (
+                            json!({ "HostConfig": { "SecurityOpt": ["seccomp:builtin"] } }),
+                            "seccomp:builtin",
+                        ),
+                        (
+                            json!({ "HostConfig": { "Ulimits": [{ "Name": "rtprio", "Soft": 99, "Hard": 99 }] } }),
+                            "Ulimits[0].Name rtprio",
+                        ),
+                        (
+                            json!({ "NetworkingConfig": { "endpointsconfig": { "": {} } } }),
+                            "empty name",
+                        ),
+                    ];
+                    for (i, (extra, needle)) in rows.into_iter().enumerate() {
+                        let name = clean.container(&format!("{prefix}sandbox-shape{i}"));
+                        let mut body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
+                        if let (Some(b), Some(x)) = (body.as_object_mut(), extra.as_object()) {
+                            b.extend(x.clone());
+                        }
+                        let r = send(
+                            p.socket(),
+                            "POST",
+                            &format!("/v1.41/containers/create?name={name}"),
+                            &body,
+                        );
+                        refused(&r, 403, needle);
+                        assert!(absent(&e, "containers", &format!("{name}/json")), "{name}");
+                    }
+                },
+            );
             step("an empty network name makes no container", || {
                 let name = clean.container(&format!("{prefix}sandbox-nonet"));
                 let body = json!({
