@@ -124,6 +124,34 @@ pub fn exec(
     Ok(Pinned(id.to_owned()))
 }
 
+/// The first engine API whose archive endpoints work in a mount namespace of their own (moby
+/// 2bdc7fb, engine 24.0). Before it, dockerd mounts the container's volumes, binds and network
+/// files into its root filesystem in the host's namespace for every archive request, through a
+/// path a process in the container can swap for a symlink between the check and the mount: a
+/// running sandbox then gets a root `mkdir` and a bind mount at a host path of its choosing,
+/// and a lost race leaves a mount behind in the host's namespace.
+pub const ARCHIVE_SAFE_API: (u32, u32) = (1, 43);
+
+/// `GET`/`HEAD`/`PUT /containers/{id}/archive` is forwarded only to an engine that says
+/// (`Api-Version` on the inspect that pinned the container) it is at least API 1.43. An
+/// answer without the header, or with one that does not parse, is an old engine.
+pub fn archive_on(engine_api: Option<&str>) -> Result<(), Refusal> {
+    let engine = engine_api.and_then(crate::canon::api_version);
+    match engine {
+        Some(v) if v >= ARCHIVE_SAFE_API => Ok(()),
+        _ => Err(Refusal::Setting {
+            op: "containers.archive".into(),
+            why: format!(
+                "copying to or from a container needs Docker Engine 24 (API {}.{}) or later; \
+                 this engine ({}) mounts the container's volumes on the host for it",
+                ARCHIVE_SAFE_API.0,
+                ARCHIVE_SAFE_API.1,
+                engine.map_or("API unknown".into(), |(a, b)| format!("API {a}.{b}")),
+            ),
+        }),
+    }
+}
+
 /// An ID prefix is resolved among the stack's own objects only (`(id, name)` of the filtered
 /// list), never by the engine: a prefix another stack's object shares must not change the
 /// answer. One match is the object; none, or more than one, is "no such object".
@@ -290,5 +318,33 @@ mod tests {
             exec(Access::Change, "e", (ID, moved), &c, &r),
             Err(Refusal::NoSuchExec("e".into()))
         );
+    }
+
+    #[test]
+    fn archive_needs_an_engine_with_a_mount_namespace_for_it() {
+        for ok in ["1.43", "1.44", "1.52", "1.100", "2.0", "v1.43"] {
+            assert_eq!(archive_on(Some(ok)), Ok(()), "{ok}");
+        }
+        for (old, shown) in [
+            (Some("1.41"), "API 1.41"),
+            (Some("1.42"), "API 1.42"),
+            (Some("0.99"), "API 0.99"),
+            (Some(""), "API unknown"),
+            (Some("1.43-rc"), "API unknown"),
+            (Some("latest"), "API unknown"),
+            (None, "API unknown"),
+        ] {
+            let e = archive_on(old).expect_err("refused");
+            assert_eq!(e.status(), StatusCode::FORBIDDEN);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "sockproxy: containers.archive: copying to or from a container needs Docker \
+                     Engine 24 (API 1.43) or later; this engine ({shown}) mounts the \
+                     container's volumes on the host for it"
+                ),
+                "{old:?}"
+            );
+        }
     }
 }

@@ -60,7 +60,10 @@ impl Proxy {
         let version = target.version.as_deref();
         // A pin the name map holds saves the inspect, for a request that can be sent twice: a
         // streamed upload or an upgrade cannot be, and an inspect is itself the answer.
-        let repeatable = !upload && upgrade.is_none() && cop != ContainerOp::Inspect;
+        // An archive request is decided on the engine's version, which the inspect tells.
+        let repeatable = !upload
+            && upgrade.is_none()
+            && !matches!(cop, ContainerOp::Inspect | ContainerOp::Archive);
         let mut stale = None;
         if repeatable {
             if let Some(id) = self.remembered(Kind::Container, access, op, r)? {
@@ -85,6 +88,10 @@ impl Proxy {
         if cop == ContainerOp::Inspect {
             // The inspect the check was made on is the answer: no second round trip.
             return Ok(buffered_response(inspected));
+        }
+        if cop == ContainerOp::Archive {
+            let api = inspected.headers.get("api-version");
+            crate::pinning::archive_on(api.and_then(|v| v.to_str().ok()))?;
         }
         let resp = match stale {
             // The same object: the engine's 404 was about the request, not the name.

@@ -5,7 +5,8 @@
 //! environment), an update to an unlimited pids limit, a gateway mode that opens container
 //! addresses to other hosts, under `--require-stack-label` a create that borrows another
 //! container's volumes by name, and an old API version's network list naming other stacks'
-//! containers on the stack's own network.
+//! containers on the stack's own network; and on engines before API 1.43, whose archive
+//! endpoints mount a container's volumes in the host's namespace, any archive request.
 
 use serde_json::json;
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
@@ -268,6 +269,94 @@ fn an_old_api_network_list_names_no_other_stacks_containers() {
                 assert!(through.contains(&net), "{through}");
                 assert!(!through.contains(&stranger), "{through}");
             });
+        },
+    );
+}
+
+/// One regular file in a ustar archive, as `docker cp` sends it.
+fn one_file_tar(name: &str, content: &[u8]) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    let field = |h: &mut [u8; 512], at: usize, v: &[u8]| h[at..at + v.len()].copy_from_slice(v);
+    field(&mut h, 0, name.as_bytes());
+    field(&mut h, 100, b"0000644\0");
+    field(&mut h, 108, b"0000000\0");
+    field(&mut h, 116, b"0000000\0");
+    field(&mut h, 124, format!("{:011o}\0", content.len()).as_bytes());
+    field(&mut h, 136, b"00000000000\0");
+    field(&mut h, 148, b"        ");
+    h[156] = b'0';
+    field(&mut h, 257, b"ustar\x0000");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    field(&mut h, 148, format!("{sum:06o}\0 ").as_bytes());
+    let mut tar = h.to_vec();
+    tar.extend_from_slice(content);
+    tar.resize(tar.len().div_ceil(512) * 512 + 1024, 0);
+    tar
+}
+
+#[test]
+fn archive_requests_reach_only_engines_that_mount_them_apart() {
+    each_engine(
+        "archive_requests_reach_only_engines_that_mount_them_apart",
+        Fakes::All,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let ping = raw::get(&e.socket, "/_ping").expect("answer");
+            let api = ping.header("api-version").unwrap_or("").to_owned();
+            let (major, minor) = api.split_once('.').expect("an Api-Version");
+            let old = (
+                major.parse::<u32>().expect("major"),
+                minor.parse::<u32>().expect("minor"),
+            ) < (1, 43);
+            let name = clean.container(&format!("{prefix}sandbox-cp"));
+            let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
+            let r = send(
+                p.socket(),
+                "POST",
+                &format!("/containers/create?name={name}"),
+                &body,
+            );
+            assert_eq!(r.status, 201, "{}", r.text());
+            let tar = one_file_tar("planted", b"from the stack\n");
+            let mut put = format!(
+                "PUT /containers/{name}/archive?path=/tmp HTTP/1.1\r\nHost: docker\r\n\
+                 Connection: close\r\nContent-Type: application/x-tar\r\n\
+                 Content-Length: {}\r\n\r\n",
+                tar.len()
+            )
+            .into_bytes();
+            put.extend_from_slice(&tar);
+            let stat = format!("/containers/{name}/archive?path=/tmp/planted");
+            step(
+                &format!("engine API {api}: upload, stat and download"),
+                || {
+                    let answers = [
+                        raw::send(p.socket(), &put).expect("answer"),
+                        raw::request(p.socket(), "HEAD", &stat, None).expect("answer"),
+                        raw::get(p.socket(), &stat).expect("answer"),
+                    ];
+                    for (i, r) in answers.iter().enumerate() {
+                        if old && i == 1 {
+                            // A HEAD answer has no body to carry the message.
+                            assert_eq!(r.status, 403, "{}", r.text());
+                        } else if old {
+                            refused(r, 403, "needs Docker Engine 24 (API 1.43) or later");
+                        } else {
+                            assert_ne!(r.status, 403, "{}", r.text());
+                        }
+                    }
+                    // What the engine holds: nothing was unpacked into an old engine's
+                    // container; a newer real engine has the file.
+                    let there = raw::get(&e.socket, &stat).expect("answer").status;
+                    match (old, e.kind == Kind::Real) {
+                        (true, _) => assert_eq!(there, 404, "nothing planted"),
+                        (false, true) => assert_eq!(there, 200, "the upload landed"),
+                        (false, false) => assert_eq!(answers[0].status, 200),
+                    }
+                },
+            );
         },
     );
 }
