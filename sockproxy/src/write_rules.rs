@@ -192,6 +192,19 @@ pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
         Ok(Value::Object(opts))
     })?;
     r.finish()?;
+    // A sandbox's own network is its only way out being the sidecar: made without `Internal`
+    // it would carry a default route past netproxy for every sandbox later put on it.
+    let name = o.get("Name").and_then(Value::as_str).unwrap_or_default();
+    let internal_only = stackmodel::family_of(scope.prefix(), Kind::Network, name)
+        .is_some_and(|f| f.role == "sandbox-net-");
+    if internal_only && o.get("Internal") != Some(&Value::Bool(true)) {
+        return Err(Refusal::Setting {
+            op: OP.into(),
+            why: format!(
+                "{name} is a sandbox's internal network and must be made with Internal: true"
+            ),
+        });
+    }
     Ok(Value::Object(o))
 }
 
@@ -275,6 +288,25 @@ mod tests {
         // deer-flow's two networks pass as it sends them.
         assert!(network_create(json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }), &s).is_ok());
         assert!(network_create(json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }), &s).is_ok());
+        // A sandbox's internal network must be internal; keys are read case-insensitively.
+        assert!(network_create(
+            json!({ "name": "deer-flow-sandbox-net-a", "internal": true }),
+            &s
+        )
+        .is_ok());
+        for body in [
+            json!({ "Name": "deer-flow-sandbox-net-a" }),
+            json!({ "Name": "deer-flow-sandbox-net-a", "Internal": false }),
+            json!({ "Name": "deer-flow-sandbox-net-a", "Internal": null }),
+            json!({ "Name": "deer-flow-sandbox-net-a", "internal": false }),
+        ] {
+            assert_eq!(
+                network_create(body.clone(), &s).map_err(|e| e.to_string()),
+                Err("sockproxy: networks.create: deer-flow-sandbox-net-a is a sandbox's internal network and must be made with Internal: true".into()),
+                "{body}"
+            );
+        }
+        assert!(network_create(json!({ "Name": "deer-flow-net-egress" }), &s).is_ok());
         // Gateway modes that open container addresses to other hosts are refused.
         assert!(network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.gateway_mode_ipv6": "nat" } }), &s).is_ok());
         for (family, mode) in [

@@ -6,7 +6,8 @@
 //! addresses to other hosts, under `--require-stack-label` a create that borrows another
 //! container's volumes by name, and an old API version's network list naming other stacks'
 //! containers on the stack's own network; and on engines before API 1.43, whose archive
-//! endpoints mount a container's volumes in the host's namespace, any archive request.
+//! endpoints mount a container's volumes in the host's namespace, any archive request; and a
+//! sandbox network made without `Internal`.
 
 use serde_json::json;
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
@@ -357,6 +358,48 @@ fn archive_requests_reach_only_engines_that_mount_them_apart() {
                     }
                 },
             );
+        },
+    );
+}
+
+#[test]
+fn a_sandbox_network_is_made_internal_or_not_at_all() {
+    each_engine(
+        "a_sandbox_network_is_made_internal_or_not_at_all",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, true);
+            step(
+                "without Internal: refused, and the engine has no such network",
+                || {
+                    for (i, body) in [
+                        json!({}),
+                        json!({ "Internal": false }),
+                        json!({ "internal": false }),
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        let net = clean.network(&format!("{prefix}sandbox-net-open{i}"));
+                        let mut body = body;
+                        body["Name"] = json!(net);
+                        let r = send(p.socket(), "POST", "/networks/create", &body);
+                        refused(&r, 403, "must be made with Internal: true");
+                        assert!(absent(&e, "networks", &net), "{net}");
+                    }
+                },
+            );
+            step("with Internal: made internal", || {
+                let net = clean.network(&format!("{prefix}sandbox-net-closed"));
+                let body = json!({ "Name": net, "Internal": true });
+                let r = send(p.socket(), "POST", "/networks/create", &body);
+                assert_eq!(r.status, 201, "{}", r.text());
+                let held = inspect(&e, "networks", &net);
+                assert_eq!(held.status, 200, "{}", held.text());
+                assert_eq!(held.json()["Internal"], json!(true), "{}", held.text());
+            });
         },
     );
 }
