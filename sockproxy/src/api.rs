@@ -152,7 +152,10 @@ pub enum Endpoint {
         op: NetworkOp,
         target: ObjRef,
     },
-    ImageInspect,
+    /// `GET /images/{reference}/json`; the reference may span segments (`library/busybox:1`).
+    ImageInspect {
+        reference: String,
+    },
     /// `POST /images/create`: a pull, allowed only for `--allow-image` references.
     ImagePull,
     /// `GET /events`: streamed, filtered to the stack's own objects.
@@ -189,7 +192,7 @@ impl Endpoint {
             Self::NetworkList => "networks.list".into(),
             Self::NetworkCreate => "networks.create".into(),
             Self::Network { op, .. } => op.name().into(),
-            Self::ImageInspect => "images.inspect".into(),
+            Self::ImageInspect { .. } => "images.inspect".into(),
             Self::ImagePull => "images.pull".into(),
             Self::Events => "system.events".into(),
             Self::Denied { op } | Self::Unknown { op } => op.clone(),
@@ -322,7 +325,9 @@ fn networks(m: &str, rest: &[&str]) -> Option<Endpoint> {
 fn images(m: &str, rest: &[&str]) -> Endpoint {
     match (m, rest) {
         // Image names contain '/' and ':' (`library/busybox:latest`), so they span segments.
-        ("GET", [name @ .., "json"]) if !name.is_empty() => Endpoint::ImageInspect,
+        ("GET", [name @ .., "json"]) if !name.is_empty() => Endpoint::ImageInspect {
+            reference: name.join("/"),
+        },
         ("POST", ["create"]) => Endpoint::ImagePull,
         ("GET", ["json"]) => Endpoint::Denied {
             op: "images.list".into(),

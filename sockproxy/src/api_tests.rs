@@ -56,7 +56,9 @@ fn endpoint_table() {
         (
             "GET",
             "/images/library/busybox:latest/json",
-            Endpoint::ImageInspect,
+            Endpoint::ImageInspect {
+                reference: "library/busybox:latest".into(),
+            },
         ),
         ("GET", "/info", Endpoint::Info),
         (

@@ -55,7 +55,8 @@ pub fn decide(
         Endpoint::Info if scope.info_for_stack() => Ok(Plan::Info),
         Endpoint::Info => Err(Refusal::NotAllowed { op }),
         Endpoint::ImagePull => pull(query, allow_images),
-        Endpoint::Ping | Endpoint::Version | Endpoint::ImageInspect => Ok(Plan::Forward),
+        Endpoint::ImageInspect { reference } => image_inspect(reference, allow_images),
+        Endpoint::Ping | Endpoint::Version => Ok(Plan::Forward),
         Endpoint::ContainerList => Ok(Plan::List(Kind::Container)),
         Endpoint::NetworkList => Ok(Plan::List(Kind::Network)),
         Endpoint::ContainerCreate => {
@@ -189,6 +190,26 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
             op: "images.pull".into(),
             why: format!("{reference} is not an allowed image (--allow-image)"),
         })
+    }
+}
+
+/// With `--allow-image`, the images a stack may inspect are the ones it may create from, named
+/// as allowed, or by a full ID (which it can only have read from its own container): an ID
+/// prefix would let it walk every image on the host, other stacks' committed containers with
+/// their environments among them. Anything else is absent, as the engine says it, so
+/// `docker inspect NAME` walks on to the next kind of object. Without the flag the stack may
+/// create from any image, so there is nothing its inspect could add.
+fn image_inspect(reference: &str, allow_images: &[String]) -> Result<Plan, Refusal> {
+    let hex = reference.strip_prefix("sha256:").unwrap_or(reference);
+    if allow_images.is_empty()
+        || crate::pinning::is_full_id(hex)
+        || allow_images.contains(&crate::config::normalize_image(reference))
+    {
+        Ok(Plan::Forward)
+    } else {
+        Err(Refusal::NoSuchImage(crate::config::normalize_image(
+            reference,
+        )))
     }
 }
 

@@ -219,6 +219,44 @@ mod table {
     }
 
     #[test]
+    fn image_inspect_names_only_allowed_images_when_there_is_a_list() {
+        let s = scope(false);
+        let ep = |r: &str| Endpoint::ImageInspect {
+            reference: r.into(),
+        };
+        let full = "b8".repeat(32);
+        let allowed = vec!["sandbox:1".to_owned(), "busybox:latest".to_owned()];
+        for r in ["sandbox:1", "busybox", "docker.io/library/busybox:latest"] {
+            assert!(
+                decide(&ep(r), &Query::default(), &s, &allowed).is_ok(),
+                "{r}"
+            );
+        }
+        for r in [full.clone(), format!("sha256:{full}")] {
+            assert!(
+                decide(&ep(&r), &Query::default(), &s, &allowed).is_ok(),
+                "{r}"
+            );
+        }
+        for (r, shown) in [
+            ("b8", "b8:latest"),
+            ("sha256:b8", "sha256:b8"),
+            ("other-secretimg:1", "other-secretimg:1"),
+            ("sandbox", "sandbox:latest"),
+            (
+                "deer-flow-sandbox-0123456789abcdef",
+                "deer-flow-sandbox-0123456789abcdef:latest",
+            ),
+        ] {
+            let e = decide(&ep(r), &Query::default(), &s, &allowed).expect_err(r);
+            assert_eq!(e.status(), http::StatusCode::NOT_FOUND, "{r}");
+            assert_eq!(e.to_string(), format!("No such image: {shown}"), "{r}");
+        }
+        // Without a list the stack may create from any image, and so inspect any.
+        assert!(decide(&ep("b8"), &Query::default(), &s, &[]).is_ok());
+    }
+
+    #[test]
     fn resolved_ids_out_of_scope_look_absent_unless_visible() {
         let s = scope(false);
         let hex = ObjRef::Hex("abc".into());

@@ -28,6 +28,9 @@ pub enum Refusal {
     NoSuchVolume(String),
     #[error("plugin \"{0}\" not found")]
     NoSuchPlugin(String),
+    /// dockerd's wording for an image it does not hold (`daemon/images`, `ErrImageDoesNotExist`).
+    #[error("No such image: {0}")]
+    NoSuchImage(String),
     #[error("sockproxy: bad request: {0}")]
     BadRequest(String),
     /// A request head refused before hyper parsed it (`headguard`), with its status (400,
@@ -57,7 +60,8 @@ impl Refusal {
             | Self::NoSuchNetwork(_)
             | Self::NoSuchExec(_)
             | Self::NoSuchVolume(_)
-            | Self::NoSuchPlugin(_) => StatusCode::NOT_FOUND,
+            | Self::NoSuchPlugin(_)
+            | Self::NoSuchImage(_) => StatusCode::NOT_FOUND,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::BadHead { status, .. } => *status,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -75,7 +79,9 @@ impl Refusal {
             Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
                 "absent_or_out_of_scope"
             }
-            Self::NoSuchVolume(_) | Self::NoSuchPlugin(_) => "not_in_stack_view",
+            Self::NoSuchVolume(_) | Self::NoSuchPlugin(_) | Self::NoSuchImage(_) => {
+                "not_in_stack_view"
+            }
             Self::BadRequest(_) | Self::BadHead { .. } => "bad_request",
             Self::TooLarge(_) => "body_too_large",
             Self::Upstream(_) => "upstream_unavailable",

@@ -7,7 +7,8 @@
 //! container's volumes by name, and an old API version's network list naming other stacks'
 //! containers on the stack's own network; and on engines before API 1.43, whose archive
 //! endpoints mount a container's volumes in the host's namespace, any archive request; and a
-//! sandbox network made without `Internal`.
+//! sandbox network made without `Internal`; and, with `--allow-image`, an image inspect by ID
+//! prefix or of another image.
 
 use serde_json::json;
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
@@ -399,6 +400,40 @@ fn a_sandbox_network_is_made_internal_or_not_at_all() {
                 let held = inspect(&e, "networks", &net);
                 assert_eq!(held.status, 200, "{}", held.text());
                 assert_eq!(held.json()["Internal"], json!(true), "{}", held.text());
+            });
+        },
+    );
+}
+
+#[test]
+fn with_an_image_list_no_other_image_can_be_inspected() {
+    each_engine(
+        "with_an_image_list_no_other_image_can_be_inspected",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let allowed = sockproxy::config::normalize_image(&e.image);
+            let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+                c.allow_images = vec![allowed.clone()];
+                c.create_rules.allow_images = vec![allowed.clone()];
+            });
+            let direct = inspect(&e, "images", &format!("{}/json", e.image));
+            assert_eq!(direct.status, 200, "{}", direct.text());
+            let id = direct.json()["Id"].as_str().expect("an Id").to_owned();
+            let hex = id.strip_prefix("sha256:").unwrap_or(&id).to_owned();
+            step("the allowed image, by name or full ID", || {
+                for r in [e.image.clone(), allowed.clone(), id.clone(), hex.clone()] {
+                    let got = raw::get(p.socket(), &format!("/images/{r}/json")).expect("answer");
+                    assert_eq!(got.status, 200, "{r}: {}", got.text());
+                    assert_eq!(got.json()["Id"], json!(id), "{r}");
+                }
+            });
+            step("an ID prefix or another name is absent", || {
+                for r in [&hex[..1], &hex[..2], &hex[..12], "deer-flow-secretimg:1"] {
+                    let got = raw::get(p.socket(), &format!("/images/{r}/json")).expect("answer");
+                    refused(&got, 404, "No such image: ");
+                    assert!(!got.text().contains(&hex), "{r}: {}", got.text());
+                }
             });
         },
     );
