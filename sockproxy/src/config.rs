@@ -171,6 +171,8 @@ pub enum ConfigError {
     BindRootMissing(PathBuf, String),
     #[error("--allow-bind-root {0:?}: must be the directory's real path ({1:?}), with no symbolic link in it")]
     BindRootNotCanonical(PathBuf, PathBuf),
+    #[error("--allow-bind-root {0:?}: must be on a mount with nosuid and nodev (its mount allows {1}): a sandbox is root in what it binds and could leave a set-user-ID program or a device node there for the host; e.g. `mount --bind {0:?} {0:?} && mount -o remount,bind,nosuid,nodev {0:?}`")]
+    BindRootSuid(PathBuf, String),
     #[error("--allow-seccomp-profile {0:?}: expected 64 lowercase hex characters (a SHA-256)")]
     SeccompProfile(String),
     #[error("--min-api-version {0:?}: expected MAJOR.MINOR, at least 1.24")]
@@ -325,7 +327,28 @@ fn check_bind_root(root: &std::path::Path) -> Result<(), ConfigError> {
     if real != root {
         return Err(ConfigError::BindRootNotCanonical(root.to_owned(), real));
     }
-    Ok(())
+    let flags = nix::sys::statvfs::statvfs(root)
+        .map_err(|e| ConfigError::BindRootMissing(root.to_owned(), e.to_string()))?
+        .flags();
+    bind_root_mount(flags).map_err(|has| ConfigError::BindRootSuid(root.to_owned(), has))
+}
+
+/// A bind root's mount must keep set-user-ID bits and device nodes inert: a sandbox is root
+/// in what it binds (default capabilities include `MKNOD`, `FOWNER` and `SETUID`), and dockerd
+/// unpacks `docker cp` uploads as root, so either could otherwise leave a root shell or a disk
+/// device node for any host user who can reach the directory. `Err` names what is missing.
+fn bind_root_mount(flags: nix::sys::statvfs::FsFlags) -> Result<(), String> {
+    use nix::sys::statvfs::FsFlags;
+    let missing: Vec<&str> = [(FsFlags::ST_NOSUID, "suid"), (FsFlags::ST_NODEV, "dev")]
+        .into_iter()
+        .filter(|(f, _)| !flags.contains(*f))
+        .map(|(_, name)| name)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing.join(","))
+    }
 }
 
 /// `busybox` → `busybox:latest`; `docker.io/library/x` → `x`; a digest is kept as it is.
@@ -381,6 +404,29 @@ mod tests {
         ];
         argv.extend_from_slice(extra);
         Args::try_parse_from(argv).expect("parses")
+    }
+
+    #[test]
+    fn bind_roots_need_nosuid_and_nodev_mounts() {
+        use nix::sys::statvfs::FsFlags;
+        assert_eq!(
+            bind_root_mount(FsFlags::ST_NOSUID | FsFlags::ST_NODEV),
+            Ok(())
+        );
+        let both = FsFlags::ST_NOSUID | FsFlags::ST_NODEV | FsFlags::ST_RDONLY;
+        assert_eq!(bind_root_mount(both), Ok(()));
+        assert_eq!(bind_root_mount(FsFlags::ST_NOSUID), Err("dev".into()));
+        assert_eq!(bind_root_mount(FsFlags::ST_NODEV), Err("suid".into()));
+        assert_eq!(bind_root_mount(FsFlags::empty()), Err("suid,dev".into()));
+        // The root file system always allows set-user-ID programs (sudo, su live there).
+        let e = Config::from_args(args(&["--allow-bind-root", "/"]), None)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+            .expect_err("refused");
+        assert!(
+            e.starts_with("--allow-bind-root \"/\": must be on a mount with nosuid and nodev"),
+            "{e}"
+        );
     }
 
     #[test]
