@@ -40,6 +40,7 @@ pub const DUPLICATE_CL: HeadRefusal = bad("duplicate Content-Length");
 pub const CL_WITH_TE: HeadRefusal = bad("Content-Length with Transfer-Encoding");
 pub const BAD_CL: HeadRefusal = bad("malformed Content-Length");
 pub const TE_NOT_CHUNKED: HeadRefusal = bad("Transfer-Encoding must end in chunked");
+pub const CONNECT_BODY: HeadRefusal = bad("CONNECT with a body");
 pub const MALFORMED: HeadRefusal = bad("malformed request head");
 pub const BAD_TARGET: HeadRefusal = bad("malformed request target");
 pub(crate) const UNKNOWN: HeadRefusal = bad("framing unknown");
@@ -137,7 +138,13 @@ pub fn judge(head: &[u8], limits: &HeadLimits) -> Result<Judged, HeadRefusal> {
     if te > 0 && (!chunked || req.version == Some(0)) {
         return Err(TE_NOT_CHUNKED);
     }
-    let next = if req.method == Some("CONNECT") {
+    let connect = req.method == Some("CONNECT");
+    // A CONNECT has no content (RFC 9110 9.3.6), but hyper reads one it is framed for, so the
+    // first tunnel bytes would be eaten as a body this scanner never framed.
+    if connect && (te > 0 || len > 0) {
+        return Err(CONNECT_BODY);
+    }
+    let next = if connect {
         Next::Tunnel
     } else if te > 0 {
         Next::ChunkSize

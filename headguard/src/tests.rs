@@ -62,6 +62,22 @@ POST http://a.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nab
     assert_eq!(scan(body.as_bytes(), 9), [None, None]);
     // After CONNECT, tunnel bytes are not judged.
     assert_eq!(scan(b"CONNECT a.test:443 HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 4), [None]);
+    // A CONNECT framed with a body is refused: hyper would read the tunnel's first bytes as it.
+    for framing in ["Content-Length: 5", "Transfer-Encoding: chunked"] {
+        let s = format!("CONNECT a.test:443 HTTP/1.1\r\n{framing}\r\n\r\nGET /x HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            scan(s.as_bytes(), 4),
+            [Some("CONNECT with a body")],
+            "{framing}"
+        );
+    }
+    assert_eq!(
+        scan(
+            b"CONNECT a.test:443 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            4
+        ),
+        [None]
+    );
 }
 
 /// Case 5 of issue 14: hyper reads bare-LF heads and skips leading empty lines; the scanner
