@@ -236,8 +236,7 @@ pub fn endpoint_settings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refus
     r.keep(&mut o, "Links", |_, p, v| {
         let list = fields::str_list(p, v)?;
         for l in &list {
-            let name = l.rsplit_once(':').map_or(l.as_str(), |(n, _)| n);
-            host_config::own_container(ctx, p, name)?;
+            host_config::own_container(ctx, p, host_config::linked(ctx, p, l)?)?;
         }
         Ok(Value::from(list))
     })?;

@@ -261,3 +261,26 @@ fn zero_only_maps_are_forwarded_empty() {
     assert_eq!(out["HostConfig"]["Annotations"], serde_json::json!({}));
     assert_eq!(out["HostConfig"]["StorageOpt"], serde_json::json!({}));
 }
+
+/// A link is `NAME` or `NAME:ALIAS`, as dockerd's `ParseLink` reads it; a third part was judged
+/// on a guessed name (the part before the last ':') and is now refused.
+#[test]
+fn links_are_read_as_the_engine_reads_them() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let create = |links: serde_json::Value| {
+        let body = serde_json::json!({ "HostConfig": { "Links": links } });
+        check(body, &scope, &CreateRules::default(), Path::new("/x"), "s")
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(create(serde_json::json!(["deer-flow-sandbox-a"])), Ok(()));
+    assert_eq!(
+        create(serde_json::json!(["deer-flow-sandbox-a:db"])),
+        Ok(())
+    );
+    assert!(create(serde_json::json!(["other:db"])).is_err());
+    assert_eq!(
+        create(serde_json::json!(["deer-flow-sandbox-a:other:db"])),
+        Err("sockproxy: containers.create: HostConfig.Links deer-flow-sandbox-a:other:db is not allowed for this stack (a link is NAME or NAME:ALIAS)".into())
+    );
+}

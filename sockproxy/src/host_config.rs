@@ -398,11 +398,25 @@ fn own_containers(ctx: &Ctx, path: &str, v: Value, volumes_from: bool) -> Result
         let name = if volumes_from {
             item.split(':').next().unwrap_or("")
         } else {
-            item.rsplit_once(':').map_or(item.as_str(), |(n, _)| n)
+            linked(ctx, path, item)?
         };
         own_container(ctx, path, name)?;
     }
     Ok(Value::from(list))
+}
+
+/// The container a link `NAME[:ALIAS]` names, read as dockerd's `ParseLink` reads it: more
+/// than one ':' is a bad link there, so it is refused here rather than judged by a guess.
+pub(crate) fn linked<'a>(ctx: &Ctx, path: &str, item: &'a str) -> Result<&'a str, Refusal> {
+    match item.split(':').collect::<Vec<_>>()[..] {
+        [name] | [name, _] => Ok(name),
+        _ => Err(value_not_allowed(
+            ctx.op,
+            path,
+            item,
+            "a link is NAME or NAME:ALIAS",
+        )),
+    }
 }
 
 fn cap_add(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
