@@ -41,10 +41,8 @@ async fn main() -> anyhow::Result<()> {
             // Validate the whole new policy first; only then swap it in.
             match reload_args.policy() {
                 Ok(p) => {
-                    if let Ok(mut current) = reload_proxy.policy.write() {
-                        *current = Arc::new(p);
-                    }
-                    tracing::info!("policy reloaded");
+                    reload_proxy.set_policy(p);
+                    tracing::info!("policy reloaded; open tunnels it no longer allows are closed");
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "policy reload refused; the running policy stays")

@@ -39,7 +39,10 @@ impl std::fmt::Debug for ConnectionHold {
 
 #[derive(Debug)]
 pub struct NetProxy {
+    /// Changed only through `set_policy`, which also tells the open tunnels.
     pub policy: std::sync::RwLock<Arc<Policy>>,
+    /// Bumped by every `set_policy`: each open tunnel judges itself again on the new policy.
+    pub policy_changes: tokio::sync::watch::Sender<u64>,
     pub resolver: Arc<dyn Resolve>,
     /// The sidecar's interfaces, read for every vetting (`own`).
     pub interfaces: Arc<dyn Interfaces>,
@@ -62,6 +65,7 @@ impl NetProxy {
     pub fn new(policy: Policy, resolver: Arc<dyn Resolve>) -> Self {
         Self {
             policy: std::sync::RwLock::new(Arc::new(policy)),
+            policy_changes: tokio::sync::watch::Sender::new(0),
             resolver,
             interfaces: Arc::new(crate::own::Watched::new()),
             dns_timeout: Duration::from_secs(5),
@@ -69,6 +73,45 @@ impl NetProxy {
             tunnel_idle: Duration::from_secs(300),
             timeouts: Timeouts::default(),
         }
+    }
+
+    /// Puts a new policy in place; every open tunnel it no longer allows is closed. (Each
+    /// absolute-form request is decided on its own, so kept-alive connections need nothing.)
+    pub fn set_policy(&self, p: Policy) {
+        match self.policy.write() {
+            Ok(mut current) => *current = Arc::new(p),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(p),
+        }
+        self.policy_changes.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Whether a tunnel to `t`, dialed at `chosen`, would be opened now: the same name
+    /// decision, and the same address check on the address it is connected to.
+    pub fn still_allows(&self, t: &Target, chosen: SocketAddr) -> bool {
+        let policy = self.policy();
+        matches!(policy.decide_name(t), NameDecision::Allow { .. })
+            && policy
+                .vet(&self.interfaces.networks(), &[chosen.ip()])
+                .is_ok()
+    }
+
+    /// Resolves once the policy has changed to one that no longer allows this tunnel.
+    fn revoked(
+        self: &Arc<Self>,
+        t: Target,
+        chosen: SocketAddr,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let proxy = self.clone();
+        let mut changes = self.policy_changes.subscribe();
+        Box::pin(async move {
+            while changes.changed().await.is_ok() {
+                if !proxy.still_allows(&t, chosen) {
+                    return;
+                }
+            }
+            // The proxy is going away: the tunnel ends by its own rules.
+            std::future::pending::<()>().await;
+        })
     }
 
     pub fn policy(&self) -> Arc<Policy> {
@@ -99,7 +142,7 @@ impl NetProxy {
         let result = match framing {
             // Ambiguous, malformed, too large or too slow: never parsed by hyper.
             Some(why) => Err(bad(Reason::Head(why))),
-            None => self.process(req, &mut trace).await,
+            None => self.clone().process(req, &mut trace).await,
         };
         Ok(match result {
             Ok(resp) => resp,
@@ -118,7 +161,7 @@ impl NetProxy {
     }
 
     async fn process(
-        &self,
+        self: Arc<Self>,
         mut req: Request<Incoming>,
         trace: &mut Trace,
     ) -> Result<Response<Body>, Refusal> {
@@ -163,8 +206,9 @@ impl NetProxy {
                 chosen,
             };
             let idle = self.tunnel_idle;
+            let revoked = self.revoked(t, chosen);
             tokio::spawn(async move {
-                crate::tunnel::tunnel(on_upgrade, stream, who, idle).await;
+                crate::tunnel::tunnel(on_upgrade, stream, who, idle, revoked).await;
                 // The connection's share of the limits is held until the tunnel closes.
                 drop(hold);
             });

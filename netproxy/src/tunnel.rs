@@ -1,6 +1,6 @@
 //! CONNECT tunnels: once the client's connection is upgraded, bytes move both ways until both
-//! directions end, an error, or the idle limit without a byte either way; then one
-//! `tunnel closed` line. On Linux the client's socket is taken back out of hyper and spliced
+//! directions end, an error, the idle limit without a byte either way, or a reloaded policy
+//! that no longer allows them; then one `tunnel closed` line. On Linux the client's socket is taken back out of hyper and spliced
 //! (`splice`); where that cannot be done the bytes are copied through 64 KiB buffers.
 
 use std::net::SocketAddr;
@@ -35,6 +35,9 @@ impl Who {
     }
 }
 
+/// Resolves when a reloaded policy no longer allows the tunnel (`NetProxy::set_policy`).
+pub type Revoked = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Per direction. tokio's default (8 KiB) costs a read and a write per 8 KiB; 64 KiB is what
 /// loopback and most sockets deliver in one read under load (docs/benchmarks.md, part 4).
 const TUNNEL_BUFFER: usize = 64 * 1024;
@@ -48,6 +51,7 @@ pub async fn tunnel(
     upstream: TcpStream,
     who: Who,
     idle: Duration,
+    mut revoked: Revoked,
 ) {
     let start = Instant::now();
     let Ok(upgraded) = on_upgrade.await else {
@@ -57,7 +61,7 @@ pub async fn tunnel(
     };
     let clock = Clock::new();
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    let upgraded = match spliced(upgraded, &upstream, &clock, idle).await {
+    let upgraded = match spliced(upgraded, &upstream, &clock, idle, &mut revoked).await {
         Ok((up, down, ended)) => {
             who.closed(up, down, ended, "splice", start);
             return;
@@ -77,6 +81,7 @@ pub async fn tunnel(
             }
         }
         () = clock.expired(idle) => (0, 0, "idle_timeout"),
+        () = &mut revoked => (0, 0, "policy_revoked"),
     };
     who.closed(up, down, ended, "copy", start);
 }
@@ -90,6 +95,7 @@ async fn spliced(
     upstream: &TcpStream,
     clock: &Clock,
     idle: Duration,
+    revoked: &mut Revoked,
 ) -> Result<(u64, u64, &'static str), hyper::upgrade::Upgraded> {
     use std::sync::atomic::Ordering;
     // Pipes first: if they cannot be made, the connection is still whole for copying.
@@ -109,6 +115,7 @@ async fn spliced(
             }
         },
         () = clock.expired(idle) => "idle_timeout",
+        () = revoked => "policy_revoked",
     };
     Ok((
         moved.up.load(Ordering::Relaxed),

@@ -1,8 +1,9 @@
 //! netproxy, the egress proxy: on loopback with an injected resolver, its decisions (`loopback`)
-//! and its limits (`limits`), and restricted mode end to end on the real engine with the real
+//! its limits (`limits`), a policy reload reaching open tunnels (`reload`), and restricted mode end to end on the real engine with the real
 //! sidecar image (`restricted_e2e`). Run on its own with
 //! `cargo test -p sockproxy-tests --test netproxy`.
 
 mod limits;
 mod loopback;
+mod reload;
 mod restricted_e2e;
