@@ -17,6 +17,7 @@ use bollard::container::Config;
 use bollard::models::{HostConfig, PortBinding};
 
 use crate::decide::{self, Discovery, Mode};
+use crate::engine::NetworkMade;
 use crate::ledger::UNKNOWN_GENERATION;
 use crate::naming::{self, Names};
 use crate::ops::{is_conflict, step, Created, Lifecycle, OpError};
@@ -31,6 +32,9 @@ struct Made {
     restricted: bool,
     /// The sidecar's ID, once the engine returned one.
     sidecar: Option<String>,
+    /// Networks found under the sandbox's names and refused as not lifecycle's: an undo
+    /// leaves them as they were, since this create did not make them.
+    foreign: Vec<String>,
     /// The (user, thread) digest written as the sandbox's scope label.
     scope: String,
 }
@@ -228,10 +232,15 @@ impl Lifecycle {
         // One internal and one egress network per sandbox, both labelled with its ID.
         let net_labels = self.labels(id, "network");
         for (network, internal) in [(&names.network, true), (&names.egress, false)] {
-            self.engine
+            let answer = self
+                .engine
                 .create_network(network, internal, net_labels.clone())
                 .await
                 .map_err(step(format!("create network {network}")))?;
+            if answer == NetworkMade::Existed {
+                self.check_existing_network(network, internal, &net_labels, made)
+                    .await?;
+            }
         }
         let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {
             let mut cmd = vec!["--listen".to_owned(), "0.0.0.0:3128".to_owned()];
@@ -301,6 +310,41 @@ impl Lifecycle {
         let mut created = self.created(id, &cid, Mode::Restricted, None, &ip, false);
         created.scope = Some(made.scope.clone());
         Ok(created)
+    }
+
+    /// A network already under one of the sandbox's names is used only if it is what this
+    /// create would have made (`decide::existing_network`); otherwise it goes into
+    /// `made.foreign` (so the undo leaves it alone) and the create fails closed.
+    async fn check_existing_network(
+        &self,
+        network: &str,
+        internal: bool,
+        labels: &HashMap<String, String>,
+        made: &mut Made,
+    ) -> Result<(), OpError> {
+        let found = self
+            .engine
+            .inspect_network(network)
+            .await
+            .map_err(step(format!("inspect network {network}")))?;
+        let verdict = match &found {
+            Some(n) => decide::existing_network(&n.driver, n.internal, &n.labels, internal, labels),
+            // Gone between the create's 409 and this inspect: whatever that was, it is not
+            // known to be ours, and retrying is the caller's call.
+            None => Err("it vanished right after the create reported it existing".to_owned()),
+        };
+        verdict.map_err(|reason| {
+            tracing::warn!(
+                network,
+                reason,
+                "refusing to use a network found under a sandbox's name"
+            );
+            made.foreign.push(network.to_owned());
+            OpError::UnsafeNetwork {
+                name: network.to_owned(),
+                reason,
+            }
+        })
     }
 
     /// Creates and starts the sandbox; its ID goes into `made` (and, in open mode, the pending
@@ -398,6 +442,9 @@ impl Lifecycle {
                 errors.push(e.to_string());
             }
             for network in [&names.network, &names.egress] {
+                if made.foreign.contains(network) {
+                    continue;
+                }
                 if let Err(e) = self.engine.remove_network(network).await {
                     left.push(format!("network {network}"));
                     errors.push(format!("remove network {network}: {e}"));
@@ -416,8 +463,11 @@ fn made_objects(names: &Names, made: &Made) -> Vec<String> {
     }
     if made.restricted {
         left.push(format!("container {}", names.sidecar));
-        left.push(format!("network {}", names.network));
-        left.push(format!("network {}", names.egress));
+        for network in [&names.network, &names.egress] {
+            if !made.foreign.contains(network) {
+                left.push(format!("network {network}"));
+            }
+        }
     }
     left
 }

@@ -11,7 +11,7 @@ use bollard::container::{
     Config, CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
     RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
 };
-use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions};
+use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, InspectNetworkOptions};
 use bollard::Docker;
 
 use crate::decide::{is_no_such, is_removal_in_progress, Object};
@@ -67,6 +67,22 @@ pub enum Done {
     Done,
     AlreadyGone,
     InProgress,
+}
+
+/// Whether `create_network` made the network or found one under its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkMade {
+    Made,
+    Existed,
+}
+
+/// What lifecycle reads from a network inspect.
+#[derive(Debug, Clone, Default)]
+pub struct Network {
+    pub name: String,
+    pub driver: String,
+    pub internal: bool,
+    pub labels: HashMap<String, String>,
 }
 
 #[derive(Debug)]
@@ -332,13 +348,15 @@ impl Engine {
         }
     }
 
-    /// Creates a network; one that already exists under this name counts as made.
+    /// Creates a network. One that already exists under this name is `Existed`: the caller
+    /// must inspect it before using it, since anyone allowed that name may have made it with
+    /// other settings (a non-internal network under the internal network's name, say).
     pub async fn create_network(
         &self,
         name: &str,
         internal: bool,
         labels: HashMap<String, String>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<NetworkMade, EngineError> {
         let opts = CreateNetworkOptions {
             name: name.to_owned(),
             check_duplicate: true,
@@ -348,11 +366,38 @@ impl Engine {
             ..Default::default()
         };
         match self.client().await?.create_network(opts).await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(NetworkMade::Made),
             Err(e) => match EngineError::from_bollard(e, &self.address) {
-                EngineError::Api { status: 409, .. } => Ok(()),
+                EngineError::Api { status: 409, .. } => Ok(NetworkMade::Existed),
                 other => Err(other),
             },
+        }
+    }
+
+    /// Inspect a network by exact name; `None` only for "no such network" about this name.
+    pub async fn inspect_network(&self, name: &str) -> Result<Option<Network>, EngineError> {
+        match self
+            .client()
+            .await?
+            .inspect_network(name, None::<InspectNetworkOptions<String>>)
+            .await
+        {
+            Ok(n) => Ok(Some(Network {
+                name: n.name.unwrap_or_default(),
+                driver: n.driver.unwrap_or_default(),
+                // Unset reads as not internal: the unsafe answer, so it never passes a check
+                // that wants an internal network.
+                internal: n.internal.unwrap_or(false),
+                labels: n.labels.unwrap_or_default(),
+            })),
+            Err(e) => {
+                let e = EngineError::from_bollard(e, &self.address);
+                if absent(&e, Object::Network, name) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
         }
     }
 

@@ -54,6 +54,10 @@ pub enum OpError {
     Ports(#[from] PortError),
     #[error("{0}")]
     Lock(#[from] LockError),
+    /// A network under one of the sandbox's names exists but is not what lifecycle makes
+    /// (`decide::existing_network`); nothing was put on it and it is left as found.
+    #[error("network {name} already exists but is not one lifecycle makes: {reason}; refusing to use it (remove it, or find out who made it)")]
+    UnsafeNetwork { name: String, reason: String },
     #[error("no sandbox {0} on this stack (nothing to destroy)")]
     NoSuchSandbox(String),
     /// The ownership claim a teardown needs was refused (another process holds the ID) or

@@ -218,3 +218,78 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
         assert_eq!(proxy.decisions().1, 0, "nothing was refused");
     });
 }
+
+/// A network someone made under the sandbox's internal network name without `--internal` (any
+/// client the proxy lets create `{P}sandbox-net-*`) must not be used: a sandbox on it would
+/// have a default route around its proxy. The create fails closed, makes no sandbox, and
+/// leaves that network as it found it.
+#[test]
+fn restricted_create_refuses_a_non_internal_network_under_the_sandbox_net_name() {
+    let Some(e) =
+        real_engine("restricted_create_refuses_a_non_internal_network_under_the_sandbox_net_name")
+    else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let id = sandbox_id("user-3", "thread-r1").expect("valid");
+    let names = names_of(&prefix, &id);
+    let mut clean = Cleanup::new(&e.socket);
+    clean.container(&names.sandbox);
+    clean.container(&names.sidecar);
+    clean.network(&names.network);
+    clean.network(&names.egress);
+    let body = serde_json::json!({ "Name": names.network, "Driver": "bridge" });
+    let made = raw::request(
+        &e.socket,
+        "POST",
+        "/networks/create",
+        Some(body.to_string().as_bytes()),
+    )
+    .expect("answer");
+    assert_eq!(made.status, 201, "{}", made.text());
+    let proxy = StackProxy::start(&e.socket, &prefix, true);
+    let state = tempfile::tempdir().expect("dir");
+    let (sock, st) = (proxy.socket_buf(), state.path());
+
+    let out = lifecycle(
+        &sock,
+        &prefix,
+        "restricted",
+        st,
+        &["create", "--user", "user-3", "--thread", "thread-r1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("network {} already exists", names.network))
+            && err.contains("not internal"),
+        "{err}"
+    );
+    let inspect = |path: &str| raw::get(&e.socket, path).expect("answer");
+    assert_eq!(
+        inspect(&format!("/containers/{}/json", names.sandbox)).status,
+        404,
+        "no sandbox container"
+    );
+    assert_eq!(
+        inspect(&format!("/containers/{}/json", names.sidecar)).status,
+        404,
+        "no sidecar"
+    );
+    assert_eq!(
+        inspect(&format!("/networks/{}", names.egress)).status,
+        404,
+        "nothing of this create is left"
+    );
+    let net = inspect(&format!("/networks/{}", names.network));
+    assert_eq!(
+        net.status, 200,
+        "the network it did not make is left as found"
+    );
+    assert_eq!(net.json()["Internal"], false);
+    assert_eq!(
+        records(&sock, &prefix, st),
+        0,
+        "nothing was left to quarantine"
+    );
+}
