@@ -43,7 +43,7 @@ pub async fn reconcile(p: &Provider) {
     let now = p.now();
     let mut candidates = Vec::new();
     for l in listed {
-        let Some(id) = l.sandbox_id.clone() else {
+        let Some(id) = adoptable_id(p, &l) else {
             continue;
         };
         if l.state != "running" || p.pool().get(&id).is_some() {
@@ -70,6 +70,28 @@ pub async fn reconcile(p: &Provider) {
     for id in candidates {
         adopt(p, &id).await;
     }
+}
+
+/// The ID a listed container may be adopted under: its `deerflow.sandbox_id` label, only if that
+/// is a sandbox ID and the container's name is exactly that ID's sandbox name. Anything else
+/// (an ID lifecycle could never have made, or a label naming another sandbox) is skipped: once
+/// adopted, it could never be destroyed (`destroy` refuses the ID, or acts on another
+/// container), its `del:` claim would be renewed forever and shutdown would report it failed.
+fn adoptable_id(p: &Provider, l: &crate::ops::Listed) -> Option<String> {
+    let label = l.sandbox_id.as_deref()?;
+    let id = match naming::parse_sandbox_id(label) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(container = %l.container_name, container_id = %l.container_id, error = %e, "reconcile: its sandbox ID label is not a sandbox ID; not adopted");
+            return None;
+        }
+    };
+    let want = p.lc.names(&id).sandbox;
+    if l.container_name != want {
+        tracing::warn!(container = %l.container_name, container_id = %l.container_id, sandbox_id = %id, expected = %want, "reconcile: its name is not its sandbox ID label's sandbox name; not adopted");
+        return None;
+    }
+    Some(id)
 }
 
 async fn adopt(p: &Provider, id: &str) {

@@ -283,3 +283,56 @@ async fn a_dead_container_found_by_a_create_is_replaced_under_a_del_claim() {
         "ours again once the fresh one is made"
     );
 }
+
+/// Reconciliation adopts a container only under an ID lifecycle could have made and whose
+/// sandbox name is the container's: `{P}sandbox-abcd1234` labelled `abcd1234` (not a sandbox
+/// ID) would be adopted, then fail to destroy on every tick with its `del:` claim renewed
+/// forever; a label naming another sandbox's ID is not this container's either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_adopts_only_a_sandbox_id_label_that_matches_the_containers_name() {
+    let Some(redis) = RedisServer::start(
+        "reconcile_adopts_only_a_sandbox_id_label_that_matches_the_containers_name",
+    ) else {
+        return;
+    };
+    let s = Served::start_owned(
+        config(0, 0),
+        false,
+        redis.ownership("B", Duration::from_secs(60)),
+    )
+    .await;
+    let grace = config(0, 0).adopt_grace;
+    let peer = redis.ownership("peer", Duration::from_secs(60));
+    let labels = |id: &str, thread: &str| {
+        json!({ "deerflow.role": "sandbox", "deerflow.network_mode": "open",
+            "deerflow.sandbox_id": id, "lifecycle.scope": naming::scope_digest("user-1", thread) })
+    };
+    let short = "abcd1234";
+    s.stack.make(
+        &format!("{}sandbox-{short}", s.stack.prefix),
+        labels(short, "short"),
+    );
+    let named = naming::sandbox_id("user-1", "named").expect("id");
+    let other = naming::sandbox_id("user-1", "other").expect("id");
+    s.stack
+        .make(&s.stack.names(&named).sandbox, labels(&other, "other"));
+    let good = naming::sandbox_id("user-1", "good").expect("id");
+    let orphan = s
+        .stack
+        .make(&s.stack.names(&good).sandbox, labels(&good, "good"));
+    for _ in 0..3 {
+        reconcile(&s.provider).await;
+        s.clock.advance(grace);
+    }
+    reconcile(&s.provider).await;
+    let adopted = s.listed(&json!(good)).await;
+    assert_eq!(
+        (adopted["state"].clone(), adopted["container_id"].clone()),
+        (json!("warm"), json!(orphan)),
+        "the passes did adopt a well-formed orphan: {adopted}"
+    );
+    for id in [short, other.as_str(), named.as_str()] {
+        assert_eq!(s.listed(&json!(id)).await, Value::Null, "{id} adopted");
+        assert_eq!(peer.value(id).await.ok(), Some(None), "{id} claimed");
+    }
+}
