@@ -8,7 +8,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::naming::k;
+use crate::naming::{k, parse_sandbox_id};
 
 /// The generation recorded when the container ID could not be read.
 pub const UNKNOWN_GENERATION: &str = "unknown";
@@ -37,6 +37,28 @@ pub struct Entry {
     pub sandbox_id: Option<String>,
     /// `k(generation)` of every quarantined generation.
     pub generations: Vec<String>,
+}
+
+impl Entry {
+    /// The sandbox ID these records may be acted on under. `.sandbox_id` is read from disk, so
+    /// it is input: it must be a sandbox ID (16 lowercase hex) whose `k` is this entry's
+    /// directory, or a retire would send the engine a name built from whatever the file holds
+    /// (`zz/../../x`) or act on another sandbox's records. `Ok(None)`: no `.sandbox_id`;
+    /// `Err`: why the record is corrupt (never act on it).
+    pub fn checked_id(&self) -> Result<Option<String>, String> {
+        let Some(raw) = &self.sandbox_id else {
+            return Ok(None);
+        };
+        let id = parse_sandbox_id(raw).map_err(|e| format!("{ID_FILE}: {e}"))?;
+        if k(&id) != self.key {
+            return Err(format!(
+                "{ID_FILE} names sandbox {id}, whose records would be under {}, not {}",
+                k(&id),
+                self.key
+            ));
+        }
+        Ok(Some(id))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -243,6 +265,31 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
             .collect();
         assert!(leftovers.is_empty(), "no temp files left");
+    }
+
+    #[test]
+    fn an_entry_is_acted_on_only_under_an_id_that_is_its_directorys() {
+        let state = tempfile::tempdir().expect("dir");
+        let ledger = Ledger::new(state.path(), "p-");
+        let (a, b) = ("aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb");
+        ledger.mark(a, "gen1").expect("mark");
+        let entry = |ledger: &Ledger| ledger.entries().expect("entries").remove(0);
+        assert_eq!(entry(&ledger).checked_id(), Ok(Some(a.to_owned())));
+        let id_file = ledger.dir().join(k(a)).join(ID_FILE);
+        for bad in [
+            "zz/../../x",
+            b,
+            "AAAAAAAAAAAAAAAA",
+            "aaaaaaaaaaaaaaaa\n",
+            "",
+        ] {
+            fs::write(&id_file, bad).expect("write");
+            let e = entry(&ledger);
+            assert_eq!(e.key, k(a));
+            assert!(e.checked_id().is_err(), "{bad:?} accepted");
+        }
+        fs::remove_file(&id_file).expect("rm");
+        assert_eq!(entry(&ledger).checked_id(), Ok(None));
     }
 
     #[test]

@@ -237,15 +237,24 @@ impl Lifecycle {
     pub async fn retire_all(&self) -> Result<Vec<Retired>, OpError> {
         let mut out = Vec::new();
         for entry in self.ledger.entries()? {
-            match entry.sandbox_id {
-                Some(id) => out.push(self.retire(&id).await),
-                None => out.push(Retired::Kept {
+            match entry.checked_id() {
+                Ok(Some(id)) => out.push(self.retire(&id).await),
+                Ok(None) => out.push(Retired::Kept {
                     sandbox_id: None,
                     key: Some(entry.key),
                     reason:
                         "record names no sandbox ID; it retires on the next create in its thread"
                             .into(),
                 }),
+                // Nothing is asked of the engine or the lock for it: its name is not known.
+                Err(why) => {
+                    tracing::warn!(key = %entry.key, reason = %why, "quarantine record is corrupt; kept, nothing done");
+                    out.push(Retired::Kept {
+                        sandbox_id: None,
+                        key: Some(entry.key),
+                        reason: format!("corrupt record, kept and not acted on: {why}"),
+                    });
+                }
             }
         }
         Ok(out)

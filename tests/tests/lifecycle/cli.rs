@@ -338,3 +338,52 @@ fn a_sandbox_that_never_answers_is_destroyed_with_failed_to_become_ready() {
         "and its port released"
     );
 }
+
+/// `.sandbox_id` is read from disk: a retire acts only on an ID that is a sandbox ID and whose
+/// key is the record's directory. A path-like value, or another sandbox's ID, is reported as a
+/// corrupt record, kept, and nothing is asked of the engine for it.
+#[test]
+fn retire_keeps_a_record_whose_sandbox_id_file_is_corrupt_and_asks_the_engine_nothing() {
+    let s = LcStack::new(false);
+    let sock = s.proxy.socket_buf();
+    let state = s.state_dir();
+    let (a, b) = (s.id("corrupt-a"), s.id("corrupt-b"));
+    let ledger = s.ledger();
+    for id in [&a, &b] {
+        ledger.mark(id, "unknown").expect("mark");
+    }
+    let id_file = |id: &str| {
+        ledger
+            .dir()
+            .join(lifecycle::naming::k(id))
+            .join(".sandbox_id")
+    };
+    std::fs::write(id_file(&a), "zz/../../x").expect("write");
+    // b's directory now names a: a retire of it would retire a's records.
+    std::fs::write(id_file(&b), &a).expect("write");
+    s.fake().clear_requests();
+    let out = lifecycle(&sock, &s.prefix, "open", &state, &["retire"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["result"], "kept", "{line}");
+        assert!(line.get("sandbox_id").is_none(), "{line}");
+        assert!(
+            line["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("corrupt record")),
+            "{line}"
+        );
+    }
+    let asked = s.asked();
+    assert!(asked.is_empty(), "the engine was asked {asked:?}");
+    assert_eq!(
+        s.proxy.decisions().1,
+        0,
+        "nothing reached the proxy to refuse"
+    );
+    for id in [&a, &b] {
+        assert!(ledger.is_quarantined(id).expect("read"), "records kept");
+    }
+}
