@@ -4,11 +4,12 @@
 //! records, `.sandbox_id` names the sandbox (the path holds only hashes). Every storage error is
 //! returned: the caller fails closed.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::naming::{k, parse_sandbox_id};
+use crate::private;
 
 /// The generation recorded when the container ID could not be read.
 pub const UNKNOWN_GENERATION: &str = "unknown";
@@ -85,7 +86,7 @@ impl Ledger {
     /// Records `generation` (a container ID, or `unknown`) of sandbox `id` as quarantined.
     pub fn mark(&self, id: &str, generation: &str) -> Result<PathBuf, LedgerError> {
         let dir = self.sandbox_dir(id);
-        fs::create_dir_all(&dir).map_err(err(&dir))?;
+        private::create_dir_all(&dir).map_err(err(&dir))?;
         write_atomic(&dir, ID_FILE, id.as_bytes())?;
         let record = dir.join(k(generation));
         write_atomic(&dir, &k(generation), b"")?;
@@ -211,7 +212,7 @@ fn read_generations(dir: &Path) -> Result<Vec<String>, LedgerError> {
 fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<(), LedgerError> {
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
-        let mut f = OpenOptions::new()
+        let mut f = private::options()
             .write(true)
             .create(true)
             .truncate(true)

@@ -13,7 +13,7 @@
 //! two processes lock two different files of the same name.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -24,6 +24,7 @@ use nix::fcntl::{Flock, FlockArg};
 use tokio::sync::watch;
 
 use crate::naming::k;
+use crate::private;
 
 /// How often a waiter retries an `flock` held by another process.
 const POLL: Duration = Duration::from_millis(20);
@@ -120,8 +121,8 @@ impl Locks {
             path: path.to_owned(),
             source,
         };
-        fs::create_dir_all(&self.dir).map_err(io_err)?;
-        let mut file = OpenOptions::new()
+        private::create_dir_all(&self.dir).map_err(io_err)?;
+        let mut file = private::options()
             .read(true)
             .write(true)
             .create(true)

@@ -6,13 +6,14 @@
 //! and is released exactly once even when two releases race (the file removal decides).
 //! A per-ID file from before generations existed is read as generation `unknown`.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use crate::ledger::UNKNOWN_GENERATION;
 use crate::naming::k;
+use crate::private;
 
 const PENDING: &str = "pending";
 
@@ -56,7 +57,7 @@ impl Ports {
         if dir.is_file() {
             let port = fs::read_to_string(&dir).map_err(Self::e(&dir))?;
             fs::remove_file(&dir).map_err(Self::e(&dir))?;
-            fs::create_dir_all(&dir).map_err(Self::e(&dir))?;
+            private::create_dir_all(&dir).map_err(Self::e(&dir))?;
             write_new(&dir.join(k(UNKNOWN_GENERATION)), port.trim())?;
         }
         Ok(dir)
@@ -65,7 +66,7 @@ impl Ports {
     /// Makes `{k(id)}/` (after `migrate`).
     fn ensure_dir(&self, id: &str) -> Result<PathBuf, PortError> {
         let dir = self.migrate(id)?;
-        fs::create_dir_all(&dir).map_err(Self::e(&dir))?;
+        private::create_dir_all(&dir).map_err(Self::e(&dir))?;
         Ok(dir)
     }
 
@@ -244,7 +245,7 @@ fn write_new(path: &Path, data: &str) -> Result<(), PortError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp.{}.{nanos}", std::process::id()));
-    let written = OpenOptions::new()
+    let written = private::options()
         .write(true)
         .create_new(true)
         .open(&tmp)
