@@ -1,4 +1,4 @@
-//! The provider's periodic work: the idle reaper, the ownership heartbeat, orphan
+//! The provider's periodic work: the ownership heartbeat (on its own task), the idle reaper, orphan
 //! reconciliation (shared store only: adopt a stack sandbox nobody has owned for the grace
 //! period, never one another process still renews, nothing while the store cannot answer), and
 //! shutdown (destroy, or keep warm and hand back, what this process owns; report failures).
@@ -13,8 +13,47 @@ use super::provider::Provider;
 use super::store::Claim;
 use crate::naming;
 
-/// Runs the reaper, heartbeat and reconciliation every `every` until `stop` turns true.
-pub async fn run(p: Arc<Provider>, every: Duration, mut stop: watch::Receiver<bool>) {
+/// Runs the ownership heartbeat on its own task, and the reaper and reconciliation every
+/// `every`, until `stop` turns true. The heartbeat never waits behind them: a reap or a
+/// reconcile can take a stop timeout, a removal wait or a lock wait, longer than the ownership
+/// TTL, and a claim left unrenewed past its TTL is a peer's to adopt and destroy while this
+/// process still has it leased.
+pub async fn run(p: Arc<Provider>, every: Duration, stop: watch::Receiver<bool>) {
+    let period = heartbeat_period(every, p.own.ttl);
+    let beat = tokio::spawn(heartbeat_loop(p.clone(), period, stop.clone()));
+    maintenance_loop(&p, every, stop).await;
+    if let Err(e) = beat.await {
+        tracing::error!(error = %e, "the heartbeat task ended abnormally");
+    }
+}
+
+/// Renewals every `every`, but at least three per TTL, so one late or cut-short pass still
+/// leaves two before the claim lapses.
+pub fn heartbeat_period(every: Duration, ttl: Duration) -> Duration {
+    every.min(ttl / 3).max(Duration::from_millis(10))
+}
+
+/// One renewal pass per `period`, each cut short after `period` (a third of the TTL at most):
+/// a store that stalls must not hold the loop past the point where the next pass is due.
+/// Each store call has its own timeout too; what a cut pass did not renew, the next one does.
+async fn heartbeat_loop(p: Arc<Provider>, period: Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => {}
+        }
+        if tokio::time::timeout(period, p.heartbeat()).await.is_err() {
+            tracing::warn!(
+                bound = ?period,
+                "heartbeat: a renewal pass outlasted its bound and was cut short"
+            );
+        }
+    }
+}
+
+async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -22,10 +61,9 @@ pub async fn run(p: Arc<Provider>, every: Duration, mut stop: watch::Receiver<bo
             _ = stop.wait_for(|s| *s) => return,
             _ = tick.tick() => {}
         }
-        p.heartbeat().await;
         p.reap().await;
         if p.own.is_shared() {
-            reconcile(&p).await;
+            reconcile(p).await;
         }
     }
 }
@@ -197,7 +235,21 @@ pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
 
 #[cfg(test)]
 mod tests {
-    use super::ShutdownLine;
+    use super::{heartbeat_period, ShutdownLine};
+    use std::time::Duration;
+
+    #[test]
+    fn renewals_come_at_least_three_times_per_ttl() {
+        let s = Duration::from_secs;
+        assert_eq!(heartbeat_period(s(10), s(30)), s(10));
+        assert_eq!(heartbeat_period(s(1), s(30)), s(1));
+        // A --tick longer than a third of the TTL does not stretch the renewals.
+        assert_eq!(heartbeat_period(s(60), s(30)), s(10));
+        assert_eq!(
+            heartbeat_period(s(1), Duration::ZERO),
+            Duration::from_millis(10)
+        );
+    }
 
     #[test]
     fn only_a_failed_teardown_is_reported_on_stderr() {

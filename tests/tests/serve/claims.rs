@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use lifecycle::naming;
-use lifecycle::serve::background::reconcile;
+use lifecycle::serve::background::{self, reconcile};
 use lifecycle::serve::store::Claim;
 use serde_json::{json, Value};
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::serve::{config, Served};
+use tokio::sync::watch;
 
 /// Long enough for the fake's containers to start, short enough that a test waits little:
 /// nothing listens at a fake sandbox's URL, so every create here times out.
@@ -335,4 +336,53 @@ async fn reconcile_adopts_only_a_sandbox_id_label_that_matches_the_containers_na
         assert_eq!(s.listed(&json!(id)).await, Value::Null, "{id} adopted");
         assert_eq!(peer.value(id).await.ok(), Some(None), "{id} claimed");
     }
+}
+
+/// The heartbeat does not wait behind the reaper: a reap held in a sandbox's stop for several
+/// TTLs (a slow stop, a removal wait, a lock wait) leaves the claims of the sandboxes this
+/// provider still has leased renewed, so no peer can adopt and destroy them meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reap_held_past_the_ttl_does_not_hold_up_renewals() {
+    let Some(redis) = RedisServer::start("a_reap_held_past_the_ttl_does_not_hold_up_renewals")
+    else {
+        return;
+    };
+    let ttl = Duration::from_millis(600);
+    let s = Served::start_owned(config(1, 0), true, redis.ownership("me", ttl)).await;
+    let peer = redis.ownership("peer", Duration::from_secs(60));
+    let idle = s.acquired("user-1", "idle", "run").await;
+    s.release(&idle["lease"]).await;
+    let busy = s.acquired("user-1", "busy", "run").await;
+    let busy_id = busy["sandbox_id"].as_str().expect("id").to_owned();
+    let cid = idle["generation"].as_str().expect("generation");
+    let gate = s
+        .relay
+        .as_ref()
+        .expect("relayed")
+        .hold_once("POST", &format!("/containers/{cid}/stop"));
+    s.clock.advance(Duration::from_secs(2));
+    let (stop, rx) = watch::channel(false);
+    let bg = tokio::spawn(background::run(
+        s.provider.clone(),
+        Duration::from_millis(100),
+        rx,
+    ));
+    gate.arrived().await;
+    // Three TTLs pass while the reap waits on the idle sandbox's stop.
+    tokio::time::sleep(3 * ttl).await;
+    assert_eq!(
+        peer.value(&busy_id).await.ok(),
+        Some(Some("own:me".into())),
+        "the leased sandbox's claim is renewed while the reap is held"
+    );
+    assert_eq!(
+        peer.claim(&busy_id).await.ok(),
+        Some(Claim::Owned("me".into())),
+        "no peer takes it"
+    );
+    gate.release();
+    stop.send(true).expect("stop");
+    bg.await.expect("background ends");
+    assert_eq!(s.listed(&busy["sandbox_id"]).await["state"], "active");
+    assert_eq!(s.listed(&idle["sandbox_id"]).await, Value::Null, "reaped");
 }
