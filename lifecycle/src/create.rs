@@ -238,7 +238,7 @@ impl Lifecycle {
                 .await
                 .map_err(step(format!("create network {network}")))?;
             if answer == NetworkMade::Existed {
-                self.check_existing_network(network, internal, &net_labels, made)
+                self.check_existing_network(network, internal, made)
                     .await?;
             }
         }
@@ -319,7 +319,6 @@ impl Lifecycle {
         &self,
         network: &str,
         internal: bool,
-        labels: &HashMap<String, String>,
         made: &mut Made,
     ) -> Result<(), OpError> {
         let found = self
@@ -328,7 +327,7 @@ impl Lifecycle {
             .await
             .map_err(step(format!("inspect network {network}")))?;
         let verdict = match &found {
-            Some(n) => decide::existing_network(&n.driver, n.internal, &n.labels, internal, labels),
+            Some(n) => decide::existing_network(&n.driver, n.internal, internal),
             // Gone between the create's 409 and this inspect: whatever that was, it is not
             // known to be ours, and retrying is the caller's call.
             None => Err("it vanished right after the create reported it existing".to_owned()),

@@ -4,7 +4,6 @@
 //! whether an engine error means "no such object" for exactly the name that was asked about, or
 //! a removal the engine is already doing.
 
-use std::collections::HashMap;
 
 /// The process's network mode, from its configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -71,17 +70,13 @@ pub fn destroy_needs_restricted_cleanup(network_mode_label: Option<&str>) -> boo
 
 /// Whether a network found under one of a restricted sandbox's names (its create answered 409)
 /// may be used as though this create had made it: a `bridge` network, internal exactly when the
-/// one lifecycle makes is, carrying lifecycle's labels for this sandbox (the network-mode label
-/// need only read as restricted). Anything else is refused with the reason (fail closed): a
+/// one lifecycle makes is. Anything else is refused with the reason (fail closed): a
 /// non-internal network under the internal network's name would give the sandbox a default
-/// route around its proxy, and a network without our labels is not one we made.
-pub fn existing_network(
-    driver: &str,
-    internal: bool,
-    labels: &HashMap<String, String>,
-    want_internal: bool,
-    want_labels: &HashMap<String, String>,
-) -> Result<(), String> {
+/// route around its proxy. Labels are not asked for: anyone who can make the network can write
+/// them, so they prove nothing, and a network another tool made for the same sandbox (a
+/// deer-flow gateway, an operator placing a neighbour on the egress network) is as good as ours
+/// when it has those two properties.
+pub fn existing_network(driver: &str, internal: bool, want_internal: bool) -> Result<(), String> {
     if driver != "bridge" {
         return Err(format!("its driver is {driver:?}, not \"bridge\""));
     }
@@ -90,20 +85,6 @@ pub fn existing_network(
             true => "it is not internal (its members would have a default route)".to_owned(),
             false => "it is internal (the sidecar could not reach anything)".to_owned(),
         });
-    }
-    let mut wanted: Vec<_> = want_labels.iter().collect();
-    wanted.sort();
-    for (key, want) in wanted {
-        let have = labels.get(key).map(String::as_str);
-        let ok = match key.as_str() {
-            stackmodel::LABEL_NETWORK_MODE => {
-                have.is_some_and(|v| !v.is_empty() && stackmodel::label_is_restricted(Some(v)))
-            }
-            _ => have == Some(want.as_str()),
-        };
-        if !ok {
-            return Err(format!("its label {key} is {have:?}, not {want:?}"));
-        }
     }
     Ok(())
 }
@@ -194,54 +175,20 @@ mod tests {
 
     #[test]
     fn an_existing_network_is_used_only_if_it_is_what_lifecycle_makes() {
-        let l = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
-        let ours = l(&[
-            ("deerflow.role", "network"),
-            ("deerflow.sandbox_id", "c1a44b2434411cc2"),
-            ("deerflow.network_mode", "allowlist"),
-            ("deerflow.stack", "deer-flow-"),
-        ]);
-        let mut isolated = ours.clone();
-        isolated.insert("deerflow.network_mode".into(), "isolated".into());
-        let mut extra = ours.clone();
-        extra.insert("other".into(), "x".into());
-        let mut other_id = ours.clone();
-        other_id.insert("deerflow.sandbox_id".into(), "0000000000000000".into());
-        let mut no_mode = ours.clone();
-        no_mode.remove("deerflow.network_mode");
-        let mut open = ours.clone();
-        open.insert("deerflow.network_mode".into(), "open".into());
-        // (driver, internal, labels, wanted internal, accepted)
-        type Case<'a> = (&'a str, bool, &'a HashMap<String, String>, bool, bool);
-        let cases: Vec<Case> = vec![
-            ("bridge", true, &ours, true, true),
-            ("bridge", false, &ours, false, true),
-            ("bridge", true, &isolated, true, true),
-            ("bridge", true, &extra, true, true),
+        // (driver, internal, wanted internal, accepted)
+        let cases = [
+            ("bridge", true, true, true),
+            ("bridge", false, false, true),
             // The finding: a non-internal network under the internal network's name.
-            ("bridge", false, &ours, true, false),
-            ("bridge", true, &ours, false, false),
-            ("macvlan", true, &ours, true, false),
-            ("", true, &ours, true, false),
-            ("bridge", true, &other_id, true, false),
-            ("bridge", true, &no_mode, true, false),
-            ("bridge", true, &open, true, false),
+            ("bridge", false, true, false),
+            ("bridge", true, false, false),
+            ("macvlan", true, true, false),
+            ("", true, true, false),
         ];
-        let empty = HashMap::new();
-        for (driver, internal, labels, want_internal, ok) in cases {
-            let got = existing_network(driver, internal, labels, want_internal, &ours);
-            assert_eq!(
-                got.is_ok(),
-                ok,
-                "{driver} {internal} {labels:?} {want_internal}: {got:?}"
-            );
+        for (driver, internal, want_internal, ok) in cases {
+            let got = existing_network(driver, internal, want_internal);
+            assert_eq!(got.is_ok(), ok, "{driver} {internal} {want_internal}: {got:?}");
         }
-        assert!(existing_network("bridge", true, &empty, true, &ours).is_err());
     }
 
     #[test]
