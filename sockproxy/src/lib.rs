@@ -17,6 +17,8 @@ pub mod events;
 pub mod fields;
 pub mod filter;
 mod forward;
+pub mod h1;
+mod h1conn;
 pub mod host_config;
 pub mod inflight;
 pub mod info;

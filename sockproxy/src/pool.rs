@@ -1,8 +1,10 @@
-//! The kept-alive connections to the engine's one Unix socket, on hyper's own HTTP/1 client
-//! connections. A connection goes back to the pool only once its answer has been read to the end
-//! (the `Answer` body hands it back), so a stream (logs, events, wait) holds its own connection
-//! and an upgraded (hijacked) one never returns. Idle connections are reused newest first, and
-//! closed once idle for `IDLE_TIMEOUT`.
+//! The kept-alive connections to the engine's one Unix socket. A request whose body the proxy
+//! holds whole (no body, or a checked one) and that asks for no upgrade goes on an own
+//! connection (`h1`, `h1conn`); an upgrade or a streamed upload goes on one of hyper's HTTP/1
+//! client connections. Either goes back to the pool only once its answer has been read to the
+//! end (the `Answer` body hands it back), so a stream (logs, events, wait) holds its own
+//! connection and an upgraded (hijacked) one never returns. Idle connections are reused newest
+//! first, and closed once idle for `IDLE_TIMEOUT`.
 //!
 //! This replaces hyper-util's general pool, which per request hashed a scheme-and-authority key,
 //! rebuilt the URI twice, moved its request future about a dozen times and spawned a task to wait
@@ -15,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -23,7 +25,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 
-use crate::upstream::{Body, UpstreamError};
+use crate::h1conn::{Conn, OwnBody};
+use crate::upstream::{Body, BoxError, UpstreamError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle connections kept for reuse; more may be open while busy, these are what stays.
@@ -33,9 +36,17 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A request a closing connection never sent is tried again on another; bounded, since each
 /// failure removes a connection but a fresh one may fail the same way.
 const FRESH_ATTEMPTS: usize = 2;
+/// A request body at most this large is read whole and sent with its head on an own
+/// connection; a larger or unsized one (an archive upload) streams through hyper's.
+const MAX_WHOLE_BODY: u64 = 1 << 20;
 
 struct Idle {
     send: SendRequest<Body>,
+    since: Instant,
+}
+
+struct OwnIdle {
+    conn: Conn,
     since: Instant,
 }
 
@@ -44,6 +55,7 @@ pub(crate) struct Pool {
     path: Arc<PathBuf>,
     /// Oldest first; checkout takes from the end.
     idle: Mutex<Vec<Idle>>,
+    own: Mutex<Vec<OwnIdle>>,
     reaping: AtomicBool,
 }
 
@@ -58,6 +70,7 @@ impl Pool {
         Arc::new(Self {
             path,
             idle: Mutex::new(Vec::new()),
+            own: Mutex::new(Vec::new()),
             reaping: AtomicBool::new(false),
         })
     }
@@ -77,6 +90,15 @@ impl Pool {
         if !req.headers().contains_key(http::header::HOST) {
             req.headers_mut()
                 .insert(http::header::HOST, http::HeaderValue::from_static("docker"));
+        }
+        let whole = !req.headers().contains_key(http::header::UPGRADE)
+            && req
+                .body()
+                .size_hint()
+                .exact()
+                .is_some_and(|n| n <= MAX_WHOLE_BODY);
+        if whole {
+            return self.send_whole(req).await;
         }
         let mut fresh_failures = 0;
         loop {
@@ -98,6 +120,72 @@ impl Pool {
         }
     }
 
+    /// `send` for a request with a whole body, on an own connection.
+    async fn send_whole(
+        self: &Arc<Self>,
+        req: Request<Body>,
+    ) -> Result<Response<Answer>, UpstreamError> {
+        let (parts, body) = req.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
+            .await
+            .map_err(|e| UpstreamError::Body(e.to_string()))?
+            .to_bytes();
+        let mut wire = BytesMut::new();
+        crate::h1::encode_request(&parts, &body, &mut wire);
+        let mut fresh_failures = 0;
+        loop {
+            let (mut conn, reused) = match self.take_own() {
+                Some(c) => (c, true),
+                None => (self.connect_own().await?, false),
+            };
+            match conn.exchange(&wire, &parts.method).await {
+                Ok(head) => {
+                    let body = OwnBody::new(conn, &head, Arc::downgrade(self));
+                    let mut resp = Response::new(Answer::own(body));
+                    *resp.status_mut() = head.status;
+                    *resp.version_mut() = head.version;
+                    *resp.headers_mut() = head.headers;
+                    return Ok(resp);
+                }
+                // Never written: the connection was closing. Try another.
+                Err(e) if e.unsent && (reused || fresh_failures + 1 < FRESH_ATTEMPTS) => {
+                    fresh_failures += usize::from(!reused);
+                }
+                Err(e) => return Err(UpstreamError::Client(e.error.to_string())),
+            }
+        }
+    }
+
+    fn take_own(&self) -> Option<Conn> {
+        let mut own = lock(&self.own);
+        while let Some(idle) = own.pop() {
+            if idle.since.elapsed() <= IDLE_TIMEOUT {
+                return Some(idle.conn);
+            }
+        }
+        None
+    }
+
+    async fn connect_own(&self) -> Result<Conn, UpstreamError> {
+        Ok(Conn::new(self.connect_stream().await?))
+    }
+
+    pub(crate) fn put_own(self: Arc<Self>, conn: Conn) {
+        {
+            let mut own = lock(&self.own);
+            if own.len() >= MAX_IDLE {
+                own.remove(0);
+            }
+            own.push(OwnIdle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+        if !self.reaping.swap(true, Ordering::Relaxed) {
+            self.start_reaper();
+        }
+    }
+
     fn answer(
         self: &Arc<Self>,
         resp: Response<Incoming>,
@@ -109,11 +197,16 @@ impl Pool {
             pool: Arc::downgrade(self),
         });
         let (parts, inner) = resp.into_parts();
-        let mut answer = Answer { inner, back };
+        let mut answer = Hyper { inner, back };
         if answer.inner.is_end_stream() {
             answer.give_back();
         }
-        Response::from_parts(parts, answer)
+        Response::from_parts(
+            parts,
+            Answer {
+                inner: Inner::Hyper(answer),
+            },
+        )
     }
 
     /// The newest idle connection still open. Only ready connections are put back, so one that
@@ -127,15 +220,19 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
+    async fn connect_stream(&self) -> Result<UnixStream, UpstreamError> {
         let display = || self.path.display().to_string();
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&*self.path))
+        tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&*self.path))
             .await
             .map_err(|_| UpstreamError::ConnectTimeout(display()))?
             .map_err(|source| UpstreamError::Connect {
                 path: display(),
                 source,
-            })?;
+            })
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
+        let stream = self.connect_stream().await?;
         let (send, conn) = hyper::client::conn::http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
@@ -182,16 +279,19 @@ impl Pool {
                 let now = Instant::now();
                 pool.lock()
                     .retain(|i| !i.send.is_closed() && now.duration_since(i.since) <= IDLE_TIMEOUT);
+                lock(&pool.own).retain(|i| now.duration_since(i.since) <= IDLE_TIMEOUT);
             }
         });
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        // The list holds no invariant a panic could break halfway.
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.idle)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The lists hold no invariant a panic could break halfway.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// hyper's error with its causes, `: `-joined.
@@ -213,12 +313,32 @@ struct Checkin {
 
 /// An engine answer's body; the connection it came on returns to the pool when the body has
 /// ended, and is closed if the body is dropped before its end.
+#[derive(Debug)]
 pub struct Answer {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Own(OwnBody),
+    Hyper(Hyper),
+}
+
+impl Answer {
+    fn own(body: OwnBody) -> Self {
+        Self {
+            inner: Inner::Own(body),
+        }
+    }
+}
+
+/// An answer on one of hyper's connections.
+struct Hyper {
     inner: Incoming,
     back: Option<Checkin>,
 }
 
-impl Answer {
+impl Hyper {
     /// Puts the connection back once it is ready for another request. It usually is by the time
     /// its answer has ended; when it is not (the engine answered before the request's body was
     /// all sent, say), a task waits for it, so no later request waits on this one.
@@ -246,38 +366,46 @@ impl Answer {
     }
 }
 
-impl std::fmt::Debug for Answer {
+impl std::fmt::Debug for Hyper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Answer")
-            .field("inner", &self.inner)
-            .finish()
+        f.debug_struct("Hyper").field("inner", &self.inner).finish()
     }
 }
 
 impl HttpBody for Answer {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let h = match &mut self.inner {
+            Inner::Own(b) => return Pin::new(b).poll_frame(cx),
+            Inner::Hyper(h) => h,
+        };
+        let polled = Pin::new(&mut h.inner).poll_frame(cx);
         match &polled {
-            Poll::Ready(None) => self.give_back(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.give_back(),
-            Poll::Ready(Some(Err(_))) => self.back = None,
+            Poll::Ready(None) => h.give_back(),
+            Poll::Ready(Some(Ok(_))) if h.inner.is_end_stream() => h.give_back(),
+            Poll::Ready(Some(Err(_))) => h.back = None,
             _ => {}
         }
-        polled
+        polled.map(|f| f.map(|r| r.map_err(crate::upstream::boxed_error)))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::Own(b) => b.is_end_stream(),
+            Inner::Hyper(h) => h.inner.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Own(b) => b.size_hint(),
+            Inner::Hyper(h) => h.inner.size_hint(),
+        }
     }
 }
 

@@ -162,12 +162,12 @@ struct Stalled;
 
 impl HttpBody for Stalled {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = crate::upstream::BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         Poll::Pending
     }
 }

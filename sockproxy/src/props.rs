@@ -11,6 +11,9 @@
 //!   way the engine will read it) gives the same body.
 //! - `list_filter`: `filter::filter_list` keeps a subset of the input entries, in order,
 //!   verbatim, all visible to the scope, and every visible one up to `limit`.
+//! - `engine_answer`: `h1::parse_head` takes a whole head off the front of what the engine
+//!   sent or leaves every byte alone; what it frames is consistent; a chunked body read from
+//!   what follows yields no empty piece and no more data than it consumed.
 
 use std::path::Path;
 
@@ -316,4 +319,52 @@ fn visible(kind: Kind, entry: &RawValue, scope: &Scope) -> bool {
             }),
     };
     name.is_some_and(|n| n.starts_with(PREFIX) && scope.visible(&n))
+}
+
+/// `engine_answer`: the first byte picks the request's method (`H` HEAD, anything else GET);
+/// the rest is what the engine sent on the connection.
+pub fn engine_answer(data: &[u8]) -> Result<(), String> {
+    use crate::h1::{self, Chunked, Framing};
+    let Some((&m, rest)) = data.split_first() else {
+        return Ok(());
+    };
+    let method = if m == b'H' { Method::HEAD } else { Method::GET };
+    let mut buf = bytes::BytesMut::from(rest);
+    let head = match h1::parse_head(&mut buf, &method) {
+        Ok(Some(head)) => head,
+        Ok(None) | Err(_) if buf.len() == rest.len() => return Ok(()),
+        Ok(None) | Err(_) => return Err("a partial or refused head consumed bytes".into()),
+    };
+    if buf.len() >= rest.len() {
+        return Err("a head was taken without consuming a byte".into());
+    }
+    if head.reusable && head.framing == Framing::Close {
+        return Err("an answer that ends with the connection left it reusable".into());
+    }
+    if let Framing::Length(n) = head.framing {
+        let lengths: Vec<Option<u64>> = head
+            .headers
+            .get_all(http::header::CONTENT_LENGTH)
+            .iter()
+            .map(|v| v.to_str().ok().and_then(|s| s.trim().parse().ok()))
+            .collect();
+        if lengths.is_empty() || lengths.iter().any(|l| *l != Some(n)) {
+            return Err(format!("Length({n}) framed without Content-Length {n}"));
+        }
+    }
+    if head.framing == Framing::Chunked {
+        let before = buf.len();
+        let mut state = Chunked::Size;
+        let mut out = 0;
+        while let Ok(Some(piece)) = h1::decode_chunked(&mut state, &mut buf) {
+            if piece.is_empty() {
+                return Err("an empty piece of a chunked body".into());
+            }
+            out += piece.len();
+        }
+        if out > before - buf.len() {
+            return Err("more chunked data than bytes consumed".into());
+        }
+    }
+    Ok(())
 }

@@ -169,7 +169,7 @@ impl Proxy {
 
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
-        let mut body = Some(body.boxed());
+        let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
         let (op, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
             Err(e) => ("bad_request".to_owned(), "", Err(e.into())),
             Ok(target) if self.too_old(&target) => (

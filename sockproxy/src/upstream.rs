@@ -16,8 +16,38 @@ use http_body_util::{BodyExt, Empty};
 pub use crate::pool::Answer;
 use crate::pool::Pool;
 
+/// What a body can fail with: hyper's errors on the client's side and on upgrades and uploads,
+/// `h1`'s and the socket's on the engine's own connections. A type of its own, not a bare
+/// `Box<dyn Error>`: hyper's server must see the error convert into its box, and rustc cannot
+/// prove that for a boxed trait object inside the connection futures.
+#[derive(Debug)]
+pub struct BoxError(Box<dyn std::error::Error + Send + Sync>);
+
+impl BoxError {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(e))
+    }
+}
+
+impl std::fmt::Display for BoxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BoxError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// hyper's error as a body error.
+pub fn boxed_error(e: hyper::Error) -> BoxError {
+    BoxError::new(e)
+}
+
 /// The body type used on both sides of the proxy.
-pub type Body = BoxBody<Bytes, hyper::Error>;
+pub type Body = BoxBody<Bytes, BoxError>;
 
 /// Bounded: an inspect that does not answer within this is a failed check, not a hang.
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -15,8 +15,9 @@ fn ledger_paths(data: &[u8]) -> Result<(), String> {
 
 /// Every fuzz target and its property; a corpus directory not listed here fails the test, so
 /// a new target cannot go unreplayed.
-const TARGETS: [(&str, Prop); 6] = [
+const TARGETS: [(&str, Prop); 7] = [
     ("sockproxy_request", sockproxy::props::request),
+    ("engine_answer", sockproxy::props::engine_answer),
     ("create_body", sockproxy::props::create_body),
     ("list_filter", sockproxy::props::list_filter),
     ("netproxy_target", netproxy::props::target),
