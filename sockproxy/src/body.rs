@@ -46,6 +46,10 @@ pub async fn read_checked(body: Body) -> Result<Value, Refusal> {
 /// (below API 1.24 a start body would replace the container's HostConfig). Whitespace, `{}` and
 /// `null`, which some clients send for "nothing", are accepted and not forwarded.
 pub async fn no_body(body: Body) -> Result<(), Refusal> {
+    // Almost every such request: nothing to read (callgrind: ~400 instructions a request).
+    if http_body::Body::is_end_stream(&body) {
+        return Ok(());
+    }
     let bytes: Bytes = Limited::new(body, NO_BODY_MAX)
         .collect()
         .await
