@@ -143,10 +143,9 @@ fn quoted(out: &mut String, v: &str) -> std::fmt::Result {
     }
 }
 
-/// `n` in decimal, as `{}` writes it.
+/// `n` in decimal, as `{}` writes it (itoa: two digits per step, no UTF-8 check).
 fn decimal(out: &mut String, n: i64) {
-    let mut buf = [0u8; 21];
-    out.push_str(crate::logfmt::decimal(n < 0, n.unsigned_abs(), &mut buf));
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 #[cfg(test)]
