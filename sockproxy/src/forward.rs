@@ -70,6 +70,13 @@ fn answer_hop(name: &header::HeaderName) -> bool {
     HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive"
 }
 
+/// A client's header the engine does not get: the connection's own (kept for an upgrade the
+/// proxy passes on).
+pub(crate) fn request_hop(name: &header::HeaderName, upgrade: bool) -> bool {
+    let keep_for_upgrade = upgrade && (name == header::CONNECTION || name == header::UPGRADE);
+    (answer_hop(name) || name.as_str() == "proxy-connection") && !keep_for_upgrade
+}
+
 pub(crate) fn upstream_request(
     parts: &Parts,
     path_and_query: String,
@@ -82,10 +89,7 @@ pub(crate) fn upstream_request(
         .map_err(|e| Refusal::BadRequest(http::Error::from(e).to_string()))?;
     // A copy of the map, then the few names to drop: cheaper than re-inserting every header.
     let mut headers = parts.headers.clone();
-    let hop = |name: &header::HeaderName| {
-        let keep_for_upgrade = upgrade && (name == header::CONNECTION || name == header::UPGRADE);
-        (answer_hop(name) || name.as_str() == "proxy-connection") && !keep_for_upgrade
-    };
+    let hop = |name: &header::HeaderName| request_hop(name, upgrade);
     let hops: Vec<header::HeaderName> = headers.keys().filter(|n| hop(n)).cloned().collect();
     for name in hops {
         headers.remove(name);

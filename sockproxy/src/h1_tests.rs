@@ -28,8 +28,21 @@ fn requests_go_out_whole_with_their_own_length() {
         .body(())
         .expect("request");
     let (parts, ()) = req.into_parts();
-    let mut out = BytesMut::new();
-    encode_request(&parts, b"{\"Image\":\"b\"}", &mut out);
+    let encode = |parts: &http::request::Parts, body: &[u8]| {
+        let mut out = BytesMut::new();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        encode_request(
+            &parts.method,
+            target,
+            &parts.headers,
+            |_| false,
+            body,
+            &mut out,
+        )
+        .expect("encoded");
+        out
+    };
+    let out = encode(&parts, b"{\"Image\":\"b\"}");
     assert_eq!(
         &out[..],
         b"POST /v1.41/containers/create?name=x HTTP/1.1\r\nhost: docker\r\ncontent-type: application/json\r\nuser-agent: Docker-Client/20.10.24\r\ncontent-length: 13\r\n\r\n{\"Image\":\"b\"}"
@@ -38,19 +51,41 @@ fn requests_go_out_whole_with_their_own_length() {
         .body(())
         .expect("request")
         .into_parts();
-    let mut out = BytesMut::new();
-    encode_request(&parts, b"", &mut out);
-    assert_eq!(&out[..], b"HEAD /_ping HTTP/1.1\r\n\r\n");
+    assert_eq!(
+        &encode(&parts, b"")[..],
+        b"HEAD /_ping HTTP/1.1\r\nhost: docker\r\n\r\n"
+    );
     let (parts, ()) = http::Request::post("/containers/x/stop")
+        .header("keep-alive", "5")
         .body(())
         .expect("request")
         .into_parts();
     let mut out = BytesMut::new();
-    encode_request(&parts, b"", &mut out);
+    let skip = |n: &HeaderName| n.as_str() == "keep-alive";
+    encode_request(
+        &parts.method,
+        "/containers/x/stop",
+        &parts.headers,
+        skip,
+        b"",
+        &mut out,
+    )
+    .expect("encoded");
     assert_eq!(
         &out[..],
-        b"POST /containers/x/stop HTTP/1.1\r\ncontent-length: 0\r\n\r\n"
+        b"POST /containers/x/stop HTTP/1.1\r\nhost: docker\r\ncontent-length: 0\r\n\r\n"
     );
+    for bad in ["", "/a b", "/a\r\nX: y", "/\x7f"] {
+        let e = encode_request(
+            &Method::GET,
+            bad,
+            &HeaderMap::new(),
+            |_| false,
+            b"",
+            &mut out,
+        );
+        assert_eq!(e, Err(H1Error::Target), "{bad:?}");
+    }
 }
 
 #[test]

@@ -38,7 +38,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const FRESH_ATTEMPTS: usize = 2;
 /// A request body at most this large is read whole and sent with its head on an own
 /// connection; a larger or unsized one (an archive upload) streams through hyper's.
-const MAX_WHOLE_BODY: u64 = 1 << 20;
+pub(crate) const MAX_WHOLE_BODY: u64 = 1 << 20;
 
 struct Idle {
     send: SendRequest<Body>,
@@ -131,14 +131,32 @@ impl Pool {
             .map_err(|e| UpstreamError::Body(e.to_string()))?
             .to_bytes();
         let mut wire = BytesMut::new();
-        crate::h1::encode_request(&parts, &body, &mut wire);
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        crate::h1::encode_request(
+            &parts.method,
+            target,
+            &parts.headers,
+            |_| false,
+            &body,
+            &mut wire,
+        )
+        .map_err(|e| UpstreamError::Client(e.to_string()))?;
+        self.send_wire(&parts.method, &wire).await
+    }
+
+    /// Sends a request already on the wire (`h1::encode_request`) on an own connection.
+    pub(crate) async fn send_wire(
+        self: &Arc<Self>,
+        method: &http::Method,
+        wire: &[u8],
+    ) -> Result<Response<Answer>, UpstreamError> {
         let mut fresh_failures = 0;
         loop {
             let (mut conn, reused) = match self.take_own() {
                 Some(c) => (c, true),
                 None => (self.connect_own().await?, false),
             };
-            match conn.exchange(&wire, &parts.method).await {
+            match conn.exchange(wire, method).await {
                 Ok(head) => {
                     let body = OwnBody::new(conn, &head, Arc::downgrade(self));
                     let mut resp = Response::new(Answer::own(body));

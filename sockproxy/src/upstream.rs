@@ -151,6 +151,15 @@ impl Upstream {
         self.pool().send(req).await
     }
 
+    /// Sends a request already encoded (`h1::encode_request`), which asks for no upgrade.
+    pub(crate) async fn send_wire(
+        &self,
+        method: &http::Method,
+        wire: &[u8],
+    ) -> Result<Response<Answer>, UpstreamError> {
+        self.pool().send_wire(method, wire).await
+    }
+
     /// A bounded GET whose whole answer is read, for inspects and lists.
     pub async fn get(&self, path_and_query: &str, cap: usize) -> Result<Buffered, UpstreamError> {
         // Host is the pool's to add.
