@@ -238,8 +238,7 @@ impl Lifecycle {
                 .await
                 .map_err(step(format!("create network {network}")))?;
             if answer == NetworkMade::Existed {
-                self.check_existing_network(network, internal, made)
-                    .await?;
+                self.check_existing_network(network, internal, made).await?;
             }
         }
         let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {

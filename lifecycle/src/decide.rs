@@ -4,7 +4,6 @@
 //! whether an engine error means "no such object" for exactly the name that was asked about, or
 //! a removal the engine is already doing.
 
-
 /// The process's network mode, from its configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -187,7 +186,11 @@ mod tests {
         ];
         for (driver, internal, want_internal, ok) in cases {
             let got = existing_network(driver, internal, want_internal);
-            assert_eq!(got.is_ok(), ok, "{driver} {internal} {want_internal}: {got:?}");
+            assert_eq!(
+                got.is_ok(),
+                ok,
+                "{driver} {internal} {want_internal}: {got:?}"
+            );
         }
     }
 
