@@ -412,10 +412,15 @@ fn every_request_on_a_kept_alive_connection_is_decided_again() {
 
 /// A CONNECT tunnel to `allowed.test:{port}` through the proxy, its 200 read.
 pub fn connect_tunnel(proxy: SocketAddr, port: u16) -> TcpStream {
+    tunnel_to(proxy, "allowed.test", port)
+}
+
+/// A CONNECT tunnel to `{host}:{port}` through the proxy, its 200 read.
+pub fn tunnel_to(proxy: SocketAddr, host: &str, port: u16) -> TcpStream {
     let mut s = connect(proxy);
     write!(
         s,
-        "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
+        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
     )
     .expect("write");
     let head = read_head(&mut s);

@@ -8,7 +8,7 @@ use netproxy::proxy::{NetProxy, Policy};
 use netproxy::rules::Rule;
 use netproxy::server::{Background, Limits};
 
-use crate::loopback::{connect, read_head, upstream, Scripted};
+use crate::loopback::{connect, read_head, tunnel_to as tunnel, upstream, Scripted};
 
 fn policy(allow: &[String]) -> Policy {
     Policy {
@@ -20,22 +20,6 @@ fn policy(allow: &[String]) -> Policy {
         allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
         own_networks: vec![],
     }
-}
-
-fn tunnel(proxy: std::net::SocketAddr, host: &str, port: u16) -> std::net::TcpStream {
-    let mut s = connect(proxy);
-    write!(
-        s,
-        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
-    )
-    .expect("write");
-    let head = read_head(&mut s);
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    s
 }
 
 #[test]
