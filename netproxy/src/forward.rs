@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -83,19 +83,13 @@ pub async fn forward(
         .uri(path)
         .body(up.boxed())
         .map_err(|_| Refusal::new(Reason::Target(crate::target::TargetError::BadHost), &shown))?;
-    let connection_listed: Vec<String> = parts
-        .headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|x| x.trim().to_ascii_lowercase()))
-        .collect();
+    let listed = connection_listed(&parts.headers);
     for (name, value) in &parts.headers {
         let n = name.as_str();
         if HOP_BY_HOP.contains(&n)
             || n.starts_with("proxy-")
             || n == "host"
-            || connection_listed.iter().any(|c| c == n)
+            || listed.iter().any(|c| c == n)
         {
             continue;
         }
@@ -143,8 +137,19 @@ pub async fn forward(
             });
         }
     };
+    // The client's Upgrade never reaches the upstream (it is hop-by-hop), so a 101 is one
+    // nobody asked for; passed on, it would leave the client's connection in a state neither
+    // end agreed to.
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        conn.abort();
+        return Err(Refusal::new(Reason::UpstreamFailed, &shown));
+    }
     let (mut rparts, rbody) = resp.into_parts();
     rparts.headers.remove(ERROR_HEADER);
+    // Names the upstream's Connection header lists are its connection's own (RFC 9110 7.6.1).
+    for name in connection_listed(&rparts.headers) {
+        rparts.headers.remove(name.as_str());
+    }
     for h in HOP_BY_HOP {
         rparts.headers.remove(h);
     }
@@ -158,6 +163,17 @@ pub async fn forward(
         deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
     };
     Ok(Response::from_parts(rparts, down.boxed()))
+}
+
+/// The header names a `Connection` header lists, lower-cased.
+fn connection_listed(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|x| x.trim().to_ascii_lowercase()))
+        .filter(|x| !x.is_empty())
+        .collect()
 }
 
 /// A body on its way through: counts its bytes into the exchange, and ends it with an error
