@@ -38,7 +38,17 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const FRESH_ATTEMPTS: usize = 2;
 /// A request body at most this large is read whole and sent with its head on an own
 /// connection; a larger or unsized one (an archive upload) streams through hyper's.
-pub(crate) const MAX_WHOLE_BODY: u64 = 1 << 20;
+const MAX_WHOLE_BODY: u64 = 1 << 20;
+
+/// Whether a request goes on an own connection (`h1`): no upgrade, and a body of known size no
+/// larger than `MAX_WHOLE_BODY`, which is read whole before the request is written.
+pub(crate) fn goes_whole(upgrade: bool, body: &Body) -> bool {
+    !upgrade
+        && body
+            .size_hint()
+            .exact()
+            .is_some_and(|n| n <= MAX_WHOLE_BODY)
+}
 
 struct Idle {
     send: SendRequest<Body>,
@@ -91,13 +101,10 @@ impl Pool {
             req.headers_mut()
                 .insert(http::header::HOST, http::HeaderValue::from_static("docker"));
         }
-        let whole = !req.headers().contains_key(http::header::UPGRADE)
-            && req
-                .body()
-                .size_hint()
-                .exact()
-                .is_some_and(|n| n <= MAX_WHOLE_BODY);
-        if whole {
+        if goes_whole(
+            req.headers().contains_key(http::header::UPGRADE),
+            req.body(),
+        ) {
             return self.send_whole(req).await;
         }
         let mut fresh_failures = 0;

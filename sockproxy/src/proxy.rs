@@ -354,11 +354,7 @@ impl Proxy {
         path_and_query: String,
         client_upgrade: Option<OnUpgrade>,
     ) -> Result<Response<Body>, Refusal> {
-        let whole = client_upgrade.is_none()
-            && http_body::Body::size_hint(&body)
-                .exact()
-                .is_some_and(|n| n <= crate::pool::MAX_WHOLE_BODY);
-        if whole {
+        if crate::pool::goes_whole(client_upgrade.is_some(), &body) {
             // Written straight from the client's head: no second request, URI or header map.
             let body = body
                 .collect()

@@ -307,11 +307,8 @@ fn archive_requests_reach_only_engines_that_mount_them_apart() {
             let p = StackProxy::start(&e.socket, &prefix, false);
             let ping = raw::get(&e.socket, "/_ping").expect("answer");
             let api = ping.header("api-version").unwrap_or("").to_owned();
-            let (major, minor) = api.split_once('.').expect("an Api-Version");
-            let old = (
-                major.parse::<u32>().expect("major"),
-                minor.parse::<u32>().expect("minor"),
-            ) < (1, 43);
+            let old = sockproxy::canon::api_version(&api).expect("an Api-Version")
+                < sockproxy::pinning::ARCHIVE_SAFE_API;
             let name = clean.container(&format!("{prefix}sandbox-cp"));
             let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
             let r = send(
