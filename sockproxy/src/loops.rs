@@ -32,19 +32,23 @@ pub fn index() -> usize {
 /// writes to the loop's eventfd to wake it and recompute its deadline: one extra system call per
 /// request (strace). With this tick pending, every head timer is later than the loop's next
 /// wake-up and needs no wake.
-pub async fn keep_a_timer_pending() {
+async fn keep_a_timer_pending() {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
     loop {
         tick.tick().await;
     }
 }
 
-/// A single-threaded runtime whose batched log lines are written when it is about to sleep
-/// (`logwrite`).
+/// What every loop runs beside its connections: the pending timer and the batched log writer
+/// (`logwrite`). Never ends.
+pub async fn housekeeping() {
+    tokio::join!(keep_a_timer_pending(), crate::logwrite::write_in_batches());
+}
+
+/// A single-threaded runtime for one event loop.
 pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_park(crate::logwrite::flush)
         .build()
 }
 
@@ -113,7 +117,7 @@ impl<T: Send + 'static> Loops<T> {
                 };
                 let _ = started_tx.send(Ok(()));
                 rt.block_on(async move {
-                    tokio::spawn(keep_a_timer_pending());
+                    tokio::spawn(housekeeping());
                     while let Some(job) = rx.recv().await {
                         tokio::spawn(serve(job));
                     }

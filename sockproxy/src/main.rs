@@ -19,7 +19,7 @@ fn init_logging(format: LogFormat) {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Lines are batched and written when the event loop is about to sleep (logwrite.rs).
+        // Each event loop batches its lines and writes them at most 50 ms later (logwrite.rs).
         .with_writer(sockproxy::logwrite::Batched)
         // The decision line has a `target` field of its own (the request path).
         .with_target(false)

@@ -110,7 +110,7 @@ pub async fn serve(
     });
     let _ = proxy.blocking.set(tokio::runtime::Handle::current());
     // This loop's own; `Loops::start` starts one on each of the others.
-    let _tick = AbortOnDrop(tokio::spawn(crate::loops::keep_a_timer_pending()));
+    let _tick = AbortOnDrop(tokio::spawn(crate::loops::housekeeping()));
     let mut loops = Loops::start(proxy.event_loops, serve_handed);
     tokio::pin!(shutdown);
     loop {
