@@ -103,12 +103,13 @@ pub fn check(
     let inner = r.take("HostConfig");
     let legacy = r.take_all(host_config::FIELDS);
     let host = match (inner, legacy.is_empty()) {
-        (Some(h), true) => Some(h),
+        (Some(h), true) => h,
         // 20.10 reads top-level HostConfig fields when `HostConfig` is absent or null.
-        (None, false) => Some(Value::Object(
-            legacy.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-        )),
-        (None, true) => None,
+        (None, false) => {
+            Value::Object(legacy.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        }
+        // Still a HostConfig, for what the proxy always sets (`host_config`).
+        (None, true) => Value::Object(Map::new()),
         (Some(_), false) => {
             let (name, _) = &legacy[0];
             return Err(Refusal::Setting {
@@ -119,9 +120,7 @@ pub fn check(
             });
         }
     };
-    if let Some(h) = host {
-        o.insert("HostConfig".into(), host_config::host_config(&ctx, h)?);
-    }
+    o.insert("HostConfig".into(), host_config::host_config(&ctx, host)?);
     r.keep(&mut o, "NetworkingConfig", |_, p, v| {
         networking_config(&ctx, p, v)
     })?;

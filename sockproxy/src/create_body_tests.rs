@@ -284,3 +284,29 @@ fn links_are_read_as_the_engine_reads_them() {
         Err("sockproxy: containers.create: HostConfig.Links deer-flow-sandbox-a:other:db is not allowed for this stack (a link is NAME or NAME:ALIAS)".into())
     );
 }
+
+/// Every created sandbox gets a cgroup namespace of its own: left to the engine, a cgroup v1
+/// host gives it the host's, and so does 20.10 for any client below API 1.41 there.
+#[test]
+fn every_create_asks_for_a_private_cgroup_namespace() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let bodies = [
+        serde_json::json!({}),
+        serde_json::json!({ "HostConfig": null }),
+        serde_json::json!({ "HostConfig": {} }),
+        serde_json::json!({ "HostConfig": { "CgroupnsMode": "" } }),
+        serde_json::json!({ "HostConfig": { "CgroupnsMode": "private" } }),
+        serde_json::json!({ "hostconfig": { "cgroupnsmode": "" } }),
+        // 20.10's legacy top-level HostConfig fields.
+        serde_json::json!({ "Memory": 1_073_741_824 }),
+        serde_json::json!({ "CgroupnsMode": "" }),
+    ];
+    for body in bodies {
+        let shown = body.to_string();
+        let out = check(body, &scope, &CreateRules::default(), Path::new("/x"), "s")
+            .unwrap_or_else(|e| panic!("{shown}: {e:?}"));
+        assert_eq!(out["HostConfig"]["CgroupnsMode"], "private", "{shown}");
+    }
+    let host = serde_json::json!({ "HostConfig": { "CgroupnsMode": "host" } });
+    assert!(check(host, &scope, &CreateRules::default(), Path::new("/x"), "s").is_err());
+}

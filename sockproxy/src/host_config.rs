@@ -108,6 +108,10 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "CapAdd", |_, p, v| cap_add(ctx, p, v))?;
     r.keep(&mut o, "CapDrop", fields::any_str_list)?;
     r.keep(&mut o, "CgroupnsMode", fields::one_of(&["", "private"]))?;
+    // Left empty, the engine picks: the host's cgroup namespace on a cgroup v1 host (for every
+    // client below API 1.41, and above it unless dockerd is set otherwise), where the sandbox
+    // then sees the host's cgroup tree and its own container ID. Always a namespace of its own.
+    o.insert("CgroupnsMode".into(), Value::from("private"));
     for f in ["Dns", "DnsOptions", "DnsSearch", "ExtraHosts", "GroupAdd"] {
         r.keep(&mut o, f, fields::any_str_list)?;
     }

@@ -80,7 +80,7 @@ pub fn create(shared: &Arc<Shared>, name: Option<&str>, decoded: Decoded) -> Rep
     if let Some(other) = st.containers.iter().find(|c| c.name[1..] == *name) {
         return Reply::Error(409, flavor.name_conflict(&name, &other.id));
     }
-    let host = hostconfig::with_defaults(decoded.host);
+    let host = hostconfig::with_defaults(flavor, decoded.host);
     let mut links = Vec::new();
     for link in strings(&host["Links"]) {
         let (target, alias) = link.split_once(':').unwrap_or((&link, &link));

@@ -358,8 +358,10 @@ fn is_zero(v: &Value) -> bool {
     }
 }
 
-/// The HostConfig dockerd reports for what was given: its defaults, overlaid.
-pub fn with_defaults(given: Option<Map<String, Value>>) -> Value {
+/// The HostConfig dockerd reports for what was given: its defaults, overlaid. An empty cgroup
+/// namespace mode is the daemon's default for the flavor's cgroup version: the host's on v1
+/// (20.10 here), a private one on v2 (29).
+pub fn with_defaults(flavor: Flavor, given: Option<Map<String, Value>>) -> Value {
     let mut hc = json!({
         "Binds": null, "ContainerIDFile": "", "LogConfig": { "Type": "json-file", "Config": {} },
         "NetworkMode": "default", "PortBindings": {}, "RestartPolicy": { "Name": "no", "MaximumRetryCount": 0 },
@@ -375,6 +377,13 @@ pub fn with_defaults(given: Option<Map<String, Value>>) -> Value {
                 obj.insert(k, v);
             }
         }
+    }
+    if hc["CgroupnsMode"].as_str().is_none_or(str::is_empty) {
+        hc["CgroupnsMode"] = match flavor {
+            Flavor::Debian2010 => "host",
+            Flavor::Docker29 => "private",
+        }
+        .into();
     }
     hc
 }
@@ -409,7 +418,7 @@ pub fn start_body(
         ));
     }
     let d = decode(flavor, raw)?;
-    Ok(Some(with_defaults(d.host)))
+    Ok(Some(with_defaults(flavor, d.host)))
 }
 
 #[cfg(test)]

@@ -216,6 +216,30 @@ fn the_gateways_normal_create_works_and_is_stamped() {
             assert!(inspect["Config"]["Env"]
                 .as_array()
                 .is_some_and(|env| env.contains(&serde_json::json!("A=1"))));
+            // Never the host's cgroup namespace (a cgroup v1 host's default); the docker CLI
+            // sends the mode empty.
+            assert_eq!(inspect["HostConfig"]["CgroupnsMode"], "private");
+            // Nor for a client below API 1.41 with no HostConfig at all, which 20.10 puts in
+            // the host's on cgroup v1 whatever dockerd's own default.
+            let legacy = clean.container(&format!("{prefix}sandbox-v140"));
+            let body = format!(r#"{{"Image":"{}","Cmd":["sleep","600"]}}"#, e.image);
+            let r = raw::request(
+                p.socket(),
+                "POST",
+                &format!("/v1.40/containers/create?name={legacy}"),
+                Some(body.as_bytes()),
+            )
+            .expect("answer");
+            assert_eq!(r.status, 201, "{}: {}", e.label(), r.text());
+            let inspect = raw::get(&e.socket, &format!("/containers/{legacy}/json"))
+                .expect("answer")
+                .json();
+            assert_eq!(
+                inspect["HostConfig"]["CgroupnsMode"],
+                "private",
+                "{}",
+                e.label()
+            );
         },
     );
 }
