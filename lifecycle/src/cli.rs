@@ -237,15 +237,17 @@ async fn serve_main(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> ExitCode {
     use crate::serve::cmd;
-    let setup = cmd::provider(lc, serve).and_then(|p| Ok((p, cmd::bind(serve)?)));
-    let (provider, listener) = match setup {
+    let setup = cmd::limits(serve)
+        .and_then(|l| Ok((l, cmd::provider(lc, serve)?)))
+        .and_then(|(l, p)| Ok((l, p, cmd::bind(serve)?)));
+    let (limits, provider, listener) = match setup {
         Ok(v) => v,
         Err(e) => {
             eprintln!("lifecycle serve: {e}");
             return ExitCode::from(USAGE);
         }
     };
-    let all_done = cmd::run(std::sync::Arc::new(provider), listener, serve, stop).await;
+    let all_done = cmd::run(std::sync::Arc::new(provider), listener, serve, limits, stop).await;
     ExitCode::from(if all_done { 0 } else { DEFERRED })
 }
 

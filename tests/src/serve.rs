@@ -2,6 +2,7 @@
 //! (`LcStack`), optionally a fault relay between lifecycle and the proxy, a `FakeClock` the test
 //! steps, and the HTTP API on a Unix socket in a temp dir. Background passes (reaper,
 //! heartbeat) are not started: a test calls them when it wants them, so nothing depends on timing.
+//! The socket's limits are serve's defaults unless a test gives its own (`start_limited`).
 //! `call` is the gateway's side: one HTTP request on the provider's socket.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use lifecycle::decide::Mode;
 use lifecycle::engine::Engine as Client;
 use lifecycle::ops::Lifecycle;
 use lifecycle::serve::clock::FakeClock;
+use lifecycle::serve::limits::Limits;
 use lifecycle::serve::provider::{Provider, ProviderConfig};
 use lifecycle::serve::store::{Memory, Ownership, Store};
 use serde_json::{json, Value};
@@ -57,7 +59,25 @@ impl Served {
 
     /// A provider with the given ownership store (open mode).
     pub async fn start_owned(config: ProviderConfig, relayed: bool, own: Ownership) -> Self {
-        Self::start_full(config, relayed, own, Mode::Open, Duration::ZERO).await
+        Self::start_full(
+            config,
+            relayed,
+            own,
+            Mode::Open,
+            Duration::ZERO,
+            Limits::default(),
+        )
+        .await
+    }
+
+    /// A relayed provider (memory store) whose socket has the given limits.
+    pub async fn start_limited(config: ProviderConfig, limits: Limits) -> Self {
+        let own = Ownership {
+            store: Store::Memory(Memory::default()),
+            me: format!("test-{}", std::process::id()),
+            ttl: Duration::from_secs(600),
+        };
+        Self::start_full(config, true, own, Mode::Open, Duration::ZERO, limits).await
     }
 
     /// A relayed open-mode provider whose creates wait up to `ready_timeout` for an HTTP answer
@@ -68,7 +88,15 @@ impl Served {
         own: Ownership,
         ready_timeout: Duration,
     ) -> Self {
-        Self::start_full(config, true, own, Mode::Open, ready_timeout).await
+        Self::start_full(
+            config,
+            true,
+            own,
+            Mode::Open,
+            ready_timeout,
+            Limits::default(),
+        )
+        .await
     }
 
     /// A restricted-mode provider behind a `--restricted` proxy.
@@ -78,7 +106,15 @@ impl Served {
             me: format!("test-{}", std::process::id()),
             ttl: Duration::from_secs(600),
         };
-        Self::start_full(config, false, own, Mode::Restricted, Duration::ZERO).await
+        Self::start_full(
+            config,
+            false,
+            own,
+            Mode::Restricted,
+            Duration::ZERO,
+            Limits::default(),
+        )
+        .await
     }
 
     async fn start_full(
@@ -87,6 +123,7 @@ impl Served {
         own: Ownership,
         mode: Mode,
         ready_timeout: Duration,
+        limits: Limits,
     ) -> Self {
         let stack = LcStack::new(mode == Mode::Restricted);
         let relay = relayed.then(|| FaultRelay::start(stack.proxy.socket()));
@@ -110,6 +147,7 @@ impl Served {
         tokio::spawn(lifecycle::serve::http::serve(
             listener,
             provider.clone(),
+            limits,
             rx,
         ));
         Self {

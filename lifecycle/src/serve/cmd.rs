@@ -12,6 +12,7 @@ use clap::{Args, ValueEnum};
 
 use super::background;
 use super::clock::SystemClock;
+use super::limits::{self, LimitError, Limits};
 use super::provider::{Provider, ProviderConfig};
 use super::redis_store::RedisStore;
 use super::store::{Memory, Ownership, Store};
@@ -60,6 +61,13 @@ pub struct ServeArgs {
     /// Seconds between heartbeat / reaper / reconciliation passes (default: a third of the TTL).
     #[arg(long, env = "LIFECYCLE_TICK")]
     pub tick: Option<f64>,
+    /// Seconds a client has to send a whole request head (from connecting, or from its previous
+    /// answer); a kept-alive connection idle that long is closed too. 0.1 to 3600.
+    #[arg(long, env = "LIFECYCLE_HEADER_TIMEOUT", default_value_t = limits::DEFAULT_HEADER_TIMEOUT_SECS)]
+    pub header_timeout: f64,
+    /// Client connections served at once; more are answered 503 and closed.
+    #[arg(long, env = "LIFECYCLE_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// What SIGTERM does with the sandboxes this process owns.
     #[arg(
         long,
@@ -74,6 +82,8 @@ pub struct ServeArgs {
 pub enum ServeSetupError {
     #[error("--{0}: {1}")]
     Flag(&'static str, String),
+    #[error("{0}")]
+    Limits(#[from] LimitError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -100,6 +110,11 @@ fn owner_name() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// The socket's limits from their flags, checked before anything is bound or started.
+pub fn limits(a: &ServeArgs) -> Result<Limits, ServeSetupError> {
+    Ok(Limits::new(a.header_timeout, a.max_connections)?)
 }
 
 pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupError> {
@@ -158,6 +173,7 @@ pub async fn run(
     p: Arc<Provider>,
     listener: tokio::net::UnixListener,
     a: &ServeArgs,
+    limits: Limits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> bool {
     let tick = a.tick.unwrap_or(a.ownership_ttl / 3.0).max(0.05);
@@ -167,7 +183,7 @@ pub async fn run(
         stop.clone(),
     ));
     tracing::info!(listen = %a.listen.display(), owner = %p.own.me, "serving");
-    super::http::serve(listener, p.clone(), stop).await;
+    super::http::serve(listener, p.clone(), limits, stop).await;
     let _ = bg.await;
     let _ = std::fs::remove_file(&a.listen);
     let lines = background::shutdown(&p, a.on_shutdown == OnShutdown::KeepWarm).await;
@@ -180,4 +196,69 @@ pub async fn run(
         }
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let argv = ["serve", "--listen", "/nonexistent/serve.sock"];
+        Wrap::try_parse_from(argv.iter().chain(extra)).map(|w| w.serve)
+    }
+
+    fn limits_of(extra: &[&str]) -> Result<Limits, String> {
+        let a = parse(extra).map_err(|e| e.to_string())?;
+        limits(&a).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn limit_flags_default_and_parse() {
+        assert_eq!(limits_of(&[]), Ok(Limits::default()));
+        assert_eq!(
+            limits_of(&["--header-timeout", "1.5", "--max-connections", "2"]),
+            Ok(Limits {
+                header_timeout: Duration::from_millis(1500),
+                max_connections: 2
+            })
+        );
+    }
+
+    #[test]
+    fn bad_limit_flags_are_refused_with_the_flag_named() {
+        let cases: [(&[&str], &str); 6] = [
+            (
+                &["--header-timeout", "0"],
+                "--header-timeout: 0: expected seconds from 0.1 to 3600",
+            ),
+            (&["--header-timeout=-2"], "--header-timeout: -2: expected"),
+            (
+                &["--header-timeout", "NaN"],
+                "--header-timeout: NaN: expected",
+            ),
+            (
+                &["--header-timeout", "7200"],
+                "--header-timeout: 7200: expected",
+            ),
+            (
+                &["--max-connections", "0"],
+                "--max-connections: 0: expected at least 1",
+            ),
+            // Not a number at all: clap refuses it before any check of ours.
+            (&["--header-timeout", "soon"], "invalid value 'soon'"),
+        ];
+        for (flags, want) in cases {
+            let got = limits_of(flags).expect_err("refused");
+            assert!(got.contains(want), "{flags:?}: {got}");
+        }
+        assert!(limits_of(&["--max-connections", "-1"]).is_err());
+    }
 }

@@ -1,7 +1,8 @@
 //! The HTTP/JSON API on a Unix socket (hyper 1): route → provider call → JSON answer. An
 //! acquire runs in its own task: a client that disconnects mid-acquire does not cut the engine
 //! steps off (they finish or roll back, and the lock is released); what it acquired is then
-//! released at once, into the warm pool, so nothing is left held by no one.
+//! released at once, into the warm pool, so nothing is left held by no one. The socket's
+//! `Limits` hold every client to a header timeout and the connections to a cap (see `serve`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,18 +11,25 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
-use tokio::net::UnixListener;
-use tokio::sync::watch;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{watch, Semaphore};
 
+use super::limits::Limits;
 use super::pool::State;
 use super::provider::{Provider, ServeError};
 
 type Answer = Response<Full<Bytes>>;
 
+/// Every JSON answer's body: the value on one line.
+fn json_line(body: &Value) -> String {
+    format!("{body}\n")
+}
+
 fn answer(status: u16, body: &Value) -> Answer {
-    let mut r = Response::new(Full::new(Bytes::from(format!("{body}\n"))));
+    let mut r = Response::new(Full::new(Bytes::from(json_line(body))));
     *r.status_mut() =
         hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
@@ -157,21 +165,46 @@ async fn route(p: Arc<Provider>, req: Request<Incoming>) -> Result<Answer, Infal
 }
 
 /// Serves until `stop` turns true, then stops accepting and waits for connections in flight.
-pub async fn serve(listener: UnixListener, p: Arc<Provider>, mut stop: watch::Receiver<bool>) {
+/// At most `limits.max_connections` clients are served at once; the next ones are answered 503
+/// and closed, so that idle or slow clients cannot take every file descriptor and task.
+pub async fn serve(
+    listener: UnixListener,
+    p: Arc<Provider>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let p = p.clone();
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| route(p.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
+            () = async {
+                // The guard `wait_for` returns must not live across the accept arm's await.
+                let _ = stop.wait_for(|s| *s).await;
+            } => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        let p = p.clone();
+                        conns.spawn(async move {
+                            serve_connection(stream, p, limits).await;
+                            drop(slot);
+                        });
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            max_connections = limits.max_connections,
+                            "too many connections: a client was answered 503 and closed"
+                        );
+                        // Its own task, bounded: the accept loop never waits on that client.
+                        conns.spawn(refuse_busy(stream, limits.max_connections));
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
@@ -180,9 +213,51 @@ pub async fn serve(listener: UnixListener, p: Arc<Provider>, mut stop: watch::Re
         connections = conns.len(),
         "stopped accepting; finishing requests in flight"
     );
-    // Keep-alive connections may idle forever: bounded wait, then they are closed (an acquire
-    // in flight is its own task and still finishes).
+    // Keep-alive connections may idle up to the header timeout: bounded wait, then they are
+    // closed (an acquire in flight is its own task and still finishes).
     let drain = async { while conns.join_next().await.is_some() {} };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), drain).await;
     conns.abort_all();
+}
+
+async fn serve_connection(stream: UnixStream, p: Arc<Provider>, limits: Limits) {
+    let svc = hyper::service::service_fn(move |req| route(p.clone(), req));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        // hyper runs this clock only while it waits for a request head: from the accept, and
+        // again after each answer on a kept-alive connection. It stops once a head is in, so a
+        // request being served (an acquire waiting on the engine) is never cut by it; an
+        // unfinished head or an idle connection is closed.
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(stream), svc)
+        .await;
+}
+
+/// Over `--max-connections`: a 503 in the API's error shape, then close; the request is never
+/// parsed.
+async fn refuse_busy(mut stream: UnixStream, max_connections: usize) {
+    let body = json_line(&json!({
+        "error": format!("too many connections (--max-connections {max_connections}); try again")
+    }));
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let refuse = async {
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(body.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        // Discard what the client already sent before closing: closing on unread bytes resets
+        // the connection, and the client would read the reset instead of the answer.
+        let mut buf = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    // A client that neither reads nor closes must not keep this task (and its descriptor).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), refuse).await;
 }

@@ -2,13 +2,15 @@
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `clock` the injectable
 //! monotonic clock; `store` the ownership trait (memory) with its pure rule, `redis_store` the
 //! shared one; `error` the provider's errors and identity rule; `provider` does the I/O around the pool; `http` the API; `background` the
-//! reaper, heartbeat, reconciliation and shutdown; `cmd` the command's flags and main loop.
+//! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header timeout and
+//! connection cap; `cmd` the command's flags and main loop.
 
 pub mod background;
 pub mod clock;
 pub mod cmd;
 pub mod error;
 pub mod http;
+pub mod limits;
 pub mod metrics;
 pub mod pool;
 pub mod provider;
