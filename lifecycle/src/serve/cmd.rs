@@ -62,7 +62,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LIFECYCLE_TICK")]
     pub tick: Option<f64>,
     /// Seconds a client has to send a whole request head (from connecting, or from its previous
-    /// answer); a kept-alive connection idle that long is closed too. 0.1 to 3600.
+    /// answer), and again for its body; a kept-alive connection idle that long is closed too.
+    /// 0.1 to 3600.
     #[arg(long, env = "LIFECYCLE_HEADER_TIMEOUT", default_value_t = limits::DEFAULT_HEADER_TIMEOUT_SECS)]
     pub header_timeout: f64,
     /// Client connections served at once; more are answered 503 and closed.

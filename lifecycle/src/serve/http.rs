@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -119,18 +120,37 @@ fn metrics(p: &Provider) -> String {
     ])
 }
 
-async fn route(p: Arc<Provider>, req: Request<Incoming>) -> Result<Answer, Infallible> {
+async fn route(
+    p: Arc<Provider>,
+    req: Request<Incoming>,
+    body_timeout: Duration,
+) -> Result<Answer, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    // Bodies are small JSON objects; a bigger one is refused unread.
-    let body = match Limited::new(req.into_body(), 64 * 1024).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
+    // Bodies are small JSON objects; a bigger one is refused unread. hyper's header timeout
+    // ends with the head, so a client that stalls its body would keep its connection (and a
+    // slot) forever: the body, still the client's to send, gets as long as the head had.
+    let read = Limited::new(req.into_body(), 64 * 1024).collect();
+    let body = match tokio::time::timeout(body_timeout, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) => {
             return Ok(answer(
                 400,
                 &json!({ "error": "unreadable or oversized body" }),
             ))
+        }
+        Err(_) => {
+            let mut r = answer(
+                408,
+                &json!({ "error": "request body not received within --header-timeout" }),
+            );
+            // The rest of that body may still come: the connection cannot carry another request.
+            r.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            return Ok(r);
         }
     };
     let r = match (&method, segments.as_slice()) {
@@ -202,7 +222,7 @@ pub async fn serve(
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     // Out of file descriptors and the like: back off instead of spinning.
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -216,12 +236,12 @@ pub async fn serve(
     // Keep-alive connections may idle up to the header timeout: bounded wait, then they are
     // closed (an acquire in flight is its own task and still finishes).
     let drain = async { while conns.join_next().await.is_some() {} };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), drain).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), drain).await;
     conns.abort_all();
 }
 
 async fn serve_connection(stream: UnixStream, p: Arc<Provider>, limits: Limits) {
-    let svc = hyper::service::service_fn(move |req| route(p.clone(), req));
+    let svc = hyper::service::service_fn(move |req| route(p.clone(), req, limits.header_timeout));
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         // hyper runs this clock only while it waits for a request head: from the accept, and
@@ -259,5 +279,5 @@ async fn refuse_busy(mut stream: UnixStream, max_connections: usize) {
         }
     };
     // A client that neither reads nor closes must not keep this task (and its descriptor).
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), refuse).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), refuse).await;
 }

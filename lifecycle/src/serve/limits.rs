@@ -1,7 +1,8 @@
 //! The API socket's limits on its clients, so that a local process able to connect cannot starve
-//! the gateway of it: a header timeout (a request head must arrive within it, and a kept-alive
-//! connection idle that long is closed) and a cap on the connections served at once (over it a
-//! client is answered 503 and closed). `Limits::new` checks the flags once, at start-up.
+//! the gateway of it: a header timeout (a request head must arrive within it, then its body, and
+//! a kept-alive connection idle that long is closed) and a cap on the connections served at once
+//! (over it a client is answered 503 and closed). `Limits::new` checks the flags once, at
+//! start-up.
 
 use std::time::Duration;
 
@@ -19,7 +20,8 @@ const MAX_HEADER_TIMEOUT_SECS: f64 = 3600.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// How long a request head may take to arrive, counted from the accept or from the previous
-    /// answer on a kept-alive connection; never applied while a request is being served.
+    /// answer on a kept-alive connection, and then its body; never applied while a request is
+    /// being served.
     pub header_timeout: Duration,
     /// Client connections served at once.
     pub max_connections: usize,

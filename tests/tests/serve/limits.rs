@@ -1,8 +1,9 @@
 //! `lifecycle serve`'s limits on its socket (`--header-timeout`, `--max-connections`), on the
 //! program: a client that never finishes its request head, or sends nothing, or idles after an
-//! answer, is disconnected while another client is served; over the cap a client is answered
-//! 503 in the API's error shape and a freed slot serves again; bad values are refused at
-//! start-up. In process: a request held at the engine longer than the timeout is still answered.
+//! answer, is disconnected while another client is served; one that stalls its body is answered
+//! 408 and disconnected; over the cap a client is answered 503 in the API's error shape and a
+//! freed slot serves again; bad values are refused at start-up. In process: a request held at
+//! the engine longer than the timeout is still answered.
 //! Every wait is bounded and waits for an event; nothing is asserted about time.
 
 use std::io::{ErrorKind, Read, Write};
@@ -133,6 +134,36 @@ fn a_half_sent_head_or_an_idle_connection_is_closed_while_another_client_is_serv
         "a silent connection is closed"
     );
     assert!(closed_by_server(&mut kept), "an idle kept-alive one too");
+    served_eventually(&serve.sock);
+}
+
+#[test]
+fn a_body_that_stops_coming_is_answered_408_and_its_connection_closed() {
+    let stack = LcStack::new(false);
+    let dir = tempfile::tempdir().expect("dir");
+    let serve = serve(
+        &stack,
+        dir.path(),
+        &["--header-timeout", "1", "--max-connections", "2"],
+    );
+    let mut stalled = UnixStream::connect(&serve.sock).expect("connect");
+    stalled
+        .write_all(
+            b"POST /v1/acquire HTTP/1.1\r\nHost: lifecycle\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"user_id\": ",
+        )
+        .expect("a head and part of its body");
+    stalled.set_read_timeout(Some(BOUND)).expect("read timeout");
+    let mut out = Vec::new();
+    stalled
+        .read_to_end(&mut out)
+        .expect("answered and closed within the bound");
+    let r = raw::parse(&out).expect("an HTTP answer");
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({ "error": "request body not received within --header-timeout" })
+    );
     served_eventually(&serve.sock);
 }
 
