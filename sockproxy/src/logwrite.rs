@@ -89,17 +89,30 @@ thread_local! {
 }
 
 /// Batches the lines this thread logs from now on and writes each batch once its first line has
-/// waited `MAX_WAIT`. Every event loop runs this as a task of its own; it never ends.
+/// waited about `MAX_WAIT` (the timer's granularity and the loop's turn come on top). Every event
+/// loop runs this as a task of its own, on its single-threaded runtime (the batch is the
+/// thread's); it never ends.
 pub async fn write_in_batches() {
     let first_line = Arc::new(Notify::new());
     with_pending(|p| {
         p.get_or_insert_with(Pending::default).first_line = Some(first_line.clone());
     });
     loop {
-        first_line.notified().await;
+        // Lines a failed write left behind are retried after another MAX_WAIT, not only once a
+        // new line arrives in an empty buffer (which never comes while they wait).
+        if !has_lines() {
+            first_line.notified().await;
+        }
         tokio::time::sleep(MAX_WAIT).await;
         flush();
     }
+}
+
+/// Whether this thread has lines waiting.
+fn has_lines() -> bool {
+    let mut waiting = false;
+    with_pending(|p| waiting = p.as_ref().is_some_and(|p| !p.bytes.is_empty()));
+    waiting
 }
 
 /// Writes every line this thread has waiting: each batch, and from `main` at shutdown.

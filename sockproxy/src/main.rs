@@ -44,8 +44,8 @@ fn init_logging(format: LogFormat) {
 fn main() -> anyhow::Result<()> {
     // This thread is the first event loop; `serve` starts the others (`--event-loops`, loops.rs),
     // each single-threaded, so the client and engine halves of a request stay on one thread.
-    // Large list filtering runs on the blocking pool (proxy.rs). The log lines of a turn are
-    // written when the loop is about to sleep.
+    // Large list filtering runs on the blocking pool (proxy.rs). Each loop writes its log lines
+    // in batches, about 50 ms after the first (logwrite.rs).
     let runtime = sockproxy::loops::runtime().context("starting the event loop")?;
     let result = runtime.block_on(run());
     sockproxy::logwrite::flush();
