@@ -24,6 +24,9 @@ use super::provider::{Provider, ServeError};
 
 type Answer = Response<Full<Bytes>>;
 
+/// Connections over the cap being answered 503 at once; more are closed unanswered.
+const MAX_REFUSING: usize = 16;
+
 /// Every JSON answer's body: the value on one line.
 fn json_line(body: &Value) -> String {
     format!("{body}\n")
@@ -194,6 +197,9 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Refusals in progress, each holding a descriptor for up to a second: a client reconnecting
+    // in a loop would otherwise pile them up (and a warn line each) until descriptors run out.
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -210,14 +216,21 @@ pub async fn serve(
                             drop(slot);
                         });
                     }
-                    Err(_) => {
-                        tracing::warn!(
-                            max_connections = limits.max_connections,
-                            "too many connections: a client was answered 503 and closed"
-                        );
-                        // Its own task, bounded: the accept loop never waits on that client.
-                        conns.spawn(refuse_busy(stream, limits.max_connections));
-                    }
+                    Err(_) => match refusing.clone().try_acquire_owned() {
+                        Ok(refusal) => {
+                            tracing::warn!(
+                                max_connections = limits.max_connections,
+                                "too many connections: a client was answered 503 and closed"
+                            );
+                            // Its own task, bounded: the accept loop never waits on that client.
+                            conns.spawn(async move {
+                                refuse_busy(stream, limits.max_connections).await;
+                                drop(refusal);
+                            });
+                        }
+                        // As many refusals as that under way: this one is closed unanswered.
+                        Err(_) => drop(stream),
+                    },
                 },
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
