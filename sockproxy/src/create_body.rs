@@ -108,8 +108,10 @@ pub fn check(
         (None, false) => {
             Value::Object(legacy.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
         }
-        // Still a HostConfig, for what the proxy always sets (`host_config`).
-        (None, true) => Value::Object(Map::new()),
+        // Still a HostConfig, for what the proxy always sets (`host_config`). With one there,
+        // 20.10 gives a client below API 1.40 a "shareable" IPC namespace where none had the
+        // daemon's default, a private one: that stays as it was.
+        (None, true) => serde_json::json!({ "IpcMode": "private" }),
         (Some(_), false) => {
             let (name, _) = &legacy[0];
             return Err(Refusal::Setting {

@@ -307,6 +307,17 @@ fn every_create_asks_for_a_private_cgroup_namespace() {
             .unwrap_or_else(|e| panic!("{shown}: {e:?}"));
         assert_eq!(out["HostConfig"]["CgroupnsMode"], "private", "{shown}");
     }
+    // A HostConfig the proxy adds keeps the daemon's IPC default, which 20.10 would otherwise
+    // make "shareable" below API 1.40.
+    let out = check(
+        serde_json::json!({}),
+        &scope,
+        &CreateRules::default(),
+        Path::new("/x"),
+        "s",
+    )
+    .expect("allowed");
+    assert_eq!(out["HostConfig"]["IpcMode"], "private");
     let host = serde_json::json!({ "HostConfig": { "CgroupnsMode": "host" } });
     assert!(check(host, &scope, &CreateRules::default(), Path::new("/x"), "s").is_err());
 }

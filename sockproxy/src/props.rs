@@ -7,8 +7,8 @@
 //!   allowed request, re-serialized as the proxy forwards it, parses back to the same target,
 //!   endpoint and plan, and the plan is one the scope allows.
 //! - `create_body`: bytes → `body::parse_checked` → `create_body::check`; what is forwarded
-//!   holds only listed fields, never `Privileged: true`, and checking it again (as bytes, the
-//!   way the engine will read it) gives the same body.
+//!   holds only listed fields, never `Privileged: true`, always a private cgroup namespace, and
+//!   checking it again (as bytes, the way the engine will read it) gives the same body.
 //! - `list_filter`: `filter::filter_list` keeps a subset of the input entries, in order,
 //!   verbatim, all visible to the scope, and every visible one up to `limit`.
 //! - `engine_answer`: `h1::parse_head` takes a whole head off the front of what the engine
@@ -182,8 +182,11 @@ pub fn create_body(data: &[u8]) -> Result<(), String> {
         return Err(format!("forwarded top-level field {k} is not listed"));
     }
     match top.get("HostConfig") {
-        None => {}
+        None => return Err(format!("forwarded body has no HostConfig: {out}")),
         Some(Value::Object(h)) => {
+            if h.get("CgroupnsMode") != Some(&Value::from("private")) {
+                return Err(format!("forwarded cgroup namespace not private: {out}"));
+            }
             if let Some(k) = h
                 .keys()
                 .find(|k| !host_config::FIELDS.contains(&k.as_str()))

@@ -219,27 +219,34 @@ fn the_gateways_normal_create_works_and_is_stamped() {
             // Never the host's cgroup namespace (a cgroup v1 host's default); the docker CLI
             // sends the mode empty.
             assert_eq!(inspect["HostConfig"]["CgroupnsMode"], "private");
-            // Nor for a client below API 1.41 with no HostConfig at all, which 20.10 puts in
-            // the host's on cgroup v1 whatever dockerd's own default.
-            let legacy = clean.container(&format!("{prefix}sandbox-v140"));
-            let body = format!(r#"{{"Image":"{}","Cmd":["sleep","600"]}}"#, e.image);
-            let r = raw::request(
-                p.socket(),
-                "POST",
-                &format!("/v1.40/containers/create?name={legacy}"),
-                Some(body.as_bytes()),
-            )
-            .expect("answer");
-            assert_eq!(r.status, 201, "{}: {}", e.label(), r.text());
-            let inspect = raw::get(&e.socket, &format!("/containers/{legacy}/json"))
-                .expect("answer")
-                .json();
-            assert_eq!(
-                inspect["HostConfig"]["CgroupnsMode"],
-                "private",
-                "{}",
-                e.label()
-            );
+            // Nor for clients below API 1.41: with a HostConfig, 20.10 and current put an empty
+            // mode in the host's namespace on cgroup v1 whatever dockerd's own default; with
+            // none, the default applies (the host's on cgroup v1). And a HostConfig the proxy
+            // adds must not change the IPC default: below API 1.40, 20.10 makes an empty
+            // IpcMode "shareable" when a HostConfig is there.
+            let bodies = [
+                ("v140-empty", "/v1.40", r#","HostConfig":{}"#),
+                ("v140-none", "/v1.40", ""),
+                ("v139-none", "/v1.39", ""),
+            ];
+            for (tag, version, host) in bodies {
+                let legacy = clean.container(&format!("{prefix}sandbox-{tag}"));
+                let body = format!(r#"{{"Image":"{}","Cmd":["sleep","600"]{host}}}"#, e.image);
+                let r = raw::request(
+                    p.socket(),
+                    "POST",
+                    &format!("{version}/containers/create?name={legacy}"),
+                    Some(body.as_bytes()),
+                )
+                .expect("answer");
+                assert_eq!(r.status, 201, "{}: {tag}: {}", e.label(), r.text());
+                let inspect = raw::get(&e.socket, &format!("/containers/{legacy}/json"))
+                    .expect("answer")
+                    .json();
+                let hc = &inspect["HostConfig"];
+                assert_eq!(hc["CgroupnsMode"], "private", "{}: {tag}", e.label());
+                assert_eq!(hc["IpcMode"], "private", "{}: {tag}", e.label());
+            }
         },
     );
 }
