@@ -110,9 +110,7 @@ pub async fn write_in_batches() {
 
 /// Whether this thread has lines waiting.
 fn has_lines() -> bool {
-    let mut waiting = false;
-    with_pending(|p| waiting = p.as_ref().is_some_and(|p| !p.bytes.is_empty()));
-    waiting
+    with_pending(|p| p.as_ref().is_some_and(|p| !p.bytes.is_empty())).unwrap_or(false)
 }
 
 /// Writes every line this thread has waiting: each batch, and from `main` at shutdown.
@@ -124,27 +122,23 @@ pub fn flush() {
     });
 }
 
-fn with_pending(f: impl FnOnce(&mut Option<Pending>)) {
-    // Neither fails but while the thread ends or re-enters here (a panic while writing).
-    let _ = PENDING.try_with(|p| p.try_borrow_mut().map(|mut p| f(&mut p)));
+/// `f` on this thread's batch; `None` while the thread ends or when re-entered (a panic hook
+/// logging while a batch is written).
+fn with_pending<R>(f: impl FnOnce(&mut Option<Pending>) -> R) -> Option<R> {
+    PENDING
+        .try_with(|p| p.try_borrow_mut().ok().map(|mut p| f(&mut p)))
+        .ok()
+        .flatten()
 }
 
 /// Adds whole lines to this thread's batch, or writes them at once on a thread that has none.
 pub fn append(lines: &[u8]) {
-    let batched = PENDING
-        .try_with(|p| match p.try_borrow_mut() {
-            Ok(mut p) => match p.as_mut() {
-                Some(p) => {
-                    p.add(lines, Instant::now(), &mut io::stderr().lock());
-                    true
-                }
-                None => false,
-            },
-            // Re-entered while writing (a panic hook logging); write it directly.
-            Err(_) => false,
-        })
-        .unwrap_or(false);
-    if !batched {
+    let batched = with_pending(|p| {
+        p.as_mut()
+            .map(|p| p.add(lines, Instant::now(), &mut io::stderr().lock()))
+            .is_some()
+    });
+    if batched != Some(true) {
         write_some(&mut io::stderr().lock(), lines);
     }
 }
