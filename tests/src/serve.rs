@@ -38,6 +38,7 @@ pub fn config(idle_secs: u64, max_replicas: usize) -> ProviderConfig {
         idle_timeout: Duration::from_secs(idle_secs),
         max_replicas,
         adopt_grace: Duration::from_secs(1),
+        lease_timeout: Duration::ZERO,
     }
 }
 

@@ -1,4 +1,5 @@
-//! The provider's periodic work: the ownership heartbeat (on its own task), the idle reaper, orphan
+//! The provider's periodic work: the ownership heartbeat (on its own task), the idle reaper and
+//! the release of lapsed leases (`--lease-timeout`), orphan
 //! reconciliation (shared store only: adopt a stack sandbox nobody has owned for the grace
 //! period, never one another process still renews, nothing while the store cannot answer), and
 //! shutdown (destroy, or keep warm and hand back, what this process owns; report failures).
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::pool::State;
-use super::provider::Provider;
+use super::provider::{Provider, ServeError};
 use super::store::Claim;
 use crate::naming;
 
@@ -65,6 +66,31 @@ async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiv
         if p.own.is_shared() {
             reconcile(p).await;
         }
+    }
+}
+
+/// Releases every lease not renewed within `--lease-timeout`, as its holder would have: a
+/// gateway that crashed or lost track of a lease would otherwise keep its sandbox active (never
+/// warm, never reaped) for as long as this process runs. Part of `Provider::reap`.
+pub(crate) async fn release_lapsed(p: &Provider) {
+    let lapsed = p.pool().lapsed_leases(p.now());
+    for (lease, sandbox_id, holder) in lapsed {
+        let (result, error) = match p.release(&lease).await {
+            Ok(word) => (word, None),
+            // Its holder released it meanwhile.
+            Err(ServeError::UnknownLease(_)) => continue,
+            Err(e) => ("failed", Some(e.to_string())),
+        };
+        p.metrics.inc("lifecycle_leases_lapsed_total", result);
+        tracing::warn!(
+            lease,
+            sandbox_id,
+            holder,
+            result,
+            error,
+            lease_timeout_secs = p.config().lease_timeout.as_secs_f64(),
+            "lease not renewed within --lease-timeout: released"
+        );
     }
 }
 

@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Seconds a released sandbox stays warm (0: until evicted).
     #[arg(long, env = "LIFECYCLE_IDLE_TIMEOUT", default_value_t = 600.0)]
     pub idle_timeout: f64,
+    /// Seconds a lease may go neither released nor renewed (`POST /v1/leases/ID/renew`) before
+    /// the reaper releases it, as a crashed gateway never will (0: leases last until released).
+    #[arg(long, env = "LIFECYCLE_LEASE_TIMEOUT", default_value_t = 0.0)]
+    pub lease_timeout: f64,
     /// Most sandboxes tracked at once; the oldest warm one is destroyed before a create (0: no cap).
     #[arg(long, env = "LIFECYCLE_MAX_REPLICAS", default_value_t = 0)]
     pub max_replicas: usize,
@@ -133,6 +137,7 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
         idle_timeout: secs("idle-timeout", a.idle_timeout)?,
         max_replicas: a.max_replicas,
         adopt_grace: secs("adopt-grace", a.adopt_grace)?,
+        lease_timeout: secs("lease-timeout", a.lease_timeout)?,
     };
     let own = Ownership { store, me, ttl };
     Ok(Provider::new(

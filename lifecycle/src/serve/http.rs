@@ -175,6 +175,13 @@ async fn route(
             Ok(outcome) => answer(200, &json!({ "lease": lease, "result": outcome })),
             Err(e) => error(&e),
         },
+        (&Method::POST, ["v1", "leases", lease, "renew"]) => match p.renew_lease(lease) {
+            Ok(id) => answer(
+                200,
+                &json!({ "lease": lease, "sandbox_id": id, "result": "renewed" }),
+            ),
+            Err(e) => error(&e),
+        },
         (&Method::POST, ["v1", "sandboxes", id, "destroy"]) => match p.destroy(id).await {
             Ok(outcome) => answer(200, &json!({ "sandbox_id": id, "result": outcome })),
             Err(e) => error(&e),

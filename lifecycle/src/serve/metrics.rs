@@ -76,6 +76,7 @@ impl Metrics {
             "lifecycle_destroys_total" => "result",
             "lifecycle_failures_total" => "kind",
             "lifecycle_lease_renewals_total" => "result",
+            "lifecycle_leases_lapsed_total" => "result",
             _ => "kind",
         };
         if let Ok(c) = self.counters.lock() {

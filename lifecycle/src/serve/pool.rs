@@ -1,5 +1,6 @@
-//! The provider's pure state: which sandboxes this process tracks, who holds them (leases), the
-//! warm pool, deferred destroys, idle expiry and the replica cap. No I/O and no clock of its
+//! The provider's pure state: which sandboxes this process tracks, who holds them (leases, and
+//! when each was last renewed), the warm pool, deferred destroys, idle expiry, lapsed leases and
+//! the replica cap. No I/O and no clock of its
 //! own: every decision takes the monotonic time it is made at, so a table test steps time (and
 //! a wall-clock step cannot reach it). The provider asks a `plan_*` function what to do, does the
 //! engine work, then reports the outcome with a `commit`/`warm`/`forget` call.
@@ -120,12 +121,21 @@ pub enum DestroyPlan {
     AlreadyDestroying,
 }
 
+/// One lease: the sandbox it holds, and when it was granted or last renewed (monotonic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Lease {
+    sandbox: String,
+    renewed: Duration,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Pool {
     entries: BTreeMap<String, Entry>,
-    leases: BTreeMap<String, String>,
+    leases: BTreeMap<String, Lease>,
     idle_timeout: Duration,
     max_replicas: usize,
+    /// A lease not renewed for this long lapses (zero: leases last until released).
+    lease_timeout: Duration,
 }
 
 impl Pool {
@@ -138,6 +148,12 @@ impl Pool {
         }
     }
 
+    /// Leases lapse once not renewed for `lease_timeout` (zero, the default: never).
+    pub fn with_lease_timeout(mut self, lease_timeout: Duration) -> Self {
+        self.lease_timeout = lease_timeout;
+        self
+    }
+
     pub fn get(&self, id: &str) -> Option<&Entry> {
         self.entries.get(id)
     }
@@ -147,7 +163,35 @@ impl Pool {
     }
 
     pub fn lease_sandbox(&self, lease: &str) -> Option<&str> {
-        self.leases.get(lease).map(String::as_str)
+        self.leases.get(lease).map(|l| l.sandbox.as_str())
+    }
+
+    /// Restarts `lease`'s clock at `now`; the sandbox it holds, or `None` for an unknown lease.
+    pub fn renew_lease(&mut self, lease: &str, now: Duration) -> Option<String> {
+        let l = self.leases.get_mut(lease)?;
+        l.renewed = now;
+        Some(l.sandbox.clone())
+    }
+
+    /// Leases not renewed for the lease timeout at `now`, each with its sandbox and holder:
+    /// the holder is presumed gone (a gateway that crashed never releases).
+    pub fn lapsed_leases(&self, now: Duration) -> Vec<(String, String, String)> {
+        if self.lease_timeout.is_zero() {
+            return Vec::new();
+        }
+        self.leases
+            .iter()
+            .filter(|(_, l)| now.saturating_sub(l.renewed) >= self.lease_timeout)
+            .map(|(lease, l)| {
+                let holder = self
+                    .entries
+                    .get(&l.sandbox)
+                    .and_then(|e| e.holders.get(lease))
+                    .cloned()
+                    .unwrap_or_default();
+                (lease.clone(), l.sandbox.clone(), holder)
+            })
+            .collect()
     }
 
     /// (active, warm, destroying) counts, for the metrics.
@@ -230,11 +274,17 @@ impl Pool {
         entry.state = State::Active;
         entry.last_used = now;
         entry.holders.insert(lease.to_owned(), holder.to_owned());
-        self.leases.insert(lease.to_owned(), id.to_owned());
+        self.leases.insert(
+            lease.to_owned(),
+            Lease {
+                sandbox: id.to_owned(),
+                renewed: now,
+            },
+        );
     }
 
     pub fn release(&mut self, lease: &str, now: Duration) -> Release {
-        let Some(id) = self.leases.remove(lease) else {
+        let Some(Lease { sandbox: id, .. }) = self.leases.remove(lease) else {
             return Release::UnknownLease;
         };
         let Some(entry) = self.entries.get_mut(&id) else {

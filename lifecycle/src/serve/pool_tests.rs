@@ -266,3 +266,60 @@ fn reclaim_probe_table() {
         );
     }
 }
+
+#[test]
+fn leases_lapse_only_when_not_renewed_for_the_lease_timeout() {
+    let lapsed = |p: &Pool, now| {
+        p.lapsed_leases(now)
+            .into_iter()
+            .map(|(lease, id, _)| (lease, id))
+            .collect::<Vec<_>>()
+    };
+    let pair = |l: &str, id: &str| (l.to_owned(), id.to_owned());
+
+    // Off (the default): a lease held for a day never lapses.
+    let mut off = Pool::new(10 * S, 0);
+    acquire(&mut off, "a", "s", "l1", S);
+    assert!(off.lapsed_leases(86_400 * S).is_empty());
+
+    let mut p = Pool::new(10 * S, 0).with_lease_timeout(60 * S);
+    acquire(&mut p, "a", "s", "l1", S);
+    acquire(&mut p, "a", "s", "l2", 30 * S);
+    acquire(&mut p, "b", "s", "l3", S);
+    assert!(lapsed(&p, 60 * S).is_empty(), "just under the timeout");
+    assert_eq!(lapsed(&p, 61 * S), vec![pair("l1", "a"), pair("l3", "b")]);
+    assert_eq!(
+        p.lapsed_leases(61 * S)[0].2,
+        "h",
+        "the holder's name is reported"
+    );
+
+    // A renewal restarts the clock; an unknown lease is not renewed.
+    assert_eq!(p.renew_lease("l1", 50 * S), Some("a".to_owned()));
+    assert_eq!(p.renew_lease("nope", 50 * S), None);
+    assert_eq!(lapsed(&p, 61 * S), vec![pair("l3", "b")]);
+    assert_eq!(
+        lapsed(&p, 110 * S),
+        vec![pair("l1", "a"), pair("l2", "a"), pair("l3", "b")]
+    );
+
+    // Releasing a lapsed lease is an ordinary release: the last one leaves the sandbox idle.
+    assert_eq!(
+        p.release("l3", 110 * S),
+        Release::Idle {
+            sandbox_id: "b".into()
+        }
+    );
+    assert_eq!(
+        p.release("l1", 110 * S),
+        Release::StillHeld {
+            sandbox_id: "a".into()
+        }
+    );
+    assert_eq!(lapsed(&p, 110 * S), vec![pair("l2", "a")]);
+    assert_eq!(
+        p.renew_lease("l3", 110 * S),
+        None,
+        "a released lease is gone"
+    );
+}

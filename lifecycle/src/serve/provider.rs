@@ -28,6 +28,9 @@ pub struct ProviderConfig {
     pub max_replicas: usize,
     /// How unowned a sandbox must stay before reconciliation adopts it (shared store only).
     pub adopt_grace: Duration,
+    /// A lease neither released nor renewed for this long is released by the reaper (zero:
+    /// leases last until released).
+    pub lease_timeout: Duration,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -67,7 +70,10 @@ impl Provider {
             lc,
             own,
             metrics: Metrics::default(),
-            pool: Mutex::new(Pool::new(config.idle_timeout, config.max_replicas)),
+            pool: Mutex::new(
+                Pool::new(config.idle_timeout, config.max_replicas)
+                    .with_lease_timeout(config.lease_timeout),
+            ),
             clock,
             config,
             serial: Mutex::new(HashMap::new()),
@@ -348,6 +354,14 @@ impl Provider {
         }
     }
 
+    /// `renew`: restarts the lease's `--lease-timeout` clock; the sandbox it holds.
+    pub fn renew_lease(&self, lease: &str) -> Result<String, ServeError> {
+        let now = self.now();
+        let renewed = self.pool().renew_lease(lease, now);
+        tracing::debug!(lease, sandbox_id = ?renewed, "renew lease");
+        renewed.ok_or_else(|| ServeError::UnknownLease(lease.to_owned()))
+    }
+
     /// `destroy`: "destroyed" or "deferred" (holders remain; the last release destroys it).
     pub async fn destroy(&self, id: &str) -> Result<&'static str, ServeError> {
         let id = naming::parse_sandbox_id(id)?;
@@ -428,6 +442,7 @@ impl Provider {
 
     /// Destroys warm entries idle past the timeout (monotonic clock).
     pub async fn reap(&self) -> Vec<String> {
+        super::background::release_lapsed(self).await;
         let expired = self.pool().expired(self.now());
         for id in &expired {
             let serial = self.serial(id);
