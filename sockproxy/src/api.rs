@@ -80,6 +80,40 @@ impl ContainerOp {
         }
     }
 
+    /// The query parameters dockerd reads for this operation (20.10 and current), less those
+    /// no stack may pass: `start`'s `checkpoint` and `checkpoint-dir` name a directory dockerd
+    /// joins onto a path without checking it (fixed in moby after 28.5), on experimental
+    /// engines restoring a process from files a sandbox could write. `detachKeys` on start is
+    /// API 1.24's; dockerd ignores it and clients still send it. Anything else is refused by
+    /// name, never forwarded.
+    pub fn query_params(self) -> &'static [&'static str] {
+        match self {
+            Self::Inspect => &["size"],
+            Self::Start => &["detachKeys"],
+            Self::Stop | Self::Restart => &["t", "signal"],
+            Self::Kill => &["signal"],
+            Self::Wait => &["condition"],
+            Self::Remove => &["force", "v", "link"],
+            Self::Logs => &[
+                "follow",
+                "stdout",
+                "stderr",
+                "since",
+                "until",
+                "timestamps",
+                "tail",
+                "details",
+                "format",
+            ],
+            Self::Attach => &["stream", "stdin", "stdout", "stderr", "logs", "detachKeys"],
+            Self::Resize => &["h", "w"],
+            Self::Archive => &["path", "noOverwriteDirNonDir", "copyUIDGID"],
+            Self::Top => &["ps_args"],
+            Self::Rename => &["name"],
+            Self::ExecCreate | Self::Update => &[],
+        }
+    }
+
     /// Reading a container's state or output does not change it; everything else does.
     pub fn is_read(self) -> bool {
         matches!(self, Self::Inspect | Self::Wait | Self::Logs | Self::Top)
@@ -101,6 +135,14 @@ impl ExecOp {
             Self::Resize => "exec.resize",
         }
     }
+
+    /// The query parameters dockerd reads for this operation; anything else is refused.
+    pub fn query_params(self) -> &'static [&'static str] {
+        match self {
+            Self::Resize => &["h", "w"],
+            Self::Start | Self::Inspect => &[],
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +160,14 @@ impl NetworkOp {
             Self::Remove => "networks.remove",
             Self::Connect => "networks.connect",
             Self::Disconnect => "networks.disconnect",
+        }
+    }
+
+    /// The query parameters dockerd reads for this operation; anything else is refused.
+    pub fn query_params(self) -> &'static [&'static str] {
+        match self {
+            Self::Inspect => &["verbose", "scope"],
+            Self::Remove | Self::Connect | Self::Disconnect => &[],
         }
     }
 }

@@ -60,6 +60,7 @@ pub fn decide(
         Endpoint::ContainerList => Ok(Plan::List(Kind::Container)),
         Endpoint::NetworkList => Ok(Plan::List(Kind::Network)),
         Endpoint::ContainerCreate => {
+            known_params(&op, query, CREATE_PARAMS)?;
             let name = query.get("name").unwrap_or("");
             let name = name.strip_prefix('/').unwrap_or(name);
             if scope.allows(Kind::Container, Access::Change, name) && !name.contains('/') {
@@ -82,6 +83,7 @@ pub fn decide(
                 Access::Change
             };
             check_name(Kind::Container, access, &op, target, scope)?;
+            known_params(&op, query, cop.query_params())?;
             if *cop == ContainerOp::Top {
                 top_args(&op, query)?;
             }
@@ -98,15 +100,18 @@ pub fn decide(
                 access,
             })
         }
-        Endpoint::Exec { op: eop, id } => Ok(Plan::Exec {
-            op: *eop,
-            id: id.clone(),
-            access: if *eop == ExecOp::Inspect {
-                Access::Read
-            } else {
-                Access::Change
-            },
-        }),
+        Endpoint::Exec { op: eop, id } => {
+            known_params(&op, query, eop.query_params())?;
+            Ok(Plan::Exec {
+                op: *eop,
+                id: id.clone(),
+                access: if *eop == ExecOp::Inspect {
+                    Access::Read
+                } else {
+                    Access::Change
+                },
+            })
+        }
         Endpoint::NetworkCreate if scope.restricted() => Ok(Plan::CreateNetwork),
         Endpoint::Network { op: nop, target } => {
             let access = if *nop == NetworkOp::Inspect {
@@ -117,6 +122,7 @@ pub fn decide(
                 return Err(Refusal::NotAllowed { op });
             };
             check_name(Kind::Network, access, &op, target, scope)?;
+            known_params(&op, query, nop.query_params())?;
             Ok(Plan::Network {
                 op: *nop,
                 target: target.clone(),
@@ -133,6 +139,22 @@ pub fn decide(
         Endpoint::NetworkCreate | Endpoint::Denied { .. } | Endpoint::Unknown { .. } => {
             Err(Refusal::NotAllowed { op })
         }
+    }
+}
+
+/// Query parameters of `POST /containers/create` (dockerd's `postContainersCreate`).
+const CREATE_PARAMS: &[&str] = &["name", "platform"];
+
+/// Only the parameters dockerd reads for `op` reach it: an allowlist, so a parameter a later
+/// engine starts to read (or an experimental one, like `start`'s `checkpoint`) is refused by
+/// name instead of forwarded unseen.
+fn known_params(op: &str, query: &Query, known: &[&str]) -> Result<(), Refusal> {
+    match query.keys().find(|k| !known.contains(k)) {
+        Some(k) => Err(Refusal::Setting {
+            op: op.to_owned(),
+            why: format!("query parameter {k} is not allowed for this stack"),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -69,6 +69,121 @@ mod table {
         }
     }
 
+    /// Each operation passes the parameters dockerd reads for it (what the docker CLI,
+    /// docker-py and bollard send) and nothing else; a refusal names the parameter.
+    #[test]
+    fn query_parameters_are_an_allowlist_per_operation() {
+        use ContainerOp as C;
+        let sb = "deer-flow-sandbox-1";
+        let exec = |op| Endpoint::Exec {
+            op,
+            id: "e".repeat(64),
+        };
+        let network = |op| Endpoint::Network {
+            op,
+            target: ObjRef::parse("deer-flow-net-1").expect("ref"),
+        };
+        let allowed: Vec<(Endpoint, &str)> = vec![
+            (Endpoint::ContainerCreate, "name=deer-flow-sandbox-1&platform=linux%2Famd64"),
+            (container(C::Start, sb), ""),
+            (container(C::Start, sb), "detachKeys=ctrl-p"),
+            (container(C::Stop, sb), "t=5&signal=SIGTERM"),
+            (container(C::Restart, sb), "t=1"),
+            (container(C::Kill, sb), "signal=KILL"),
+            (container(C::Wait, sb), "condition=next-exit"),
+            (container(C::Remove, sb), "v=False&link=False&force=False"),
+            (container(C::Remove, sb), "force=1"),
+            (
+                container(C::Logs, sb),
+                "details=0&follow=1&since=1&stderr=1&stdout=1&tail=all&timestamps=0&until=2&format=json",
+            ),
+            (container(C::Attach, sb), "stream=1&stdin=1&stdout=1&stderr=1&logs=0&detachKeys=ctrl-q"),
+            (container(C::Resize, sb), "h=40&w=120"),
+            (container(C::Inspect, sb), "size=1"),
+            (container(C::Archive, sb), "path=%2Ftmp&noOverwriteDirNonDir=1&copyUIDGID=1"),
+            (container(C::Top, sb), "ps_args=aux"),
+            (container(C::Rename, sb), "name=deer-flow-sandbox-2"),
+            (exec(ExecOp::Resize), "h=1&w=2"),
+            (network(NetworkOp::Inspect), "verbose=1&scope=local"),
+        ];
+        for (ep, raw) in allowed {
+            let q = Query::parse(Some(raw)).expect("query");
+            let got = decide(&ep, &q, &scope(true), &[]).map_err(|r| r.to_string());
+            assert!(got.is_ok(), "{ep:?} ?{raw}: {got:?}");
+        }
+        let refused: Vec<(Endpoint, &str, &str)> = vec![
+            (
+                container(C::Start, sb),
+                "checkpoint=..%2F..%2Ftmp%2Fx",
+                "containers.start: query parameter checkpoint",
+            ),
+            (
+                container(C::Start, sb),
+                "checkpoint-dir=%2Ftmp",
+                "containers.start: query parameter checkpoint-dir",
+            ),
+            (
+                container(C::Start, sb),
+                "Checkpoint=x",
+                "containers.start: query parameter Checkpoint",
+            ),
+            (
+                container(C::Stop, "abc123"),
+                "t=1&checkpoint=x",
+                "containers.stop: query parameter checkpoint",
+            ),
+            (
+                container(C::Update, sb),
+                "x=1",
+                "containers.update: query parameter x",
+            ),
+            (
+                container(C::ExecCreate, sb),
+                "user=root",
+                "containers.exec: query parameter user",
+            ),
+            (
+                container(C::Archive, sb),
+                "path=%2F&x=1",
+                "containers.archive: query parameter x",
+            ),
+            (
+                Endpoint::ContainerCreate,
+                "name=deer-flow-sandbox-1&pull=always",
+                "containers.create: query parameter pull",
+            ),
+            (
+                exec(ExecOp::Start),
+                "detachKeys=x",
+                "exec.start: query parameter detachKeys",
+            ),
+            (
+                exec(ExecOp::Inspect),
+                "size=1",
+                "exec.inspect: query parameter size",
+            ),
+            (
+                network(NetworkOp::Connect),
+                "force=1",
+                "networks.connect: query parameter force",
+            ),
+            (
+                network(NetworkOp::Remove),
+                "force=1",
+                "networks.remove: query parameter force",
+            ),
+        ];
+        for (ep, raw, why) in refused {
+            let q = Query::parse(Some(raw)).expect("query");
+            let got = decide(&ep, &q, &scope(true), &[]).map_err(|r| r.to_string());
+            assert_eq!(
+                got,
+                Err(format!("sockproxy: {why} is not allowed for this stack")),
+                "{ep:?} ?{raw}"
+            );
+        }
+    }
+
     #[test]
     fn info_deny_refuses_info() {
         let s = scope(false).with_info(false);

@@ -8,7 +8,8 @@
 //! containers on the stack's own network; and on engines before API 1.43, whose archive
 //! endpoints mount a container's volumes in the host's namespace, any archive request; and a
 //! sandbox network made without `Internal`; and, with `--allow-image`, an image inspect by ID
-//! prefix or of another image.
+//! prefix or of another image; and a start naming a checkpoint (a path dockerd joins unchecked,
+//! on experimental engines a process restored from files the sandbox wrote).
 
 use serde_json::json;
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes, Kind};
@@ -434,4 +435,43 @@ fn with_an_image_list_no_other_image_can_be_inspected() {
             });
         },
     );
+}
+
+#[test]
+fn a_start_may_not_name_a_checkpoint() {
+    each_engine("a_start_may_not_name_a_checkpoint", Fakes::Debian, |e| {
+        let prefix = unique_prefix();
+        let mut clean = Cleanup::new(&e.socket);
+        let p = StackProxy::start(&e.socket, &prefix, false);
+        let name = clean.container(&format!("{prefix}sandbox-ckpt"));
+        let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
+        let r = send(
+            p.socket(),
+            "POST",
+            &format!("/containers/create?name={name}"),
+            &body,
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        let status = |e: &Engine| {
+            inspect(e, "containers", &format!("{name}/json")).json()["State"]["Status"].clone()
+        };
+        step("checkpoint or checkpoint-dir: refused, not started", || {
+            for (q, needle) in [
+                ("checkpoint=..%2F..%2F..%2Ftmp%2Fx", "checkpoint "),
+                ("checkpoint-dir=%2Ftmp", "checkpoint-dir "),
+                ("checkpoint=c1&checkpoint-dir=%2Ftmp%2Fd", "checkpoint "),
+            ] {
+                let path = format!("/v1.41/containers/{name}/start?{q}");
+                let r = raw::request(p.socket(), "POST", &path, None).expect("answer");
+                refused(&r, 403, &format!("query parameter {needle}is not allowed"));
+                assert_eq!(status(&e), json!("created"), "{q}");
+            }
+        });
+        step("the same start without them runs it", || {
+            let path = format!("/v1.41/containers/{name}/start");
+            let r = raw::request(p.socket(), "POST", &path, None).expect("answer");
+            assert_eq!(r.status, 204, "{}", r.text());
+            assert_eq!(status(&e), json!("running"));
+        });
+    });
 }
