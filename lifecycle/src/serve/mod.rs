@@ -3,7 +3,7 @@
 //! monotonic clock; `store` the ownership trait (memory) with its pure rule, `redis_store` the
 //! shared one; `error` the provider's errors and identity rule; `provider` does the I/O around the pool; `http` the API; `background` the
 //! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header timeout and
-//! connection cap; `cmd` the command's flags and main loop.
+//! connection cap, `write_timeout` a stream wrapper that fails stalled writes; `cmd` the command's flags and main loop.
 
 pub mod background;
 pub mod clock;
@@ -16,3 +16,4 @@ pub mod pool;
 pub mod provider;
 pub mod redis_store;
 pub mod store;
+pub mod write_timeout;
