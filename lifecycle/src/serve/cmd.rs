@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// 0.1 to 3600.
     #[arg(long, env = "LIFECYCLE_HEADER_TIMEOUT", default_value_t = limits::DEFAULT_HEADER_TIMEOUT_SECS)]
     pub header_timeout: f64,
+    /// Seconds an answer may wait on a client that takes none of its bytes (one that sends
+    /// requests and never reads the answers); its connection is then closed. 0.1 to 3600.
+    #[arg(long, env = "LIFECYCLE_WRITE_TIMEOUT", default_value_t = limits::DEFAULT_WRITE_TIMEOUT_SECS)]
+    pub write_timeout: f64,
     /// Client connections served at once; more are answered 503 and closed.
     #[arg(long, env = "LIFECYCLE_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
@@ -119,7 +123,11 @@ fn owner_name() -> String {
 
 /// The socket's limits from their flags, checked before anything is bound or started.
 pub fn limits(a: &ServeArgs) -> Result<Limits, ServeSetupError> {
-    Ok(Limits::new(a.header_timeout, a.max_connections)?)
+    Ok(Limits::new(
+        a.header_timeout,
+        a.write_timeout,
+        a.max_connections,
+    )?)
 }
 
 pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupError> {
@@ -230,9 +238,17 @@ mod tests {
     fn limit_flags_default_and_parse() {
         assert_eq!(limits_of(&[]), Ok(Limits::default()));
         assert_eq!(
-            limits_of(&["--header-timeout", "1.5", "--max-connections", "2"]),
+            limits_of(&[
+                "--header-timeout",
+                "1.5",
+                "--write-timeout",
+                "0.5",
+                "--max-connections",
+                "2"
+            ]),
             Ok(Limits {
                 header_timeout: Duration::from_millis(1500),
+                write_timeout: Duration::from_millis(500),
                 max_connections: 2
             })
         );
@@ -240,7 +256,7 @@ mod tests {
 
     #[test]
     fn bad_limit_flags_are_refused_with_the_flag_named() {
-        let cases: [(&[&str], &str); 6] = [
+        let cases: [(&[&str], &str); 9] = [
             (
                 &["--header-timeout", "0"],
                 "--header-timeout: 0: expected seconds from 0.1 to 3600",
@@ -254,6 +270,15 @@ mod tests {
                 &["--header-timeout", "7200"],
                 "--header-timeout: 7200: expected",
             ),
+            (
+                &["--write-timeout", "0"],
+                "--write-timeout: 0: expected seconds from 0.1 to 3600",
+            ),
+            (
+                &["--write-timeout", "inf"],
+                "--write-timeout: inf: expected",
+            ),
+            (&["--write-timeout", "later"], "invalid value 'later'"),
             (
                 &["--max-connections", "0"],
                 "--max-connections: 0: expected at least 1",

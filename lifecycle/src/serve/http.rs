@@ -2,7 +2,8 @@
 //! acquire runs in its own task: a client that disconnects mid-acquire does not cut the engine
 //! steps off (they finish or roll back, and the lock is released); what it acquired is then
 //! released at once, into the warm pool, so nothing is left held by no one. The socket's
-//! `Limits` hold every client to a header timeout and the connections to a cap (see `serve`).
+//! `Limits` hold every client to a header timeout and a write timeout, and the connections to a
+//! cap (see `serve`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use tokio::sync::{watch, Semaphore};
 use super::limits::Limits;
 use super::pool::State;
 use super::provider::{Provider, ServeError};
+use super::write_timeout::{is_write_stall, WriteTimeout};
 
 type Answer = Response<Full<Bytes>>;
 
@@ -262,15 +264,27 @@ pub async fn serve(
 
 async fn serve_connection(stream: UnixStream, p: Arc<Provider>, limits: Limits) {
     let svc = hyper::service::service_fn(move |req| route(p.clone(), req, limits.header_timeout));
-    let _ = hyper::server::conn::http1::Builder::new()
+    // hyper has no write timeout: a client that sends requests (pipelined, say) and reads none
+    // of the answers would hold its connection and slot for good once the socket's buffer is
+    // full. The wrapper fails a write that stalls that long, which ends the connection.
+    let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+    let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         // hyper runs this clock only while it waits for a request head: from the accept, and
         // again after each answer on a kept-alive connection. It stops once a head is in, so a
         // request being served (an acquire waiting on the engine) is never cut by it; an
         // unfinished head or an idle connection is closed.
         .header_read_timeout(limits.header_timeout)
-        .serve_connection(TokioIo::new(stream), svc)
+        .serve_connection(io, svc)
         .await;
+    if let Err(e) = served {
+        if is_write_stall(&e) {
+            tracing::warn!(
+                write_timeout_secs = limits.write_timeout.as_secs_f64(),
+                "a client took none of its answers within --write-timeout: connection closed"
+            );
+        }
+    }
 }
 
 /// Over `--max-connections`: a 503 in the API's error shape, then close; the request is never

@@ -2,8 +2,9 @@
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `clock` the injectable
 //! monotonic clock; `store` the ownership trait (memory) with its pure rule, `redis_store` the
 //! shared one; `error` the provider's errors and identity rule; `provider` does the I/O around the pool; `http` the API; `background` the
-//! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header timeout and
-//! connection cap, `write_timeout` a stream wrapper that fails stalled writes; `cmd` the command's flags and main loop.
+//! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header and write
+//! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
+//! timeout; `cmd` the command's flags and main loop.
 
 pub mod background;
 pub mod clock;

@@ -1,9 +1,10 @@
-//! `lifecycle serve`'s limits on its socket (`--header-timeout`, `--max-connections`), on the
-//! program: a client that never finishes its request head, or sends nothing, or idles after an
-//! answer, is disconnected while another client is served; one that stalls its body is answered
-//! 408 and disconnected; over the cap a client is answered 503 in the API's error shape and a
-//! freed slot serves again; bad values are refused at start-up. In process: a request held at
-//! the engine longer than the timeout is still answered.
+//! `lifecycle serve`'s limits on its socket (`--header-timeout`, `--write-timeout`,
+//! `--max-connections`), on the program: a client that never finishes its request head, or sends
+//! nothing, or idles after an answer, is disconnected while another client is served; one that
+//! stalls its body is answered 408 and disconnected; one that pipelines requests and never reads
+//! the answers is disconnected and its slot freed; over the cap a client is answered 503 in the
+//! API's error shape and a freed slot serves again; bad values are refused at start-up. In
+//! process: a request held at the engine longer than the timeout is still answered.
 //! Every wait is bounded and waits for an event; nothing is asserted about time.
 
 use std::io::{ErrorKind, Read, Write};
@@ -209,6 +210,75 @@ fn over_the_connection_cap_a_client_is_answered_503_and_a_freed_slot_serves_agai
     assert!(refusals() >= 2, "{}", serve.stderr());
 }
 
+/// A client that pipelines requests and never reads the answers: once the server's buffers and
+/// the socket's are full of answers, the write stalls, and after `--write-timeout` the connection
+/// is closed. With `--max-connections 1` the next client is served only once that slot is free.
+#[test]
+fn a_client_that_never_reads_its_answers_is_disconnected_and_its_slot_freed() {
+    let stack = LcStack::new(false);
+    let dir = tempfile::tempdir().expect("dir");
+    // A long header timeout: only the write timeout can close the connection within BOUND.
+    let serve = serve(
+        &stack,
+        dir.path(),
+        &[
+            "--header-timeout",
+            "60",
+            "--write-timeout",
+            "0.5",
+            "--max-connections",
+            "1",
+        ],
+    );
+    // Served once first, so that it is the connection holding the one slot.
+    let greedy = held(&serve.sock);
+    // 8 MiB of requests: their answers are far more than the server's write buffer and the
+    // socket's hold, so the server stalls on them, stops reading, and the writer blocks until the
+    // connection is closed (or its write timeout, the bound, runs out).
+    let mut writer = greedy.try_clone().expect("clone");
+    writer
+        .set_write_timeout(Some(BOUND))
+        .expect("write timeout");
+    let requests = b"GET /healthz HTTP/1.1\r\nHost: lifecycle\r\n\r\n".repeat(200_000);
+    let sent = std::thread::spawn(move || writer.write_all(&requests));
+
+    let r = served_eventually(&serve.sock);
+    assert_eq!(r.json()["ok"], true, "{}", r.text());
+    let e = sent
+        .join()
+        .expect("writer thread")
+        .expect_err("the server stopped taking requests");
+    assert!(
+        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "the connection was closed, not merely stuck: {e}"
+    );
+    // The answers it did get are still there to read; after them, the close.
+    let mut greedy = greedy;
+    greedy.set_read_timeout(Some(BOUND)).expect("read timeout");
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match greedy.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("still open after its answers: {e}"),
+        }
+    }
+
+    let deadline = Instant::now() + BOUND;
+    let stalls = || {
+        serve
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("--write-timeout"))
+            .count()
+    };
+    while stalls() < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(stalls(), 1, "{}", serve.stderr());
+}
+
 /// Clients over the cap that neither send nor close hold their refusal (and a descriptor) for up
 /// to a second each: at most 16 are answered at a time, the rest closed unanswered at once, so
 /// a client reconnecting in a loop cannot pile them up.
@@ -265,6 +335,16 @@ fn bad_limit_flags_are_refused_at_start_up() {
             "--header-timeout: inf: expected",
         ),
         (
+            &["--write-timeout", "0"],
+            &[],
+            "lifecycle serve: --write-timeout: 0: expected seconds from 0.1 to 3600",
+        ),
+        (
+            &["--write-timeout", "7200"],
+            &[],
+            "--write-timeout: 7200: expected",
+        ),
+        (
             &["--max-connections", "0"],
             &[],
             "lifecycle serve: --max-connections: 0: expected at least 1",
@@ -276,6 +356,11 @@ fn bad_limit_flags_are_refused_at_start_up() {
         ),
         (
             &[],
+            &[("LIFECYCLE_WRITE_TIMEOUT", "-1")],
+            "--write-timeout: -1: expected",
+        ),
+        (
+            &[],
             &[("LIFECYCLE_MAX_CONNECTIONS", "0")],
             "--max-connections: 0: expected at least 1",
         ),
@@ -283,6 +368,11 @@ fn bad_limit_flags_are_refused_at_start_up() {
             &["--header-timeout", "soon"],
             &[],
             "invalid value 'soon' for '--header-timeout",
+        ),
+        (
+            &["--write-timeout", "later"],
+            &[],
+            "invalid value 'later' for '--write-timeout",
         ),
         (
             &["--max-connections", "many"],
@@ -304,6 +394,7 @@ fn bad_limit_flags_are_refused_at_start_up() {
         .arg(&sock)
         .args(*flags)
         .env_remove("LIFECYCLE_HEADER_TIMEOUT")
+        .env_remove("LIFECYCLE_WRITE_TIMEOUT")
         .env_remove("LIFECYCLE_MAX_CONNECTIONS")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
@@ -329,7 +420,7 @@ fn bad_limit_flags_are_refused_at_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_held_at_the_engine_past_the_header_timeout_is_still_answered() {
-    let limits = Limits::new(1.0, 2).expect("limits");
+    let limits = Limits::new(1.0, 10.0, 2).expect("limits");
     let s = Served::start_limited(config(0, 0), limits).await;
     let (gate, client) = s.acquire_held("POST", "/start", "slow");
     gate.arrived().await;

@@ -1,8 +1,9 @@
 //! `lifecycle serve`, the sandbox provider: the seed's behaviours through its HTTP API
 //! (`provider`), shutdown (`shutdown`), its Redis ownership store and two providers sharing it
 //! (`redis`), ownership claims around failures and orphans (`claims`), acquire/release/reclaim
-//! on the real engine (`real`), the socket's header timeout and connection cap (`limits`), and
-//! leases released by the reaper once not renewed within `--lease-timeout` (`leases`).
+//! on the real engine (`real`), the socket's header and write timeouts and connection cap
+//! (`limits`), and leases released by the reaper once not renewed within `--lease-timeout`
+//! (`leases`).
 //! Run on its own with `cargo test -p sockproxy-tests --test serve`.
 
 mod claims;
