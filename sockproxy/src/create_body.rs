@@ -187,6 +187,32 @@ fn healthcheck(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> 
     Ok(Value::Object(o))
 }
 
+/// The stack's own networks a checked create body puts the container on (`HostConfig.NetworkMode`
+/// and the `NetworkingConfig.EndpointsConfig` keys), the engine's defaults left out: under
+/// `--require-stack-label` the proxy inspects each for the stack's label before it creates.
+pub fn joined_networks(out: &Value) -> Vec<String> {
+    let engines = |n: &str| {
+        matches!(n, "" | "default" | "bridge" | "none" | "host") || n.starts_with("container:")
+    };
+    let mode = out
+        .get("HostConfig")
+        .and_then(|h| h.get("NetworkMode"))
+        .and_then(Value::as_str);
+    let endpoints = out
+        .get("NetworkingConfig")
+        .and_then(|n| n.get("EndpointsConfig"))
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|eps| eps.keys().map(String::as_str));
+    let mut names: Vec<String> = Vec::new();
+    for n in mode.into_iter().chain(endpoints) {
+        if !engines(n) && !names.iter().any(|x| x == n) {
+            names.push(n.to_owned());
+        }
+    }
+    names
+}
+
 /// `NetworkingConfig.EndpointsConfig`: only the stack's networks (or the engine's defaults).
 fn networking_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let mut r = Reader::new(ctx.op, path, v)?;

@@ -249,6 +249,48 @@ fn settings_naming_a_container_are_refused_under_require_stack_label() {
     }
 }
 
+/// Under `--require-stack-label` a named volume is refused however it is named (a volume made
+/// by a create has no labels to check); without the flag one with the stack's prefix passes.
+#[test]
+fn named_volumes_are_refused_under_require_stack_label() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let strict = CreateRules {
+        require_stack_label: true,
+        ..CreateRules::default()
+    };
+    let bodies = [
+        (
+            serde_json::json!({ "HostConfig": { "Binds": ["deer-flow-data:/data"] } }),
+            "HostConfig.Binds names volume deer-flow-data",
+        ),
+        (
+            serde_json::json!({ "HostConfig": { "Mounts": [{ "Type": "volume", "Source": "deer-flow-data", "Target": "/data" }] } }),
+            "HostConfig.Mounts[0].Source names volume deer-flow-data",
+        ),
+    ];
+    for (body, why) in bodies {
+        let open = check(
+            body.clone(),
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            "s",
+        );
+        assert!(open.is_ok(), "{body}: {open:?}");
+        let err = check(body.clone(), &scope, &strict, Path::new("/x"), "s").expect_err("refused");
+        assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(
+            err.to_string(),
+            format!("sockproxy: containers.create: {why}, which --require-stack-label does not allow (a volume carries no stack label)"),
+            "{body}"
+        );
+    }
+    // An anonymous volume (no source) names nothing and still passes.
+    let anon = serde_json::json!({ "HostConfig": { "Mounts": [{ "Type": "volume", "Target": "/data" }] } });
+    let got = check(anon, &scope, &strict, Path::new("/x"), "s");
+    assert!(got.is_ok(), "{got:?}");
+}
+
 /// A map that may only be empty is forwarded empty even when sent with keys of empty values
 /// (an annotation or storage option named is not nothing to the engine).
 #[test]

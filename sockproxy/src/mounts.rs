@@ -152,8 +152,19 @@ fn no_symlinks(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// A named volume is the stack's when its name carries the stack prefix.
+/// A named volume is the stack's when its name carries the stack prefix. Under
+/// `--require-stack-label` a name is not enough, and a volume a create makes on the way has no
+/// labels to check, so no named volume may be used at all (binds, tmpfs and anonymous volumes
+/// still may).
 fn volume_name(ctx: &Ctx, path: &str, name: &str) -> Result<(), Refusal> {
+    if ctx.rules.require_stack_label {
+        return Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!(
+                "{path} names volume {name}, which --require-stack-label does not allow (a volume carries no stack label)"
+            ),
+        });
+    }
     if name.starts_with(ctx.scope.prefix().as_str()) {
         Ok(())
     } else {

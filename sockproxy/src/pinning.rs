@@ -77,14 +77,17 @@ pub fn inspected(
     rules: &Rules,
 ) -> Result<Pinned, Refusal> {
     check_resolved(kind, access, op, r, ins.name, rules.scope)?;
-    if rules.require_stack_label
-        && kind == Kind::Container
-        && access == Access::Change
-        && ins.stack_label != Some(rules.stack)
+    // Containers and networks alike: a network made on the engine (or by another stack with
+    // the same prefix) is not the stack's to remove, connect to or put a sandbox on.
+    if rules.require_stack_label && access == Access::Change && ins.stack_label != Some(rules.stack)
     {
-        return Err(match r {
-            ObjRef::Hex(id) => absent(kind, id),
-            ObjRef::Name(name) => Refusal::ContainerOutOfScope {
+        return Err(match (r, kind) {
+            (ObjRef::Hex(id), _) => absent(kind, id),
+            (ObjRef::Name(name), Kind::Container) => Refusal::ContainerOutOfScope {
+                op: op.to_owned(),
+                name: name.clone(),
+            },
+            (ObjRef::Name(name), Kind::Network) => Refusal::NetworkOutOfScope {
                 op: op.to_owned(),
                 name: name.clone(),
             },
@@ -213,6 +216,62 @@ mod tests {
             &name,
             &ins(None),
             &r
+        )
+        .is_ok());
+        // Networks too: one without the stack's label is not the stack's to change.
+        let net = ObjRef::Name("deer-flow-sandbox-net-1".into());
+        let net_ins = |label| Inspected {
+            id: ID,
+            name: "deer-flow-sandbox-net-1",
+            stack_label: label,
+        };
+        let restricted = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
+        let rr = rules(&restricted);
+        for label in [None, Some("other-stack")] {
+            assert_eq!(
+                inspected(
+                    Kind::Network,
+                    Access::Change,
+                    "networks.connect",
+                    &net,
+                    &net_ins(label),
+                    &rr
+                ),
+                Err(Refusal::NetworkOutOfScope {
+                    op: "networks.connect".into(),
+                    name: "deer-flow-sandbox-net-1".into()
+                }),
+                "{label:?}"
+            );
+            assert_eq!(
+                inspected(
+                    Kind::Network,
+                    Access::Change,
+                    "networks.remove",
+                    &ObjRef::Hex("11".into()),
+                    &net_ins(label),
+                    &rr
+                ),
+                Err(Refusal::NoSuchNetwork("11".into())),
+                "{label:?}"
+            );
+        }
+        assert!(inspected(
+            Kind::Network,
+            Access::Read,
+            "networks.inspect",
+            &net,
+            &net_ins(None),
+            &rr
+        )
+        .is_ok());
+        assert!(inspected(
+            Kind::Network,
+            Access::Change,
+            "networks.connect",
+            &net,
+            &net_ins(Some("atlas")),
+            &rr
         )
         .is_ok());
         let hex = ObjRef::Hex("11".into());

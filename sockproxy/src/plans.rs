@@ -277,6 +277,38 @@ impl Proxy {
             .await
     }
 
+    /// Under `--require-stack-label`, each of the stack's networks a checked create joins must
+    /// carry the stack's label, decided as a change to that network (`pinning::inspected`);
+    /// `Some` is the engine's own answer for a network it does not know. The name goes on to
+    /// the engine as it was checked: a labelled network cannot be renamed, and another of the
+    /// same name would make the name ambiguous to the engine, which then refuses the create.
+    pub(crate) async fn check_joined_networks(
+        &self,
+        op: &str,
+        out: &serde_json::Value,
+        version: Option<&str>,
+    ) -> Result<Option<Buffered>, Refusal> {
+        if !self.create_rules.require_stack_label {
+            return Ok(None);
+        }
+        for name in crate::create_body::joined_networks(out) {
+            let r = ObjRef::parse(&name).ok_or_else(|| {
+                Refusal::BadRequest(format!("{op}: network {name:?} is not a reference"))
+            })?;
+            let w = Wanted {
+                kind: Kind::Network,
+                access: Access::Change,
+                op,
+                r: &r,
+                version,
+            };
+            if let Err(engine) = self.pin(w).await? {
+                return Ok(Some(engine));
+            }
+        }
+        Ok(None)
+    }
+
     /// The pin for what `w` names, and whether it came from the name map; `Err` is the
     /// engine's own answer for a name it does not know.
     async fn pin(&self, w: Wanted<'_>) -> Result<Result<(Pinned, bool), Buffered>, Refusal> {

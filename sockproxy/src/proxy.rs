@@ -245,6 +245,12 @@ impl Proxy {
                     self.upstream.path(),
                     &self.stack,
                 )?;
+                if let Some(engine) = self
+                    .check_joined_networks(op, &out, target.version.as_deref())
+                    .await?
+                {
+                    return Ok(buffered_response(engine));
+                }
                 self.forward_json(&parts, &out, with_query(target.path(), &query))
                     .await
             }
@@ -286,6 +292,7 @@ impl Proxy {
                 let v = crate::write_rules::network_create(
                     body::read_checked(take()).await?,
                     &self.scope,
+                    &self.stack,
                 )?;
                 self.forward_json(&parts, &v, with_query(target.path(), &query))
                     .await

@@ -29,6 +29,9 @@ struct Named {
     name: String,
     #[serde(rename = "Config", default)]
     config: Option<NamedConfig>,
+    /// A network's labels (a container's are under `Config`).
+    #[serde(rename = "Labels", default)]
+    labels: Option<std::collections::HashMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -50,6 +53,7 @@ impl Named {
                 .config
                 .as_ref()
                 .and_then(|c| c.labels.as_ref())
+                .or(self.labels.as_ref())
                 .and_then(|l| l.get(crate::create_body::STACK_LABEL))
                 .map(String::as_str),
         }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::create_body::{endpoint_settings, CreateRules, Ctx};
+use crate::create_body::{endpoint_settings, CreateRules, Ctx, STACK_LABEL};
 use crate::fields::{self, Reader};
 use crate::host_config;
 use crate::refusal::Refusal;
@@ -122,7 +122,7 @@ const BRIDGE_OPTIONS: [&str; 6] = [
 const GATEWAY_MODES: [&str; 2] = ["nat", "isolated"];
 
 /// `POST /networks/create`.
-pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
+pub fn network_create(v: Value, scope: &Scope, stack: &str) -> Result<Value, Refusal> {
     const OP: &str = "networks.create";
     object(&v)?;
     let mut r = Reader::new(OP, "", v)?;
@@ -162,7 +162,15 @@ pub fn network_create(v: Value, scope: &Scope) -> Result<Value, Refusal> {
     }
     // A config-only network chosen by name would bring in options refused when sent directly.
     r.zero_kept(&mut o, &["ConfigFrom"])?;
-    r.keep(&mut o, "Labels", fields::any_str_map)?;
+    // Stamped like a container's: `--require-stack-label` then knows the network as this
+    // stack's, and one made elsewhere under the same prefix as not.
+    let mut labels = r
+        .take("Labels")
+        .map(|l| fields::str_map("Labels", l))
+        .transpose()?
+        .unwrap_or_default();
+    labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
+    o.insert("Labels".into(), Value::Object(labels));
     r.keep(&mut o, "IPAM", |r, p, v| {
         let mut ir = Reader::new(r.op(), p, v)?;
         let mut io = Map::new();
@@ -274,24 +282,49 @@ mod tests {
             );
         }
         let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Internal": true }), &s).is_ok());
-        assert!(network_create(json!({ "Name": "other" }), &s).is_err());
+        assert!(network_create(
+            json!({ "Name": "deer-flow-net-1", "Internal": true }),
+            &s,
+            "atlas"
+        )
+        .is_ok());
+        assert!(network_create(json!({ "Name": "other" }), &s, "atlas").is_err());
         assert_eq!(
-            network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.name": "docker0" } }), &s)
+            network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.name": "docker0" } }), &s, "atlas")
                 .map_err(|e| e.to_string()),
             Err("sockproxy: networks.create: option com.docker.network.bridge.name is not allowed for this stack".into())
         );
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Driver": "macvlan", "Options": { "parent": "eth0" } }), &s).is_err());
-        assert!(
-            network_create(json!({ "name": "deer-flow-net-1", "driver": "host" }), &s).is_err()
-        );
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Driver": "macvlan", "Options": { "parent": "eth0" } }), &s, "atlas").is_err());
+        assert!(network_create(
+            json!({ "name": "deer-flow-net-1", "driver": "host" }),
+            &s,
+            "atlas"
+        )
+        .is_err());
         // deer-flow's two networks pass as it sends them.
-        assert!(network_create(json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }), &s).is_ok());
-        assert!(network_create(json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }), &s).is_ok());
+        assert!(network_create(json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }), &s, "atlas").is_ok());
+        assert!(network_create(json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }), &s, "atlas").is_ok());
+        // The stack's label is stamped over whatever the client said, beside its own labels.
+        let made = network_create(
+            json!({ "Name": "deer-flow-net-1", "labels": { "sockproxy.stack": "other", "team": "a" } }),
+            &s,
+            "atlas",
+        )
+        .expect("allowed");
+        assert_eq!(
+            made["Labels"],
+            json!({ "sockproxy.stack": "atlas", "team": "a" })
+        );
+        let bare = network_create(json!({ "Name": "deer-flow-net-1" }), &s, "atlas");
+        assert_eq!(
+            bare.map(|v| v["Labels"].clone()),
+            Ok(json!({ "sockproxy.stack": "atlas" }))
+        );
         // A sandbox's internal network must be internal; keys are read case-insensitively.
         assert!(network_create(
             json!({ "name": "deer-flow-sandbox-net-a", "internal": true }),
-            &s
+            &s,
+            "atlas"
         )
         .is_ok());
         for body in [
@@ -301,14 +334,14 @@ mod tests {
             json!({ "Name": "deer-flow-sandbox-net-a", "internal": false }),
         ] {
             assert_eq!(
-                network_create(body.clone(), &s).map_err(|e| e.to_string()),
+                network_create(body.clone(), &s, "atlas").map_err(|e| e.to_string()),
                 Err("sockproxy: networks.create: deer-flow-sandbox-net-a is a sandbox's internal network and must be made with Internal: true".into()),
                 "{body}"
             );
         }
-        assert!(network_create(json!({ "Name": "deer-flow-net-egress" }), &s).is_ok());
+        assert!(network_create(json!({ "Name": "deer-flow-net-egress" }), &s, "atlas").is_ok());
         // Gateway modes that open container addresses to other hosts are refused.
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.gateway_mode_ipv6": "nat" } }), &s).is_ok());
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.gateway_mode_ipv6": "nat" } }), &s, "atlas").is_ok());
         for (family, mode) in [
             ("ipv4", "routed"),
             ("ipv4", "nat-unprotected"),
@@ -319,7 +352,8 @@ mod tests {
             assert_eq!(
                 network_create(
                     json!({ "Name": "deer-flow-net-1", "Options": { key.clone(): mode } }),
-                    &s
+                    &s,
+                    "atlas"
                 )
                 .map_err(|e| e.to_string()),
                 Err(format!(
@@ -328,7 +362,7 @@ mod tests {
             );
         }
         let refused = |v: Value| {
-            network_create(v, &s)
+            network_create(v, &s, "atlas")
                 .map_err(|e| e.to_string())
                 .expect_err("refused")
         };
@@ -348,7 +382,7 @@ mod tests {
             ),
             "sockproxy: networks.create: IPAM.Config is not allowed for this stack"
         );
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "ConfigFrom": { "Network": "" }, "IPAM": { "Driver": "default", "Config": [], "Options": {} } }), &s).is_ok());
+        assert!(network_create(json!({ "Name": "deer-flow-net-1", "ConfigFrom": { "Network": "" }, "IPAM": { "Driver": "default", "Config": [], "Options": {} } }), &s, "atlas").is_ok());
         // Exec start and network connect bodies are read the same way.
         assert_eq!(
             exec_start(json!({ "detach": false, "Tty": true })).expect("ok"),

@@ -6,7 +6,8 @@
 //! (`host_reach`: tmpfs flags, `top`'s ps options, unlimited pids, gateway modes), creates, events, rename, update,
 //! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
 //! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
-//! (`restricted`), and the name map pinning the right container in one round trip (`names`);
+//! (`restricted`), the name map pinning the right container in one round trip (`names`), and
+//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -18,4 +19,5 @@ mod lists;
 mod names;
 mod offline;
 mod restricted;
+mod shared_prefix;
 mod writes;

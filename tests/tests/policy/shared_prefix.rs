@@ -1,0 +1,154 @@
+//! Under `--require-stack-label` a name with the stack's prefix does not make a network or a
+//! volume the stack's: two stacks given one prefix (or a network made on the engine under it)
+//! cannot put a sandbox on each other's networks, connect to or remove them, or share a named
+//! volume. A review reached another stack's network and volume this way; each refusal here is
+//! checked on what the engine holds afterwards, on the fake and the real engine.
+
+use serde_json::json;
+use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes};
+use sockproxy_tests::raw;
+use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
+use sockproxy_tests::unique_prefix;
+
+use crate::bypasses::{inspect, refused, send};
+
+fn strict(e: &Engine, prefix: &str, stack: &str) -> StackProxy {
+    StackProxy::start_with(&e.socket, prefix, true, |c| {
+        c.create_rules.require_stack_label = true;
+        c.stack = stack.to_owned();
+    })
+}
+
+#[test]
+fn one_prefix_two_stacks_share_no_network_and_no_volume() {
+    let test = "one_prefix_two_stacks_share_no_network_and_no_volume";
+    each_engine(test, Fakes::Debian, |e| {
+        let prefix = unique_prefix();
+        let mut clean = Cleanup::new(&e.socket);
+        let a = strict(&e, &prefix, "stack-a");
+        let b = strict(&e, &prefix, "stack-b");
+        let net = clean.network(&format!("{prefix}sandbox-net-aaaa"));
+        let create = |p: &StackProxy, name: &str, extra: serde_json::Value| {
+            let mut body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
+            if let (Some(b), Some(x)) = (body.as_object_mut(), extra.as_object()) {
+                b.extend(x.clone());
+            }
+            send(
+                p.socket(),
+                "POST",
+                &format!("/containers/create?name={name}"),
+                &body,
+            )
+        };
+        let container = |name: &str| inspect(&e, "containers", &format!("{name}/json"));
+
+        step(
+            "stack A makes its network, stamped with its label, and uses it",
+            || {
+                let r = send(
+                    a.socket(),
+                    "POST",
+                    "/networks/create",
+                    &json!({ "Name": net, "Internal": true }),
+                );
+                assert_eq!(r.status, 201, "{}", r.text());
+                let held = inspect(&e, "networks", &net);
+                assert_eq!(held.json()["Labels"]["sockproxy.stack"], json!("stack-a"));
+                let mine = clean.container(&format!("{prefix}sandbox-a"));
+                let r = create(&a, &mine, json!({ "HostConfig": { "NetworkMode": net } }));
+                assert_eq!(r.status, 201, "{}", r.text());
+            },
+        );
+
+        step("stack B cannot put a sandbox on it", || {
+            let rows = [
+                json!({ "HostConfig": { "NetworkMode": net } }),
+                json!({ "NetworkingConfig": { "EndpointsConfig": { net.clone(): {} } } }),
+            ];
+            for (i, extra) in rows.into_iter().enumerate() {
+                let name = clean.container(&format!("{prefix}sandbox-b{i}"));
+                let r = create(&b, &name, extra);
+                refused(
+                    &r,
+                    403,
+                    &format!("{net} is not one of this stack's networks"),
+                );
+                assert_eq!(container(&name).status, 404, "{name}");
+            }
+        });
+
+        step(
+            "stack B cannot connect its own sandbox to it, nor remove it",
+            || {
+                let own = clean.container(&format!("{prefix}sandbox-bown"));
+                let r = create(&b, &own, json!({}));
+                assert_eq!(r.status, 201, "{}", r.text());
+                let r = send(
+                    b.socket(),
+                    "POST",
+                    &format!("/networks/{net}/connect"),
+                    &json!({ "Container": own }),
+                );
+                refused(
+                    &r,
+                    403,
+                    &format!("{net} is not one of this stack's networks"),
+                );
+                let held = container(&own).json();
+                assert!(
+                    held["NetworkSettings"]["Networks"].get(&net).is_none(),
+                    "{held}"
+                );
+                let r = raw::request(b.socket(), "DELETE", &format!("/networks/{net}"), None)
+                    .expect("answer");
+                refused(
+                    &r,
+                    403,
+                    &format!("{net} is not one of this stack's networks"),
+                );
+                assert_eq!(inspect(&e, "networks", &net).status, 200, "still there");
+            },
+        );
+
+        step(
+            "a named volume is refused, so none is made to share",
+            || {
+                let vol = format!("{prefix}vol-a");
+                let name = clean.container(&format!("{prefix}sandbox-vol"));
+                let binds = json!({ "HostConfig": { "Binds": [format!("{vol}:/data")] } });
+                let r = create(&b, &name, binds);
+                refused(&r, 403, "--require-stack-label does not allow");
+                assert_eq!(container(&name).status, 404);
+                assert_eq!(inspect(&e, "volumes", &vol).status, 404, "no volume made");
+            },
+        );
+
+        step(
+            "a network made on the engine under the prefix is no stack's",
+            || {
+                let raw_net = clean.network(&format!("{prefix}sandbox-net-raw"));
+                let body = json!({ "Name": raw_net, "Internal": true }).to_string();
+                let r = raw::request(&e.socket, "POST", "/networks/create", Some(body.as_bytes()))
+                    .expect("answer");
+                assert_eq!(r.status, 201, "{}", r.text());
+                let name = clean.container(&format!("{prefix}sandbox-raw"));
+                let r = create(
+                    &a,
+                    &name,
+                    json!({ "HostConfig": { "NetworkMode": raw_net } }),
+                );
+                refused(
+                    &r,
+                    403,
+                    &format!("{raw_net} is not one of this stack's networks"),
+                );
+                assert_eq!(container(&name).status, 404);
+                let r = raw::request(a.socket(), "DELETE", &format!("/networks/{raw_net}"), None)
+                    .expect("answer");
+                refused(&r, 403, "is not one of this stack's networks");
+                assert_eq!(inspect(&e, "networks", &raw_net).status, 200);
+            },
+        );
+    });
+}
