@@ -158,6 +158,19 @@ pub fn check(
         }
         Ok(Value::String(image))
     })?;
+    stamp_stack_label(&mut r, &mut o, stack)?;
+    r.zero_kept(&mut o, &["MacAddress"])?;
+    r.finish()?;
+    Ok(Value::Object(o))
+}
+
+/// Forwards the client's `Labels` with `sockproxy.stack=<stack>` set over whatever it said: how
+/// `--require-stack-label` later knows a container or network as this stack's.
+pub(crate) fn stamp_stack_label(
+    r: &mut Reader,
+    o: &mut Map<String, Value>,
+    stack: &str,
+) -> Result<(), Refusal> {
     let mut labels = r
         .take("Labels")
         .map(|l| fields::str_map("Labels", l))
@@ -165,9 +178,7 @@ pub fn check(
         .unwrap_or_default();
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
     o.insert("Labels".into(), Value::Object(labels));
-    r.zero_kept(&mut o, &["MacAddress"])?;
-    r.finish()?;
-    Ok(Value::Object(o))
+    Ok(())
 }
 
 fn healthcheck(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {

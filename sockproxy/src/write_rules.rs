@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::create_body::{endpoint_settings, CreateRules, Ctx, STACK_LABEL};
+use crate::create_body::{endpoint_settings, stamp_stack_label, CreateRules, Ctx};
 use crate::fields::{self, Reader};
 use crate::host_config;
 use crate::refusal::Refusal;
@@ -164,13 +164,7 @@ pub fn network_create(v: Value, scope: &Scope, stack: &str) -> Result<Value, Ref
     r.zero_kept(&mut o, &["ConfigFrom"])?;
     // Stamped like a container's: `--require-stack-label` then knows the network as this
     // stack's, and one made elsewhere under the same prefix as not.
-    let mut labels = r
-        .take("Labels")
-        .map(|l| fields::str_map("Labels", l))
-        .transpose()?
-        .unwrap_or_default();
-    labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
-    o.insert("Labels".into(), Value::Object(labels));
+    stamp_stack_label(&mut r, &mut o, stack)?;
     r.keep(&mut o, "IPAM", |r, p, v| {
         let mut ir = Reader::new(r.op(), p, v)?;
         let mut io = Map::new();
