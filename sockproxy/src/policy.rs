@@ -57,7 +57,10 @@ pub fn decide(
         Endpoint::ImagePull => pull(query, allow_images),
         Endpoint::ImageInspect { reference } => image_inspect(reference, allow_images),
         Endpoint::Ping | Endpoint::Version => Ok(Plan::Forward),
-        Endpoint::ContainerList => Ok(Plan::List(Kind::Container)),
+        Endpoint::ContainerList => {
+            unsized_list(&op, query)?;
+            Ok(Plan::List(Kind::Container))
+        }
         Endpoint::NetworkList => Ok(Plan::List(Kind::Network)),
         Endpoint::ContainerCreate => {
             known_params(&op, query, CREATE_PARAMS)?;
@@ -156,6 +159,30 @@ fn known_params(op: &str, query: &Query, known: &[&str]) -> Result<(), Refusal> 
         }),
         None => Ok(()),
     }
+}
+
+/// A container list may not ask for sizes: dockerd sizes every container the client's filters
+/// match, the whole host's, before the proxy keeps the stack's own (a walk of each one's
+/// writable layer). docker-py and bollard send `size=0`, which passes; `docker ps -s` is refused.
+fn unsized_list(op: &str, query: &Query) -> Result<(), Refusal> {
+    match query.get("size") {
+        Some(v) if go_bool(v) => Err(Refusal::Setting {
+            op: op.to_owned(),
+            why: format!(
+                "query parameter size={v} is not allowed for this stack (the engine would size every container on the host)"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// dockerd's reading of a boolean query parameter (`httputils.BoolValue`): false only for an
+/// empty value, `0`, `no`, `false` or `none`, in any case and with surrounding space.
+pub(crate) fn go_bool(v: &str) -> bool {
+    !matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "" | "0" | "no" | "false" | "none"
+    )
 }
 
 /// `ps` options `top` may pass. dockerd runs `ps` as root with the client's options, and when

@@ -184,6 +184,39 @@ mod table {
         }
     }
 
+    /// A list that asks for sizes is refused (dockerd would size the host's every container);
+    /// `size` false in any of dockerd's spellings passes, as docker-py and bollard send it.
+    #[test]
+    fn container_lists_may_not_ask_for_sizes() {
+        let list = |raw: &str| {
+            let q = Query::parse(Some(raw)).expect("query");
+            decide(&Endpoint::ContainerList, &q, &scope(false), &[]).map_err(|r| r.to_string())
+        };
+        for raw in [
+            "all=1",
+            "size=0",
+            "size=False",
+            "size=",
+            "size=no",
+            "size=NONE",
+            "size=%20false%20",
+        ] {
+            assert!(list(raw).is_ok(), "{raw}");
+        }
+        for (raw, v) in [
+            ("size=1", "1"),
+            ("all=1&size=true", "true"),
+            ("size=yes", "yes"),
+            ("size=2", "2"),
+        ] {
+            assert_eq!(
+                list(raw),
+                Err(format!("sockproxy: containers.list: query parameter size={v} is not allowed for this stack (the engine would size every container on the host)")),
+                "{raw}"
+            );
+        }
+    }
+
     #[test]
     fn info_deny_refuses_info() {
         let s = scope(false).with_info(false);

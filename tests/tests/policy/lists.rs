@@ -1,7 +1,8 @@
 //! Container lists through sockproxy against a recording stand-in upstream: filtered to the
 //! stack and limited after filtering, small, large and streamed alike; capped one by one
 //! (`--max-list-bytes`) and all together (`--max-list-bytes-total`); and an answer that cannot
-//! be read fails closed. Upstreams and refusal checks are `offline`'s.
+//! be read fails closed; a list asking for sizes is refused. Upstreams and refusal checks are
+//! `offline`'s.
 
 use sockproxy_tests::raw;
 use sockproxy_tests::recorder::Recorder;
@@ -38,6 +39,36 @@ fn lists_are_filtered_and_limited_after_filtering() {
         up.requests()[0],
         "GET /v1.41/containers/json?all=1",
         "limit is not forwarded"
+    );
+}
+
+/// dockerd sizes every container a list's filters match, the host's, before the proxy keeps the
+/// stack's own: a list asking for sizes is refused and never reaches the engine; one saying no
+/// (as docker-py and bollard always do) is forwarded as it was sent.
+#[test]
+fn a_list_asking_for_sizes_is_refused_before_the_engine() {
+    let prefix = "deer-flow-";
+    let up = engine(prefix);
+    let p = StackProxy::start(up.socket(), prefix, false);
+    for q in ["size=1", "all=1&size=true", "size=Yes"] {
+        let r = raw::get(p.socket(), &format!("/v1.41/containers/json?{q}")).expect("answer");
+        let v = q.rsplit('=').next().unwrap_or_default();
+        assert_refusal(
+            &r,
+            403,
+            &format!("sockproxy: containers.list: query parameter size={v} is not allowed for this stack (the engine would size every container on the host)"),
+        );
+    }
+    assert_eq!(up.requests(), Vec::<String>::new(), "nothing forwarded");
+    let r = raw::get(
+        p.socket(),
+        "/v1.41/containers/json?all=1&size=False&limit=-1",
+    )
+    .expect("answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        up.requests(),
+        ["GET /v1.41/containers/json?all=1&size=False"]
     );
 }
 
