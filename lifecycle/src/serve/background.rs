@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::error::renew_word;
 use super::pool::State;
 use super::provider::{Provider, ServeError};
-use super::store::Claim;
+use super::store::{Claim, Renew};
 use crate::naming;
 
 /// Runs the ownership heartbeat on its own task, and the reaper and reconciliation every
@@ -69,17 +70,69 @@ async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiv
     }
 }
 
+/// Renews ownership of every tracked sandbox, and of every one an acquire is working on
+/// (a create's readiness wait can outlast the claim's TTL); a lost one is forgotten (never
+/// re-taken, never destroyed). A store error changes nothing: what we own we keep serving.
+pub(crate) async fn renew_ownership(p: &Provider) {
+    let mut ids: Vec<String> = p.pool().entries().map(|(id, _)| id.clone()).collect();
+    // Per-ID mutexes of sandboxes no longer tracked and not in use go (else one per ID ever).
+    {
+        let pool = p.pool();
+        let mut serial = p.serial.lock().unwrap_or_else(|p| p.into_inner());
+        serial.retain(|id, m| pool.get(id).is_some() || Arc::strong_count(m) > 1);
+        // In use but not tracked yet: an acquire creating it. Renewing a key that is not
+        // ours changes nothing (the store answers lapsed or lost).
+        ids.extend(
+            serial
+                .iter()
+                .filter(|(id, m)| Arc::strong_count(m) > 1 && pool.get(id).is_none())
+                .map(|(id, _)| id.clone()),
+        );
+    }
+    for id in ids {
+        // The list is a snapshot and renewing takes a store round trip per ID: one
+        // destroyed (and its claim released) since would get its key back, blocking peers
+        // for a TTL. Only what is still tracked or still being acquired is renewed.
+        if !still_ours(p, &id) {
+            continue;
+        }
+        match p.own.renew(&id).await {
+            Ok(r) => {
+                p.metrics
+                    .inc("lifecycle_lease_renewals_total", renew_word(r));
+                if r == Renew::Lost {
+                    tracing::warn!(sandbox_id = %id, "ownership lost to another provider: forgetting it");
+                    p.pool().forget(&id);
+                }
+            }
+            Err(e) => {
+                p.metrics.inc("lifecycle_lease_renewals_total", "error");
+                tracing::warn!(sandbox_id = %id, error = %e, "renewal failed; still serving it");
+            }
+        }
+    }
+}
+
+/// Tracked by this process, or held by an operation under way (an acquire creating it).
+fn still_ours(p: &Provider, id: &str) -> bool {
+    if p.pool().get(id).is_some() {
+        return true;
+    }
+    let serial = p.serial.lock().unwrap_or_else(|p| p.into_inner());
+    serial.get(id).is_some_and(|m| Arc::strong_count(m) > 1)
+}
+
 /// Releases every lease not renewed within `--lease-timeout`, as its holder would have: a
 /// gateway that crashed or lost track of a lease would otherwise keep its sandbox active (never
 /// warm, never reaped) for as long as this process runs. Part of `Provider::reap`.
 pub(crate) async fn release_lapsed(p: &Provider) {
     let lapsed = p.pool().lapsed_leases(p.now());
     for (lease, sandbox_id, holder) in lapsed {
-        let (result, error) = match p.release(&lease).await {
-            Ok(word) => (word, None),
-            // Its holder released it meanwhile.
-            Err(ServeError::UnknownLease(_)) => continue,
-            Err(e) => ("failed", Some(e.to_string())),
+        let (result, error) = match p.release_if_lapsed(&lease).await {
+            Some(Ok(word)) => (word, None),
+            // Renewed or released by its holder since the list was made.
+            None | Some(Err(ServeError::UnknownLease(_))) => continue,
+            Some(Err(e)) => ("failed", Some(e.to_string())),
         };
         p.metrics.inc("lifecycle_leases_lapsed_total", result);
         tracing::warn!(

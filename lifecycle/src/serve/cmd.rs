@@ -101,6 +101,24 @@ fn secs(flag: &'static str, v: f64) -> Result<Duration, ServeSetupError> {
     Duration::try_from_secs_f64(v).map_err(|e| ServeSetupError::Flag(flag, e.to_string()))
 }
 
+/// Longest `--tick`: past it the reaper and reconciliation would hardly run, and a timer that
+/// far ahead could overflow the clock (a panic, after the socket was bound).
+const MAX_TICK_SECS: f64 = 3600.0;
+
+/// The period of the heartbeat, reaper and reconciliation passes: `--tick`, or a third of the
+/// ownership TTL, at least 50 ms; checked once at start-up.
+pub fn tick(a: &ServeArgs) -> Result<Duration, ServeSetupError> {
+    let raw = a.tick.unwrap_or((a.ownership_ttl / 3.0).min(MAX_TICK_SECS));
+    // NaN is refused too (checked before `max`, which would hide it).
+    if raw.is_nan() || raw > MAX_TICK_SECS {
+        return Err(ServeSetupError::Flag(
+            "tick",
+            format!("{raw}: expected seconds up to {MAX_TICK_SECS}"),
+        ));
+    }
+    secs("tick", raw.max(0.05))
+}
+
 fn group(raw: &str) -> Result<u32, ServeSetupError> {
     if let Ok(n) = raw.parse::<u32>() {
         return Ok(n);
@@ -141,6 +159,7 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
         Store::Redis(r)
     };
     let me = a.owner_id.clone().unwrap_or_else(owner_name);
+    tick(a)?;
     let config = ProviderConfig {
         idle_timeout: secs("idle-timeout", a.idle_timeout)?,
         max_replicas: a.max_replicas,
@@ -190,12 +209,9 @@ pub async fn run(
     limits: Limits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> bool {
-    let tick = a.tick.unwrap_or(a.ownership_ttl / 3.0).max(0.05);
-    let bg = tokio::spawn(background::run(
-        p.clone(),
-        Duration::from_secs_f64(tick),
-        stop.clone(),
-    ));
+    // Checked by `provider` at start-up; the fallback is never reached.
+    let tick = tick(a).unwrap_or(Duration::from_secs(10));
+    let bg = tokio::spawn(background::run(p.clone(), tick, stop.clone()));
     tracing::info!(listen = %a.listen.display(), owner = %p.own.me, "serving");
     super::http::serve(listener, p.clone(), limits, stop).await;
     let _ = bg.await;
@@ -252,6 +268,26 @@ mod tests {
                 max_connections: 2
             })
         );
+    }
+
+    #[test]
+    fn tick_is_checked_at_start_up() {
+        let tick_of = |extra: &[&str]| {
+            let a = parse(extra).map_err(|e| e.to_string())?;
+            tick(&a).map_err(|e| e.to_string())
+        };
+        assert_eq!(tick_of(&[]), Ok(Duration::from_secs(10)), "TTL/3");
+        assert_eq!(tick_of(&["--tick", "0"]), Ok(Duration::from_millis(50)));
+        assert_eq!(tick_of(&["--tick", "2.5"]), Ok(Duration::from_millis(2500)));
+        for bad in ["inf", "NaN", "1e300", "3601"] {
+            let got = tick_of(&["--tick", bad]);
+            assert!(
+                got.as_ref().is_err_and(
+                    |e| e.starts_with("--tick: ") && e.contains("expected seconds up to 3600")
+                ),
+                "{bad}: {got:?}"
+            );
+        }
     }
 
     #[test]

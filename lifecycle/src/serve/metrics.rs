@@ -89,14 +89,68 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{{}=\"{label}\"}} {v}", label_name(name));
             }
         }
-        for (name, label, v) in gauges {
+        // One TYPE line per name, then all of its series: the text format's parsers
+        // (Prometheus' own, `promtool check metrics`) refuse a second TYPE line for a name.
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _, _) in gauges {
+            if !names.contains(name) {
+                names.push(name);
+            }
+        }
+        for name in names {
             let _ = writeln!(out, "# TYPE {name} gauge");
-            if label.is_empty() {
-                let _ = writeln!(out, "{name} {v}");
-            } else {
-                let _ = writeln!(out, "{name}{{{label}}} {v}");
+            for (_, label, v) in gauges.iter().filter(|g| g.0 == name) {
+                if label.is_empty() {
+                    let _ = writeln!(out, "{name} {v}");
+                } else {
+                    let _ = writeln!(out, "{name}{{{label}}} {v}");
+                }
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+
+    #[test]
+    fn every_metric_name_is_typed_once() {
+        let m = Metrics::default();
+        m.inc("lifecycle_destroys_total", "destroyed");
+        m.inc("lifecycle_destroys_total", "failed");
+        let text = m.render(&[
+            ("lifecycle_pool_sandboxes", "state=\"active\"", 1),
+            ("lifecycle_pool_sandboxes", "state=\"warm\"", 2),
+            ("lifecycle_quarantine_records", "", 0),
+            ("lifecycle_pool_sandboxes", "state=\"destroying\"", 0),
+        ]);
+        for name in [
+            "lifecycle_pool_sandboxes",
+            "lifecycle_destroys_total",
+            "lifecycle_quarantine_records",
+        ] {
+            let typed = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("# TYPE {name} ")))
+                .count();
+            assert_eq!(typed, 1, "{name} in\n{text}");
+        }
+        // And its series follow it together.
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| *l == "# TYPE lifecycle_pool_sandboxes gauge")
+            .expect("typed");
+        assert_eq!(
+            lines[at + 1..at + 4],
+            [
+                "lifecycle_pool_sandboxes{state=\"active\"} 1",
+                "lifecycle_pool_sandboxes{state=\"warm\"} 2",
+                "lifecycle_pool_sandboxes{state=\"destroying\"} 0",
+            ],
+            "{text}"
+        );
     }
 }

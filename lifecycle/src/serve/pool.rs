@@ -283,6 +283,17 @@ impl Pool {
         );
     }
 
+    /// Releases `lease` only if it has lapsed at `now`: the reaper's release, decided again
+    /// under the same lock as the release itself, so a renewal after the reaper listed the
+    /// lease keeps it. `None`: unknown, renewed meanwhile, or leases never lapse.
+    pub fn release_if_lapsed(&mut self, lease: &str, now: Duration) -> Option<Release> {
+        let l = self.leases.get(lease)?;
+        if self.lease_timeout.is_zero() || now.saturating_sub(l.renewed) < self.lease_timeout {
+            return None;
+        }
+        Some(self.release(lease, now))
+    }
+
     pub fn release(&mut self, lease: &str, now: Duration) -> Release {
         let Some(Lease { sandbox: id, .. }) = self.leases.remove(lease) else {
             return Release::UnknownLease;
@@ -392,18 +403,22 @@ impl Pool {
 
     /// Warm entries idle for at least the idle timeout at monotonic time `now`.
     pub fn expired(&self, now: Duration) -> Vec<String> {
-        if self.idle_timeout.is_zero() {
-            return Vec::new();
-        }
         self.entries
-            .iter()
-            .filter_map(|(id, e)| match e.state {
-                State::Warm { since } if now.saturating_sub(since) >= self.idle_timeout => {
-                    Some(id.clone())
-                }
-                _ => None,
-            })
+            .keys()
+            .filter(|id| self.is_expired(id, now))
+            .cloned()
             .collect()
+    }
+
+    /// Whether `id` is warm and has been idle for the idle timeout at `now`: asked again under
+    /// the sandbox's lock before the reaper destroys it, since a reclaim and release in between
+    /// make it fresh.
+    pub fn is_expired(&self, id: &str, now: Duration) -> bool {
+        !self.idle_timeout.is_zero()
+            && matches!(
+                self.entries.get(id).map(|e| &e.state),
+                Some(State::Warm { since }) if now.saturating_sub(*since) >= self.idle_timeout
+            )
     }
 
     /// Leases of every entry, for shutdown.

@@ -323,3 +323,32 @@ fn leases_lapse_only_when_not_renewed_for_the_lease_timeout() {
         "a released lease is gone"
     );
 }
+
+#[test]
+fn the_reaper_decides_again_under_the_lock() {
+    let mut p = Pool::new(10 * S, 0).with_lease_timeout(60 * S);
+    acquire(&mut p, "a", "s", "l1", S);
+    // Listed as lapsed at 61 s, renewed at 62 s, released by the reaper's pass at 63 s: kept.
+    assert_eq!(p.lapsed_leases(61 * S).len(), 1);
+    assert_eq!(p.renew_lease("l1", 62 * S), Some("a".to_owned()));
+    assert_eq!(p.release_if_lapsed("l1", 63 * S), None);
+    assert_eq!(p.release_if_lapsed("nope", 63 * S), None);
+    assert_eq!(
+        p.release_if_lapsed("l1", 122 * S),
+        Some(Release::Idle {
+            sandbox_id: "a".into()
+        })
+    );
+    assert_eq!(p.release_if_lapsed("l1", 200 * S), None, "gone");
+
+    // An entry expired when listed, reclaimed and released again before its turn: fresh.
+    warm(&mut p, "w", S);
+    assert!(p.is_expired("w", 11 * S));
+    acquire(&mut p, "w", "s", "l2", 11 * S);
+    assert!(!p.is_expired("w", 11 * S), "held");
+    p.release("l2", 11 * S);
+    p.warm("w", 11 * S);
+    assert!(!p.is_expired("w", 12 * S), "warm again, but fresh");
+    assert!(p.is_expired("w", 21 * S));
+    assert!(!Pool::new(Duration::ZERO, 0).is_expired("w", 1000 * S));
+}

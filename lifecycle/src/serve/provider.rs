@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::clock::Clock;
 pub use super::error::ServeError;
-use super::error::{self, failure_kind, renew_word};
+use super::error::{self, failure_kind};
 use super::metrics::Metrics;
 use super::pool::{reclaim_probe, AcquirePlan, DestroyPlan, Pool, Release, Source};
 use super::store::{Claim, Ownership, Renew};
@@ -51,7 +51,8 @@ pub struct Provider {
     pub(crate) pool: Mutex<Pool>,
     clock: Arc<dyn Clock>,
     config: ProviderConfig,
-    serial: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per-ID async mutexes; `background::renew_ownership` reads which are in use.
+    pub(super) serial: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     seq: AtomicU64,
     /// Sandboxes seen unowned by reconciliation, since (monotonic).
     unowned_since: Mutex<HashMap<String, Duration>>,
@@ -203,6 +204,15 @@ impl Provider {
             AcquirePlan::Create { evict } => evict,
         };
         for victim in evict {
+            // Under the victim's own lock: an acquire of its thread may be reclaiming it right
+            // now (health check, HTTP probe) and would be handed a sandbox destroyed a moment
+            // later. Busy, it is skipped (the cap never evicts a sandbox in use); `try_lock`
+            // also keeps two acquires evicting each other's sandbox from deadlocking.
+            let victim_serial = self.serial(&victim);
+            let Ok(_victim_serial) = victim_serial.try_lock() else {
+                tracing::info!(sandbox_id = %victim, "replica cap: the oldest warm sandbox is being acquired; not evicted");
+                continue;
+            };
             tracing::info!(sandbox_id = %victim, "replica cap: destroying the oldest warm sandbox before a create");
             self.destroy_idle(&victim).await;
         }
@@ -319,6 +329,21 @@ impl Provider {
     /// `release`: "held" (others remain), "warm" or "destroyed".
     pub async fn release(&self, lease: &str) -> Result<&'static str, ServeError> {
         let outcome = self.pool().release(lease, self.now());
+        self.released(lease, outcome).await
+    }
+
+    /// The reaper's release of a lease that has lapsed, decided again under the pool's lock
+    /// (`None`: renewed or released meanwhile).
+    pub(crate) async fn release_if_lapsed(
+        &self,
+        lease: &str,
+    ) -> Option<Result<&'static str, ServeError>> {
+        let outcome = self.pool().release_if_lapsed(lease, self.now())?;
+        Some(self.released(lease, outcome).await)
+    }
+
+    /// What a release leaves to do: nothing, a health check then warm, or a deferred destroy.
+    async fn released(&self, lease: &str, outcome: Release) -> Result<&'static str, ServeError> {
         tracing::info!(lease, outcome = ?outcome, "release");
         match outcome {
             Release::UnknownLease => Err(ServeError::UnknownLease(lease.to_owned())),
@@ -444,50 +469,25 @@ impl Provider {
     pub async fn reap(&self) -> Vec<String> {
         super::background::release_lapsed(self).await;
         let expired = self.pool().expired(self.now());
-        for id in &expired {
-            let serial = self.serial(id);
+        let mut reaped = Vec::new();
+        for id in expired {
+            let serial = self.serial(&id);
             let _serial = serial.lock().await;
+            // Reclaimed and released again while earlier ones were destroyed: fresh now.
+            if !self.pool().is_expired(&id, self.now()) {
+                continue;
+            }
             tracing::info!(sandbox_id = %id, "idle timeout: destroying a warm sandbox");
-            self.destroy_idle(id).await;
+            self.destroy_idle(&id).await;
+            reaped.push(id);
         }
-        expired
+        reaped
     }
 
-    /// Renews ownership of every tracked sandbox, and of every one an acquire is working on
-    /// (a create's readiness wait can outlast the claim's TTL); a lost one is forgotten (never
-    /// re-taken, never destroyed). A store error changes nothing: what we own we keep serving.
+    /// Renews ownership of every tracked sandbox and of every one an acquire is working on
+    /// (`background::renew_ownership`).
     pub async fn heartbeat(&self) {
-        let mut ids: Vec<String> = self.pool().entries().map(|(id, _)| id.clone()).collect();
-        // Per-ID mutexes of sandboxes no longer tracked and not in use go (else one per ID ever).
-        {
-            let pool = self.pool();
-            let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
-            serial.retain(|id, m| pool.get(id).is_some() || Arc::strong_count(m) > 1);
-            // In use but not tracked yet: an acquire creating it. Renewing a key that is not
-            // ours changes nothing (the store answers lapsed or lost).
-            ids.extend(
-                serial
-                    .iter()
-                    .filter(|(id, m)| Arc::strong_count(m) > 1 && pool.get(id).is_none())
-                    .map(|(id, _)| id.clone()),
-            );
-        }
-        for id in ids {
-            match self.own.renew(&id).await {
-                Ok(r) => {
-                    self.metrics
-                        .inc("lifecycle_lease_renewals_total", renew_word(r));
-                    if r == Renew::Lost {
-                        tracing::warn!(sandbox_id = %id, "ownership lost to another provider: forgetting it");
-                        self.pool().forget(&id);
-                    }
-                }
-                Err(e) => {
-                    self.metrics.inc("lifecycle_lease_renewals_total", "error");
-                    tracing::warn!(sandbox_id = %id, error = %e, "renewal failed; still serving it");
-                }
-            }
-        }
+        super::background::renew_ownership(self).await;
     }
 
     pub(crate) fn config(&self) -> &ProviderConfig {

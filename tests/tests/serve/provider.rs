@@ -421,3 +421,35 @@ async fn warm_sandbox_that_runs_but_does_not_answer_http_is_replaced() {
     );
     assert_eq!(creates(&s), 2);
 }
+
+/// The replica cap never evicts a warm sandbox that an acquire of its own thread is reclaiming
+/// (the reclaim's health check runs under that sandbox's lock): a review saw the reclaim
+/// answered 200 with a sandbox the cap's eviction destroyed a moment later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replica_cap_does_not_evict_a_sandbox_being_reclaimed() {
+    let s = Served::start_with(config(0, 1), true).await;
+    let x = s.acquired("user-1", "x", "run").await;
+    assert_eq!(s.release(&x["lease"]).await.1["result"], "warm");
+    let x_id = naming::sandbox_id("user-1", "x").expect("id");
+    let x_name = s.stack.names(&x_id).sandbox;
+    // The reclaim of x is held at its health check's inspect, holding x's lock.
+    let (gate, reclaim) = s.acquire_held("GET", &format!("{x_name}/json"), "x");
+    gate.arrived().await;
+    // Another thread's acquire at the cap of one: x is the oldest warm sandbox, but in use.
+    let y = s.acquired("user-1", "y", "run").await;
+    assert_eq!(y["source"], "created", "{y}");
+    assert!(
+        s.running(&x["generation"]),
+        "not evicted while being reclaimed"
+    );
+    gate.release();
+    let (status, got) = reclaim.await.expect("reclaim");
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(
+        (got["source"].clone(), got["generation"].clone()),
+        (json!("warm"), x["generation"].clone()),
+        "the reclaim gets x, alive"
+    );
+    assert!(s.running(&x["generation"]));
+    assert_eq!(s.release(&got["lease"]).await.0, 200);
+}
