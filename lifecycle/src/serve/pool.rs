@@ -401,7 +401,9 @@ impl Pool {
         }
     }
 
-    /// Warm entries idle for at least the idle timeout at monotonic time `now`.
+    /// What the reaper destroys at monotonic time `now`: warm entries idle for at least the
+    /// idle timeout, and unheld ones whose teardown failed (retried every pass, with the idle
+    /// timeout off too).
     pub fn expired(&self, now: Duration) -> Vec<String> {
         self.entries
             .keys()
@@ -410,15 +412,19 @@ impl Pool {
             .collect()
     }
 
-    /// Whether `id` is warm and has been idle for the idle timeout at `now`: asked again under
-    /// the sandbox's lock before the reaper destroys it, since a reclaim and release in between
-    /// make it fresh.
+    /// Whether the reaper destroys `id` at `now` (see `expired`): asked again under the
+    /// sandbox's lock before it does, since a reclaim and release in between make it fresh.
     pub fn is_expired(&self, id: &str, now: Duration) -> bool {
-        !self.idle_timeout.is_zero()
-            && matches!(
-                self.entries.get(id).map(|e| &e.state),
-                Some(State::Warm { since }) if now.saturating_sub(*since) >= self.idle_timeout
-            )
+        let Some(e) = self.entries.get(id) else {
+            return false;
+        };
+        match e.state {
+            State::Warm { .. } if e.destroy_pending && e.holders.is_empty() => true,
+            State::Warm { since } => {
+                !self.idle_timeout.is_zero() && now.saturating_sub(since) >= self.idle_timeout
+            }
+            _ => false,
+        }
     }
 
     /// Leases of every entry, for shutdown.

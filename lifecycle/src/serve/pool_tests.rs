@@ -352,3 +352,19 @@ fn the_reaper_decides_again_under_the_lock() {
     assert!(p.is_expired("w", 21 * S));
     assert!(!Pool::new(Duration::ZERO, 0).is_expired("w", 1000 * S));
 }
+
+/// A failed teardown is retried by the reaper's next pass, with the idle timeout off as well
+/// (the README's promise); a held one waits for its last release.
+#[test]
+fn the_reaper_retries_a_failed_teardown_with_or_without_an_idle_timeout() {
+    for idle in [Duration::ZERO, 600 * S] {
+        let mut p = Pool::new(idle, 0);
+        warm(&mut p, "w", S);
+        assert!(p.begin_destroy("w"));
+        p.destroy_failed("w");
+        assert_eq!(p.expired(2 * S), vec!["w".to_owned()], "idle {idle:?}");
+        acquire(&mut p, "held", "s", "l1", S);
+        p.destroy_failed("held");
+        assert!(!p.is_expired("held", 2 * S), "held: idle {idle:?}");
+    }
+}

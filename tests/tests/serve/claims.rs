@@ -386,3 +386,29 @@ async fn a_reap_held_past_the_ttl_does_not_hold_up_renewals() {
     assert_eq!(s.listed(&busy["sandbox_id"]).await["state"], "active");
     assert_eq!(s.listed(&idle["sandbox_id"]).await, Value::Null, "reaped");
 }
+
+/// A teardown that failed is retried by the reaper's next pass, with the idle timeout off too
+/// (a review found the reaper only retried entries past an idle timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_retries_a_failed_rollback_with_the_idle_timeout_off() {
+    let own = lifecycle::serve::store::Ownership {
+        store: lifecycle::serve::store::Store::Memory(Default::default()),
+        me: "me".into(),
+        ttl: Duration::from_secs(600),
+    };
+    let s = Served::start_probing(config(0, 0), own, READY).await;
+    let id = naming::sandbox_id("user-1", "stuck").expect("id");
+    s.relay
+        .as_ref()
+        .expect("relayed")
+        .fail_once("POST", "/stop");
+    let (status, v) = s.acquire("user-1", "stuck", "run").await;
+    assert_eq!(status, 502, "{v}");
+    let listed = s.listed(&json!(id)).await;
+    assert_eq!(listed["destroy_pending"], true, "tracked fenced: {listed}");
+    let cid = json!(listed["container_id"].as_str().unwrap_or_default());
+    assert!(s.exists(&cid), "the half-made sandbox is left");
+    assert_eq!(s.provider.reap().await, vec![id.clone()]);
+    assert!(!s.exists(&cid), "the reaper's retry tore it down");
+    assert_eq!(s.listed(&json!(id)).await, Value::Null, "no longer tracked");
+}
