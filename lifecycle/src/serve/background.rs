@@ -80,13 +80,12 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         let pool = p.pool();
         let mut serial = p.serial.lock().unwrap_or_else(|p| p.into_inner());
         serial.retain(|id, m| pool.get(id).is_some() || Arc::strong_count(m) > 1);
-        // In use but not tracked yet: an acquire creating it. Renewing a key that is not
-        // ours changes nothing (the store answers lapsed or lost).
+        // What is left and not tracked is in use: an acquire creating it.
         ids.extend(
             serial
-                .iter()
-                .filter(|(id, m)| Arc::strong_count(m) > 1 && pool.get(id).is_none())
-                .map(|(id, _)| id.clone()),
+                .keys()
+                .filter(|id| pool.get(id.as_str()).is_none())
+                .cloned(),
         );
     }
     for id in ids {
