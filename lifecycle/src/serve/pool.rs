@@ -108,6 +108,20 @@ pub enum Release {
     },
 }
 
+/// What a release that left its sandbox idle does once it holds that sandbox's lock: other
+/// work on the sandbox may have run while it waited for the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdleCheck {
+    /// No longer tracked: destroyed meanwhile (a destroy request, say).
+    Gone,
+    /// Acquired again meanwhile.
+    Held,
+    /// A destroy was asked, or failed and waits for its retry: destroy it, never warm it.
+    Fenced,
+    /// Still idle: health-check container `container_id` of `scope`, then keep it warm.
+    Check { scope: Scope, container_id: String },
+}
+
 /// What a destroy request must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DestroyPlan {
@@ -311,6 +325,19 @@ impl Pool {
             return Release::Destroy { sandbox_id: id };
         }
         Release::Idle { sandbox_id: id }
+    }
+
+    /// Where a released sandbox stands now (see `IdleCheck`).
+    pub fn idle_check(&self, id: &str) -> IdleCheck {
+        match self.entries.get(id) {
+            None => IdleCheck::Gone,
+            Some(e) if !e.holders.is_empty() => IdleCheck::Held,
+            Some(e) if e.destroy_pending || e.state == State::Destroying => IdleCheck::Fenced,
+            Some(e) => IdleCheck::Check {
+                scope: e.scope.clone(),
+                container_id: e.container_id.clone(),
+            },
+        }
     }
 
     /// The released sandbox passed its health check: keep it warm from `now`.

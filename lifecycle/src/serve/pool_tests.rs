@@ -368,3 +368,43 @@ fn the_reaper_retries_a_failed_teardown_with_or_without_an_idle_timeout() {
         assert!(!p.is_expired("held", 2 * S), "held: idle {idle:?}");
     }
 }
+
+/// A release that left its sandbox idle looks again once it holds the sandbox's lock: what
+/// ran meanwhile (a destroy, an acquire, a failed destroy) decides its answer.
+#[test]
+fn idle_check_table() {
+    let mut p = Pool::new(10 * S, 0);
+    let idle = |p: &mut Pool, id: &str| {
+        acquire(p, id, "s", &format!("l-{id}"), S);
+        assert_eq!(
+            p.release(&format!("l-{id}"), S),
+            Release::Idle {
+                sandbox_id: id.into()
+            }
+        );
+    };
+    idle(&mut p, "still-idle");
+    assert_eq!(
+        p.idle_check("still-idle"),
+        IdleCheck::Check {
+            scope: "s".into(),
+            container_id: "c-still-idle".into()
+        }
+    );
+    // A destroy request found it unheld and destroyed it.
+    idle(&mut p, "destroyed");
+    assert_eq!(p.plan_destroy("destroyed"), DestroyPlan::Now);
+    p.forget("destroyed");
+    assert_eq!(p.idle_check("destroyed"), IdleCheck::Gone);
+    // Acquired again.
+    idle(&mut p, "again");
+    acquire(&mut p, "again", "s", "l2", 2 * S);
+    assert_eq!(p.idle_check("again"), IdleCheck::Held);
+    // A destroy that failed: never warmed, destroyed again.
+    idle(&mut p, "failed");
+    assert_eq!(p.plan_destroy("failed"), DestroyPlan::Now);
+    p.destroy_failed("failed");
+    assert_eq!(p.idle_check("failed"), IdleCheck::Fenced);
+    // Never tracked.
+    assert_eq!(p.idle_check("never"), IdleCheck::Gone);
+}

@@ -14,7 +14,7 @@ use super::clock::Clock;
 pub use super::error::ServeError;
 use super::error::{self, failure_kind};
 use super::metrics::Metrics;
-use super::pool::{reclaim_probe, AcquirePlan, DestroyPlan, Pool, Release, Source};
+use super::pool::{reclaim_probe, AcquirePlan, DestroyPlan, IdleCheck, Pool, Release, Source};
 use super::store::{Claim, Ownership, Renew};
 use crate::decide::{self, Discovery};
 use crate::ops::{Lifecycle, OpError};
@@ -356,14 +356,23 @@ impl Provider {
             Release::Idle { sandbox_id } => {
                 let serial = self.serial(&sandbox_id);
                 let _serial = serial.lock().await;
-                let entry = self.pool().get(&sandbox_id).cloned();
-                let Some(entry) = entry.filter(|e| e.holders.is_empty()) else {
-                    return Ok("held"); // re-acquired meanwhile
+                let check = self.pool().idle_check(&sandbox_id);
+                let (scope, container_id) = match check {
+                    IdleCheck::Gone => return Ok("destroyed"),
+                    IdleCheck::Held => return Ok("held"),
+                    IdleCheck::Fenced => {
+                        self.pool().begin_destroy(&sandbox_id);
+                        return self.destroy_fenced(&sandbox_id).await.map(|_| "destroyed");
+                    }
+                    IdleCheck::Check {
+                        scope,
+                        container_id,
+                    } => (scope, container_id),
                 };
                 // An unreadable engine is not proof of harm: keep it warm; the next acquire
                 // checks again before handing it out.
                 let healthy = self
-                    .healthy(&sandbox_id, &entry.scope, &entry.container_id)
+                    .healthy(&sandbox_id, &scope, &container_id)
                     .await
                     .unwrap_or(true);
                 if healthy {
