@@ -100,6 +100,14 @@ pub(crate) async fn renew_ownership(p: &Provider) {
                 p.metrics
                     .inc("lifecycle_lease_renewals_total", renew_word(r));
                 if r == Renew::Lost {
+                    // Under the ID's lock, as every other change to an entry: an operation on
+                    // it under way (an acquire, which renews and sees the loss itself) is left
+                    // to finish, and the next beat forgets it if it is still tracked.
+                    let serial = p.serial(&id);
+                    let Ok(_serial) = serial.try_lock() else {
+                        tracing::info!(sandbox_id = %id, "ownership lost to another provider; in use here, forgotten at a later beat");
+                        continue;
+                    };
                     tracing::warn!(sandbox_id = %id, "ownership lost to another provider: forgetting it");
                     p.pool().forget(&id);
                 }
@@ -212,6 +220,14 @@ fn adoptable_id(p: &Provider, l: &crate::ops::Listed) -> Option<String> {
 
 async fn adopt(p: &Provider, id: &str) {
     p.unowned_since().remove(id);
+    // Under the ID's lock, as every other change to an entry. One in use (an acquire or a
+    // destroy of that ID under way here) is no orphan: skipped, without waiting on it, so a
+    // long create never holds up the reaper that runs in this same loop.
+    let serial = p.serial(id);
+    let Ok(_serial) = serial.try_lock() else {
+        tracing::info!(sandbox_id = id, "reconcile: in use here; not adopted");
+        return;
+    };
     match p.own.claim(id).await {
         Ok(Claim::Ours) => {}
         other => {
