@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
@@ -107,10 +107,12 @@ impl Proxy {
         let target = req.uri().path().to_owned();
         let method = req.method().clone();
         let client_upgrade = wants_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
-        // headguard frames the stream as a tunnel after any HTTP/1.1 head with an `Upgrade`
-        // header, `Connection: upgrade` or not, and judges no later head on it.
-        let tunnel_framed =
-            req.version() == http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
+        // headguard frames the stream as a tunnel after any CONNECT, and after any HTTP/1.1
+        // head with an `Upgrade` header, `Connection: upgrade` or not; it judges no later head
+        // on it.
+        let tunnel_framed = method == Method::CONNECT
+            || (req.version() == http::Version::HTTP_11
+                && req.headers().contains_key(header::UPGRADE));
         let outcome = self.process(req, client_upgrade).await;
         let (decision, reason, mut resp) = match outcome.result {
             Ok(resp) => ("allow", outcome.reason, resp),

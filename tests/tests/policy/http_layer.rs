@@ -333,3 +333,37 @@ fn a_request_with_an_upgrade_header_ends_its_connection_unless_upgraded() {
     }
     assert_eq!(up.requests(), ["GET /_ping", "GET /_ping"]);
 }
+
+/// A CONNECT is refused, and its connection then closes: the head scanner treats everything
+/// after a CONNECT as tunnel bytes, so a later head on it (bare LF, two `Content-Length`s)
+/// must never reach the HTTP parser unjudged. Found by review: it did, and the bare-LF
+/// `GET /version` that is refused on its own was forwarded.
+#[test]
+fn a_connect_is_refused_and_ends_its_connection() {
+    let up = Recorder::fixed("[]");
+    let p = StackProxy::start(up.socket(), "deer-flow-", false);
+    let firsts: [&[u8]; 2] = [
+        b"CONNECT /containers/json HTTP/1.1\r\nHost: docker\r\n\r\n",
+        b"CONNECT docker:2375 HTTP/1.1\r\nHost: docker\r\n\r\n",
+    ];
+    let laters: [&[u8]; 2] = [
+        b"GET /version HTTP/1.1\nHost: d\n\n",
+        b"POST /_ping HTTP/1.1\r\nHost: d\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    ];
+    for first in firsts {
+        for later in laters {
+            let mut stream = first.to_vec();
+            stream.extend_from_slice(later);
+            let answers = raw::exchange(p.socket(), &stream).expect("answers");
+            let what = String::from_utf8_lossy(&stream).into_owned();
+            assert_eq!(answers.len(), 1, "{what}");
+            assert!(
+                [400, 403].contains(&answers[0].status),
+                "{what}: {}",
+                answers[0].text()
+            );
+            assert_eq!(answers[0].header("connection"), Some("close"), "{what}");
+        }
+    }
+    assert!(up.requests().is_empty(), "{:?}", up.requests());
+}
