@@ -45,7 +45,7 @@ pub struct Args {
     /// Let the stack change its netproxy sidecars and networks (restricted mode).
     #[arg(long, env = "SOCKPROXY_RESTRICTED")]
     pub restricted: bool,
-    /// Stack name for the logs [default: the prefix].
+    /// Stack name, for the logs and the `sockproxy.stack` label [default: the prefix].
     #[arg(long, env = "SOCKPROXY_STACK")]
     pub stack: Option<String>,
     /// Permission bits of the socket, in octal.
@@ -75,7 +75,9 @@ pub struct Args {
     /// Let containers publish ports on addresses other than loopback.
     #[arg(long, env = "SOCKPROXY_ALLOW_PUBLIC_PORTS")]
     pub allow_public_ports: bool,
-    /// Treat a container without this stack's `sockproxy.stack` label as out of scope for changes.
+    /// Treat a container or network without this stack's `sockproxy.stack` label as another
+    /// stack's (not listed, inspected, changed or joined; its events dropped), and refuse named
+    /// volumes: for stacks that share a prefix.
     #[arg(long, env = "SOCKPROXY_REQUIRE_STACK_LABEL")]
     pub require_stack_label: bool,
     /// An image reference (repository[:tag]) the stack may pull (repeatable).

@@ -2,7 +2,8 @@
 //! kept only when its actor is one of the stack's containers or networks (by the actor's name).
 //! A network event names the container that joined or left by ID; that attribute is kept only
 //! for a container this stream has seen as the stack's own, so no other stack's ID leaks.
-//! A line that cannot be read is dropped: fail closed.
+//! A line that cannot be read is dropped: fail closed. Under `--require-stack-label` a
+//! container event passes only with the stack's label, and no network event passes.
 
 use std::collections::HashSet;
 use std::pin::Pin;
@@ -11,7 +12,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
 
-use crate::scope::Scope;
+use crate::scope::{Kind, Scope};
 
 /// The line to pass on for one event (rewritten when a foreign container ID must go), or
 /// `None` when it does not concern the stack. `own` collects the stack's container IDs seen.
@@ -23,12 +24,22 @@ pub fn keep(line: &[u8], scope: &Scope, own: &mut HashSet<String>) -> Option<Vec
         return None;
     }
     if kind == "container" {
+        // A container event carries the container's labels among its attributes (set before
+        // `name`, which a label cannot override). A network event carries none, so under
+        // `--require-stack-label` no network event can be told the stack's: none passes.
+        let label = v["Actor"]["Attributes"][crate::create_body::STACK_LABEL].as_str();
+        if !scope.label_allows(Kind::Container, name, label) {
+            return None;
+        }
         if let Some(id) = v["Actor"]["ID"].as_str() {
             if own.len() < MAX_OWN {
                 own.insert(id.to_owned());
             }
         }
         return Some(line.to_vec());
+    }
+    if scope.requires_label() {
+        return None;
     }
     let attrs = v["Actor"]["Attributes"].as_object_mut()?;
     let foreign = attrs
@@ -178,6 +189,32 @@ mod tests {
         let theirs = br#"{"Type":"network","Action":"connect","Actor":{"ID":"n","Attributes":{"container":"bbb","name":"deer-flow-net-1"}}}"#;
         let out = keep(theirs, &s, &mut own).expect("kept without the ID");
         assert!(!String::from_utf8_lossy(&out).contains("bbb"));
+    }
+
+    /// Under `--require-stack-label`: a container event passes only with the stack's label
+    /// among its attributes, and no network event passes (they carry no labels).
+    #[test]
+    fn under_the_label_rule_only_labelled_container_events_pass() {
+        let s = scope().with_required_label(Some("atlas"));
+        let mut own = HashSet::new();
+        let container = |label: &str| {
+            format!(
+                r#"{{"Type":"container","Action":"start","Actor":{{"ID":"aaa","Attributes":{{{label}"name":"deer-flow-sandbox-1"}}}}}}"#
+            )
+        };
+        let ours = container(r#""sockproxy.stack":"atlas","#);
+        assert!(keep(ours.as_bytes(), &s, &mut own).is_some());
+        for other in [
+            r#""sockproxy.stack":"bravo","#,
+            r#""sockproxy.stack":7,"#,
+            "",
+        ] {
+            let line = container(other);
+            assert_eq!(keep(line.as_bytes(), &s, &mut own), None, "{line}");
+        }
+        let net = br#"{"Type":"network","Action":"create","Actor":{"ID":"n","Attributes":{"name":"deer-flow-net-1","type":"bridge"}}}"#;
+        assert_eq!(keep(net, &s, &mut own), None);
+        assert!(keep(net, &scope(), &mut own).is_some(), "without the flag");
     }
 
     /// A body that yields the given chunks, then ends.

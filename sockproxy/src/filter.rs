@@ -22,6 +22,70 @@ struct NetworkEntry {
     name: Option<String>,
 }
 
+/// An entry's `sockproxy.stack` label (the only one read; the others are skipped unread).
+#[derive(Deserialize)]
+struct StackLabel {
+    #[serde(rename = "sockproxy.stack", default)]
+    stack: Option<String>,
+}
+
+/// The entry types with their labels, read only under `--require-stack-label`: without it no
+/// entry pays for the label's allocation.
+#[derive(Deserialize)]
+struct LabelledContainer {
+    #[serde(rename = "Names", default)]
+    names: Option<Vec<String>>,
+    #[serde(rename = "Labels", default)]
+    labels: Option<StackLabel>,
+}
+
+#[derive(Deserialize)]
+struct LabelledNetwork {
+    #[serde(rename = "Name", default)]
+    name: Option<String>,
+    #[serde(rename = "Labels", default)]
+    labels: Option<StackLabel>,
+}
+
+fn stack_label(labels: &Option<StackLabel>) -> Option<&str> {
+    labels.as_ref().and_then(|l| l.stack.as_deref())
+}
+
+/// Whether the entry at `pos` is one the stack sees, and the offset just past it.
+fn visible_entry(
+    kind: Kind,
+    body: &[u8],
+    pos: usize,
+    scope: &Scope,
+) -> Result<(bool, usize), FilterError> {
+    let name_visible = |n: Option<&str>| n.is_some_and(|n| scope.visible(n));
+    Ok(match (kind, scope.requires_label()) {
+        (Kind::Container, false) => {
+            let (e, end) = entry::<ContainerEntry>(body, pos)?;
+            (
+                name_visible(e.names.as_deref().and_then(container_name)),
+                end,
+            )
+        }
+        (Kind::Network, false) => {
+            let (e, end) = entry::<NetworkEntry>(body, pos)?;
+            (name_visible(e.name.as_deref()), end)
+        }
+        (Kind::Container, true) => {
+            let (e, end) = entry::<LabelledContainer>(body, pos)?;
+            let name = e.names.as_deref().and_then(container_name);
+            let labelled = |n| scope.label_allows(kind, n, stack_label(&e.labels));
+            (name_visible(name) && name.is_some_and(labelled), end)
+        }
+        (Kind::Network, true) => {
+            let (e, end) = entry::<LabelledNetwork>(body, pos)?;
+            let name = e.name.as_deref();
+            let labelled = |n| scope.label_allows(kind, n, stack_label(&e.labels));
+            (name_visible(name) && name.is_some_and(labelled), end)
+        }
+    })
+}
+
 /// The container's own name among its `Names` (link aliases carry an inner `/`).
 fn container_name(names: &[String]) -> Option<&str> {
     names
@@ -60,12 +124,7 @@ pub fn filter_list(
             if body.get(pos) != Some(&b'{') {
                 return Err(bad("expected an object", pos));
             }
-            let (visible, end) = match kind {
-                Kind::Container => entry::<ContainerEntry>(body, pos)
-                    .map(|(e, end)| (visible_container(&e, scope), end))?,
-                Kind::Network => entry::<NetworkEntry>(body, pos)
-                    .map(|(e, end)| (e.name.as_deref().is_some_and(|n| scope.visible(n)), end))?,
-            };
+            let (visible, end) = visible_entry(kind, body, pos, scope)?;
             // Every entry is read, even past `limit`: an answer unreadable anywhere is refused.
             if visible && limit.is_none_or(|l| kept < l) {
                 if kept > 0 {
@@ -104,13 +163,6 @@ fn entry<T: serde::de::DeserializeOwned>(
         Some(Err(e)) => Err(FilterError(e.to_string())),
         None => Err(FilterError(format!("truncated at byte {start}"))),
     }
-}
-
-fn visible_container(e: &ContainerEntry, scope: &Scope) -> bool {
-    e.names
-        .as_deref()
-        .and_then(container_name)
-        .is_some_and(|n| scope.visible(n))
 }
 
 /// JSON's four whitespace bytes.
@@ -308,6 +360,36 @@ mod tests {
         assert_eq!(containers.keys().collect::<Vec<_>>(), ["c1"]);
         assert!(v[0].get("Peers").is_none());
         assert!(own_endpoints_in_list(b"{}", &scope()).is_err());
+    }
+
+    /// Under `--require-stack-label`, an entry under the prefix is listed only with the
+    /// stack's own label: another stack sharing the prefix (or an engine-made object) is not.
+    #[test]
+    fn under_the_label_rule_lists_keep_only_the_stacks_labelled_entries() {
+        let labelled = scope().with_required_label(Some("atlas"));
+        let containers = br#"[
+            {"Id":"1","Names":["/deer-flow-sandbox-a"],"Labels":{"sockproxy.stack":"atlas","k":"v"}},
+            {"Id":"2","Names":["/deer-flow-sandbox-b"],"Labels":{"sockproxy.stack":"bravo"}},
+            {"Id":"3","Names":["/deer-flow-sandbox-c"],"Labels":{}},
+            {"Id":"4","Names":["/deer-flow-sandbox-d"],"Labels":null},
+            {"Id":"5","Names":["/deer-flow-sandbox-e"]},
+            {"Id":"6","Names":["/other"],"Labels":{"sockproxy.stack":"atlas"}}
+        ]"#;
+        let out = filter_list(Kind::Container, containers, &labelled, None).expect("ok");
+        assert_eq!(names(&out), ["/deer-flow-sandbox-a"]);
+        let all = filter_list(Kind::Container, containers, &scope(), None).expect("ok");
+        assert_eq!(names(&all).len(), 5, "without the flag the prefix decides");
+        let networks = br#"[
+            {"Name":"deer-flow-net-a","Labels":{"sockproxy.stack":"atlas"}},
+            {"Name":"deer-flow-net-b","Labels":{"sockproxy.stack":"bravo"}},
+            {"Name":"deer-flow-net-c","Labels":{}},
+            {"Name":"bridge","Labels":{}}
+        ]"#;
+        let out = filter_list(Kind::Network, networks, &labelled, None).expect("ok");
+        assert_eq!(names(&out), ["deer-flow-net-a"]);
+        // An unreadable label fails closed, as any unreadable entry does.
+        let bad = br#"[{"Names":["/deer-flow-a"],"Labels":{"sockproxy.stack":7}}]"#;
+        assert!(filter_list(Kind::Container, bad, &labelled, None).is_err());
     }
 
     #[test]

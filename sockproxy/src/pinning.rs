@@ -8,7 +8,7 @@ use http::StatusCode;
 use crate::api::ObjRef;
 use crate::policy::{absent, check_exec, check_resolved};
 use crate::refusal::Refusal;
-use crate::scope::{Access, Kind, Scope};
+use crate::scope::{Access, Kind, Scope, PREDEFINED_NETWORKS};
 
 /// A full 64-hex ID the proxy decided on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +77,12 @@ pub fn inspected(
     rules: &Rules,
 ) -> Result<Pinned, Refusal> {
     check_resolved(kind, access, op, r, ins.name, rules.scope)?;
-    // Containers and networks alike: a network made on the engine (or by another stack with
-    // the same prefix) is not the stack's to remove, connect to or put a sandbox on.
-    if rules.require_stack_label && access == Access::Change && ins.stack_label != Some(rules.stack)
-    {
+    // Containers and networks alike, reads as changes: a container or network made on the
+    // engine (or by another stack with the same prefix) is not the stack's to read (its
+    // environment, logs, processes), remove, connect to or put a sandbox on. The engine's
+    // predefined networks carry no label and stay readable.
+    let predefined = kind == Kind::Network && PREDEFINED_NETWORKS.contains(&ins.name);
+    if rules.require_stack_label && !predefined && ins.stack_label != Some(rules.stack) {
         return Err(match (r, kind) {
             (ObjRef::Hex(id), _) => absent(kind, id),
             (ObjRef::Name(name), Kind::Container) => Refusal::ContainerOutOfScope {
@@ -118,10 +120,7 @@ pub fn exec(
         return Err(Refusal::NoSuchExec(exec_id.to_owned()));
     }
     check_exec(access, exec_id, container.name, rules.scope)?;
-    if rules.require_stack_label
-        && access == Access::Change
-        && container.stack_label != Some(rules.stack)
-    {
+    if rules.require_stack_label && container.stack_label != Some(rules.stack) {
         return Err(Refusal::NoSuchExec(exec_id.to_owned()));
     }
     Ok(Pinned(id.to_owned()))
@@ -209,16 +208,41 @@ mod tests {
             &r
         )
         .is_err());
-        assert!(inspected(
-            Kind::Container,
-            Access::Read,
-            "containers.inspect",
-            &name,
-            &ins(None),
-            &r
-        )
-        .is_ok());
-        // Networks too: one without the stack's label is not the stack's to change.
+        // Reads too: another stack on the same prefix must not see its environment or logs.
+        for label in [None, Some("other-stack")] {
+            assert_eq!(
+                inspected(
+                    Kind::Container,
+                    Access::Read,
+                    "containers.inspect",
+                    &name,
+                    &ins(label),
+                    &r
+                ),
+                Err(Refusal::ContainerOutOfScope {
+                    op: "containers.inspect".into(),
+                    name: "deer-flow-sandbox-1".into()
+                }),
+                "{label:?}"
+            );
+        }
+        // Without the flag, the prefix alone decides.
+        let prefix_only = Rules {
+            require_stack_label: false,
+            ..r
+        };
+        for access in [Access::Read, Access::Change] {
+            assert!(inspected(
+                Kind::Container,
+                access,
+                "containers.x",
+                &name,
+                &ins(Some("other-stack")),
+                &prefix_only
+            )
+            .is_ok());
+        }
+        // Networks too: one without the stack's label is not the stack's to see or change.
         let net = ObjRef::Name("deer-flow-sandbox-net-1".into());
         let net_ins = |label| Inspected {
             id: ID,
@@ -256,15 +280,30 @@ mod tests {
                 "{label:?}"
             );
         }
-        assert!(inspected(
-            Kind::Network,
-            Access::Read,
-            "networks.inspect",
-            &net,
-            &net_ins(None),
-            &rr
-        )
-        .is_ok());
+        assert_eq!(
+            inspected(
+                Kind::Network,
+                Access::Read,
+                "networks.inspect",
+                &net,
+                &net_ins(None),
+                &rr
+            ),
+            Err(Refusal::NetworkOutOfScope {
+                op: "networks.inspect".into(),
+                name: "deer-flow-sandbox-net-1".into()
+            })
+        );
+        // The engine's own networks carry no label and stay readable, never changeable.
+        let bridge = Inspected {
+            id: ID,
+            name: "bridge",
+            stack_label: None,
+        };
+        let by_name = ObjRef::Name("bridge".into());
+        let read = |access, op| inspected(Kind::Network, access, op, &by_name, &bridge, &rr);
+        assert!(read(Access::Read, "networks.inspect").is_ok());
+        assert!(read(Access::Change, "networks.remove").is_err());
         assert!(inspected(
             Kind::Network,
             Access::Change,
@@ -364,6 +403,23 @@ mod tests {
             stack_label: None,
         };
         assert!(exec(Access::Change, "e", (ID, ID), &c, &r).is_ok());
+        // Under --require-stack-label, an exec of an unlabelled container is not found, for
+        // an inspect as for a start.
+        let labelled = Rules {
+            require_stack_label: true,
+            ..r
+        };
+        for access in [Access::Read, Access::Change] {
+            assert_eq!(
+                exec(access, "e", (ID, ID), &c, &labelled),
+                Err(Refusal::NoSuchExec("e".into()))
+            );
+            let own = Inspected {
+                stack_label: Some("atlas"),
+                ..c
+            };
+            assert!(exec(access, "e", (ID, ID), &own, &labelled).is_ok());
+        }
         let other = Inspected {
             name: "/other",
             ..c

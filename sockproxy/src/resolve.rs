@@ -79,6 +79,8 @@ struct Listed {
     name: String,
     #[serde(rename = "State", default)]
     state: String,
+    #[serde(rename = "Labels", default)]
+    labels: Option<std::collections::HashMap<String, String>>,
 }
 
 /// One of the stack's own objects, from a list.
@@ -237,7 +239,7 @@ impl Proxy {
     }
 
     /// Every container (all states) the stack sees, or every network it may read (its own and
-    /// the predefined ones). Containers are asked for with a name filter for the prefix, which
+    /// the predefined ones); under `--require-stack-label`, only those with its label. Containers are asked for with a name filter for the prefix, which
     /// keeps the answer small; the engine's `id` filter is no use for prefixes, as it resolves
     /// them the way the engine does (an ambiguity with another stack's ID would empty it).
     pub(crate) async fn own_listed(
@@ -283,7 +285,14 @@ impl Proxy {
                         .to_owned(),
                     Kind::Network => l.name,
                 };
-                self.scope.allows(kind, Access::Read, &name).then_some(Own {
+                let label = l
+                    .labels
+                    .as_ref()
+                    .and_then(|m| m.get(crate::create_body::STACK_LABEL))
+                    .map(String::as_str);
+                let seen = self.scope.allows(kind, Access::Read, &name)
+                    && self.scope.label_allows(kind, &name, label);
+                seen.then_some(Own {
                     id: l.id,
                     name,
                     state: l.state,

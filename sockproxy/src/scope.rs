@@ -13,12 +13,14 @@ pub enum Access {
     Change,
 }
 
-/// A stack's scope: its prefix and whether restricted-mode objects are its to change.
+/// A stack's scope: its prefix, whether restricted-mode objects are its to change, and (under
+/// `--require-stack-label`) the `sockproxy.stack` label its objects must carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     prefix: Prefix,
     restricted: bool,
     info: bool,
+    required_label: Option<String>,
 }
 
 impl Scope {
@@ -27,7 +29,30 @@ impl Scope {
             prefix,
             restricted,
             info: true,
+            required_label: None,
         }
+    }
+
+    /// `--require-stack-label`: an object is the stack's only if its `sockproxy.stack` label
+    /// is `stack`, for lists and events as for inspects (`pinning`).
+    pub fn with_required_label(mut self, stack: Option<&str>) -> Self {
+        self.required_label = stack.map(str::to_owned);
+        self
+    }
+
+    /// Whether an object named `name` whose `sockproxy.stack` label is `label` passes the
+    /// label rule: always without `--require-stack-label`; under it, only with the stack's own
+    /// label. The engine's predefined networks carry none and stay readable by every stack.
+    pub fn label_allows(&self, kind: Kind, name: &str, label: Option<&str>) -> bool {
+        match &self.required_label {
+            None => true,
+            Some(_) if kind == Kind::Network && PREDEFINED_NETWORKS.contains(&name) => true,
+            Some(stack) => label == Some(stack.as_str()),
+        }
+    }
+
+    pub fn requires_label(&self) -> bool {
+        self.required_label.is_some()
     }
 
     /// `--info deny`: refuse `GET /info` instead of answering it for the stack.

@@ -69,7 +69,13 @@ pub fn bind(cfg: &Config) -> Result<UnixListener, ServerError> {
 
 pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
     Arc::new(Proxy {
-        scope: cfg.scope.clone(),
+        // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
+        // then lets the stack see: lists and events read the label through the scope.
+        scope: cfg.scope.clone().with_required_label(
+            cfg.create_rules
+                .require_stack_label
+                .then_some(cfg.stack.as_str()),
+        ),
         stack: cfg.stack.clone(),
         upstream: Upstream::new(cfg.upstream.clone(), cfg.event_loops),
         max_list_bytes: cfg.max_list_bytes,

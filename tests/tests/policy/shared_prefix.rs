@@ -1,7 +1,7 @@
-//! Under `--require-stack-label` a name with the stack's prefix does not make a network or a
-//! volume the stack's: two stacks given one prefix (or a network made on the engine under it)
-//! cannot put a sandbox on each other's networks, connect to or remove them, or share a named
-//! volume. A review reached another stack's network and volume this way; each refusal here is
+//! Under `--require-stack-label` a name with the stack's prefix does not make a container,
+//! network or volume the stack's: two stacks given one prefix (or a network made on the engine
+//! under it) cannot list, inspect or read the logs of each other's sandboxes, put a sandbox on
+//! each other's networks, connect to or remove them, or share a named volume. A review reached another stack's network and volume this way; each refusal here is
 //! checked on what the engine holds afterwards, on the fake and the real engine.
 
 use serde_json::json;
@@ -58,6 +58,72 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                 let mine = clean.container(&format!("{prefix}sandbox-a"));
                 let r = create(&a, &mine, json!({ "HostConfig": { "NetworkMode": net } }));
                 assert_eq!(r.status, 201, "{}", r.text());
+            },
+        );
+
+        step(
+            "stack B cannot read A's sandbox or network: not listed, inspected or logged",
+            || {
+                let mine = format!("{prefix}sandbox-a");
+                let id = container(&mine).json()["Id"]
+                    .as_str()
+                    .expect("an ID")
+                    .to_owned();
+                let get = |p: &StackProxy, target: &str| {
+                    raw::request(p.socket(), "GET", target, None).expect("answer")
+                };
+                let named = format!("{mine} is not one of this stack's sandboxes");
+                for target in [
+                    format!("/containers/{mine}/json"),
+                    format!("/containers/{mine}/logs?stdout=1"),
+                    format!("/containers/{mine}/top"),
+                ] {
+                    refused(&get(&b, &target), 403, &named);
+                    // A reads its own (a `top` of a created sandbox is dockerd's 409).
+                    let own = get(&a, &target);
+                    assert!([200, 409].contains(&own.status), "{target}: {}", own.text());
+                }
+                refused(
+                    &get(&b, &format!("/containers/{id}/json")),
+                    404,
+                    &format!("No such container: {id}"),
+                );
+                refused(
+                    &get(&b, &format!("/networks/{net}")),
+                    403,
+                    &format!("{net} is not one of this stack's networks"),
+                );
+                let listed = |p: &StackProxy, target: &str| -> Vec<String> {
+                    let r = get(p, target);
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    r.json()
+                        .as_array()
+                        .expect("a list")
+                        .iter()
+                        .map(|x| {
+                            x["Names"][0]
+                                .as_str()
+                                .or(x["Name"].as_str())
+                                .unwrap_or_default()
+                                .trim_start_matches('/')
+                                .to_owned()
+                        })
+                        .collect()
+                };
+                let all = "/containers/json?all=1";
+                assert!(!listed(&b, all).contains(&mine), "B lists A's sandbox");
+                assert!(listed(&a, all).contains(&mine), "A lists its own");
+                assert!(
+                    !listed(&b, "/networks").contains(&net),
+                    "B lists A's network"
+                );
+                assert!(listed(&a, "/networks").contains(&net), "A lists its own");
+                // An ID prefix resolves among the stack's own only.
+                refused(
+                    &get(&b, &format!("/containers/{}/json", &id[..12])),
+                    404,
+                    "No such container",
+                );
             },
         );
 
