@@ -24,7 +24,7 @@ struct NetworkEntry {
 
 /// An entry's `sockproxy.stack` label (the only one read; the others are skipped unread).
 #[derive(Deserialize)]
-struct StackLabel {
+pub(crate) struct StackLabel {
     #[serde(rename = "sockproxy.stack", default)]
     stack: Option<String>,
 }
@@ -47,7 +47,7 @@ struct LabelledNetwork {
     labels: Option<StackLabel>,
 }
 
-fn stack_label(labels: &Option<StackLabel>) -> Option<&str> {
+pub(crate) fn stack_label(labels: &Option<StackLabel>) -> Option<&str> {
     labels.as_ref().and_then(|l| l.stack.as_deref())
 }
 
@@ -176,14 +176,22 @@ fn skip_ws(body: &[u8], mut pos: usize) -> usize {
     pos
 }
 
-/// Keeps only the stack's own endpoints in a network's `Containers` and drops its swarm-only
-/// views of other nodes and services (`Peers`, `Services`).
-pub fn own_endpoints(network: &mut serde_json::Value, scope: &Scope) {
+/// The full IDs of the stack's own containers, for `own_endpoints` under
+/// `--require-stack-label`: an endpoint carries a container's name, never its labels.
+pub type OwnIds = std::collections::HashSet<String>;
+
+/// Keeps only the stack's own endpoints in a network's `Containers` (by name, and under
+/// `--require-stack-label` by ID among `own`) and drops its swarm-only views of other nodes
+/// and services (`Peers`, `Services`).
+pub fn own_endpoints(network: &mut serde_json::Value, scope: &Scope, own: Option<&OwnIds>) {
     if let Some(serde_json::Value::Object(containers)) = network.get_mut("Containers") {
-        containers.retain(|_, ep| {
-            ep.get("Name")
+        containers.retain(|id, ep| {
+            let named = ep
+                .get("Name")
                 .and_then(serde_json::Value::as_str)
-                .is_some_and(|n| scope.visible(n))
+                .is_some_and(|n| scope.visible(n));
+            // Fail closed: under the flag, no ID set means no endpoint is known to be ours.
+            named && (!scope.requires_label() || own.is_some_and(|own| own.contains(id)))
         });
     }
     if let Some(obj) = network.as_object_mut() {
@@ -194,11 +202,15 @@ pub fn own_endpoints(network: &mut serde_json::Value, scope: &Scope) {
 
 /// A filtered network list with `own_endpoints` applied to every entry: below API 1.28 (and
 /// with `verbose`) dockerd lists each network's endpoints, other stacks' containers among them.
-fn own_endpoints_in_list(body: &[u8], scope: &Scope) -> Result<Vec<u8>, FilterError> {
+fn own_endpoints_in_list(
+    body: &[u8],
+    scope: &Scope,
+    own: Option<&OwnIds>,
+) -> Result<Vec<u8>, FilterError> {
     let mut networks: Vec<serde_json::Value> =
         serde_json::from_slice(body).map_err(|e| FilterError(e.to_string()))?;
     for n in &mut networks {
-        own_endpoints(n, scope);
+        own_endpoints(n, scope, own);
     }
     let mut out = serde_json::to_vec(&networks).map_err(|e| FilterError(e.to_string()))?;
     out.push(b'\n');
@@ -212,10 +224,11 @@ pub fn stack_list(
     body: &[u8],
     scope: &Scope,
     limit: Option<usize>,
+    own: Option<&OwnIds>,
 ) -> Result<Vec<u8>, FilterError> {
     let kept = filter_list(kind, body, scope, limit)?;
     match kind {
-        Kind::Network => own_endpoints_in_list(&kept, scope),
+        Kind::Network => own_endpoints_in_list(&kept, scope, own),
         Kind::Container => Ok(kept),
     }
 }
@@ -353,13 +366,13 @@ mod tests {
             "c2":{"Name":"other-stack-x","IPv4Address":"172.23.0.3/16"}},
             "Peers":[{"Name":"node-2"}]},
             {"Name":"other-net","Id":"n2","Containers":{}}]"#;
-        let out = stack_list(Kind::Network, body, &scope(), None).expect("ok");
+        let out = stack_list(Kind::Network, body, &scope(), None, None).expect("ok");
         let v: Vec<serde_json::Value> = serde_json::from_slice(&out).expect("json");
         assert_eq!(v.len(), 1);
         let containers = v[0]["Containers"].as_object().expect("object");
         assert_eq!(containers.keys().collect::<Vec<_>>(), ["c1"]);
         assert!(v[0].get("Peers").is_none());
-        assert!(own_endpoints_in_list(b"{}", &scope()).is_err());
+        assert!(own_endpoints_in_list(b"{}", &scope(), None).is_err());
     }
 
     /// Under `--require-stack-label`, an entry under the prefix is listed only with the
@@ -390,6 +403,39 @@ mod tests {
         // An unreadable label fails closed, as any unreadable entry does.
         let bad = br#"[{"Names":["/deer-flow-a"],"Labels":{"sockproxy.stack":7}}]"#;
         assert!(filter_list(Kind::Container, bad, &labelled, None).is_err());
+    }
+
+    /// Under `--require-stack-label` an endpoint is the stack's only if its container is one
+    /// of the stack's own (labelled) ones: another stack's sandbox on `bridge` shares the prefix.
+    #[test]
+    fn under_the_label_rule_endpoints_are_kept_by_own_id() {
+        let labelled = scope().with_required_label(Some("atlas"));
+        let bridge = || {
+            serde_json::json!({ "Name": "bridge", "Containers": {
+                "c1": { "Name": "deer-flow-sandbox-a" },
+                "c2": { "Name": "deer-flow-sandbox-b" },
+                "c3": { "Name": "other" } } })
+        };
+        let kept = |scope: &Scope, own: Option<&OwnIds>| {
+            let mut v = bridge();
+            own_endpoints(&mut v, scope, own);
+            let mut ids: Vec<String> = v["Containers"]
+                .as_object()
+                .expect("object")
+                .keys()
+                .cloned()
+                .collect();
+            ids.sort();
+            ids
+        };
+        let own: OwnIds = ["c1".to_owned(), "c3".to_owned()].into();
+        assert_eq!(kept(&labelled, Some(&own)), ["c1"]);
+        assert_eq!(kept(&labelled, None), Vec::<String>::new(), "fails closed");
+        assert_eq!(
+            kept(&scope(), None),
+            ["c1", "c2"],
+            "without the flag, by name"
+        );
     }
 
     #[test]

@@ -76,6 +76,14 @@ async fn run() -> anyhow::Result<()> {
             cfg.upstream.display()
         );
     }
+    if cfg.create_rules.require_stack_label && cfg.stack == cfg.scope.prefix().as_str() {
+        // The label is what tells stacks on one prefix apart; with the default name, every
+        // such stack stamps and accepts the same one.
+        tracing::warn!(
+            stack = %cfg.stack,
+            "--require-stack-label with the stack named after its prefix (the default): other stacks on this prefix get the same label; give each its own --stack"
+        );
+    }
     let listener = server::bind(&cfg).context("cannot listen")?;
     tracing::info!(
         listen = %cfg.listen.display(),

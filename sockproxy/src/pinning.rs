@@ -85,6 +85,9 @@ pub fn inspected(
     if rules.require_stack_label && !predefined && ins.stack_label != Some(rules.stack) {
         return Err(match (r, kind) {
             (ObjRef::Hex(id), _) => absent(kind, id),
+            // A read gets the engine's not-found, as for a name nobody has: a 403 would tell
+            // the stack that another stack holds that (predictable) sandbox name.
+            (ObjRef::Name(name), _) if access == Access::Read => absent(kind, name),
             (ObjRef::Name(name), Kind::Container) => Refusal::ContainerOutOfScope {
                 op: op.to_owned(),
                 name: name.clone(),
@@ -219,10 +222,7 @@ mod tests {
                     &ins(label),
                     &r
                 ),
-                Err(Refusal::ContainerOutOfScope {
-                    op: "containers.inspect".into(),
-                    name: "deer-flow-sandbox-1".into()
-                }),
+                Err(Refusal::NoSuchContainer("deer-flow-sandbox-1".into())),
                 "{label:?}"
             );
         }
@@ -289,10 +289,7 @@ mod tests {
                 &net_ins(None),
                 &rr
             ),
-            Err(Refusal::NetworkOutOfScope {
-                op: "networks.inspect".into(),
-                name: "deer-flow-sandbox-net-1".into()
-            })
+            Err(Refusal::NoSuchNetwork("deer-flow-sandbox-net-1".into()))
         );
         // The engine's own networks carry no label and stay readable, never changeable.
         let bridge = Inspected {

@@ -190,7 +190,7 @@ impl Proxy {
                 Err(engine) => return Ok(buffered_response(engine)),
             };
             body::no_body(raw).await?;
-            return self.own_endpoints_only(inspected);
+            return self.own_endpoints_only(inspected, version).await;
         }
         let net = Wanted {
             kind: Kind::Network,

@@ -335,11 +335,15 @@ impl Proxy {
             upstream::read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
                 .await
                 .map_err(upstream_err)?;
+        let own = match kind {
+            Kind::Network => self.own_ids(target.version.as_deref()).await?,
+            Kind::Container => None,
+        };
         let filtered = if answer.body.len() > FILTER_INLINE_MAX {
             // Off the event loop: a large list takes milliseconds to filter, and every other
             // request on the loop waits meanwhile.
             let (body, scope) = (answer.body.clone(), self.scope.clone());
-            let filter = move || filter::stack_list(kind, &body, &scope, limit);
+            let filter = move || filter::stack_list(kind, &body, &scope, limit, own.as_ref());
             match self.blocking.get() {
                 Some(first) => first.spawn_blocking(filter),
                 None => tokio::task::spawn_blocking(filter),
@@ -347,7 +351,7 @@ impl Proxy {
             .await
             .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
         } else {
-            filter::stack_list(kind, &answer.body, &self.scope, limit)
+            filter::stack_list(kind, &answer.body, &self.scope, limit, own.as_ref())
         }
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {
@@ -466,15 +470,28 @@ impl Proxy {
         }))
     }
 
+    /// Under `--require-stack-label`, the full IDs of the stack's own (labelled) containers,
+    /// which a network's endpoints are checked against (one list from the engine); `None`
+    /// without the flag, where an endpoint's name decides.
+    async fn own_ids(&self, version: Option<&str>) -> Result<Option<filter::OwnIds>, Refusal> {
+        if !self.scope.requires_label() {
+            return Ok(None);
+        }
+        let own = self.own_objects(Kind::Container, version).await?;
+        Ok(Some(own.into_iter().map(|(id, _)| id).collect()))
+    }
+
     /// A network's inspect answer with `Containers` cut to the stack's own (by endpoint name),
     /// so an own or predefined network does not list other stacks' containers.
-    pub(crate) fn own_endpoints_only(
+    pub(crate) async fn own_endpoints_only(
         &self,
         inspected: Buffered,
+        version: Option<&str>,
     ) -> Result<Response<Body>, Refusal> {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
-        filter::own_endpoints(&mut v, &self.scope);
+        let own = self.own_ids(version).await?;
+        filter::own_endpoints(&mut v, &self.scope, own.as_ref());
         let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         Ok(buffered_response(Buffered {

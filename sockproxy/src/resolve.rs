@@ -79,8 +79,9 @@ struct Listed {
     name: String,
     #[serde(rename = "State", default)]
     state: String,
+    /// Only the `sockproxy.stack` label is read.
     #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
+    labels: Option<crate::filter::StackLabel>,
 }
 
 /// One of the stack's own objects, from a list.
@@ -285,11 +286,7 @@ impl Proxy {
                         .to_owned(),
                     Kind::Network => l.name,
                 };
-                let label = l
-                    .labels
-                    .as_ref()
-                    .and_then(|m| m.get(crate::create_body::STACK_LABEL))
-                    .map(String::as_str);
+                let label = crate::filter::stack_label(&l.labels);
                 let seen = self.scope.allows(kind, Access::Read, &name)
                     && self.scope.label_allows(kind, &name, label);
                 seen.then_some(Own {

@@ -299,27 +299,18 @@ fn a_remembered_container_is_refused_as_an_inspected_one() {
             &call(&e.socket, "POST", &format!("/containers/{id}/start")),
             "start",
         );
-        // Reading it is refused as well (the label rule covers reads), but the inspect behind
-        // the refusal makes the proxy remember it.
+        // Reading it is refused as well (the label rule covers reads: the engine's not-found),
+        // but the inspect behind the refusal makes the proxy remember it.
         let start = Instant::now();
         while p.remembered().0 != 1 {
             let r = call(p.socket(), "GET", &format!("/v1.41/containers/{name}/json"));
-            assert_eq!(r.status, 403, "{}", r.text());
+            assert_eq!(r.status, 404, "{}", r.text());
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "the proxy never remembered {name}"
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        let read = format!("/v1.41/containers/{name}/json");
-        let (from_map, inspected) = (
-            call(p.socket(), "GET", &read),
-            call(q.socket(), "GET", &read),
-        );
-        assert_eq!(
-            (from_map.status, from_map.text()),
-            (inspected.status, inspected.text())
-        );
         // The stop by name and by full ID, and spellings no other test sends from the map: a
         // kill on the oldest version the proxy takes, a forced remove with no version, and a
         // rename on a middle version.

@@ -72,13 +72,15 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                 let get = |p: &StackProxy, target: &str| {
                     raw::request(p.socket(), "GET", target, None).expect("answer")
                 };
-                let named = format!("{mine} is not one of this stack's sandboxes");
+                // The engine's not-found, as for a name nobody has: a 403 would tell B
+                // that A holds that sandbox name.
+                let named = format!("No such container: {mine}");
                 for target in [
                     format!("/containers/{mine}/json"),
                     format!("/containers/{mine}/logs?stdout=1"),
                     format!("/containers/{mine}/top"),
                 ] {
-                    refused(&get(&b, &target), 403, &named);
+                    refused(&get(&b, &target), 404, &named);
                     // A reads its own (a `top` of a created sandbox is dockerd's 409).
                     let own = get(&a, &target);
                     assert!([200, 409].contains(&own.status), "{target}: {}", own.text());
@@ -90,8 +92,8 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                 );
                 refused(
                     &get(&b, &format!("/networks/{net}")),
-                    403,
-                    &format!("{net} is not one of this stack's networks"),
+                    404,
+                    &format!("network {net} not found"),
                 );
                 let listed = |p: &StackProxy, target: &str| -> Vec<String> {
                     let r = get(p, target);
@@ -124,6 +126,35 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                     404,
                     "No such container",
                 );
+            },
+        );
+
+        step(
+            "stack B does not see A's running sandbox among bridge's endpoints",
+            || {
+                let on_bridge = clean.container(&format!("{prefix}sandbox-abr"));
+                let r = create(&a, &on_bridge, json!({}));
+                assert_eq!(r.status, 201, "{}", r.text());
+                let id = r.json()["Id"].as_str().expect("an ID").to_owned();
+                let r = raw::request(
+                    a.socket(),
+                    "POST",
+                    &format!("/containers/{on_bridge}/start"),
+                    None,
+                )
+                .expect("answer");
+                assert_eq!(r.status, 204, "{}", r.text());
+                let seen = |p: &std::path::Path, target: &str| {
+                    let r = raw::request(p, "GET", target, None).expect("answer");
+                    assert_eq!(r.status, 200, "{target}: {}", r.text());
+                    r.text().contains(&id)
+                };
+                // The network inspect, at the current API and at 1.27.
+                for target in ["/networks/bridge", "/v1.27/networks/bridge"] {
+                    assert!(seen(&e.socket, target), "the engine: {target}");
+                    assert!(seen(a.socket(), target), "A sees its own: {target}");
+                    assert!(!seen(b.socket(), target), "B sees A's: {target}");
+                }
             },
         );
 
