@@ -94,6 +94,10 @@ pub(crate) fn upstream_request(
     for name in hops {
         headers.remove(name);
     }
+    // The length is the body's, not the client's: hyper writes it from the body it is given
+    // (the client's stream keeps its exact length; an attach's empty body has none), so the
+    // engine is never told of bytes that are not sent.
+    headers.remove(header::CONTENT_LENGTH);
     if !headers.contains_key(header::HOST) {
         headers.insert(header::HOST, HeaderValue::from_static("docker"));
     }

@@ -549,10 +549,7 @@ pub(crate) fn json_request(
     upgrade: bool,
 ) -> Result<Request<Body>, Refusal> {
     let mut req = upstream_request(parts, path, upstream::full(bytes), upgrade)?;
-    let headers = req.headers_mut();
-    headers.remove(header::CONTENT_LENGTH);
-    headers.remove(header::TRANSFER_ENCODING);
-    headers.insert(
+    req.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
