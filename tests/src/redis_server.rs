@@ -91,7 +91,7 @@ impl RedisServer {
     pub fn ownership(&self, me: &str, ttl: Duration) -> Ownership {
         Ownership {
             store: Store::Redis(
-                RedisStore::new(&self.url(), "t-", Duration::from_secs(1)).expect("url"),
+                RedisStore::new(&self.url(), "t-:".into(), Duration::from_secs(1)).expect("url"),
             ),
             me: me.into(),
             ttl,

@@ -14,7 +14,7 @@ use super::background;
 use super::clock::SystemClock;
 use super::limits::{self, LimitError, Limits};
 use super::provider::{Provider, ProviderConfig};
-use super::redis_store::RedisStore;
+use super::redis_store::{default_key_prefix, key_namespace, RedisStore};
 use super::store::{Memory, Ownership, Store};
 use crate::ops::Lifecycle;
 
@@ -50,6 +50,11 @@ pub struct ServeArgs {
     /// `memory` (one process), or a Redis URL (`redis://…`, `unix:///…/redis.sock`) shared by several.
     #[arg(long, env = "LIFECYCLE_OWNERSHIP", default_value = "memory")]
     pub ownership: String,
+    /// What each sandbox's key in the store starts with (its ID follows after one ':'); set
+    /// `deerflow:sandbox:owner` to share ownership with deer-flow's gateways [default:
+    /// lifecycle:PREFIX:sandbox].
+    #[arg(long, env = "LIFECYCLE_OWNERSHIP_KEY_PREFIX")]
+    pub ownership_key_prefix: Option<String>,
     /// This process's owner name in the store [default: host name and process ID].
     #[arg(long, env = "LIFECYCLE_OWNER_ID")]
     pub owner_id: Option<String>,
@@ -151,10 +156,22 @@ pub fn limits(a: &ServeArgs) -> Result<Limits, ServeSetupError> {
 pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupError> {
     let ttl = secs("ownership-ttl", a.ownership_ttl)?;
     let store = if a.ownership == "memory" {
+        if a.ownership_key_prefix.is_some() {
+            return Err(ServeSetupError::Flag(
+                "ownership-key-prefix",
+                "only with a Redis --ownership (the memory store is this process's own)".into(),
+            ));
+        }
         Store::Memory(Memory::default())
     } else {
         let timeout = secs("store-timeout", a.store_timeout)?;
-        let r = RedisStore::new(&a.ownership, lc.settings.prefix.as_str(), timeout)
+        let key_prefix = a
+            .ownership_key_prefix
+            .clone()
+            .unwrap_or_else(|| default_key_prefix(lc.settings.prefix.as_str()));
+        let namespace = key_namespace(&key_prefix)
+            .map_err(|e| ServeSetupError::Flag("ownership-key-prefix", e.to_string()))?;
+        let r = RedisStore::new(&a.ownership, namespace, timeout)
             .map_err(|e| ServeSetupError::Flag("ownership", e.to_string()))?;
         Store::Redis(r)
     };

@@ -44,7 +44,7 @@ return {'unknown-op', before}
 #[derive(Debug)]
 pub struct RedisStore {
     client: redis::Client,
-    /// Prepended to every key (the stack's prefix), so stacks sharing a Redis never meet.
+    /// Prepended to every sandbox ID to make its key (`key_prefix`).
     namespace: String,
     timeout: Duration,
     conn: Mutex<Option<MultiplexedConnection>>,
@@ -69,13 +69,49 @@ fn intern(answer: &str) -> Option<&'static str> {
     .find(|a| *a == answer)
 }
 
+/// Why a `--ownership-key-prefix` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyPrefixError {
+    #[error("{0:?} is empty once its trailing ':' are dropped")]
+    Empty(String),
+    #[error("{0:?} holds whitespace or a control character")]
+    Unprintable(String),
+    #[error("{0:?} is longer than {MAX_KEY_PREFIX} bytes")]
+    TooLong(String),
+}
+
+const MAX_KEY_PREFIX: usize = 200;
+
+/// The key prefix a stack gets when none is given: stacks sharing a Redis never meet.
+pub fn default_key_prefix(stack_prefix: &str) -> String {
+    format!("lifecycle:{stack_prefix}:sandbox")
+}
+
+/// The string every sandbox ID is appended to, from a key prefix as deer-flow's
+/// `sandbox.ownership.key_prefix` reads one: trailing colons dropped, then joined with one, so
+/// `deerflow:sandbox:owner` and `deerflow:sandbox:owner:` both give deer-flow's own keys.
+pub fn key_namespace(prefix: &str) -> Result<String, KeyPrefixError> {
+    let trimmed = prefix.trim_end_matches(':');
+    if trimmed.is_empty() {
+        return Err(KeyPrefixError::Empty(prefix.to_owned()));
+    }
+    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(KeyPrefixError::Unprintable(prefix.to_owned()));
+    }
+    if trimmed.len() > MAX_KEY_PREFIX {
+        return Err(KeyPrefixError::TooLong(prefix.to_owned()));
+    }
+    Ok(format!("{trimmed}:"))
+}
+
 impl RedisStore {
-    pub fn new(url: &str, namespace: &str, timeout: Duration) -> Result<Self, StoreError> {
+    /// `namespace`: what `key_namespace` made of the key prefix.
+    pub fn new(url: &str, namespace: String, timeout: Duration) -> Result<Self, StoreError> {
         let client =
             redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("{url}: {e}")))?;
         Ok(Self {
             client,
-            namespace: format!("lifecycle:{namespace}:sandbox:"),
+            namespace,
             timeout,
             conn: Mutex::new(None),
         })
@@ -151,6 +187,36 @@ impl RedisStore {
                     self.timeout
                 )))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_prefixes_are_read_as_deer_flow_reads_them() {
+        let default = default_key_prefix("deer-flow-");
+        let ok = [
+            ("deerflow:sandbox:owner", "deerflow:sandbox:owner:"),
+            ("deerflow:sandbox:owner:", "deerflow:sandbox:owner:"),
+            ("deerflow:sandbox:owner::", "deerflow:sandbox:owner:"),
+            (default.as_str(), "lifecycle:deer-flow-:sandbox:"),
+        ];
+        for (given, want) in ok {
+            assert_eq!(key_namespace(given).as_deref(), Ok(want), "{given}");
+        }
+        let long = "k".repeat(MAX_KEY_PREFIX + 1);
+        let bad = [
+            ("", KeyPrefixError::Empty(String::new())),
+            (":::", KeyPrefixError::Empty(":::".into())),
+            ("a b", KeyPrefixError::Unprintable("a b".into())),
+            ("a\nb", KeyPrefixError::Unprintable("a\nb".into())),
+            (long.as_str(), KeyPrefixError::TooLong(long.clone())),
+        ];
+        for (given, want) in bad {
+            assert_eq!(key_namespace(given), Err(want), "{given:?}");
         }
     }
 }

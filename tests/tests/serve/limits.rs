@@ -3,7 +3,8 @@
 //! nothing, or idles after an answer, is disconnected while another client is served; one that
 //! stalls its body is answered 408 and disconnected; one that pipelines requests and never reads
 //! the answers is disconnected and its slot freed; over the cap a client is answered 503 in the
-//! API's error shape and a freed slot serves again; bad values are refused at start-up. In
+//! API's error shape and a freed slot serves again; bad values (and a bad ownership key prefix)
+//! are refused at start-up. In
 //! process: a request held at the engine longer than the timeout is still answered.
 //! Every wait is bounded and waits for an event; nothing is asserted about time.
 
@@ -316,7 +317,7 @@ fn refusals_over_the_cap_are_bounded_too() {
 }
 
 #[test]
-fn bad_limit_flags_are_refused_at_start_up() {
+fn bad_limit_and_store_flags_are_refused_at_start_up() {
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: &[Case] = &[
         (
@@ -379,6 +380,26 @@ fn bad_limit_flags_are_refused_at_start_up() {
             &[],
             "invalid value 'many' for '--max-connections",
         ),
+        (
+            &["--ownership-key-prefix", "deerflow:sandbox:owner"],
+            &[],
+            "lifecycle serve: --ownership-key-prefix: only with a Redis --ownership",
+        ),
+        (
+            &[
+                "--ownership",
+                "unix:///nonexistent/redis.sock",
+                "--ownership-key-prefix",
+                ":::",
+            ],
+            &[],
+            "lifecycle serve: --ownership-key-prefix: \":::\" is empty",
+        ),
+        (
+            &["--ownership", "unix:///nonexistent/redis.sock"],
+            &[("LIFECYCLE_OWNERSHIP_KEY_PREFIX", "deer flow")],
+            "--ownership-key-prefix: \"deer flow\" holds whitespace",
+        ),
     ];
     for (flags, env, want) in cases {
         let dir = tempfile::tempdir().expect("dir");
@@ -396,6 +417,7 @@ fn bad_limit_flags_are_refused_at_start_up() {
         .env_remove("LIFECYCLE_HEADER_TIMEOUT")
         .env_remove("LIFECYCLE_WRITE_TIMEOUT")
         .env_remove("LIFECYCLE_MAX_CONNECTIONS")
+        .env_remove("LIFECYCLE_OWNERSHIP_KEY_PREFIX")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -146,27 +146,121 @@ async fn redis_outage_fails_closed_and_keeps_serving_what_is_owned() {
 }
 
 fn serve_process(stack: &LcStack, redis: &RedisServer, dir: &Path, me: &str) -> ServeProcess {
+    serve_process_with(stack, redis, dir, me, &[])
+}
+
+fn serve_process_with(
+    stack: &LcStack,
+    redis: &RedisServer,
+    dir: &Path,
+    me: &str,
+    more: &[&str],
+) -> ServeProcess {
+    let url = redis.url();
+    let mut flags = vec![
+        "--ownership",
+        &url,
+        "--owner-id",
+        me,
+        "--ownership-ttl",
+        "2",
+        "--adopt-grace",
+        "1",
+        "--tick",
+        "0.2",
+        "--idle-timeout",
+        "0",
+    ];
+    flags.extend_from_slice(more);
     ServeProcess::start(
         stack.proxy.socket(),
         &stack.prefix,
         stack.state.path(),
         dir.join(format!("{me}.sock")),
         &["--ready-timeout", "0", "--sandbox-cmd", "sleep 600"],
-        &[
-            "--ownership",
-            &redis.url(),
-            "--owner-id",
-            me,
-            "--ownership-ttl",
-            "2",
-            "--adopt-grace",
-            "1",
-            "--tick",
-            "0.2",
-            "--idle-timeout",
-            "0",
-        ],
+        &flags,
     )
+}
+
+/// deer-flow's gateway keeps a sandbox's owner at `deerflow:sandbox:owner:{id}` as
+/// `own:{host}:{hex}`, set with `PX`. With `--ownership-key-prefix deerflow:sandbox:owner`, a
+/// provider reads and writes those very keys: a sandbox the gateway owns is not handed out, and
+/// one the provider creates is marked as its own where the gateway looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_shares_deer_flows_ownership_keys_when_told_their_prefix() {
+    let Some(redis) =
+        RedisServer::start("a_provider_shares_deer_flows_ownership_keys_when_told_their_prefix")
+    else {
+        return;
+    };
+    let stack = LcStack::new(false);
+    let dir = tempfile::tempdir().expect("dir");
+    let p = serve_process_with(
+        &stack,
+        &redis,
+        dir.path(),
+        "lc-1",
+        &["--ownership-key-prefix", "deerflow:sandbox:owner"],
+    );
+    let id = lifecycle::naming::sandbox_id("user-1", "shared").expect("id");
+    let key = format!("deerflow:sandbox:owner:{id}");
+    let client = redis::Client::open(redis.url()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let raw = |args: &[&str]| {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c
+    };
+    step_async("the gateway's claim keeps the provider off", async {
+        let set: String = raw(&["SET", &key, "own:gw-host:5f2c9a", "PX", "120000"])
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+        assert_eq!(set, "OK");
+        let (status, v) = p.acquire("user-1", "shared").await;
+        assert_eq!(status, 409, "{v}");
+        assert!(v.to_string().contains("gw-host:5f2c9a"), "{v}");
+        assert!(p.ids().await.is_empty(), "nothing made or tracked");
+    })
+    .await;
+    step_async(
+        "once the gateway lets go, the provider's claim is where it looks",
+        async {
+            let _: i64 = raw(&["DEL", &key])
+                .query_async(&mut conn)
+                .await
+                .expect("DEL");
+            let (status, v) = p.acquire("user-1", "shared").await;
+            assert_eq!(status, 200, "{v}");
+            let value: Option<String> = raw(&["GET", &key])
+                .query_async(&mut conn)
+                .await
+                .expect("GET");
+            assert_eq!(value.as_deref(), Some("own:lc-1"));
+            let ttl: i64 = raw(&["PTTL", &key])
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL");
+            assert!(
+                (1..=2000).contains(&ttl),
+                "a TTL of --ownership-ttl: {ttl} ms"
+            );
+            let ours: Vec<String> = raw(&["KEYS", "lifecycle:*"])
+                .query_async(&mut conn)
+                .await
+                .expect("KEYS");
+            assert!(
+                ours.is_empty(),
+                "nothing under the default prefix: {ours:?}"
+            );
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,7 +540,9 @@ async fn a_redis_that_never_answers_fails_closed_within_the_store_timeout() {
     });
     let url = format!("unix://{}", sock.display());
     let silent = Ownership {
-        store: Store::Redis(RedisStore::new(&url, "t-", Duration::from_millis(200)).expect("url")),
+        store: Store::Redis(
+            RedisStore::new(&url, "t-:".into(), Duration::from_millis(200)).expect("url"),
+        ),
         me: "me".into(),
         ttl: Duration::from_secs(60),
     };
