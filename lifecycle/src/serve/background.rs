@@ -95,7 +95,17 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         if !still_ours(p, &id) {
             continue;
         }
-        match p.own.renew(&id).await {
+        // A sandbox on its way out keeps (or, lapsed, gets back) `del:`, never `own:`.
+        let fenced = p
+            .pool()
+            .get(&id)
+            .is_some_and(|e| e.destroy_pending || e.state == State::Destroying);
+        let renewed = if fenced {
+            p.own.renew_fenced(&id).await
+        } else {
+            p.own.renew(&id).await
+        };
+        match renewed {
             Ok(r) => {
                 p.metrics
                     .inc("lifecycle_lease_renewals_total", renew_word(r));

@@ -34,6 +34,10 @@ elseif op == 'renew' then
   if not cur then redis.call('SET', KEYS[1], own, 'PX', ttl) return {'lapsed', before} end
   if ours then redis.call('PEXPIRE', KEYS[1], ttl) return {'renewed', before} end
   return {'lost', before}
+elseif op == 'renew_fenced' then
+  if not cur then redis.call('SET', KEYS[1], del, 'PX', ttl) return {'lapsed', before} end
+  if ours then redis.call('SET', KEYS[1], del, 'PX', ttl) return {'renewed', before} end
+  return {'lost', before}
 elseif op == 'release' then
   if ours then redis.call('DEL', KEYS[1]) return {'released', before} end
   return {'not-ours', before}
@@ -56,6 +60,7 @@ fn op_name(op: Op) -> &'static str {
         Op::BeginDelete => "begin_delete",
         Op::EndDelete => "end_delete",
         Op::Renew => "renew",
+        Op::RenewFenced => "renew_fenced",
         Op::Release => "release",
     }
 }

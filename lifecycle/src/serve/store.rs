@@ -2,7 +2,8 @@
 //! holds `own:<owner>` or `del:<owner>` with a TTL its owner renews on a heartbeat. take/claim
 //! succeeds only when the key is unowned or already ours, and never over a `del:`; renew
 //! answers renewed / lapsed (the key expired and was re-taken by us) / lost (someone else holds
-//! it: never re-taken); release drops only our own value; a teardown runs under `del:<owner>`.
+//! it: never re-taken); release drops only our own value; a teardown runs under `del:<owner>`,
+//! which its renewals keep (or re-take once lapsed) as `del:`.
 //! `Store` is the one interface, with an in-process `Memory` and a shared `Redis`
 //! implementation (`redis_store`); the decision of each change is the pure `decide` below,
 //! which the memory store runs directly and the Redis store runs as one Lua script.
@@ -56,6 +57,10 @@ pub enum Op {
     /// create): allowed over our own `own:`/`del:` or an absent key, like `BeginDelete`.
     EndDelete,
     Renew,
+    /// Renew for a sandbox being torn down (or fenced after a failed rollback): like `Renew`,
+    /// but what it keeps or re-takes is `del:`, so a key that lapsed never comes back as an
+    /// `own:` that deer-flow's take would accept.
+    RenewFenced,
     Release,
 }
 
@@ -94,6 +99,11 @@ pub fn decide(op: Op, current: Option<&str>, me: &str) -> (Change, &'static str)
             None => (Change::Set(own), "lapsed"),
             // A teardown of ours keeps its `del:` while it is renewed.
             Some(v) if ours => (Change::Set(v.to_owned()), "renewed"),
+            Some(_) => (Change::Keep, "lost"),
+        },
+        Op::RenewFenced => match current {
+            None => (Change::Set(del), "lapsed"),
+            Some(_) if ours => (Change::Set(del), "renewed"),
             Some(_) => (Change::Keep, "lost"),
         },
         Op::Release => match current {
@@ -205,6 +215,12 @@ impl Ownership {
         renew_answer(answer)
     }
 
+    /// `renew` for a sandbox this process is tearing down or holds fenced.
+    pub async fn renew_fenced(&self, key: &str) -> Result<Renew, StoreError> {
+        let (answer, _) = self.run(key, Op::RenewFenced).await?;
+        renew_answer(answer)
+    }
+
     /// `true` when our value was dropped.
     pub async fn release(&self, key: &str) -> Result<bool, StoreError> {
         let (answer, _) = self.run(key, Op::Release).await?;
@@ -269,7 +285,7 @@ mod tests {
     fn decide_table() {
         use Change::*;
         let me = "a";
-        let cases: [(Op, Option<&str>, Change, &str); 21] = [
+        let cases: [(Op, Option<&str>, Change, &str); 25] = [
             (Op::Claim, None, Set("own:a".into()), "ours"),
             (Op::Claim, Some("own:a"), Set("own:a".into()), "ours"),
             (Op::Claim, Some("own:b"), Keep, "owned"),
@@ -288,6 +304,20 @@ mod tests {
             (Op::Renew, Some("del:a"), Set("del:a".into()), "renewed"),
             (Op::Renew, None, Set("own:a".into()), "lapsed"),
             (Op::Renew, Some("own:b"), Keep, "lost"),
+            (Op::RenewFenced, None, Set("del:a".into()), "lapsed"),
+            (
+                Op::RenewFenced,
+                Some("del:a"),
+                Set("del:a".into()),
+                "renewed",
+            ),
+            (
+                Op::RenewFenced,
+                Some("own:a"),
+                Set("del:a".into()),
+                "renewed",
+            ),
+            (Op::RenewFenced, Some("own:b"), Keep, "lost"),
             (Op::Release, Some("own:a"), Delete, "released"),
             (Op::Release, Some("del:a"), Delete, "released"),
             (Op::Release, Some("own:b"), Keep, "not-ours"),

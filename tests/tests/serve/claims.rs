@@ -111,6 +111,23 @@ async fn a_failed_rollback_keeps_its_del_claim_renewed_fenced_and_reported() {
         Some(Claim::Deleting("me".into())),
         "no peer adopts or reuses it"
     );
+    // No beats for a while (a stalled process, a Redis restart): the key lapses. The next beat
+    // takes it back as del:, never as an own: that deer-flow's take would accept.
+    let mut lapsed = false;
+    for _ in 0..100 {
+        if peer.value(&id).await.ok() == Some(None) {
+            lapsed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(lapsed, "the claim lapses without renewals");
+    s.provider.heartbeat().await;
+    assert_eq!(
+        peer.value(&id).await.ok(),
+        Some(Some("del:me".into())),
+        "a lapsed fenced claim comes back as del:"
+    );
     let (status, v) = s.acquire("user-1", "stuck", "again").await;
     assert_eq!(status, 409, "never handed out: {v}");
     let (_, metrics) = s.call("GET", "/metrics", None).await;

@@ -68,6 +68,28 @@ async fn redis_store_follows_deer_flows_ownership_rules() {
         Some(Some("own:b".into())),
         "lost is never re-taken"
     );
+    assert_eq!(
+        b.renew_fenced("k").await.ok(),
+        Some(Renew::Renewed),
+        "a teardown's renewal"
+    );
+    assert_eq!(
+        a.value("k").await.ok(),
+        Some(Some("del:b".into())),
+        "turns our own: into del:"
+    );
+    assert_eq!(a.renew_fenced("k").await.ok(), Some(Renew::Lost));
+    assert_eq!(b.release("k").await.ok(), Some(true));
+    assert_eq!(
+        b.renew_fenced("k").await.ok(),
+        Some(Renew::Lapsed),
+        "an expired one is taken back"
+    );
+    assert_eq!(
+        a.value("k").await.ok(),
+        Some(Some("del:b".into())),
+        "as del:"
+    );
 }
 
 #[tokio::test]
