@@ -7,14 +7,16 @@
 //!    `--allow-cidr` trusts the address.
 //!
 //! Both checks run on the address itself *and* on every IPv4 it embeds (NAT64 well-known and
-//! local-use, 6to4, Teredo server and client, SIIT, IPv4-compatible; IPv4-mapped is folded to
-//! IPv4 first): trusting a translator prefix (e.g. `64:ff9b::/96` for IPv6-only egress) trusts
-//! the translation, never the metadata service or loopback behind it. Pure.
+//! local-use, the network-specific NAT64 prefixes of `--nat64-prefix`, 6to4, Teredo server and
+//! client, SIIT, IPv4-compatible; IPv4-mapped is folded to IPv4 first): trusting a translator
+//! prefix (e.g. `64:ff9b::/96` for IPv6-only egress) trusts the translation, never the metadata
+//! service or loopback behind it. Pure.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
+use crate::nat64::{self, Nat64Prefix};
 use crate::special::{classify, Special};
 
 /// Why an address may not be dialed.
@@ -44,16 +46,29 @@ pub fn fold(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The IPv4 addresses an IPv6 address embeds (at most two: Teredo's server and client).
-/// For the local-use NAT64 prefix (`64:ff9b:1::/48`, RFC 8215) the IPv4 is read where a /96
-/// translator puts it, the last 32 bits.
-pub fn embedded(v6: Ipv6Addr) -> Vec<Ipv4Addr> {
+/// The IPv4 addresses an IPv6 address embeds: Teredo's server and client, the one a declared
+/// NAT64 prefix (`nat64`) puts in it, and so on.
+///
+/// An address in the local-use NAT64 prefix (`64:ff9b:1::/48`, RFC 8215) that no declared
+/// prefix covers may be under a /48, /56, /64 or /96 translator inside it. The /96 reading is
+/// always returned; the others too unless they fall in 0.0.0.0/8, which is what a /96
+/// address's zero middle reads as under them (a translator does not carry traffic to
+/// 0.0.0.0/8). So `64:ff9b:1:a9fe:a9:fe00:808:808`, 8.8.8.8 to a /96 translator and
+/// 169.254.169.254 to a /48 one, is judged as both.
+pub fn embedded(v6: Ipv6Addr, nat64: &[Nat64Prefix]) -> Vec<Ipv4Addr> {
     let o = v6.octets();
     let tail = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
-    match classify(IpAddr::V6(v6)) {
-        Some(
-            Special::Ipv4Mapped | Special::Ipv4Translated | Special::Nat64 | Special::Nat64Local,
-        ) => vec![tail],
+    let declared: Vec<Ipv4Addr> = nat64.iter().filter_map(|p| p.unpack(v6)).collect();
+    let mut out = match classify(IpAddr::V6(v6)) {
+        Some(Special::Nat64Local) if declared.is_empty() => {
+            let others = [48, 56, 64]
+                .map(|len| nat64::carried(len, v6))
+                .into_iter()
+                .filter(|v4| v4.octets()[0] != 0);
+            std::iter::once(tail).chain(others).collect()
+        }
+        Some(Special::Nat64Local) => Vec::new(),
+        Some(Special::Ipv4Mapped | Special::Ipv4Translated | Special::Nat64) => vec![tail],
         // `::` and `::1` are in ::/96 too, but they are themselves, not 0.0.0.0 and 0.0.0.1.
         Some(Special::Ipv4Compatible) => vec![tail],
         Some(Special::SixToFour) => vec![Ipv4Addr::new(o[2], o[3], o[4], o[5])],
@@ -62,15 +77,22 @@ pub fn embedded(v6: Ipv6Addr) -> Vec<Ipv4Addr> {
             Ipv4Addr::from(!tail.to_bits()),
         ],
         _ => Vec::new(),
-    }
+    };
+    out.extend(declared);
+    out
 }
 
 /// Whether `ip` may be dialed: `Ok` with the folded address to dial, or why not.
-pub fn judge(ip: IpAddr, allow: &[IpNet], own: &[IpNet]) -> Result<IpAddr, AddrRefusal> {
+pub fn judge(
+    ip: IpAddr,
+    allow: &[IpNet],
+    own: &[IpNet],
+    nat64: &[Nat64Prefix],
+) -> Result<IpAddr, AddrRefusal> {
     let ip = fold(ip);
     let mut all = vec![ip];
     if let IpAddr::V6(v6) = ip {
-        all.extend(embedded(v6).into_iter().map(IpAddr::V4));
+        all.extend(embedded(v6, nat64).into_iter().map(IpAddr::V4));
     }
     if all.iter().any(|a| own.iter().any(|n| n.contains(a))) {
         return Err(AddrRefusal::OwnNetwork);
@@ -182,9 +204,84 @@ mod tests {
             ("::", &["::/128"], Ok("::")),
         ];
         for (ip, allow, want) in cases {
-            let got = judge(ip.parse().expect("ip"), &nets(allow), &nets(own));
+            let got = judge(ip.parse().expect("ip"), &nets(allow), &nets(own), &[]);
             let want = want.map(|w| w.parse::<IpAddr>().expect("ip"));
             assert_eq!(got, want, "{ip} with {allow:?}");
+        }
+    }
+
+    #[test]
+    fn declared_nat64_prefixes_table() {
+        use Special as S;
+        let nsp96 = ["2600:64::/96".parse().expect("prefix")];
+        let nsp64 = ["2600:64:0:1::/64".parse().expect("prefix")];
+        let local48 = ["64:ff9b:1::/48".parse().expect("prefix")];
+        let local = &["64:ff9b:1::/48"];
+        let none: &[&str] = &[];
+        let own = &["10.77.0.0/24"];
+        type Case<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a [Nat64Prefix],
+            Result<&'a str, AddrRefusal>,
+        );
+        let cases: &[Case] = &[
+            // A network-specific prefix is global space: only a declared one is unpacked.
+            ("2600:64::a9fe:a9fe", none, &[], Ok("2600:64::a9fe:a9fe")),
+            (
+                "2600:64::a9fe:a9fe",
+                none,
+                &nsp96,
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2600:64::a00:5",
+                none,
+                &nsp96,
+                Err(AddrRefusal::Special(S::Private)),
+            ),
+            ("2600:64::a4d:5", none, &nsp96, Err(AddrRefusal::OwnNetwork)),
+            ("2600:64::808:808", none, &nsp96, Ok("2600:64::808:808")),
+            // A /64 layout puts the IPv4 after the u octet, not at the end.
+            (
+                "2600:64:0:1:a9:fea9:fe00:0",
+                none,
+                &nsp64,
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2600:64:0:1:8:808:800:0",
+                none,
+                &nsp64,
+                Ok("2600:64:0:1:8:808:800:0"),
+            ),
+            // Local-use, undeclared: the /48 reading (169.254.169.254) counts, not only the
+            // /96 one (8.8.8.8).
+            (
+                "64:ff9b:1:a9fe:a9:fe00:808:808",
+                local,
+                &[],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            // Declared as a /48 translator, only the /48 reading counts.
+            (
+                "64:ff9b:1:808:8:800:a9fe:a9fe",
+                local,
+                &[],
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "64:ff9b:1:808:8:800:a9fe:a9fe",
+                local,
+                &local48,
+                Ok("64:ff9b:1:808:8:800:a9fe:a9fe"),
+            ),
+            ("64:ff9b:1::808:808", local, &[], Ok("64:ff9b:1::808:808")),
+        ];
+        for (ip, allow, nat64, want) in cases {
+            let got = judge(ip.parse().expect("ip"), &nets(allow), &nets(own), nat64);
+            let want = want.map(|w| w.parse::<IpAddr>().expect("ip"));
+            assert_eq!(got, want, "{ip} with {allow:?} and {nat64:?}");
         }
     }
 }

@@ -11,6 +11,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use ipnet::IpNet;
 
 use crate::forward::Timeouts;
+use crate::nat64::Nat64Error;
 use crate::policy::Policy;
 use crate::rules::{Rule, RuleError};
 use crate::server::Limits;
@@ -45,6 +46,11 @@ pub struct Args {
     /// More networks never to dial, besides the sidecar's interfaces. Repeatable.
     #[arg(long = "own-cidr", env = "NETPROXY_OWN_CIDR")]
     pub own_cidr: Vec<String>,
+    /// The network's own NAT64 translator prefix (RFC 6052: /32, /40, /48, /56, /64 or /96),
+    /// as its DNS64 resolver synthesizes with: the IPv4 an address in it carries is judged too.
+    /// 64:ff9b::/96 needs no flag. Repeatable.
+    #[arg(long = "nat64-prefix", env = "NETPROXY_NAT64_PREFIX")]
+    pub nat64_prefix: Vec<String>,
     #[arg(long, env = "NETPROXY_DNS_TIMEOUT_MS", default_value_t = 5000)]
     pub dns_timeout_ms: u64,
     #[arg(long, env = "NETPROXY_CONNECT_TIMEOUT_MS", default_value_t = 10000)]
@@ -114,6 +120,8 @@ pub enum PolicyError {
     Cidr { flag: &'static str, value: String },
     #[error("policy file {path}: {why}")]
     File { path: String, why: String },
+    #[error("--nat64-prefix {0}")]
+    Nat64(#[from] Nat64Error),
 }
 
 fn cidrs<'a>(
@@ -150,6 +158,7 @@ impl Args {
             ("deny", &mut a.deny),
             ("allow_cidr", &mut a.allow_cidr),
             ("own_cidr", &mut a.own_cidr),
+            ("nat64_prefix", &mut a.nat64_prefix),
         ] {
             if m.value_source(id) == Some(ValueSource::EnvVariable) {
                 *list = list
@@ -192,6 +201,11 @@ impl Args {
                 .chain(file.allow_cidr)
                 .collect(),
             own_networks: cidrs("--own-cidr", &self.own_cidr)?,
+            nat64_prefixes: self
+                .nat64_prefix
+                .iter()
+                .map(|p| p.parse())
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -244,5 +258,37 @@ mod tests {
             .iter()
             .chain(&p.allow)
             .any(|r| r.matches(&stray, 443)));
+    }
+
+    /// A declared translator prefix reaches the decision: the IPv4 a synthesized address
+    /// carries is judged, and a prefix RFC 6052 does not define is refused at start-up.
+    #[test]
+    fn nat64_prefixes_are_judged_and_checked() {
+        use crate::addr::AddrRefusal;
+        use crate::special::Special;
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
+        let plain = Args::load_from(["netproxy"]).expect("flags");
+        let plain = plain.policy().expect("policy");
+        let flagged = Args::load_from(["netproxy", "--nat64-prefix", "2600:64::/96"])
+            .expect("flags")
+            .policy()
+            .expect("policy");
+        let metadata = [ip("2600:64::a9fe:a9fe")];
+        assert_eq!(plain.vet(&[], &metadata), Ok(metadata.to_vec()));
+        assert_eq!(
+            flagged.vet(&[], &metadata),
+            Err(AddrRefusal::Special(Special::LinkLocal))
+        );
+        let public = [ip("2600:64::808:808")];
+        assert_eq!(flagged.vet(&[], &public), Ok(public.to_vec()));
+        let bad = Args::load_from(["netproxy", "--nat64-prefix", "2600:64::/80"]).expect("flags");
+        assert_eq!(
+            bad.policy().map(|_| ()).map_err(|e| e.to_string()),
+            Err(
+                "--nat64-prefix \"2600:64::/80\": a NAT64 prefix is /32, /40, /48, /56, /64 \
+                 or /96 (RFC 6052)"
+                    .to_owned()
+            )
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! netproxy: the restricted-mode egress sidecar (DESIGN §3). `target` parses and canonicalizes
 //! request targets; `rules` decides on the name before any lookup; `resolve` looks names up
 //! (injectable); `addr` refuses special-purpose addresses (`special` is the table, `own` the
-//! sidecar's networks); `policy` joins them into the pure halves of the pipeline; `proxy` is
+//! sidecar's networks, `nat64` the translator prefixes); `policy` joins them into the pure halves of the pipeline; `proxy` is
 //! the one pipeline for CONNECT and absolute-form requests, which `dial` connects (Happy
 //! Eyeballs) and hands to `tunnel` or `forward`; `refusal` says why not; `audit` writes the
 //! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
@@ -16,6 +16,7 @@ pub mod dial;
 pub mod forward;
 pub use headguard as framing;
 pub mod idle;
+pub mod nat64;
 pub mod own;
 pub mod policy;
 pub mod props;

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::addr::{self, AddrRefusal};
+use crate::nat64::Nat64Prefix;
 use crate::rules::{self, NameDecision, Rule};
 use crate::target::Target;
 
@@ -19,6 +20,9 @@ pub struct Policy {
     /// Networks never to dial besides the interfaces' own (`--own-cidr`): never a
     /// destination, whatever `allow_cidrs` says.
     pub own_networks: Vec<IpNet>,
+    /// The network's own NAT64 translator prefixes (`--nat64-prefix`): the IPv4 an address in
+    /// one carries is judged too.
+    pub nat64_prefixes: Vec<Nat64Prefix>,
 }
 
 impl Policy {
@@ -39,7 +43,7 @@ impl Policy {
         own.extend_from_slice(interfaces);
         answers
             .iter()
-            .map(|ip| addr::judge(*ip, &self.allow_cidrs, &own))
+            .map(|ip| addr::judge(*ip, &self.allow_cidrs, &own, &self.nat64_prefixes))
             .collect()
     }
 }
@@ -60,6 +64,7 @@ mod tests {
             deny: vec![Rule::parse_deny("secret.allowed.test").expect("rule")],
             allow_cidrs: vec!["10.0.0.0/8".parse().expect("net")],
             own_networks: vec!["10.1.0.0/16".parse().expect("net")],
+            nat64_prefixes: vec![],
         };
         let ifaces: Vec<IpNet> = vec!["10.2.0.0/16".parse().expect("net")];
         let ip = |s: &str| s.parse::<IpAddr>().expect("ip");

@@ -24,7 +24,7 @@ use crate::target::{self, Host};
 
 /// Whether the address check lets `ip` be dialed (the one call into `addr`).
 fn address_allowed(ip: IpAddr, allow: &[IpNet], own: &[IpNet]) -> bool {
-    addr::judge(ip, allow, own).is_ok()
+    addr::judge(ip, allow, own, &[]).is_ok()
 }
 
 /// The scanner the server puts in front of hyper, over `stream`.

@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use netproxy::addr::embedded;
+use netproxy::nat64::{Nat64Prefix, LENGTHS};
 use netproxy::policy::Policy;
 use netproxy::rules::{NameDecision, Rule};
 use netproxy::special::{classify, V4, V6};
@@ -138,7 +139,7 @@ proptest! {
             for a in dial {
                 prop_assert!(named_or_ordinary(a, &allow_cidrs), "{a} dialed for {target}");
                 if let IpAddr::V6(v6) = a {
-                    for inner in embedded(v6) {
+                    for inner in embedded(v6, &[]) {
                         prop_assert!(
                             named_or_ordinary(IpAddr::V4(inner), &allow_cidrs),
                             "{a} (embedding {inner}) dialed for {target}"
@@ -147,5 +148,31 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Under a declared network-specific NAT64 prefix of any RFC 6052 length, a synthesized
+    /// address is dialed exactly when the IPv4 it carries would be.
+    #[test]
+    fn a_declared_translator_is_judged_by_the_ipv4_it_carries(
+        len_at in 0..LENGTHS.len(),
+        inner in v4(),
+    ) {
+        let prefix: Nat64Prefix = format!("2600:64::/{}", LENGTHS[len_at])
+            .parse()
+            .expect("prefix");
+        let policy = Policy {
+            nat64_prefixes: vec![prefix],
+            ..Policy::default()
+        };
+        let outer = IpAddr::V6(prefix.pack(inner));
+        prop_assert_eq!(
+            policy.vet(&[], &[outer]).is_ok(),
+            named_or_ordinary(IpAddr::V4(inner), &[]),
+            "{} carrying {}", outer, inner
+        );
     }
 }

@@ -125,6 +125,7 @@ pub fn proxy_idle(
             .collect(),
         allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
         own_networks: vec![],
+        nat64_prefixes: vec![],
     };
     let np = NetProxy {
         dns_timeout: Duration::from_millis(300),

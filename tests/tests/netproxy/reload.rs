@@ -19,6 +19,7 @@ fn policy(allow: &[String]) -> Policy {
         deny: vec![],
         allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
         own_networks: vec![],
+        nat64_prefixes: vec![],
     }
 }
 
