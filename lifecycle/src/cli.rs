@@ -70,6 +70,21 @@ pub struct Args {
         value_delimiter = ' '
     )]
     pub egress_allow_cidr: Vec<String>,
+    /// More networks the sidecar must never dial, such as the Docker host's own addresses (its
+    /// --own-cidr; repeatable).
+    #[arg(
+        long = "egress-own-cidr",
+        env = "LIFECYCLE_EGRESS_OWN_CIDR",
+        value_delimiter = ' '
+    )]
+    pub egress_own_cidr: Vec<String>,
+    /// The network's own NAT64 translator prefixes (the sidecar's --nat64-prefix; repeatable).
+    #[arg(
+        long = "egress-nat64-prefix",
+        env = "LIFECYCLE_EGRESS_NAT64_PREFIX",
+        value_delimiter = ' '
+    )]
+    pub egress_nat64_prefix: Vec<String>,
     /// Seconds to wait for the sandbox to answer HTTP (0: do not wait).
     #[arg(long, env = "LIFECYCLE_READY_TIMEOUT", default_value_t = 60)]
     pub ready_timeout: u64,
@@ -269,6 +284,8 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         sidecar_cmd: split_cmd(args.sidecar_cmd),
         egress_allow: args.egress_allow,
         egress_allow_cidr: args.egress_allow_cidr,
+        egress_own_cidr: args.egress_own_cidr,
+        egress_nat64_prefix: args.egress_nat64_prefix,
         ready_timeout: Duration::from_secs(args.ready_timeout),
         list_timeout: Duration::from_secs(args.list_timeout),
         stop_timeout: args.stop_timeout,

@@ -251,6 +251,14 @@ impl Lifecycle {
                 cmd.push("--allow-cidr".into());
                 cmd.push(cidr.clone());
             }
+            for cidr in &self.settings.egress_own_cidr {
+                cmd.push("--own-cidr".into());
+                cmd.push(cidr.clone());
+            }
+            for prefix in &self.settings.egress_nat64_prefix {
+                cmd.push("--nat64-prefix".into());
+                cmd.push(prefix.clone());
+            }
             cmd
         });
         let sidecar = Config {

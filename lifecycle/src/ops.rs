@@ -31,6 +31,10 @@ pub struct Settings {
     /// Address ranges the sidecar may dial although they are special-purpose (its upstreams on
     /// a private network, say).
     pub egress_allow_cidr: Vec<String>,
+    /// Networks the sidecar must never dial besides its interfaces' own (the host's addresses).
+    pub egress_own_cidr: Vec<String>,
+    /// The network's own NAT64 translator prefixes, for the sidecar to unpack.
+    pub egress_nat64_prefix: Vec<String>,
     pub ready_timeout: Duration,
     pub list_timeout: Duration,
     pub stop_timeout: i64,

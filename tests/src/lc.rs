@@ -44,6 +44,8 @@ pub fn settings(prefix: &str, mode: Mode) -> Settings {
         sidecar_cmd: Some(vec!["sleep".into(), "600".into()]),
         egress_allow: vec![],
         egress_allow_cidr: vec![],
+        egress_own_cidr: vec![],
+        egress_nat64_prefix: vec![],
         // The fake's containers serve nothing and its addresses are not real: never probe them.
         ready_timeout: Duration::ZERO,
         list_timeout: Duration::from_secs(1),

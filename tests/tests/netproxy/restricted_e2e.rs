@@ -4,7 +4,9 @@
 //! `X-Netproxy-Error`, and the upstream cannot be reached directly at all. The upstream lives
 //! outside the sidecar's networks (on the engine host, reached at the default bridge's
 //! gateway): the sidecar's own networks are never dialable (issue 14, case 2), which the
-//! container on its egress network shows even with that network's range trusted.
+//! container on its egress network shows even with that network's range trusted. lifecycle's
+//! `--egress-own-cidr` and `--egress-nat64-prefix` reach the sidecar: an allowed address in the
+//! one is refused as the proxy's own network, one in the other by the IPv4 it carries.
 
 use lifecycle::naming::sandbox_id;
 use sockproxy_tests::cli::docker;
@@ -70,49 +72,58 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
 
     // The allowed upstream: on the engine host's network, reached at the default bridge's
     // gateway, a host address outside the sidecar's networks.
-    let (gateway, port, upstream_url) = step("the allowed upstream on the engine host", || {
-        let host_upstream = format!("{prefix}host-upstream");
-        clean.container(&host_upstream);
-        let port = std::net::TcpListener::bind("0.0.0.0:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let up = docker(
-            &e.socket,
-            &[
-                "run",
-                "-d",
-                "--name",
-                &host_upstream,
-                "--network",
-                "host",
-                &e.image,
-                "sh",
-                "-c",
-                &format!(
+    let (gateway, port, upstream_url, unused) =
+        step("the allowed upstream on the engine host", || {
+            let host_upstream = format!("{prefix}host-upstream");
+            clean.container(&host_upstream);
+            let port = std::net::TcpListener::bind("0.0.0.0:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port");
+            let up = docker(
+                &e.socket,
+                &[
+                    "run",
+                    "-d",
+                    "--name",
+                    &host_upstream,
+                    "--network",
+                    "host",
+                    &e.image,
+                    "sh",
+                    "-c",
+                    &format!(
                 "mkdir -p /www && echo upstream-ok > /www/index.html && httpd -f -p {port} -h /www"
             ),
-            ],
-        );
-        assert!(up.ok(), "{}", up.stderr);
-        let bridge = raw::get(&e.socket, "/networks/bridge")
-            .expect("answer")
-            .json();
-        let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
-            .as_str()
-            .map(str::to_owned)
-            .or_else(|| {
-                // Not always filled in: the gateway is the subnet's first address.
-                let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
-                    .as_str()?
-                    .parse()
-                    .ok()?;
-                net.hosts().next().map(|a| a.to_string())
-            })
-            .expect("the default bridge's gateway");
-        let upstream_url = format!("http://{gateway}:{port}/");
-        (gateway, port, upstream_url)
-    });
+                ],
+            );
+            assert!(up.ok(), "{}", up.stderr);
+            let bridge = raw::get(&e.socket, "/networks/bridge")
+                .expect("answer")
+                .json();
+            let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| {
+                    // Not always filled in: the gateway is the subnet's first address.
+                    let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
+                        .as_str()?
+                        .parse()
+                        .ok()?;
+                    net.hosts().next().map(|a| a.to_string())
+                })
+                .expect("the default bridge's gateway");
+            let upstream_url = format!("http://{gateway}:{port}/");
+            // An address on the local default bridge that no container holds: if it were ever
+            // dialed, nothing would leave this machine.
+            let unused = bridge["IPAM"]["Config"][0]["Subnet"]
+                .as_str()
+                .and_then(|s| s.parse::<ipnet::Ipv4Net>().ok())
+                .and_then(|net| net.hosts().last())
+                .map(|a| a.to_string())
+                .expect("the default bridge's subnet");
+            (gateway, port, upstream_url, unused)
+        });
 
     let proxy = StackProxy::start(&e.socket, &prefix, true);
     let state = tempfile::tempdir().expect("dir");
@@ -131,6 +142,22 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
                     &format!("{gateway}/32"),
                     "--egress-allow-cidr",
                     &subnet,
+                    // A translator prefix of this network's own (a ULA, so nothing is ever
+                    // routed there), trusted as a range and declared as NAT64.
+                    "--egress-allow",
+                    "[fd64::a9fe:a9fe]:80",
+                    "--egress-allow-cidr",
+                    "fd64::/96",
+                    "--egress-nat64-prefix",
+                    "fd64::/96",
+                    // Stands for the host's own addresses: allowed by rule, its range
+                    // trusted, and still never dialed.
+                    "--egress-allow",
+                    &format!("{unused}:80"),
+                    "--egress-allow-cidr",
+                    &format!("{unused}/32"),
+                    "--egress-own-cidr",
+                    &format!("{unused}/32"),
                 ])
                 .args([
                     "--sandbox-cmd",
@@ -189,6 +216,40 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
         "(printf 'GET http://{upstream}/ HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
         names.sidecar
     );
+            let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+            assert!(
+                said.starts_with("http/1.1 403")
+                    && said.contains("x-netproxy-error: proxy_network"),
+                "{said}"
+            );
+        },
+    );
+
+    // Allowed by rule, its prefix trusted: only the declared translator prefix tells the
+    // sidecar that it carries the metadata address, so it is refused before any dial.
+    step(
+        "an address in the declared NAT64 prefix is judged by the IPv4 it carries",
+        || {
+            let ask = format!(
+        "(printf 'CONNECT [fd64::a9fe:a9fe]:80 HTTP/1.1\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
+        names.sidecar
+    );
+            let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+            assert!(
+                said.starts_with("http/1.1 403")
+                    && said.contains("x-netproxy-error: special_address:link_local"),
+                "{said}"
+            );
+        },
+    );
+
+    step(
+        "an address in an --egress-own-cidr network is refused",
+        || {
+            let ask = format!(
+                "(printf 'CONNECT {unused}:80 HTTP/1.1\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
+                names.sidecar
+            );
             let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
             assert!(
                 said.starts_with("http/1.1 403")
