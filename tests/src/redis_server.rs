@@ -89,13 +89,13 @@ impl RedisServer {
 
     /// An ownership store on this server as owner `me` (namespace `t-`, 1 s call bound).
     pub fn ownership(&self, me: &str, ttl: Duration) -> Ownership {
-        Ownership {
-            store: Store::Redis(
+        Ownership::new(
+            Store::Redis(
                 RedisStore::new(&self.url(), "t-:".into(), Duration::from_secs(1)).expect("url"),
             ),
-            me: me.into(),
+            me,
             ttl,
-        }
+        )
     }
 
     /// Stops the server (an outage); the socket file goes with it.

@@ -50,11 +50,11 @@ impl Served {
 
     /// `relayed`: lifecycle reaches the proxy through a `FaultRelay` (see `relay`).
     pub async fn start_with(config: ProviderConfig, relayed: bool) -> Self {
-        let own = Ownership {
-            store: Store::Memory(Memory::default()),
-            me: format!("test-{}", std::process::id()),
-            ttl: Duration::from_secs(600),
-        };
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("test-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
         Self::start_owned(config, relayed, own).await
     }
 
@@ -73,11 +73,11 @@ impl Served {
 
     /// A relayed provider (memory store) whose socket has the given limits.
     pub async fn start_limited(config: ProviderConfig, limits: Limits) -> Self {
-        let own = Ownership {
-            store: Store::Memory(Memory::default()),
-            me: format!("test-{}", std::process::id()),
-            ttl: Duration::from_secs(600),
-        };
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("test-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
         Self::start_full(config, true, own, Mode::Open, Duration::ZERO, limits).await
     }
 
@@ -102,11 +102,11 @@ impl Served {
 
     /// A restricted-mode provider behind a `--restricted` proxy.
     pub async fn start_restricted(config: ProviderConfig) -> Self {
-        let own = Ownership {
-            store: Store::Memory(Memory::default()),
-            me: format!("test-{}", std::process::id()),
-            ttl: Duration::from_secs(600),
-        };
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("test-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
         Self::start_full(
             config,
             false,

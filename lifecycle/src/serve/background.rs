@@ -95,7 +95,8 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         if !still_ours(p, &id) {
             continue;
         }
-        // A sandbox on its way out keeps (or, lapsed, gets back) `del:`, never `own:`.
+        // A sandbox on its way out keeps (or, lapsed, gets back) `del:`, never `own:`; so does
+        // one whose teardown holds `del:` without the pool showing it (`Ownership::renew`).
         let fenced = p
             .pool()
             .get(&id)
@@ -109,6 +110,12 @@ pub(crate) async fn renew_ownership(p: &Provider) {
             Ok(r) => {
                 p.metrics
                     .inc("lifecycle_lease_renewals_total", renew_word(r));
+                if r == Renew::Lapsed && !still_ours(p, &id) {
+                    // Destroyed (and its claim released) while this renewal was on its way:
+                    // the key it just wrote back would hold off everyone for a TTL.
+                    let _ = p.own.release(&id).await;
+                    continue;
+                }
                 if r == Renew::Lost {
                     // Under the ID's lock, as every other change to an entry: an operation on
                     // it under way (an acquire, which renews and sees the loss itself) is left

@@ -183,7 +183,7 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
         adopt_grace: secs("adopt-grace", a.adopt_grace)?,
         lease_timeout: secs("lease-timeout", a.lease_timeout)?,
     };
-    let own = Ownership { store, me, ttl };
+    let own = Ownership::new(store, me, ttl);
     Ok(Provider::new(
         lc,
         own,

@@ -8,7 +8,7 @@
 //! implementation (`redis_store`); the decision of each change is the pure `decide` below,
 //! which the memory store runs directly and the Redis store runs as one Lua script.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -181,9 +181,30 @@ pub struct Ownership {
     pub store: Store,
     pub me: String,
     pub ttl: Duration,
+    /// Keys this process holds as `del:` (a teardown under way or failed): their renewals
+    /// keep `del:`, whoever asks for them.
+    deleting: Mutex<HashSet<String>>,
 }
 
 impl Ownership {
+    pub fn new(store: Store, me: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            store,
+            me: me.into(),
+            ttl,
+            deleting: Mutex::default(),
+        }
+    }
+
+    fn deleting(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.deleting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this process's last word on `key` was a `del:` it still holds.
+    pub fn holds_del(&self, key: &str) -> bool {
+        self.deleting().contains(key)
+    }
+
     async fn run(&self, key: &str, op: Op) -> Result<(&'static str, Option<String>), StoreError> {
         match &self.store {
             Store::Memory(m) => Ok(m.apply(key, op, &self.me, self.ttl)),
@@ -202,28 +223,47 @@ impl Ownership {
 
     pub async fn begin_delete(&self, key: &str) -> Result<Claim, StoreError> {
         let (answer, value) = self.run(key, Op::BeginDelete).await?;
-        claim_answer(answer, value.as_deref())
+        let claim = claim_answer(answer, value.as_deref())?;
+        if claim == Claim::Ours {
+            self.deleting().insert(key.to_owned());
+        }
+        Ok(claim)
     }
 
     pub async fn end_delete(&self, key: &str) -> Result<Claim, StoreError> {
         let (answer, value) = self.run(key, Op::EndDelete).await?;
-        claim_answer(answer, value.as_deref())
+        let claim = claim_answer(answer, value.as_deref())?;
+        if claim == Claim::Ours {
+            self.deleting().remove(key);
+        }
+        Ok(claim)
     }
 
+    /// Renews our claim: as `del:` while a teardown of ours holds it (`renew_fenced`).
     pub async fn renew(&self, key: &str) -> Result<Renew, StoreError> {
+        if self.holds_del(key) {
+            return self.renew_fenced(key).await;
+        }
         let (answer, _) = self.run(key, Op::Renew).await?;
         renew_answer(answer)
     }
 
-    /// `renew` for a sandbox this process is tearing down or holds fenced.
+    /// `renew` for a sandbox this process is tearing down or holds fenced: what it keeps, or
+    /// takes back once lapsed, is `del:`.
     pub async fn renew_fenced(&self, key: &str) -> Result<Renew, StoreError> {
         let (answer, _) = self.run(key, Op::RenewFenced).await?;
-        renew_answer(answer)
+        let renewed = renew_answer(answer)?;
+        if renewed == Renew::Lost {
+            self.deleting().remove(key);
+        }
+        Ok(renewed)
     }
 
     /// `true` when our value was dropped.
     pub async fn release(&self, key: &str) -> Result<bool, StoreError> {
         let (answer, _) = self.run(key, Op::Release).await?;
+        // Released, or not ours to release: either way we hold no `del:` there any more.
+        self.deleting().remove(key);
         Ok(answer == "released")
     }
 
@@ -334,11 +374,11 @@ mod tests {
     #[tokio::test]
     async fn memory_store_claims_renews_and_releases_only_its_own() {
         let shared = Memory::default();
-        let a = Ownership {
-            store: Store::Memory(Memory::default()),
-            me: "a".into(),
-            ttl: Duration::from_secs(60),
-        };
+        let a = Ownership::new(
+            Store::Memory(Memory::default()),
+            "a",
+            Duration::from_secs(60),
+        );
         assert_eq!(a.claim("k").await.ok(), Some(Claim::Ours));
         assert_eq!(a.renew("k").await.ok(), Some(Renew::Renewed));
         assert_eq!(a.begin_delete("k").await.ok(), Some(Claim::Ours));
@@ -346,5 +386,37 @@ mod tests {
         assert_eq!(a.release("k").await.ok(), Some(true));
         assert_eq!(a.value("k").await.ok(), Some(None));
         drop(shared);
+    }
+
+    async fn lapsed(a: &Ownership) -> bool {
+        for _ in 0..100 {
+            if a.value("k").await.ok() == Some(None) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// A teardown's `del:` survives a lapse whoever renews it: `renew` takes it back as `del:`
+    /// while this process holds it, and as `own:` once the teardown ended or the key went.
+    #[tokio::test]
+    async fn a_lapsed_key_comes_back_as_what_this_process_holds() {
+        let ttl = Duration::from_millis(20);
+        let a = Ownership::new(Store::Memory(Memory::default()), "a", ttl);
+        assert_eq!(a.begin_delete("k").await.ok(), Some(Claim::Ours));
+        assert!(a.holds_del("k"));
+        assert!(lapsed(&a).await, "the key lapses");
+        assert_eq!(a.renew("k").await.ok(), Some(Renew::Lapsed));
+        assert_eq!(a.value("k").await.ok(), Some(Some("del:a".into())));
+        assert_eq!(a.release("k").await.ok(), Some(true));
+        assert!(!a.holds_del("k"), "released: no del: held");
+        assert_eq!(a.claim("k").await.ok(), Some(Claim::Ours));
+        assert!(lapsed(&a).await, "the key lapses");
+        assert_eq!(a.renew("k").await.ok(), Some(Renew::Lapsed));
+        assert_eq!(a.value("k").await.ok(), Some(Some("own:a".into())));
+        assert_eq!(a.begin_delete("k").await.ok(), Some(Claim::Ours));
+        assert_eq!(a.end_delete("k").await.ok(), Some(Claim::Ours));
+        assert!(!a.holds_del("k"), "a teardown that ended holds no del:");
     }
 }

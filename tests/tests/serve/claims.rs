@@ -408,11 +408,11 @@ async fn a_reap_held_past_the_ttl_does_not_hold_up_renewals() {
 /// (a review found the reaper only retried entries past an idle timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reaper_retries_a_failed_rollback_with_the_idle_timeout_off() {
-    let own = lifecycle::serve::store::Ownership {
-        store: lifecycle::serve::store::Store::Memory(Default::default()),
-        me: "me".into(),
-        ttl: Duration::from_secs(600),
-    };
+    let own = lifecycle::serve::store::Ownership::new(
+        lifecycle::serve::store::Store::Memory(Default::default()),
+        "me",
+        Duration::from_secs(600),
+    );
     let s = Served::start_probing(config(0, 0), own, READY).await;
     let id = naming::sandbox_id("user-1", "stuck").expect("id");
     s.relay

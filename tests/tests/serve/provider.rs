@@ -384,11 +384,11 @@ async fn acquire_answering(s: &Served, thread: &str) -> (Value, tokio::task::Joi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_sandbox_that_runs_but_does_not_answer_http_is_replaced() {
-    let own = Ownership {
-        store: Store::Memory(Memory::default()),
-        me: "me".into(),
-        ttl: Duration::from_secs(600),
-    };
+    let own = Ownership::new(
+        Store::Memory(Memory::default()),
+        "me",
+        Duration::from_secs(600),
+    );
     let s = Served::start_probing(config(0, 0), own, Duration::from_secs(10)).await;
     let (first, server) = acquire_answering(&s, "probe").await;
     assert_eq!(first["source"], "created");

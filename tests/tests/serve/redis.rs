@@ -561,13 +561,11 @@ async fn a_redis_that_never_answers_fails_closed_within_the_store_timeout() {
         }
     });
     let url = format!("unix://{}", sock.display());
-    let silent = Ownership {
-        store: Store::Redis(
-            RedisStore::new(&url, "t-:".into(), Duration::from_millis(200)).expect("url"),
-        ),
-        me: "me".into(),
-        ttl: Duration::from_secs(60),
-    };
+    let silent = Ownership::new(
+        Store::Redis(RedisStore::new(&url, "t-:".into(), Duration::from_millis(200)).expect("url")),
+        "me",
+        Duration::from_secs(60),
+    );
     let claim = silent.claim("k").await;
     assert!(
         matches!(
