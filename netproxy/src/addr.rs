@@ -216,6 +216,7 @@ mod tests {
         let nsp96 = ["2600:64::/96".parse().expect("prefix")];
         let nsp64 = ["2600:64:0:1::/64".parse().expect("prefix")];
         let local48 = ["64:ff9b:1::/48".parse().expect("prefix")];
+        let local_a96 = ["64:ff9b:1:a::/96".parse().expect("prefix")];
         let local = &["64:ff9b:1::/48"];
         let none: &[&str] = &[];
         let own = &["10.77.0.0/24"];
@@ -254,6 +255,26 @@ mod tests {
                 none,
                 &nsp64,
                 Ok("2600:64:0:1:8:808:800:0"),
+            ),
+            // The u octet and the suffix are the sender's to fill; the translator ignores them.
+            (
+                "2600:64:0:1:ffa9:fea9:feff:ffff",
+                none,
+                &nsp64,
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            // Any other /96 inside the local-use /48 reads as 10.0.0.0 at /56 until declared.
+            (
+                "64:ff9b:1:a::808:808",
+                local,
+                &[],
+                Err(AddrRefusal::Special(S::Private)),
+            ),
+            (
+                "64:ff9b:1:a::808:808",
+                local,
+                &local_a96,
+                Ok("64:ff9b:1:a::808:808"),
             ),
             // Local-use, undeclared: the /48 reading (169.254.169.254) counts, not only the
             // /96 one (8.8.8.8).

@@ -160,15 +160,24 @@ proptest! {
     fn a_declared_translator_is_judged_by_the_ipv4_it_carries(
         len_at in 0..LENGTHS.len(),
         inner in v4(),
+        u_octet in any::<u8>(),
+        suffix in any::<u64>(),
     ) {
-        let prefix: Nat64Prefix = format!("2600:64::/{}", LENGTHS[len_at])
-            .parse()
-            .expect("prefix");
+        let len = LENGTHS[len_at];
+        let prefix: Nat64Prefix = format!("2600:64::/{len}").parse().expect("prefix");
         let policy = Policy {
             nat64_prefixes: vec![prefix],
             ..Policy::default()
         };
-        let outer = IpAddr::V6(prefix.pack(inner));
+        // What the translator ignores is the sender's to fill: the u octet, and every bit
+        // after the IPv4 (none for /96).
+        let mut o = prefix.pack(inner).octets();
+        o[8] = if len == 96 { 0 } else { u_octet };
+        let ipv4_end = if len == 96 { 16 } else { usize::from(len / 8) + 5 };
+        for (i, byte) in o.iter_mut().enumerate().skip(ipv4_end) {
+            *byte = suffix.to_be_bytes()[i % 8];
+        }
+        let outer = IpAddr::V6(Ipv6Addr::from(o));
         prop_assert_eq!(
             policy.vet(&[], &[outer]).is_ok(),
             named_or_ordinary(IpAddr::V4(inner), &[]),

@@ -72,58 +72,65 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
 
     // The allowed upstream: on the engine host's network, reached at the default bridge's
     // gateway, a host address outside the sidecar's networks.
-    let (gateway, port, upstream_url, unused) =
-        step("the allowed upstream on the engine host", || {
-            let host_upstream = format!("{prefix}host-upstream");
-            clean.container(&host_upstream);
-            let port = std::net::TcpListener::bind("0.0.0.0:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port");
-            let up = docker(
-                &e.socket,
-                &[
-                    "run",
-                    "-d",
-                    "--name",
-                    &host_upstream,
-                    "--network",
-                    "host",
-                    &e.image,
-                    "sh",
-                    "-c",
-                    &format!(
+    let (gateway, port, upstream_url) = step("the allowed upstream on the engine host", || {
+        let host_upstream = format!("{prefix}host-upstream");
+        clean.container(&host_upstream);
+        let port = std::net::TcpListener::bind("0.0.0.0:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let up = docker(
+            &e.socket,
+            &[
+                "run",
+                "-d",
+                "--name",
+                &host_upstream,
+                "--network",
+                "host",
+                &e.image,
+                "sh",
+                "-c",
+                &format!(
                 "mkdir -p /www && echo upstream-ok > /www/index.html && httpd -f -p {port} -h /www"
             ),
-                ],
-            );
-            assert!(up.ok(), "{}", up.stderr);
-            let bridge = raw::get(&e.socket, "/networks/bridge")
-                .expect("answer")
-                .json();
-            let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
-                .as_str()
-                .map(str::to_owned)
-                .or_else(|| {
-                    // Not always filled in: the gateway is the subnet's first address.
-                    let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
-                        .as_str()?
-                        .parse()
-                        .ok()?;
-                    net.hosts().next().map(|a| a.to_string())
-                })
-                .expect("the default bridge's gateway");
-            let upstream_url = format!("http://{gateway}:{port}/");
-            // An address on the local default bridge that no container holds: if it were ever
-            // dialed, nothing would leave this machine.
-            let unused = bridge["IPAM"]["Config"][0]["Subnet"]
-                .as_str()
-                .and_then(|s| s.parse::<ipnet::Ipv4Net>().ok())
-                .and_then(|net| net.hosts().last())
-                .map(|a| a.to_string())
-                .expect("the default bridge's subnet");
-            (gateway, port, upstream_url, unused)
-        });
+            ],
+        );
+        assert!(up.ok(), "{}", up.stderr);
+        let bridge = raw::get(&e.socket, "/networks/bridge")
+            .expect("answer")
+            .json();
+        let gateway = bridge["IPAM"]["Config"][0]["Gateway"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| {
+                // Not always filled in: the gateway is the subnet's first address.
+                let net: ipnet::Ipv4Net = bridge["IPAM"]["Config"][0]["Subnet"]
+                    .as_str()?
+                    .parse()
+                    .ok()?;
+                net.hosts().next().map(|a| a.to_string())
+            })
+            .expect("the default bridge's gateway");
+        let upstream_url = format!("http://{gateway}:{port}/");
+        (gateway, port, upstream_url)
+    });
+
+    // An address on a bridge of this test's own with nothing on it: if the sidecar ever dialed
+    // it, nothing would leave this machine.
+    let probe = format!("{prefix}probe");
+    clean.network(&probe);
+    let unused = step("an empty bridge of the test's own", || {
+        assert!(docker(&e.socket, &["network", "create", &probe]).ok());
+        raw::get(&e.socket, &format!("/networks/{probe}"))
+            .expect("answer")
+            .json()["IPAM"]["Config"][0]["Subnet"]
+            .as_str()
+            .and_then(|s| s.parse::<ipnet::Ipv4Net>().ok())
+            .and_then(|net| net.hosts().last())
+            .map(|a| a.to_string())
+            .expect("the bridge's subnet")
+    });
 
     let proxy = StackProxy::start(&e.socket, &prefix, true);
     let state = tempfile::tempdir().expect("dir");
@@ -230,6 +237,13 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     step(
         "an address in the declared NAT64 prefix is judged by the IPv4 it carries",
         || {
+            // Had it been dialed, it would have gone nowhere: no IPv6 on the sidecar's networks.
+            for net in [&names.network, &names.egress] {
+                let n = raw::get(&e.socket, &format!("/networks/{net}"))
+                    .expect("answer")
+                    .json();
+                assert_eq!(n["EnableIPv6"], false, "{net}: {n}");
+            }
             let ask = format!(
         "(printf 'CONNECT [fd64::a9fe:a9fe]:80 HTTP/1.1\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
         names.sidecar
