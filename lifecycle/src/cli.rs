@@ -197,6 +197,29 @@ fn init_logging(format: LogFormat) {
     };
 }
 
+/// The sidecar's flags, read now by netproxy's own parsers: a typo would otherwise be found by
+/// every restricted sandbox's sidecar as it starts, and exit it, leaving the sandbox no way out.
+fn check_egress(a: &Args) -> Result<(), String> {
+    for rule in &a.egress_allow {
+        netproxy::rules::Rule::parse(rule).map_err(|e| format!("--egress-allow {rule:?}: {e}"))?;
+    }
+    for (flag, list) in [
+        ("--egress-allow-cidr", &a.egress_allow_cidr),
+        ("--egress-own-cidr", &a.egress_own_cidr),
+    ] {
+        for cidr in list {
+            cidr.parse::<ipnet::IpNet>()
+                .map_err(|_| format!("{flag} {cidr:?}: not a CIDR network"))?;
+        }
+    }
+    for prefix in &a.egress_nat64_prefix {
+        prefix
+            .parse::<netproxy::nat64::Nat64Prefix>()
+            .map_err(|e| format!("--egress-nat64-prefix {e}"))?;
+    }
+    Ok(())
+}
+
 /// The whole program; `main` only calls this.
 pub fn main() -> ExitCode {
     let args = Args::parse();
@@ -209,6 +232,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
+    if let Err(e) = check_egress(&args) {
+        eprintln!("lifecycle: {e}");
+        return ExitCode::from(USAGE);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -310,6 +310,42 @@ fn bad_input_gets_one_line_and_changes_nothing() {
             assert!(stderr(&bad_addr).contains("only unix:// addresses"));
         },
     );
+    step(
+        "a sidecar flag netproxy would refuse is a usage error before anything is made",
+        || {
+            let cases: &[(&[&str], &str)] = &[
+                (
+                    &["--egress-allow", "a..b.test"],
+                    "--egress-allow \"a..b.test\": ",
+                ),
+                (
+                    &["--egress-allow-cidr", "10.0.0.0/33"],
+                    "--egress-allow-cidr \"10.0.0.0/33\": not a CIDR network",
+                ),
+                (
+                    &["--egress-own-cidr", "host.test"],
+                    "--egress-own-cidr \"host.test\": not a CIDR network",
+                ),
+                (
+                    &["--egress-nat64-prefix", "2001:db8::/80"],
+                    "--egress-nat64-prefix \"2001:db8::/80\": a NAT64 prefix is /32",
+                ),
+            ];
+            for (flags, says) in cases {
+                s.fake().clear_requests();
+                let mut args = flags.to_vec();
+                args.extend(["create", "--user", "user-1", "--thread", "t-flags"]);
+                let out = lifecycle(&sock, &s.prefix, "restricted", &fresh("s8"), &args);
+                let err = stderr(&out);
+                assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+                assert!(err.contains(says), "{flags:?}: {err}");
+                assert!(
+                    s.asked().is_empty(),
+                    "{flags:?}: nothing asked of the engine"
+                );
+            }
+        },
+    );
 }
 
 #[test]
