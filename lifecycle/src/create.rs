@@ -243,21 +243,17 @@ impl Lifecycle {
         }
         let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {
             let mut cmd = vec!["--listen".to_owned(), "0.0.0.0:3128".to_owned()];
-            for rule in &self.settings.egress_allow {
-                cmd.push("--allow".into());
-                cmd.push(rule.clone());
-            }
-            for cidr in &self.settings.egress_allow_cidr {
-                cmd.push("--allow-cidr".into());
-                cmd.push(cidr.clone());
-            }
-            for cidr in &self.settings.egress_own_cidr {
-                cmd.push("--own-cidr".into());
-                cmd.push(cidr.clone());
-            }
-            for prefix in &self.settings.egress_nat64_prefix {
-                cmd.push("--nat64-prefix".into());
-                cmd.push(prefix.clone());
+            let s = &self.settings;
+            for (flag, values) in [
+                ("--allow", &s.egress_allow),
+                ("--allow-cidr", &s.egress_allow_cidr),
+                ("--own-cidr", &s.egress_own_cidr),
+                ("--nat64-prefix", &s.egress_nat64_prefix),
+            ] {
+                for value in values {
+                    cmd.push(flag.into());
+                    cmd.push(value.clone());
+                }
             }
             cmd
         });
