@@ -363,3 +363,52 @@ fn every_create_asks_for_a_private_cgroup_namespace() {
     let host = serde_json::json!({ "HostConfig": { "CgroupnsMode": "host" } });
     assert!(check(host, &scope, &CreateRules::default(), Path::new("/x"), "s").is_err());
 }
+
+/// deer-flow publishes on 0.0.0.0 when its sandbox host is not loopback (its own compose
+/// files): refused by default, forwarded as sent with `--allow-public-ports`; loopback passes
+/// either way.
+#[test]
+fn public_ports_need_their_flag() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let public = CreateRules {
+        public_ports: true,
+        ..CreateRules::default()
+    };
+    let body = |ip: &str| {
+        serde_json::json!({
+            "ExposedPorts": { "8080/tcp": {} },
+            "HostConfig": { "PortBindings": { "8080/tcp": [{ "HostIp": ip, "HostPort": "41234" }] } }
+        })
+    };
+    for ip in ["0.0.0.0", "", "192.0.2.7", "::"] {
+        let err = check(
+            body(ip),
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            "s",
+        )
+        .expect_err("refused by default");
+        assert!(
+            err.to_string()
+                .ends_with("is not allowed for this stack (loopback only; --allow-public-ports)"),
+            "{ip}: {err}"
+        );
+        let out = check(body(ip), &scope, &public, Path::new("/x"), "s").expect("allowed");
+        assert_eq!(
+            out["HostConfig"]["PortBindings"]["8080/tcp"][0],
+            serde_json::json!({ "HostIp": ip, "HostPort": "41234" }),
+            "{ip}: forwarded as sent"
+        );
+    }
+    for ip in ["127.0.0.1", "::1"] {
+        let out = check(
+            body(ip),
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            "s",
+        );
+        assert!(out.is_ok(), "{ip}: {out:?}");
+    }
+}

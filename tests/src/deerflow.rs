@@ -316,8 +316,67 @@ pub fn wait_gone(engine: &Path, name: &str) {
     }
 }
 
-/// A directory tree a stack may bind from: `{root}/threads/{thread}/user-data` and
-/// `{root}/skills`, canonical (the proxy resolves bind sources without symlinks).
+/// The bind mounts today's deer-flow gives a thread's sandbox (`aio_sandbox_provider.py`,
+/// `_get_extra_mounts`: thread data, skills views, the Lark CLI's config with its writable
+/// `locks` inside the read-only `config`, and its data), for user `user-1` and thread
+/// `thread-1`: (source under the base directory, destination, read-only).
+pub const UPSTREAM_MOUNTS: [(&str, &str, bool); 11] = [
+    (
+        "users/user-1/threads/thread-1/user-data/workspace",
+        "/mnt/user-data/workspace",
+        false,
+    ),
+    (
+        "users/user-1/threads/thread-1/user-data/uploads",
+        "/mnt/user-data/uploads",
+        false,
+    ),
+    (
+        "users/user-1/threads/thread-1/user-data/outputs",
+        "/mnt/user-data/outputs",
+        false,
+    ),
+    (
+        "users/user-1/threads/thread-1/acp-workspace",
+        "/mnt/acp-workspace",
+        true,
+    ),
+    ("skills_view/public", "/mnt/skills/public", true),
+    (
+        "users/user-1/skills_view/custom",
+        "/mnt/skills/custom",
+        true,
+    ),
+    (
+        "users/user-1/skills_view/legacy",
+        "/mnt/skills/legacy",
+        true,
+    ),
+    (
+        "users/user-1/skills_view/integrations",
+        "/mnt/skills/integrations",
+        true,
+    ),
+    (
+        "users/user-1/integrations/lark-cli/config",
+        "/mnt/integrations/lark-cli/config",
+        true,
+    ),
+    (
+        "users/user-1/integrations/lark-cli/config/locks",
+        "/mnt/integrations/lark-cli/config/locks",
+        false,
+    ),
+    (
+        "users/user-1/integrations/lark-cli/data",
+        "/mnt/integrations/lark-cli/data",
+        false,
+    ),
+];
+
+/// A directory tree a stack may bind from: `{root}/threads/{thread}/user-data`,
+/// `{root}/skills` and upstream's layout (`UPSTREAM_MOUNTS`), canonical (the proxy resolves
+/// bind sources without symlinks).
 #[derive(Debug)]
 pub struct BindRoot {
     _dir: tempfile::TempDir,
@@ -337,6 +396,9 @@ impl BindRoot {
         let skills = root.join("skills");
         for d in [&user_data, &skills] {
             std::fs::create_dir_all(d).expect("mkdir");
+        }
+        for (source, _, _) in UPSTREAM_MOUNTS {
+            std::fs::create_dir_all(root.join(source)).expect("mkdir");
         }
         Self {
             _dir: dir,

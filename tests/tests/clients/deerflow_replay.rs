@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use sockproxy_tests::cli::{clis, docker_with};
 use sockproxy_tests::deerflow::{
-    differences, replay, BindRoot, Compare, Masks, Names, Printed, Step, PREFIX,
+    differences, replay, BindRoot, Compare, Masks, Names, Printed, Step, PREFIX, UPSTREAM_MOUNTS,
 };
 use sockproxy_tests::engine::{each_engine, Cleanup, Engine, Fakes};
 use sockproxy_tests::skip::skip;
@@ -95,6 +95,28 @@ fn sandbox_run(e: &Engine, label: &'static str, id: &str, mode: &str, net: Optio
     step
 }
 
+/// Today's upstream `_start_container`, unchanged: no labels or capabilities, environment from
+/// `sandbox.environment` (an empty value among it), and every bind mount `_get_extra_mounts`
+/// gives a thread, as `--mount type=bind,…`. Only the command after the image is ours (the
+/// test image has none of its own).
+fn upstream_run(e: &Engine, label: &'static str, id: &str) -> Step {
+    let mounts: Vec<String> = UPSTREAM_MOUNTS
+        .iter()
+        .map(|(src, dst, ro)| {
+            let ro = if *ro { ",readonly" } else { "" };
+            format!("--mount type=bind,src=<bindroot>/{src},dst={dst}{ro}")
+        })
+        .collect();
+    let line = format!(
+        "run --security-opt seccomp=unconfined --rm -d -p 127.0.0.1:<port2>:8080 \
+         --name deer-flow-sandbox-{id} -e TZ=UTC -e EMPTY= {} <image>",
+        mounts.join(" ")
+    );
+    let mut step = Step::cmd(label, true, &line);
+    step.args.extend(serve_cmd(e));
+    step
+}
+
 fn running(label: &'static str, ok: bool, name: &str) -> Step {
     Step::cmd(
         label,
@@ -148,7 +170,8 @@ fn open_steps(e: &Engine) -> Vec<Step> {
         // Direct describes the host; proxied describes the stack alone.
         Step::cmd("info (all of it)", true, "info --format '{{json .}}'")
             .compare(Compare::Property),
-        sandbox_run(e, "run (second sandbox)", "<id2>", "open", None).learn("sandbox2-id"),
+        upstream_run(e, "run (second sandbox, upstream's mounts)", "<id2>").learn("sandbox2-id"),
+        Step::cmd("port (second sandbox)", true, &format!("port {s2} 8080")),
         Step::cmd("stop by name", true, &format!("stop {s}")).gone(s),
         running("is_alive after stop", false, s),
         Step::cmd("stop by ID", true, "stop <sandbox2-id>").gone(s2),
@@ -414,7 +437,12 @@ fn replay_mode(e: &Engine, cli: &Path, restricted: bool, self_check: bool) -> Ve
         proxy.socket()
     };
     for (via, sock) in [("directly", e.socket.as_path()), ("second", second)] {
-        let (n, n2, port) = (Names::random("a"), Names::random("b"), free_port());
+        let (n, n2, port, port2) = (
+            Names::random("a"),
+            Names::random("b"),
+            free_port(),
+            free_port(),
+        );
         let mut clean = Cleanup::new(&e.socket);
         for c in [&n.sandbox, &n2.sandbox, &n.sidecar] {
             clean.container(c);
@@ -427,6 +455,7 @@ fn replay_mode(e: &Engine, cli: &Path, restricted: bool, self_check: bool) -> Ve
         masks.add(&n.digest, "d");
         masks.add(&n2.id, "id2");
         masks.add(&port.to_string(), "port");
+        masks.add(&port2.to_string(), "port2");
         masks.add(&bind.root.display().to_string(), "bindroot");
         masks.add(&e.image, "image");
         let steps = if restricted {
