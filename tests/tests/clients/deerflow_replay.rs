@@ -136,12 +136,18 @@ fn open_steps(e: &Engine) -> Vec<Step> {
     let (s, s2) = (SANDBOX, SANDBOX2);
     let mut again = sandbox_run(e, "run (same name again)", "<id>", "open", None);
     again.learn = Some("sandbox-id-again");
+    // deer-flow reads this refusal's words ("Conflict. The container name", "is already in use
+    // by container") and adopts the sandbox that holds the name: they must come through as the
+    // engine says them.
+    let mut taken = sandbox_run(e, "run (name taken)", "<id>", "open", None);
+    taken.ok = false;
     vec![
         Step::cmd("version", true, "version --format {{.Server.Version}}"),
         Step::cmd("info OS", true, "info --format '{{json .OperatingSystem}}'"),
         running("is_alive before create", false, s),
         sandbox_run(e, "run (open)", "<id>", "open", None).learn("sandbox-id"),
         running("is_alive", true, s),
+        taken,
         Step::cmd("port", true, &format!("port {s} 8080")),
         Step::cmd(
             "ps by label and name",
