@@ -207,10 +207,7 @@ fn check_egress(a: &Args) -> Result<(), String> {
         ("--egress-allow-cidr", &a.egress_allow_cidr),
         ("--egress-own-cidr", &a.egress_own_cidr),
     ] {
-        for cidr in list {
-            cidr.parse::<ipnet::IpNet>()
-                .map_err(|_| format!("{flag} {cidr:?}: not a CIDR network"))?;
-        }
+        netproxy::config::cidrs(flag, list).map_err(|e| e.to_string())?;
     }
     for prefix in &a.egress_nat64_prefix {
         prefix

@@ -124,7 +124,8 @@ pub enum PolicyError {
     Nat64(#[from] Nat64Error),
 }
 
-fn cidrs<'a>(
+/// Each value of `flag` read as a CIDR network (lifecycle checks the sidecar's with it too).
+pub fn cidrs<'a>(
     flag: &'static str,
     list: impl IntoIterator<Item = &'a String>,
 ) -> Result<Vec<IpNet>, PolicyError> {

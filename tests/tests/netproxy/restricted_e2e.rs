@@ -201,14 +201,19 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     });
 
     // busybox wget hides an error's headers: ask the sidecar raw, from inside the sandbox (nc
-    // quits at the end of its input, so the input stays open until the answer is in).
-    step("a name that is not allowed gets 403", || {
+    // quits at the end of its input, so the input stays open until the answer is in). `head`
+    // is a request head in printf's spelling; the answer comes back lower-cased.
+    let ask_sidecar = |head: &str| {
         let ask = format!(
-        "(printf 'GET http://forbidden.invalid/ HTTP/1.1\\r\\nHost: forbidden.invalid\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
-        names.sidecar
-    );
-        let refused = run(&["sh", "-c", &ask]);
-        let said = refused.out().to_ascii_lowercase();
+            "(printf '{head}\\r\\n'; sleep 2) | nc {} 3128",
+            names.sidecar
+        );
+        run(&["sh", "-c", &ask]).out().to_ascii_lowercase()
+    };
+    step("a name that is not allowed gets 403", || {
+        let said = ask_sidecar(
+            "GET http://forbidden.invalid/ HTTP/1.1\\r\\nHost: forbidden.invalid\\r\\nConnection: close\\r\\n",
+        );
         assert!(said.starts_with("http/1.1 403"), "{said}");
         assert!(said.contains("x-netproxy-error: not_allowed"), "{said}");
         assert!(said.contains(r#""host":"forbidden.invalid""#), "{said}");
@@ -219,11 +224,9 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     step(
         "the neighbour on the sidecar's own network is refused",
         || {
-            let ask = format!(
-        "(printf 'GET http://{upstream}/ HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
-        names.sidecar
-    );
-            let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+            let said = ask_sidecar(&format!(
+                "GET http://{upstream}/ HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n"
+            ));
             assert!(
                 said.starts_with("http/1.1 403")
                     && said.contains("x-netproxy-error: proxy_network"),
@@ -244,11 +247,7 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
                     .json();
                 assert_eq!(n["EnableIPv6"], false, "{net}: {n}");
             }
-            let ask = format!(
-        "(printf 'CONNECT [fd64::a9fe:a9fe]:80 HTTP/1.1\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
-        names.sidecar
-    );
-            let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+            let said = ask_sidecar("CONNECT [fd64::a9fe:a9fe]:80 HTTP/1.1\\r\\n");
             assert!(
                 said.starts_with("http/1.1 403")
                     && said.contains("x-netproxy-error: special_address:link_local"),
@@ -260,11 +259,7 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
     step(
         "an address in an --egress-own-cidr network is refused",
         || {
-            let ask = format!(
-                "(printf 'CONNECT {unused}:80 HTTP/1.1\\r\\n\\r\\n'; sleep 2) | nc {} 3128",
-                names.sidecar
-            );
-            let said = run(&["sh", "-c", &ask]).out().to_ascii_lowercase();
+            let said = ask_sidecar(&format!("CONNECT {unused}:80 HTTP/1.1\\r\\n"));
             assert!(
                 said.starts_with("http/1.1 403")
                     && said.contains("x-netproxy-error: proxy_network"),
