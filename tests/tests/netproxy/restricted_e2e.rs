@@ -182,6 +182,18 @@ fn a_restricted_sandbox_reaches_only_what_its_sidecar_allows() {
                 "{}",
                 String::from_utf8_lossy(&made.stderr)
             );
+            // What the engine holds: the sidecar runs with each flag and its value, in pairs.
+            let args = raw::get(&e.socket, &format!("/containers/{}/json", names.sidecar))
+                .expect("answer")
+                .json()["Args"]
+                .clone();
+            let args: Vec<String> = serde_json::from_value(args).expect("Args");
+            for pair in [
+                ["--own-cidr".to_owned(), format!("{unused}/32")],
+                ["--nat64-prefix".to_owned(), "fd64::/96".to_owned()],
+            ] {
+                assert!(args.windows(2).any(|w| w == pair), "{pair:?} in {args:?}");
+            }
         },
     );
 
