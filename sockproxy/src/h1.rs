@@ -48,7 +48,7 @@ pub enum Framing {
 }
 
 /// An answer's head.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Head {
     pub status: StatusCode,
     pub version: Version,
@@ -110,6 +110,61 @@ pub fn encode_request(
 /// back as a head with no body; the caller reads on. Header values share the head's bytes, as
 /// hyper's did: no copy per value.
 pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, H1Error> {
+    let Some(parsed) = parse(buf, method)? else {
+        return Ok(None);
+    };
+    let bytes = buf.split_to(parsed.len).freeze();
+    let headers = parsed.headers_from(&bytes)?;
+    Ok(Some(parsed.head(headers)))
+}
+
+/// Where a name or a value lies in a head: offset and length.
+pub(crate) type Span = (usize, usize);
+
+/// A head parsed but not yet taken out of the read buffer: everything about it but its header
+/// map, and where each header's name and value lie, to build the map from whichever copy of
+/// the head's bytes the caller keeps (`heads` keeps one of its own).
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    /// The head's length in bytes, blank line included.
+    pub len: usize,
+    pub status: StatusCode,
+    pub version: Version,
+    pub framing: Framing,
+    pub reusable: bool,
+    pub spans: Vec<(Span, Span)>,
+    /// The value of the head's one Date header; `None` with none or several.
+    pub date: Option<Span>,
+}
+
+impl Parsed {
+    /// The header map, its names and values sharing `bytes`, which hold the head `self` was
+    /// parsed from (at the same offsets).
+    pub fn headers_from(&self, bytes: &Bytes) -> Result<HeaderMap, H1Error> {
+        let mut headers = HeaderMap::with_capacity(self.spans.len());
+        for &((ns, nl), (vs, vl)) in &self.spans {
+            let name = header_name(&bytes[ns..ns + nl])?;
+            let value = HeaderValue::from_maybe_shared(bytes.slice(vs..vs + vl))
+                .map_err(|_| H1Error::Head(format!("value of {name}")))?;
+            headers.append(name, value);
+        }
+        Ok(headers)
+    }
+
+    pub fn head(&self, headers: HeaderMap) -> Head {
+        Head {
+            status: self.status,
+            version: self.version,
+            headers,
+            framing: self.framing,
+            reusable: self.reusable,
+        }
+    }
+}
+
+/// Parses the answer head at the start of `buf` without taking it out: `Ok(None)` until it is
+/// whole.
+pub(crate) fn parse(buf: &[u8], method: &Method) -> Result<Option<Parsed>, H1Error> {
     // Uninitialised: zeroing a hundred slots per answer cost more than parsing one.
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -134,11 +189,11 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, H
         Some(1) => Version::HTTP_11,
         _ => Version::HTTP_10,
     };
-    // Where each name and value lies in the head, to build them once it is frozen.
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| (s.as_ptr() as usize - base, s.len());
     let mut spans = Vec::with_capacity(resp.headers.len());
     let (mut length, mut chunked, mut close, mut keep_alive) = (None, false, false, false);
+    let (mut date, mut dates) = (None, 0);
     for h in resp.headers.iter() {
         spans.push((at(h.name.as_bytes()), at(h.value)));
         if h.name.eq_ignore_ascii_case("content-length") {
@@ -160,6 +215,9 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, H
                 close |= token.eq_ignore_ascii_case(b"close");
                 keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
+        } else if h.name.eq_ignore_ascii_case("date") {
+            date = Some(at(h.value));
+            dates += 1;
         }
     }
     let bodiless = *method == Method::HEAD
@@ -180,20 +238,14 @@ pub fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, H
         Version::HTTP_11 => !close,
         _ => keep_alive && !close,
     };
-    let bytes = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for ((ns, nl), (vs, vl)) in spans {
-        let name = header_name(&bytes[ns..ns + nl])?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(vs..vs + vl))
-            .map_err(|_| H1Error::Head(format!("value of {name}")))?;
-        headers.append(name, value);
-    }
-    Ok(Some(Head {
+    Ok(Some(Parsed {
+        len,
         status,
         version,
-        headers,
         framing,
         reusable: persistent && framing != Framing::Close,
+        spans,
+        date: if dates == 1 { date } else { None },
     }))
 }
 

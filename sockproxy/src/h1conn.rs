@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use crate::h1::{self, Chunked, Framing, H1Error, Head};
+use crate::heads::LastHead;
 use crate::pool::Pool;
 use crate::upstream::BoxError;
 
@@ -31,6 +32,8 @@ pub(crate) struct Conn {
     io: UnixStream,
     /// Read and not yet used: the rest of a head, or body bytes that came with it.
     buf: BytesMut,
+    /// The last bodiless answer head, to read the next one like it without a parse.
+    last: LastHead,
 }
 
 /// Why a request could not be sent; `unsent` when no byte of it reached the engine, so it may
@@ -45,6 +48,7 @@ impl Conn {
         Self {
             io,
             buf: BytesMut::new(),
+            last: LastHead::default(),
         }
     }
 
@@ -81,7 +85,10 @@ impl Conn {
         loop {
             let parsed = match self.buf.is_empty() {
                 true => None,
-                false => h1::parse_head(&mut self.buf, method).map_err(|e| sent(boxed(e)))?,
+                false => self
+                    .last
+                    .parse(&mut self.buf, method)
+                    .map_err(|e| sent(boxed(e)))?,
             };
             if let Some(head) = parsed {
                 if head.status.is_informational() {

@@ -19,6 +19,7 @@ pub mod filter;
 mod forward;
 pub mod h1;
 mod h1conn;
+pub mod heads;
 pub mod host_config;
 pub mod inflight;
 pub mod info;

@@ -13,7 +13,9 @@
 //!   verbatim, all visible to the scope, and every visible one up to `limit`.
 //! - `engine_answer`: `h1::parse_head` takes a whole head off the front of what the engine
 //!   sent or leaves every byte alone; what it frames is consistent; a chunked body read from
-//!   what follows yields no empty piece and no more data than it consumed.
+//!   what follows yields no empty piece and no more data than it consumed; and
+//!   `heads::LastHead` reads the same bytes exactly as the parse does, both before it keeps a
+//!   head and from the head it kept.
 
 use std::path::Path;
 
@@ -324,6 +326,38 @@ fn visible(kind: Kind, entry: &RawValue, scope: &Scope) -> bool {
     name.is_some_and(|n| n.starts_with(PREFIX) && scope.visible(&n))
 }
 
+/// `raw` read by `h1::parse_head` and by a `LastHead`, twice (the second time from the head
+/// the first kept, if it kept one): the same heads, errors and leftovers each time.
+fn kept_heads_agree(raw: &[u8], method: &Method) -> Result<(), String> {
+    type Seen = Result<Option<(u16, bool, String, Vec<(String, Vec<u8>)>)>, String>;
+    let read = |head: Result<Option<crate::h1::Head>, crate::h1::H1Error>| -> Seen {
+        head.map(|h| {
+            h.map(|h| {
+                let fields = h.headers.iter();
+                let fields = fields.map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()));
+                let shape = format!("{:?} {:?}", h.version, h.framing);
+                (h.status.as_u16(), h.reusable, shape, fields.collect())
+            })
+        })
+        .map_err(|e| e.to_string())
+    };
+    let mut plain = bytes::BytesMut::from(raw);
+    let want = read(crate::h1::parse_head(&mut plain, method));
+    let mut last = crate::heads::LastHead::default();
+    for round in ["first", "second"] {
+        let mut buf = bytes::BytesMut::from(raw);
+        let got = read(last.parse(&mut buf, method));
+        if got != want || buf != plain {
+            return Err(format!(
+                "the {round} read through LastHead gave {got:?} leaving {} bytes, the parse {want:?} leaving {}",
+                buf.len(),
+                plain.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `engine_answer`: the first byte picks the request's method (`H` HEAD, anything else GET);
 /// the rest is what the engine sent on the connection.
 pub fn engine_answer(data: &[u8]) -> Result<(), String> {
@@ -332,6 +366,7 @@ pub fn engine_answer(data: &[u8]) -> Result<(), String> {
         return Ok(());
     };
     let method = if m == b'H' { Method::HEAD } else { Method::GET };
+    kept_heads_agree(rest, &method)?;
     let mut buf = bytes::BytesMut::from(rest);
     let head = match h1::parse_head(&mut buf, &method) {
         Ok(Some(head)) => head,
