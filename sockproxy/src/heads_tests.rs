@@ -3,7 +3,8 @@ use proptest::prelude::*;
 
 /// What a caller can tell of a parse: the head's parts, its headers in order, and what is left
 /// in the buffer.
-type Seen = Option<(u16, Framing, bool, Vec<(String, Vec<u8>)>)>;
+type Whole = (u16, Framing, bool, Vec<(String, Vec<u8>)>);
+type Seen = Option<Whole>;
 
 fn view(head: Option<Head>) -> Seen {
     head.map(|h| {
@@ -73,7 +74,7 @@ fn the_next_ping_answer_is_the_kept_one_with_its_own_date() {
     let (second, rest) = whole(&mut last, &ping(D2), &Method::HEAD);
     assert!(rest.is_empty());
     let (first, second) = (first.expect("whole"), second.expect("whole"));
-    let date = |s: &(u16, Framing, bool, Vec<(String, Vec<u8>)>)| {
+    let date = |s: &Whole| {
         s.3.iter()
             .position(|(n, _)| n == "date")
             .map(|i| s.3[i].clone())
