@@ -101,34 +101,38 @@ fn bytes_after_the_head_stay_for_the_next_read() {
 /// it stands, or the request differs in kind. Each still agrees with a plain parse.
 #[test]
 fn anything_but_a_plain_new_date_is_parsed_afresh() {
-    let cases: Vec<(Vec<u8>, Method)> = vec![
+    let kept = ping(D1);
+    let with_body = replaced(&ping(D1), "Content-Length: 0", "Content-Length: 5");
+    let cases: Vec<(&[u8], Vec<u8>, Method)> = vec![
         (
-            ping(D2).replace_str("Ostype: linux", "Ostype: Linux"),
+            &kept,
+            replaced(&ping(D2), "Ostype: linux", "Ostype: Linux"),
             Method::HEAD,
         ),
-        (ping(" ed, 02 Dec 2026 08:21:32 GMT"), Method::HEAD),
-        (ping("Wed, 02 Dec 2026 08:21:32 GM "), Method::HEAD),
-        (ping("Wed, 02 Dec 2026\t08:21:32 GMT"), Method::HEAD),
-        (ping("Wed, 02 Dec\r\nX: 2026 08:21:32"), Method::HEAD),
-        (ping("Wed, 02 Dec 2026 08:21:3\r\n\r\n"), Method::HEAD),
-        (ping("Wed, 02 Dec 2026 08:21:32 G\u{e9}"), Method::HEAD),
+        (&kept, ping(" ed, 02 Dec 2026 08:21:32 GMT"), Method::HEAD),
+        (&kept, ping("Wed, 02 Dec 2026 08:21:32 GM "), Method::HEAD),
+        (&kept, ping("Wed, 02 Dec 2026\t08:21:32 GMT"), Method::HEAD),
+        (&kept, ping("Wed, 02 Dec\r\nX: 2026 08:21:32"), Method::HEAD),
+        (
+            &kept,
+            ping("Wed, 02 Dec 2026 08:21:3\r\n\r\n"),
+            Method::HEAD,
+        ),
+        (
+            &kept,
+            ping("Wed, 02 Dec 2026 08:21:32 G\u{e9}"),
+            Method::HEAD,
+        ),
         // The answer to a GET carries its body, whatever a HEAD's did not.
         (
-            ping(D2).replace_str("Content-Length: 0", "Content-Length: 5"),
+            &with_body,
+            replaced(&ping(D2), "Content-Length: 0", "Content-Length: 5"),
             Method::GET,
         ),
     ];
-    for (raw, method) in cases {
+    for (primed, raw, method) in cases {
         let mut last = LastHead::default();
-        let primed = ping(D1).replace_str(
-            "Content-Length: 0",
-            if raw.windows(17).any(|w| w == b"Content-Length: 5") {
-                "Content-Length: 5"
-            } else {
-                "Content-Length: 0"
-            },
-        );
-        whole(&mut last, &primed, &Method::HEAD);
+        whole(&mut last, primed, &Method::HEAD);
         let mut buf = BytesMut::from(&raw[..]);
         assert!(
             last.reuse(&mut buf, &method).is_none(),
@@ -149,14 +153,8 @@ fn an_answer_with_a_body_is_not_kept() {
     assert!(last.0.is_none());
 }
 
-trait ReplaceStr {
-    fn replace_str(&self, from: &str, to: &str) -> Vec<u8>;
-}
-
-impl ReplaceStr for Vec<u8> {
-    fn replace_str(&self, from: &str, to: &str) -> Vec<u8> {
-        String::from_utf8_lossy(self).replace(from, to).into_bytes()
-    }
+fn replaced(raw: &[u8], from: &str, to: &str) -> Vec<u8> {
+    String::from_utf8_lossy(raw).replace(from, to).into_bytes()
 }
 
 fn header_line() -> impl Strategy<Value = String> {
