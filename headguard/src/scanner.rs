@@ -90,6 +90,12 @@ pub struct Scanner<R> {
     then_tunnel: bool,
     /// The head so far, while `state` is `Head`.
     head: Vec<u8>,
+    /// The last head let through and its judgement: `judge` is a function of the head's bytes
+    /// and `limits` alone, so a head that is the same bytes again (a kept-alive client polling,
+    /// or asking the same thing of each container in turn) has the same judgement without a
+    /// second parse. The buffers swap, so keeping it copies nothing.
+    last: Vec<u8>,
+    last_judged: Option<Judged>,
 }
 
 /// Bytes read per read from a client.
@@ -109,6 +115,8 @@ impl<R> Scanner<R> {
             inner,
             state: State::Head,
             head: Vec::new(),
+            last: Vec::new(),
+            last_judged: None,
             verdicts,
             limits,
             out: Vec::new(),
@@ -189,13 +197,18 @@ impl<R> Scanner<R> {
                     }
                     // The head ends with a line that is only CRLF (not the first: refused above).
                     if n >= 4 && buf[n - 4..] == *b"\r\n\r\n" {
-                        let judged = judge(buf, &self.limits);
+                        let judged = match self.last_judged {
+                            Some(judged) if *buf == self.last => Ok(judged),
+                            _ => judge(buf, &self.limits),
+                        };
                         match judged {
                             Err(why) => return self.refuse(why),
                             Ok(judged) => {
                                 self.verdicts.push(None);
                                 self.out.extend_from_slice(&self.head);
-                                // Kept for the next head: no allocation per request.
+                                // Both kept: no allocation per request.
+                                std::mem::swap(&mut self.head, &mut self.last);
+                                self.last_judged = Some(judged);
                                 self.head.clear();
                                 self.deadline = None;
                                 self.sleep = None;

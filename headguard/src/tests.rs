@@ -289,3 +289,55 @@ raw \x01\x02 not a request\r\n\r\n";
     let old = b"GET /attach HTTP/1.0\r\nUpgrade: tcp\r\n\r\nGET /x y z\r\n\r\n";
     assert_eq!(scan_with(old, 5, with).0.len(), 2);
 }
+
+/// A head seen again is let through or refused, and its body framed, exactly as the first
+/// time, and one that differs in any byte is judged afresh: every sequence of three from
+/// heads that differ only in a length, a duplicate header or a body that is itself a head.
+#[test]
+fn a_head_seen_again_is_judged_as_it_was_the_first_time() {
+    let get = "GET http://a.test/ HTTP/1.1\r\n\r\n";
+    let requests = [
+        get.to_owned(),
+        "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello".to_owned(),
+        "POST http://a.test/ HTTP/1.1\r\nContent-Length: 6\r\n\r\nhello!".to_owned(),
+        "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+            .to_owned(),
+        "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"
+            .to_owned(),
+        format!(
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: {}\r\n\r\n{get}",
+            get.len()
+        ),
+    ];
+    let alone: Vec<Option<&str>> = requests
+        .iter()
+        .map(|r| match scan(r.as_bytes(), r.len())[..] {
+            [v] => v,
+            ref other => panic!("{r:?}: {other:?}"),
+        })
+        .collect();
+    assert_eq!(alone.iter().filter(|v| v.is_some()).count(), 1);
+    let n = requests.len();
+    for i in 0..n * n * n {
+        let seq = [i / (n * n), i / n % n, i % n];
+        let stream: String = seq.iter().map(|&k| requests[k].as_str()).collect();
+        let mut verdicts = Vec::new();
+        let mut out = Vec::new();
+        for &k in &seq {
+            verdicts.push(alone[k]);
+            if alone[k].is_some() {
+                out.extend_from_slice(STAND_IN);
+                break;
+            }
+            out.extend_from_slice(requests[k].as_bytes());
+        }
+        for piece in [1, 7, stream.len()] {
+            let got = scan_with(stream.as_bytes(), piece, LIMITS);
+            assert_eq!(
+                got,
+                (verdicts.clone(), out.clone()),
+                "{seq:?}, piece {piece}"
+            );
+        }
+    }
+}
