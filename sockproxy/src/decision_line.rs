@@ -80,13 +80,12 @@ pub fn log(stack: &str, peer: Peer, d: &Decided<'_>) {
 pub fn format(out: &mut String, stack: &str, peer: Peer, d: &Decided<'_>) -> std::fmt::Result {
     crate::logfmt::Timestamp.format_time(&mut Writer::new(out))?;
     out.push_str("  INFO decision");
+    // ` name=` in one piece: a push costs a capacity check of its own.
     let text = |out: &mut String, name: &str, v: &str| {
-        out.push(' ');
         out.push_str(name);
-        out.push('=');
         quoted(out, v)
     };
-    text(out, "stack", stack)?;
+    text(out, " stack=", stack)?;
     if let Some(uid) = peer.uid {
         out.push_str(" peer_uid=");
         decimal(out, uid.into());
@@ -95,11 +94,11 @@ pub fn format(out: &mut String, stack: &str, peer: Peer, d: &Decided<'_>) -> std
         out.push_str(" peer_pid=");
         decimal(out, pid.into());
     }
-    text(out, "method", d.method)?;
-    text(out, "op", d.op)?;
-    text(out, "target", d.target)?;
-    text(out, "decision", d.decision)?;
-    text(out, "reason", d.reason)?;
+    text(out, " method=", d.method)?;
+    text(out, " op=", d.op)?;
+    text(out, " target=", d.target)?;
+    text(out, " decision=", d.decision)?;
+    text(out, " reason=", d.reason)?;
     out.push_str(" status=");
     decimal(out, d.status.as_u16().into());
     out.push_str(" duration_ms=");
