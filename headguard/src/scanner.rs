@@ -91,12 +91,17 @@ pub struct Scanner<R> {
     /// The head so far, while `state` is `Head`.
     head: Vec<u8>,
     /// The last head let through and its judgement: `judge` is a function of the head's bytes
-    /// and `limits` alone, so a head that is the same bytes again (a kept-alive client polling,
-    /// or asking the same thing of each container in turn) has the same judgement without a
-    /// second parse. The buffers swap, so keeping it copies nothing.
+    /// and `limits` alone, so a head that is the same bytes again (a kept-alive client polling
+    /// `/_ping`, or inspecting the same container) has the same judgement without a second
+    /// parse. Copied on a miss only, and only up to `KEEP_AT_MOST` bytes, so what a connection
+    /// holds for it stays small whatever the head limit.
     last: Vec<u8>,
     last_judged: Option<Judged>,
 }
+
+/// The longest head whose judgement is kept for the next (`Scanner::last`): the heads a
+/// client repeats are a few hundred bytes.
+const KEEP_AT_MOST: usize = 4096;
 
 /// Bytes read per read from a client.
 const READ_SIZE: usize = 16 * 1024;
@@ -197,18 +202,22 @@ impl<R> Scanner<R> {
                     }
                     // The head ends with a line that is only CRLF (not the first: refused above).
                     if n >= 4 && buf[n - 4..] == *b"\r\n\r\n" {
-                        let judged = match self.last_judged {
-                            Some(judged) if *buf == self.last => Ok(judged),
-                            _ => judge(buf, &self.limits),
-                        };
+                        let kept = self.last_judged.filter(|_| *buf == self.last);
+                        let judged = kept.map_or_else(|| judge(buf, &self.limits), Ok);
                         match judged {
                             Err(why) => return self.refuse(why),
                             Ok(judged) => {
                                 self.verdicts.push(None);
                                 self.out.extend_from_slice(&self.head);
-                                // Both kept: no allocation per request.
-                                std::mem::swap(&mut self.head, &mut self.last);
-                                self.last_judged = Some(judged);
+                                if kept.is_none() {
+                                    self.last.clear();
+                                    self.last_judged = None;
+                                    if self.head.len() <= KEEP_AT_MOST {
+                                        self.last.extend_from_slice(&self.head);
+                                        self.last_judged = Some(judged);
+                                    }
+                                }
+                                // Kept for the next head: no allocation per request.
                                 self.head.clear();
                                 self.deadline = None;
                                 self.sleep = None;

@@ -341,3 +341,31 @@ fn a_head_seen_again_is_judged_as_it_was_the_first_time() {
         }
     }
 }
+
+/// Only a short head is kept for the next: a connection sending long heads holds no copy of
+/// them, and they are judged each time.
+#[test]
+fn a_long_head_is_not_kept() {
+    let long = format!(
+        "GET http://a.test/ HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(KEEP_AT_MOST)
+    );
+    let short = "GET http://a.test/ HTTP/1.1\r\n\r\n";
+    let mut s = Scanner::new(tokio::io::empty(), Verdicts::default(), LIMITS);
+    s.feed(short.as_bytes());
+    assert_eq!(
+        (s.last.as_slice(), s.last_judged.is_some()),
+        (short.as_bytes(), true)
+    );
+    for _ in 0..3 {
+        s.feed(long.as_bytes());
+        assert!(s.last.is_empty() && s.last_judged.is_none());
+        assert!(s.last.capacity() <= 2 * KEEP_AT_MOST);
+    }
+    s.feed(short.as_bytes());
+    assert_eq!(s.last, short.as_bytes());
+    assert_eq!(
+        s.out,
+        [short, &long, &long, &long, short].concat().as_bytes()
+    );
+}
