@@ -2,6 +2,7 @@
 # Instructions per request of two sockproxy builds, counted by callgrind (repeatable whatever
 # else the machine is doing), against the fake engine with 41 containers (1 in scope):
 #   docs/callgrind-per-request.sh OLD_SOCKPROXY NEW_SOCKPROXY FAKE_DOCKERD [N]
+# (KINDS="ping stop" to measure only some of ping, list, inspect and stop)
 # Each cell is (instructions with N requests - instructions with none) / N, on one kept-alive
 # connection. Needs valgrind and python3. Prints a Markdown table.
 set -euo pipefail
@@ -44,7 +45,7 @@ count() { # BIN KIND N -> total instructions
 }
 echo "| request | old instructions/req | new instructions/req | new/old |"
 echo "|---|---|---|---|"
-for kind in ping list inspect stop; do
+for kind in ${KINDS:-ping list inspect stop}; do
   o0=$(count "$old" "$kind" 0); on=$(count "$old" "$kind" "$n")
   n0=$(count "$new" "$kind" 0); nn=$(count "$new" "$kind" "$n")
   python3 -c "o=($on-$o0)/$n; w=($nn-$n0)/$n; print(f'| $kind | {o:,.0f} | {w:,.0f} | {w/o:.3f} |')"

@@ -19,10 +19,12 @@
 //! head itself, however its bytes arrive.
 //!
 //! `judge` holds what a head is (pure), `scanner` the framing of the stream and the reader hyper
-//! is given.
+//! is given, `idle` the limit on a kept-alive connection with nothing to do.
 
+mod idle;
 mod judge;
 mod scanner;
 
+pub use idle::Answered;
 pub use judge::*;
 pub use scanner::*;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::idle::{Answered, IdleWatch};
 use crate::judge::*;
 
 /// What hyper is given in place of a refused head: the service answers it with the verdict.
@@ -97,6 +98,9 @@ pub struct Scanner<R> {
     /// holds for it stays small whatever the head limit.
     last: Vec<u8>,
     last_judged: Option<Judged>,
+    /// Heads let through to hyper, each answered once (`IdleWatch`).
+    passed: usize,
+    idle: Option<IdleWatch>,
 }
 
 /// The longest head whose judgement is kept for the next (`Scanner::last`): the heads a
@@ -130,7 +134,17 @@ impl<R> Scanner<R> {
             sleep: None,
             refused: false,
             then_tunnel: false,
+            passed: 0,
+            idle: None,
         }
+    }
+
+    /// Ends the stream for hyper (as a client that hung up would) once the connection has had
+    /// no head begun and every request answered for `limit`; the server counts the answers in
+    /// `answered`. Without this a connection may idle for ever.
+    pub fn close_when_idle(mut self, limit: Duration, answered: Answered) -> Self {
+        self.idle = Some(IdleWatch::new(limit, answered));
+        self
     }
 
     /// What follows a request whose body has all passed.
@@ -208,6 +222,7 @@ impl<R> Scanner<R> {
                             Err(why) => return self.refuse(why),
                             Ok(judged) => {
                                 self.verdicts.push(None);
+                                self.passed += 1;
                                 self.out.extend_from_slice(&self.head);
                                 if kept.is_none() {
                                     self.last.clear();
@@ -301,6 +316,16 @@ impl<R> Scanner<R> {
     }
 }
 
+impl<R> Scanner<R> {
+    fn idle_over(&mut self, cx: &mut Context<'_>) -> bool {
+        let between_heads = matches!(self.state, State::Head) && self.head.is_empty();
+        match self.idle.as_mut() {
+            Some(idle) => idle.over(between_heads, self.passed, cx),
+            None => false,
+        }
+    }
+}
+
 impl<R: AsyncRead + Unpin> AsyncRead for Scanner<R> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -355,8 +380,13 @@ impl<R: AsyncRead + Unpin> AsyncRead for Scanner<R> {
                 *cell.borrow_mut() = chunk;
                 result
             });
-            if let Some(done) = result {
-                return done;
+            match result {
+                Some(Poll::Pending) if this.idle_over(cx) => {
+                    this.state = State::Ended;
+                    return Poll::Ready(Ok(()));
+                }
+                Some(done) => return done,
+                None => {}
             }
         }
     }

@@ -7,6 +7,7 @@
 //! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
 //! threads its connections are served on, `config` the flags.
 
+mod answer;
 pub mod api;
 pub mod body;
 pub mod canon;

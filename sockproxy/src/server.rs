@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use headguard::{ClientRead, HeadLimits, Scanner, Verdicts};
+use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -15,6 +15,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::answer::Answer;
 use crate::config::Config;
 use crate::loops::{Loops, Worker};
 use crate::proxy::{Peer, Proxy};
@@ -248,7 +249,13 @@ async fn serve_connection(
         timeout: proxy.header_timeout,
         upgrades: true,
     };
-    let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), limits));
+    let answered = Answered::default();
+    // An idle kept-alive connection is closed after twice the head limit; a head that has
+    // started is the scanner's to time.
+    let reader = ClientRead::new(
+        Scanner::new(rd, verdicts.clone(), limits)
+            .close_when_idle(proxy.header_timeout.saturating_mul(2), answered.clone()),
+    );
     let io = TokioIo::new(tokio::io::join(reader, wr));
     let served = std::sync::atomic::AtomicUsize::new(0);
     let svc_proxy = proxy.clone();
@@ -256,12 +263,17 @@ async fn serve_connection(
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let verdict = verdicts.get(nth);
         let p = svc_proxy.clone();
+        let answered = answered.clone();
         async move {
-            match verdict {
+            let resp = match verdict {
                 // A stand-in for a refused head: answered, never read.
-                Some(why) => Ok(p.refuse_head(peer, why)),
-                None => p.handle(peer, req).await,
-            }
+                Some(why) => p.refuse_head(peer, why),
+                None => match p.handle(peer, req).await {
+                    Ok(resp) => resp,
+                    Err(never) => match never {},
+                },
+            };
+            Ok::<_, std::convert::Infallible>(resp.map(|body| Answer::new(body, answered)))
         }
     });
     // No `max_headers`: hyper's default is 100, the scanner's limit, and the scanner refuses a
@@ -270,10 +282,8 @@ async fn serve_connection(
     const _: () = assert!(HEAD_MAX_HEADERS == 100);
     let conn = http1::Builder::new()
         .max_buf_size(HEAD_MAX_BYTES * 2)
-        .timer(hyper_util::rt::TokioTimer::new())
-        // An idle kept-alive connection is closed after this; a head that has started is the
-        // scanner's to time.
-        .header_read_timeout(proxy.header_timeout.saturating_mul(2))
+        // No timer: hyper would arm one per head for `header_read_timeout`; the scanner times
+        // heads and idle connections itself (`headguard::idle`).
         .serve_connection(io, svc)
         .with_upgrades();
     tokio::pin!(conn);

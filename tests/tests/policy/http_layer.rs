@@ -253,6 +253,51 @@ fn an_idle_kept_alive_connection_is_closed_and_a_long_stream_is_not() {
     assert!(String::from_utf8_lossy(&seen).contains("deer-flow-sandbox-idle"));
 }
 
+/// The idle limit counts from a connection's latest answer: a client that sends a request
+/// every 0.6 s keeps its connection for longer than the limit (twice a 1 s `--header-timeout`),
+/// and loses it that long after its last answer.
+#[test]
+fn a_kept_alive_connection_in_use_is_closed_only_after_its_last_answer() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let engine =
+        sockproxy_tests::fake::FakeEngine::start(sockproxy_tests::fake::Flavor::Debian2010);
+    let p = StackProxy::start_with(engine.socket(), "deer-flow-", false, |c| {
+        c.header_timeout = Duration::from_secs(1);
+    });
+    let mut conn = std::os::unix::net::UnixStream::connect(p.socket()).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = [0u8; 1024];
+    let first = Instant::now();
+    for i in 0..6 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(600));
+        }
+        conn.write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n")
+            .unwrap_or_else(|e| panic!("ping {i} after {:?}: {e}", first.elapsed()));
+        let n = conn.read(&mut answer).expect("answered");
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 200"),
+            "ping {i} after {:?}: {:?}",
+            first.elapsed(),
+            String::from_utf8_lossy(&answer[..n])
+        );
+    }
+    assert!(
+        first.elapsed() > Duration::from_secs(3),
+        "in use for longer than the limit"
+    );
+    let idle_from = Instant::now();
+    let closed = conn.read(&mut answer).expect("closed, not timed out");
+    let took = idle_from.elapsed();
+    assert_eq!(closed, 0, "the proxy closes the connection once idle");
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
+        "closed {took:?} after the last answer, not twice the header timeout"
+    );
+}
+
 /// Slow clients: a head that never completes is answered 408 and cut off after
 /// `--header-timeout`, and past
 /// `--max-connections` a client is answered 503 in dockerd's shape instead of waiting.
