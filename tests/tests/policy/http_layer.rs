@@ -203,17 +203,24 @@ fn garbage_never_crashes_the_proxy() {
     assert_eq!(up.requests(), ["GET /_ping"]);
 }
 
+/// A fake engine and a proxy in front of it whose `--header-timeout` is 1 s (an idle limit of
+/// 2 s).
+fn with_a_one_second_header_timeout() -> (sockproxy_tests::fake::FakeEngine, StackProxy) {
+    let engine =
+        sockproxy_tests::fake::FakeEngine::start(sockproxy_tests::fake::Flavor::Debian2010);
+    let p = StackProxy::start_with(engine.socket(), "deer-flow-", false, |c| {
+        c.header_timeout = std::time::Duration::from_secs(1);
+    });
+    (engine, p)
+}
+
 /// An idle kept-alive connection is closed after twice `--header-timeout`, while an answer that
 /// streams for longer than that (an event stream) is left alone and still delivers.
 #[test]
 fn an_idle_kept_alive_connection_is_closed_and_a_long_stream_is_not() {
     use std::io::{Read, Write};
     use std::time::{Duration, Instant};
-    let engine =
-        sockproxy_tests::fake::FakeEngine::start(sockproxy_tests::fake::Flavor::Debian2010);
-    let p = StackProxy::start_with(engine.socket(), "deer-flow-", false, |c| {
-        c.header_timeout = Duration::from_secs(1);
-    });
+    let (engine, p) = with_a_one_second_header_timeout();
     let mut events = raw::Conn::open(p.socket(), b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n")
         .expect("events");
     assert_eq!(events.status, 200);
@@ -260,11 +267,7 @@ fn an_idle_kept_alive_connection_is_closed_and_a_long_stream_is_not() {
 fn a_kept_alive_connection_in_use_is_closed_only_after_its_last_answer() {
     use std::io::{Read, Write};
     use std::time::{Duration, Instant};
-    let engine =
-        sockproxy_tests::fake::FakeEngine::start(sockproxy_tests::fake::Flavor::Debian2010);
-    let p = StackProxy::start_with(engine.socket(), "deer-flow-", false, |c| {
-        c.header_timeout = Duration::from_secs(1);
-    });
+    let (_engine, p) = with_a_one_second_header_timeout();
     let mut conn = std::os::unix::net::UnixStream::connect(p.socket()).expect("connect");
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
