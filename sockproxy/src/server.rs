@@ -267,13 +267,10 @@ async fn serve_connection(
         async move {
             let resp = match verdict {
                 // A stand-in for a refused head: answered, never read.
-                Some(why) => p.refuse_head(peer, why),
-                None => match p.handle(peer, req).await {
-                    Ok(resp) => resp,
-                    Err(never) => match never {},
-                },
+                Some(why) => Ok(p.refuse_head(peer, why)),
+                None => p.handle(peer, req).await,
             };
-            Ok::<_, std::convert::Infallible>(resp.map(|body| Answer::new(body, answered)))
+            resp.map(|r| r.map(|body| Answer::new(body, answered)))
         }
     });
     // No `max_headers`: hyper's default is 100, the scanner's limit, and the scanner refuses a
