@@ -12,12 +12,12 @@ use std::task::{ready, Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http::Method;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixStream;
+use tokio::io::AsyncWriteExt;
 
 use crate::h1::{self, Chunked, Framing, H1Error, Head};
 use crate::heads::LastHead;
 use crate::pool::Pool;
+use crate::quiet::QuietStream;
 use crate::upstream::BoxError;
 
 /// A concrete error as a body error; a plain function, so the futures that call it stay `Send`.
@@ -25,11 +25,8 @@ fn boxed<E: std::error::Error + Send + Sync + 'static>(e: E) -> BoxError {
     BoxError::new(e)
 }
 
-/// Bytes asked of the kernel per read; a list answer is read in pieces this large.
-const READ_SIZE: usize = 64 * 1024;
-
 pub(crate) struct Conn {
-    io: UnixStream,
+    io: QuietStream,
     /// Read and not yet used: the rest of a head, or body bytes that came with it.
     buf: BytesMut,
     /// The last bodiless answer head, to read the next one like it without a parse.
@@ -44,7 +41,7 @@ pub(crate) struct SendError {
 }
 
 impl Conn {
-    pub(crate) fn new(io: UnixStream) -> Self {
+    pub(crate) fn new(io: QuietStream) -> Self {
         Self {
             io,
             buf: BytesMut::new(),
@@ -96,8 +93,7 @@ impl Conn {
                 }
                 return Ok(head);
             }
-            self.buf.reserve(READ_SIZE);
-            match self.io.read_buf(&mut self.buf).await {
+            match std::future::poll_fn(|cx| self.io.poll_fill(cx, &mut self.buf)).await {
                 Ok(0) => return Err(sent(boxed(H1Error::Closed))),
                 Ok(_) => {}
                 Err(e) => return Err(sent(boxed(e))),
@@ -106,15 +102,7 @@ impl Conn {
     }
 
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<usize, BoxError>> {
-        loop {
-            ready!(self.io.poll_read_ready(cx)).map_err(boxed)?;
-            self.buf.reserve(READ_SIZE);
-            match self.io.try_read_buf(&mut self.buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(boxed(e))),
-            }
-        }
+        self.io.poll_fill(cx, &mut self.buf).map_err(boxed)
     }
 }
 

@@ -5,7 +5,8 @@
 //! `create_body`, `host_config`, `mounts` and `write_rules`;
 //! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
 //! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
-//! threads its connections are served on, `config` the flags.
+//! threads its connections are served on, `quiet` how those loops watch each socket, `config`
+//! the flags.
 
 mod answer;
 pub mod api;
@@ -36,6 +37,7 @@ pub mod policy_file;
 mod pool;
 pub mod props;
 pub mod proxy;
+mod quiet;
 pub mod refusal;
 mod resolve;
 pub mod scope;

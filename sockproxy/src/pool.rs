@@ -192,7 +192,15 @@ impl Pool {
     }
 
     async fn connect_own(&self) -> Result<Conn, UpstreamError> {
-        Ok(Conn::new(self.connect_stream().await?))
+        let stream = self.connect_stream().await?;
+        let quiet = stream
+            .into_std()
+            .and_then(crate::quiet::QuietStream::new)
+            .map_err(|source| UpstreamError::Connect {
+                path: self.path.display().to_string(),
+                source,
+            })?;
+        Ok(Conn::new(quiet))
     }
 
     pub(crate) fn put_own(self: Arc<Self>, conn: Conn) {

@@ -11,6 +11,7 @@ use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use std::os::unix::net::UnixStream as StdUnixStream;
 use tokio::net::{UnixListener, UnixStream};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,6 +20,7 @@ use crate::answer::Answer;
 use crate::config::Config;
 use crate::loops::{Loops, Worker};
 use crate::proxy::{Peer, Proxy};
+use crate::quiet::QuietStream;
 use crate::refusal::Refusal;
 use crate::upstream::Upstream;
 
@@ -126,7 +128,25 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => match proxy.connection_slots.clone().try_acquire_owned() {
                     Ok(slot) => {
+                        // Read once, here: the connection keeps it for every request.
+                        let peer = stream
+                            .peer_cred()
+                            .map(|c| Peer {
+                                uid: Some(c.uid()),
+                                pid: c.pid(),
+                            })
+                            .unwrap_or_default();
+                        // Off tokio's watch (readable and writable) before a loop watches it
+                        // its own way (`quiet`).
+                        let stream = match stream.into_std() {
+                            Ok(s) => s,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not take an accepted connection");
+                                continue;
+                            }
+                        };
                         let held = Held {
+                            peer,
                             slot,
                             // Counted from here: a connection waiting for its loop to take it
                             // is in flight for the shutdown's wait too.
@@ -179,6 +199,7 @@ pub async fn serve(
 /// An accepted connection's slot under `--max-connections`, its place among the work a
 /// shutdown waits for, and what serving it needs.
 struct Held {
+    peer: Peer,
     slot: tokio::sync::OwnedSemaphorePermit,
     _inflight: crate::inflight::Guard,
     proxy: Arc<Proxy>,
@@ -186,33 +207,28 @@ struct Held {
 }
 
 impl Held {
-    async fn serve(self, stream: UnixStream) {
-        serve_connection(stream, self.proxy, self.stop).await;
+    /// Serves `stream` on the loop running this.
+    async fn serve(self, stream: StdUnixStream) {
+        match QuietStream::new(stream) {
+            Ok(s) => serve_connection(s, self.peer, self.proxy, self.stop).await,
+            Err(e) => tracing::warn!(error = %e, "an event loop could not take a connection"),
+        }
         drop(self.slot);
     }
 }
 
 /// A connection on its way to another event loop: a socket that no loop watches yet.
-type Handed = (std::os::unix::net::UnixStream, Held);
+type Handed = (StdUnixStream, Held);
 
 /// Gives a connection to `to`, which watches it from then on; here if that loop has gone.
-fn hand_over(to: &Worker<Handed>, stream: UnixStream, held: Held) {
-    match stream.into_std() {
-        Ok(s) => {
-            if let Err(job) = to.send((s, held)) {
-                tokio::spawn(serve_handed(job));
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "could not hand a connection to an event loop"),
+fn hand_over(to: &Worker<Handed>, stream: StdUnixStream, held: Held) {
+    if let Err(job) = to.send((stream, held)) {
+        tokio::spawn(serve_handed(job));
     }
 }
 
-/// Serves a handed connection on the loop running this.
 async fn serve_handed((stream, held): Handed) {
-    match UnixStream::from_std(stream) {
-        Ok(s) => held.serve(s).await,
-        Err(e) => tracing::warn!(error = %e, "an event loop could not take a connection"),
-    }
+    held.serve(stream).await;
 }
 
 /// Stops a background task when its owner goes.
@@ -230,17 +246,11 @@ const HEAD_MAX_BYTES: usize = 256 * 1024;
 const HEAD_MAX_HEADERS: usize = 100;
 
 async fn serve_connection(
-    stream: UnixStream,
+    stream: QuietStream,
+    peer: Peer,
     proxy: Arc<Proxy>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let peer = stream
-        .peer_cred()
-        .map(|c| Peer {
-            uid: Some(c.uid()),
-            pid: c.pid(),
-        })
-        .unwrap_or_default();
     let (rd, wr) = stream.into_split();
     let verdicts = Verdicts::default();
     let limits = HeadLimits {

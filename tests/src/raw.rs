@@ -250,6 +250,11 @@ impl Conn {
         self.stream.write_all(data)
     }
 
+    /// A second handle on the stream, to write from another thread while this one reads.
+    pub fn writer(&self) -> io::Result<UnixStream> {
+        self.stream.try_clone()
+    }
+
     /// Half-close: the peer sees EOF on its read side; we can still read.
     pub fn close_write(&mut self) -> io::Result<()> {
         self.stream.shutdown(std::net::Shutdown::Write)

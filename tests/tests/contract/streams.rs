@@ -1,6 +1,7 @@
 //! Streams and upgrades: `wait` answers its headers before the container exits, `logs
 //! ?follow=1` delivers output while the container runs, attach and exec start answer 101 and
-//! carry stdin with half-close (`cat` echoes, then the stream ends).
+//! carry stdin with half-close (`cat` echoes, then the stream ends), megabytes of it to a client
+//! that reads only after the socket buffers on the way have filled.
 
 use std::time::Duration;
 
@@ -172,4 +173,51 @@ fn attach_before_start_carries_stdin_like_docker_run_i() {
         let v: serde_json::Value = serde_json::from_slice(&done.body).unwrap_or_default();
         assert_eq!(v["StatusCode"], json!(0), "{}", done.text());
     });
+}
+
+#[test]
+fn attach_carries_megabytes_to_a_client_that_reads_late() {
+    each_subject(
+        "attach_carries_megabytes_to_a_client_that_reads_late",
+        |s| {
+            let a = s.sandbox("big");
+            s.create(
+            &a,
+            &["cat"],
+            json!({ "OpenStdin": true, "StdinOnce": true, "AttachStdin": true, "AttachStdout": true, "AttachStderr": true }),
+        );
+            let mut conn = open(
+                s,
+                "POST",
+                &format!("/containers/{a}/attach?stream=1&stdin=1&stdout=1&stderr=1"),
+                "",
+                true,
+            );
+            assert_eq!(conn.status, 101, "{:?}", conn.headers);
+            s.start(&a);
+            // Twenty times a Unix socket's default buffer: every writer on the way (the proxy's
+            // to this client among them) has to wait for room, more than once.
+            let payload: Vec<u8> = (0..4_000_000u32).map(|i| (i % 253) as u8).collect();
+            let mut writer = conn.writer().expect("a second handle");
+            let sent = payload.clone();
+            let feed = std::thread::spawn(move || {
+                use std::io::Write;
+                writer.write_all(&sent)?;
+                writer.shutdown(std::net::Shutdown::Write)
+            });
+            // Not reading yet: what cat echoes piles up until the buffers are full.
+            std::thread::sleep(Duration::from_millis(500));
+            let out = conn.read_to_end(LONG);
+            feed.join()
+                .expect("writer thread")
+                .expect("stdin written whole");
+            let echoed = raw::demux(&out).0;
+            assert!(
+                echoed == payload,
+                "{} of {} bytes came back",
+                echoed.len(),
+                payload.len()
+            );
+        },
+    );
 }
