@@ -176,16 +176,6 @@ impl Room {
     }
 }
 
-fn read_into(
-    fd: &AsyncFd<UnixStream>,
-    cx: &mut Context<'_>,
-    buf: &mut ReadBuf<'_>,
-) -> Poll<io::Result<()>> {
-    let max = buf.remaining();
-    ready!(poll_read_with(fd, cx, max, |got| buf.put_slice(got)))?;
-    Poll::Ready(Ok(()))
-}
-
 fn shutdown(fd: &AsyncFd<UnixStream>) -> Poll<io::Result<()>> {
     match fd.get_ref().shutdown(Shutdown::Write) {
         // Already gone: nothing more can be written either way.
@@ -200,17 +190,9 @@ impl AsyncRead for QuietRead {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        read_into(&self.fd, cx, buf)
-    }
-}
-
-impl AsyncRead for QuietStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        read_into(&self.fd, cx, buf)
+        let max = buf.remaining();
+        ready!(poll_read_with(&self.fd, cx, max, |got| buf.put_slice(got)))?;
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -145,21 +145,7 @@ fn exec_start_upgrades_and_keeps_half_close() {
 #[test]
 fn attach_before_start_carries_stdin_like_docker_run_i() {
     each_subject("attach_before_start_carries_stdin_like_docker_run_i", |s| {
-        let a = s.sandbox("att");
-        s.create(
-            &a,
-            &["cat"],
-            json!({ "OpenStdin": true, "StdinOnce": true, "AttachStdin": true, "AttachStdout": true, "AttachStderr": true }),
-        );
-        let mut conn = open(
-            s,
-            "POST",
-            &format!("/containers/{a}/attach?stream=1&stdin=1&stdout=1&stderr=1"),
-            "",
-            true,
-        );
-        assert_eq!(conn.status, 101, "{:?}", conn.headers);
-        s.start(&a);
+        let (a, mut conn) = attached_cat(s, "att");
         let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         conn.write(&payload).expect("write");
         conn.close_write().expect("half-close");
@@ -180,21 +166,7 @@ fn attach_carries_megabytes_to_a_client_that_reads_late() {
     each_subject(
         "attach_carries_megabytes_to_a_client_that_reads_late",
         |s| {
-            let a = s.sandbox("big");
-            s.create(
-            &a,
-            &["cat"],
-            json!({ "OpenStdin": true, "StdinOnce": true, "AttachStdin": true, "AttachStdout": true, "AttachStderr": true }),
-        );
-            let mut conn = open(
-                s,
-                "POST",
-                &format!("/containers/{a}/attach?stream=1&stdin=1&stdout=1&stderr=1"),
-                "",
-                true,
-            );
-            assert_eq!(conn.status, 101, "{:?}", conn.headers);
-            s.start(&a);
+            let (_, mut conn) = attached_cat(s, "big");
             // Twenty times a Unix socket's default buffer: every writer on the way (the proxy's
             // to this client among them) has to wait for room, more than once.
             let payload: Vec<u8> = (0..4_000_000u32).map(|i| (i % 253) as u8).collect();
@@ -220,4 +192,25 @@ fn attach_carries_megabytes_to_a_client_that_reads_late() {
             );
         },
     );
+}
+
+/// A container running `cat` with stdin open, attached to before it starts (`docker run -i`),
+/// then started: its name and the upgraded stream.
+fn attached_cat(s: &mut sockproxy_tests::subject::Subject<'_>, name: &str) -> (String, Conn) {
+    let a = s.sandbox(name);
+    s.create(
+        &a,
+        &["cat"],
+        json!({ "OpenStdin": true, "StdinOnce": true, "AttachStdin": true, "AttachStdout": true, "AttachStderr": true }),
+    );
+    let conn = open(
+        s,
+        "POST",
+        &format!("/containers/{a}/attach?stream=1&stdin=1&stdout=1&stderr=1"),
+        "",
+        true,
+    );
+    assert_eq!(conn.status, 101, "{:?}", conn.headers);
+    s.start(&a);
+    (a, conn)
 }
