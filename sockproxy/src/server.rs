@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,7 +12,6 @@ use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use std::os::unix::net::UnixStream as StdUnixStream;
 use tokio::net::{UnixListener, UnixStream};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
