@@ -2,7 +2,10 @@
 //! filtered to container and network create, rename and destroy, fed line by line to `names`.
 //! The map is live only while this stream is: a drop (engine restart, socket gone, unreadable
 //! answer) empties it, every request inspects meanwhile, and the subscription is made again
-//! with a growing pause (100 ms to 5 s).
+//! with a growing pause (100 ms to 5 s). The pause starts again from 100 ms only after a stream
+//! that stayed up for the longest pause: one that ends as soon as it is answered (an engine,
+//! or something in front of it, that closes the stream at once) is retried no faster than a
+//! failed one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +35,12 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 pub async fn run(upstream: Upstream, names: Arc<Names>, scope: Scope) {
     let mut pause = FIRST_PAUSE;
     loop {
+        let began = tokio::time::Instant::now();
         match follow(&upstream, &names, &scope).await {
-            Ended::AfterEvents => pause = FIRST_PAUSE,
+            Ended::AfterEvents if began.elapsed() >= LONGEST_PAUSE => pause = FIRST_PAUSE,
+            Ended::AfterEvents => {
+                tracing::debug!("engine event stream ended soon after it began; requests inspect");
+            }
             Ended::Failed(why) => {
                 tracing::debug!(%why, "engine event subscription failed; requests inspect");
             }
@@ -47,7 +54,7 @@ pub async fn run(upstream: Upstream, names: Arc<Names>, scope: Scope) {
 }
 
 enum Ended {
-    /// The stream was up and then ended: try again soon.
+    /// The stream was up and then ended: try again soon if it was up for a while.
     AfterEvents,
     Failed(String),
 }

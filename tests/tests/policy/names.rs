@@ -396,3 +396,42 @@ fn the_event_subscription_replays_the_moment_before_it() {
         "since={since}, now={before}"
     );
 }
+
+/// An engine (or something in front of it) that answers the event subscription and ends the
+/// stream at once is subscribed to again no faster than one that refuses it: the pause grows
+/// (100 ms, 200 ms, ...) instead of starting from 100 ms after every empty stream.
+#[test]
+fn an_event_stream_that_ends_at_once_is_retried_with_a_growing_pause() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sock = dir.path().join("engine.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let watched = Duration::from_secs(3);
+    let counter = std::thread::spawn(move || {
+        let (deadline, mut subscriptions) = (Instant::now() + watched, 0);
+        while Instant::now() < deadline {
+            let Ok((conn, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            let _ = conn.set_nonblocking(false);
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut line = String::new();
+            let _ = BufReader::new(&conn).read_line(&mut line);
+            subscriptions += usize::from(line.starts_with("GET /events?"));
+            let _ = (&conn).write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n",
+            );
+        }
+        subscriptions
+    });
+    let _p = StackProxy::start(&sock, "deer-flow-", false);
+    let subscriptions = counter.join().expect("the counting thread");
+    // 100 + 200 + 400 + 800 ms of pauses fit in 3 s, so about five subscriptions; a pause
+    // that started again from 100 ms after each empty stream gave about thirty.
+    assert!(
+        (2..=8).contains(&subscriptions),
+        "{subscriptions} subscriptions in {watched:?}"
+    );
+}
