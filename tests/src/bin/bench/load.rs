@@ -27,6 +27,10 @@ pub struct Load {
     pub cpu_per_req: Duration,
     /// How much of the machine's CPU time went idle over the load, in percent.
     pub idle_pct: f64,
+    /// CPU time the load generator (this process's own threads) spent per answered request.
+    pub client_cpu_per_req: Duration,
+    /// CPU time the engine's process spent per answered request.
+    pub engine_cpu_per_req: Duration,
 }
 
 /// The request a client sends: (client number, its request number) → (method, path).
@@ -111,6 +115,8 @@ pub async fn load_with(sock: &Path, next: &Requests, concurrency: usize, request
         refused,
         cpu_per_req: Duration::ZERO,
         idle_pct: 0.0,
+        client_cpu_per_req: Duration::ZERO,
+        engine_cpu_per_req: Duration::ZERO,
     }
 }
 

@@ -194,6 +194,27 @@ impl Drop for Proc {
     }
 }
 
+/// CPU time used so far by this process's own threads (the load generator), without its
+/// children (the proxies and the fake engine it started).
+pub fn own_cpu() -> Duration {
+    Duration::from_nanos(cpu_nanos(std::process::id(), CHILD_DEPTH))
+}
+
+/// CPU time used so far by process `pid` and its running children.
+pub fn cpu_of(pid: u32) -> Duration {
+    Duration::from_nanos(cpu_nanos(pid, 0))
+}
+
+/// The process listening on Unix socket `sock` (its peer credentials), or `None`.
+pub async fn listener_pid(sock: &Path) -> Option<u32> {
+    let stream = tokio::net::UnixStream::connect(sock).await.ok()?;
+    let pid = stream.peer_cred().ok()?.pid()?;
+    u32::try_from(pid).ok()
+}
+
+/// How many levels of children `cpu_nanos` adds.
+const CHILD_DEPTH: u32 = 3;
+
 /// CPU nanoseconds of `pid` and, a few levels down, its children. Live threads are summed from
 /// `/proc/PID/task/TID/schedstat` (nanoseconds); `/proc/PID/stat` also counts ended threads but
 /// only in clock ticks (10 ms), so the larger of the two is taken.
@@ -210,7 +231,7 @@ fn cpu_nanos(pid: u32, depth: u32) -> u64 {
             .next()
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0);
-        if depth < 3 {
+        if depth < CHILD_DEPTH {
             children += read("children")
                 .split_whitespace()
                 .filter_map(|c| c.parse().ok())

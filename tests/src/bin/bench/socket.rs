@@ -11,7 +11,9 @@ use sockproxy_tests::raw;
 use tokio::runtime::Runtime;
 
 use crate::load::{load, load_with, median, ms, same, Load, Requests};
-use crate::procs::{idle_pct, installed, machine_ticks, mib, unix_answers, Proc};
+use crate::procs::{
+    cpu_of, idle_pct, installed, listener_pid, machine_ticks, mib, own_cpu, unix_answers, Proc,
+};
 use crate::{Args, Target};
 
 pub const PREFIX: &str = "bench-";
@@ -142,6 +144,15 @@ fn rps_cell(l: &Load) -> String {
     cell
 }
 
+/// One figure per route, `direct / sockproxy / HAProxy`.
+fn per_route(loads: &[Load], figure: impl Fn(&Load) -> f64) -> String {
+    loads
+        .iter()
+        .map(|l| format!("{:.1}", figure(l)))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 fn cpu_cell(l: &Load) -> String {
     format!("{:.1}", l.cpu_per_req.as_secs_f64() * 1e6)
 }
@@ -196,7 +207,8 @@ pub struct Routes<'a> {
 }
 
 /// Prints part 1's table: each target at each concurrency, `rounds` times over every route,
-/// the routes taking turns within a round so a slow spell of the machine hits all of them.
+/// the routes taking turns within a round (and each round starting with the next route) so a slow
+/// spell of the machine hits all of them.
 pub fn table(
     rt: &Runtime,
     routes: &Routes,
@@ -208,8 +220,11 @@ pub fn table(
     if let Err(why) = routes.haproxy {
         println!("HAProxy: {why}; its columns are empty.\n");
     }
-    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req | machine idle % direct / sockproxy / HAProxy |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| request | concurrency | direct req/s | sockproxy req/s | HAProxy req/s | sockproxy ratio | HAProxy ratio | direct p50 / p99 ms | sockproxy p50 / p99 ms | HAProxy p50 / p99 ms | sockproxy CPU µs/req | HAProxy CPU µs/req | machine idle % direct / sockproxy / HAProxy | load generator CPU µs/req direct / sockproxy / HAProxy | engine CPU µs/req direct / sockproxy / HAProxy |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    // The engine's process, found from its socket's peer credentials, so its CPU per request
+    // behind each route can be compared too.
+    let engine_pid = rt.block_on(listener_pid(routes.engine));
     let mut ways: Vec<(&Path, Option<&Proc>)> = vec![
         (routes.engine, None),
         (&routes.sockproxy.socket, Some(&routes.sockproxy.proc)),
@@ -220,15 +235,25 @@ pub fn table(
     for (label, next) in targets {
         for &c in concurrency {
             let mut cells: Vec<Vec<Load>> = vec![Vec::new(); ways.len()];
-            for _ in 0..rounds {
-                for (i, (sock, proxy)) in ways.iter().enumerate() {
+            for round in 0..rounds {
+                // Each round starts one route later, so over as many rounds as there are
+                // routes each takes every place in the order once: a route is not always the
+                // one that follows another's load (the engine's garbage, the caches).
+                for k in 0..ways.len() {
+                    let i = (k + round) % ways.len();
+                    let (sock, proxy) = ways[i];
                     let before = proxy.map(Proc::cpu);
+                    let (client_before, engine_before) = (own_cpu(), engine_pid.map(cpu_of));
                     let ticks = machine_ticks();
                     let mut l = rt.block_on(load_with(sock, next, c, requests));
                     l.idle_pct = idle_pct(ticks, machine_ticks());
+                    let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
+                    l.client_cpu_per_req = own_cpu().saturating_sub(client_before) / answered;
+                    if let (Some(pid), Some(before)) = (engine_pid, engine_before) {
+                        l.engine_cpu_per_req = cpu_of(pid).saturating_sub(before) / answered;
+                    }
                     if let Some(before) = before {
                         let used = proxy.map(Proc::cpu).unwrap_or_default() - before;
-                        let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
                         l.cpu_per_req = used / answered;
                     }
                     cells[i].push(l);
@@ -238,7 +263,7 @@ pub fn table(
             let d = m[0];
             let col = |i: usize, f: &dyn Fn(&Load) -> String| m.get(i).map(f).unwrap_or_default();
             println!(
-                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {} |",
+                "| `{label}` | {c} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
                 rps_cell(&d),
                 col(1, &rps_cell),
                 col(2, &rps_cell),
@@ -250,10 +275,9 @@ pub fn table(
                 col(2, &|l| format!("{} / {}", ms(l.p50), ms(l.p99))),
                 col(1, &cpu_cell),
                 col(2, &cpu_cell),
-                m.iter()
-                    .map(|l| format!("{:.1}", l.idle_pct))
-                    .collect::<Vec<_>>()
-                    .join(" / "),
+                per_route(&m, |l| l.idle_pct),
+                per_route(&m, |l| l.client_cpu_per_req.as_secs_f64() * 1e6),
+                per_route(&m, |l| l.engine_cpu_per_req.as_secs_f64() * 1e6),
             );
         }
     }
