@@ -93,10 +93,10 @@ impl Conn {
                 }
                 return Ok(head);
             }
-            match std::future::poll_fn(|cx| self.io.poll_fill(cx, &mut self.buf)).await {
+            match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
                 Ok(0) => return Err(sent(boxed(H1Error::Closed))),
                 Ok(_) => {}
-                Err(e) => return Err(sent(boxed(e))),
+                Err(e) => return Err(sent(e)),
             }
         }
     }
