@@ -110,6 +110,22 @@ fn bench() -> Command {
     cmd
 }
 
+/// Runs the bench with `args` (split at spaces); its standard output, after asserting it
+/// succeeded.
+fn run(args: &str) -> String {
+    let out = bench()
+        .args(args.split_whitespace())
+        .output()
+        .expect("bench runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// How to get the proxies the bench compares against.
 const HOW: &str = "apt-get install haproxy tinyproxy squid, as .ci/run does";
 
@@ -117,22 +133,12 @@ const HOW: &str = "apt-get install haproxy tinyproxy squid, as .ci/run does";
 fn the_benchmark_runs_every_part_at_a_tiny_size() {
     const TEST: &str = "the_benchmark_runs_every_part_at_a_tiny_size";
     let text = step("the bench runs every part", || {
-        let out = bench()
-            .args(["--requests", "30", "--rounds", "1", "--list-sizes", "10"])
-            .args(["--real-rounds", "1", "--tunnel-mb", "2", "--setups", "5"])
-            .args(["--real-requests", "20", "--real-stops", "8"])
-            .args(["--real-concurrency", "1,2"])
-            .args(["--connections", "8"])
-            .output()
-            .expect("bench runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = run(concat!(
+            "--requests 30 --rounds 1 --list-sizes 10 --real-rounds 1 --tunnel-mb 2 --setups 5 ",
+            "--real-requests 20 --real-stops 8 --real-concurrency 1,2 --connections 8"
+        ));
         assert!(text.contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench"));
-        text.into_owned()
+        text
     });
 
     step("1. requests through each proxy", || {
@@ -253,13 +259,7 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
 
 #[test]
 fn a_short_soak_moves_every_kind_of_traffic_and_reports_numbers() {
-    let out = bench().args(["--soak", "20"]).output().expect("bench runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = run("--soak 20");
     assert!(text
         .contains("Reproduce: `cargo run --release -p sockproxy-tests --bin bench -- --soak 20`"));
 
@@ -287,5 +287,73 @@ fn a_short_soak_moves_every_kind_of_traffic_and_reports_numbers() {
         for col in 0..8 {
             positive(row, col);
         }
+    }
+}
+
+/// One row of part 1's round-by-round comparison: each ratio column holds a positive ratio per
+/// round, the count column how many of the rounds met the target, and the interval column a
+/// geometric mean inside its interval followed by the verdict.
+fn paired_row(row: &[String], rounds: usize) {
+    assert_eq!(row[0], "`HEAD /_ping`", "{row:?}");
+    for (each, meeting, summary) in [(2, 3, 4), (5, 6, 7)] {
+        let ratios: Vec<f64> = row[each]
+            .split_whitespace()
+            .map(|r| {
+                r.parse()
+                    .unwrap_or_else(|_| panic!("ratio {r:?} in {row:?}"))
+            })
+            .collect();
+        assert_eq!(ratios.len(), rounds, "{row:?}");
+        assert!(ratios.iter().all(|r| *r > 0.0), "{row:?}");
+        let (met, of) = row[meeting]
+            .split_once(" of ")
+            .unwrap_or_else(|| panic!("count in {row:?}"));
+        assert_eq!(of, rounds.to_string(), "{row:?}");
+        assert!(met.parse::<usize>().is_ok_and(|m| m <= rounds), "{row:?}");
+        let figures: Vec<f64> = row[summary]
+            .split([' ', '[', ']', ','])
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [mean, low, high] = figures[..] else {
+            panic!("interval in {row:?}");
+        };
+        assert!(low <= mean && mean <= high, "{row:?}");
+        let verdict = row[summary].rsplit(' ').next().unwrap_or_default();
+        assert!(["met", "missed", "undecided"].contains(&verdict), "{row:?}");
+    }
+}
+
+#[test]
+fn part_one_compares_the_proxies_round_by_round_with_an_interval() {
+    const TEST: &str = "part_one_compares_the_proxies_round_by_round_with_an_interval";
+    if !installed("haproxy") {
+        skip(
+            TEST,
+            "the comparison needs HAProxy: it is not installed",
+            HOW,
+        );
+        return;
+    }
+    let text = run(concat!(
+        "--parts requests --targets ping --concurrency 2 --requests 60 --rounds 3 ",
+        "--real-concurrency 2 --real-requests 60"
+    ));
+    let (fake, real) = text
+        .split_once("## 1b.")
+        .unwrap_or_else(|| panic!("no part 1b in:\n{text}"));
+    let heading = "sockproxy ÷ HAProxy round by round";
+    let rows = table(fake, heading);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    paired_row(&rows[0], 3);
+    if real.starts_with(" Per-request cost (real engine)\n\nSkipped") {
+        skip(
+            TEST,
+            "the real engine's comparison: no engine answers at DOCKER_HOST",
+            "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
+        );
+    } else {
+        let rows = table(real, heading);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        paired_row(&rows[0], 3);
     }
 }

@@ -6,6 +6,7 @@
 
 mod footprint;
 mod load;
+mod paired;
 mod procs;
 mod real;
 mod soak;

@@ -14,7 +14,7 @@ use crate::load::{load, load_with, median, ms, same, Load, Requests};
 use crate::procs::{
     cpu_of, idle_pct, installed, listener_pid, machine_ticks, mib, own_cpu, unix_answers, Proc,
 };
-use crate::{Args, Target};
+use crate::{paired, Args, Target};
 
 pub const PREFIX: &str = "bench-";
 const START_LIMIT: Duration = Duration::from_secs(15);
@@ -232,6 +232,7 @@ pub fn table(
     if let Ok(h) = routes.haproxy {
         ways.push((&h.socket, Some(&h.proc)));
     }
+    let mut paired_rows = Vec::new();
     for (label, next) in targets {
         for &c in concurrency {
             let mut cells: Vec<Vec<Load>> = vec![Vec::new(); ways.len()];
@@ -259,6 +260,9 @@ pub fn table(
                     cells[i].push(l);
                 }
             }
+            if let [_, s, h] = &cells[..] {
+                paired_rows.push(paired::row(label, c, s, h));
+            }
             let m: Vec<Load> = cells.into_iter().map(|r| median(r, |l| l.rps)).collect();
             let d = m[0];
             let col = |i: usize, f: &dyn Fn(&Load) -> String| m.get(i).map(f).unwrap_or_default();
@@ -282,6 +286,9 @@ pub fn table(
         }
     }
     println!();
+    if rounds >= 2 && !paired_rows.is_empty() {
+        paired::print(&paired_rows);
+    }
 }
 
 /// Part 2: one client listing all containers, a fresh engine and sockproxy per size.
