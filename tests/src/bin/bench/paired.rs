@@ -39,6 +39,12 @@ pub fn interval(ratios: &[f64]) -> Option<Interval> {
     })
 }
 
+impl std::fmt::Display for Interval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3} [{:.3}, {:.3}]", self.mean, self.low, self.high)
+    }
+}
+
 /// Which side of a target a ratio should be on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Want {
@@ -46,6 +52,16 @@ pub enum Want {
     AtLeast,
     /// At most the target (CPU per request).
     AtMost,
+}
+
+impl Want {
+    /// Whether `value` is on the wanted side of `target` (or on it).
+    fn holds(self, value: f64, target: f64) -> bool {
+        match self {
+            Want::AtLeast => value >= target,
+            Want::AtMost => value <= target,
+        }
+    }
 }
 
 /// Whether an interval settles a target.
@@ -58,10 +74,12 @@ pub enum Verdict {
 }
 
 pub fn verdict(i: &Interval, want: Want, target: f64) -> Verdict {
-    let (good, bad) = match want {
-        Want::AtLeast => (i.low >= target, i.high < target),
-        Want::AtMost => (i.high <= target, i.low > target),
+    // The interval's far end decides "met", its near end "missed".
+    let (far, near) = match want {
+        Want::AtLeast => (i.low, i.high),
+        Want::AtMost => (i.high, i.low),
     };
+    let (good, bad) = (want.holds(far, target), !want.holds(near, target));
     match (good, bad) {
         (true, _) => Verdict::Met,
         (_, true) => Verdict::Missed,
@@ -73,13 +91,7 @@ pub fn verdict(i: &Interval, want: Want, target: f64) -> Verdict {
 /// with its verdict.
 pub fn cell(ratios: &[f64], want: Want, target: f64) -> String {
     let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-    let meeting = ratios
-        .iter()
-        .filter(|r| match want {
-            Want::AtLeast => **r >= target,
-            Want::AtMost => **r <= target,
-        })
-        .count();
+    let meeting = ratios.iter().filter(|r| want.holds(**r, target)).count();
     let summary = match interval(ratios) {
         Some(i) => {
             let v = match verdict(&i, want, target) {
@@ -87,7 +99,7 @@ pub fn cell(ratios: &[f64], want: Want, target: f64) -> String {
                 Verdict::Missed => "missed",
                 Verdict::Undecided => "undecided",
             };
-            format!("{:.3} [{:.3}, {:.3}] {v}", i.mean, i.low, i.high)
+            format!("{i} {v}")
         }
         None => "no interval".to_owned(),
     };
@@ -111,10 +123,7 @@ pub fn row(label: &str, concurrency: usize, sockproxy: &[Load], haproxy: &[Load]
     let rps = ratio(&|l| l.rps);
     let cpu = ratio(&|l| l.cpu_per_req.as_secs_f64());
     let engine = ratio(&|l| l.engine_cpu_per_req.as_secs_f64());
-    let engine = match interval(&engine) {
-        Some(i) => format!("{:.3} [{:.3}, {:.3}]", i.mean, i.low, i.high),
-        None => "no interval".to_owned(),
-    };
+    let engine = interval(&engine).map_or_else(|| "no interval".to_owned(), |i| i.to_string());
     format!(
         "| `{label}` | {concurrency} | {} | {} | {engine} |",
         cell(&rps, Want::AtLeast, 1.0),
