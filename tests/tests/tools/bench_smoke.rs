@@ -129,6 +129,9 @@ fn run(args: &str) -> String {
 /// How to get the proxies the bench compares against.
 const HOW: &str = "apt-get install haproxy tinyproxy squid, as .ci/run does";
 
+/// How to get the real engine the bench's real-engine parts use.
+const ENGINE_HOW: &str = "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does";
+
 #[test]
 fn the_benchmark_runs_every_part_at_a_tiny_size() {
     const TEST: &str = "the_benchmark_runs_every_part_at_a_tiny_size";
@@ -171,7 +174,7 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
             skip(
                 TEST,
                 "part 1 on the real engine: no engine answers at DOCKER_HOST",
-                "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
+                ENGINE_HOW,
             );
         } else {
             let quick = table(&text, "## 1b.");
@@ -207,7 +210,7 @@ fn the_benchmark_runs_every_part_at_a_tiny_size() {
             skip(
                 TEST,
                 "the real-engine part: no engine answers at DOCKER_HOST",
-                "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
+                ENGINE_HOW,
             );
         } else {
             let real = table(&text, "## 3.");
@@ -349,7 +352,7 @@ fn part_one_compares_the_proxies_round_by_round_with_an_interval() {
         skip(
             TEST,
             "the real engine's comparison: no engine answers at DOCKER_HOST",
-            "start dockerd and set DOCKER_HOST=unix://…, as .ci/run does",
+            ENGINE_HOW,
         );
     } else {
         let rows = table(real, heading);

@@ -1,9 +1,9 @@
 //! Part 1's paired comparison: sockproxy ÷ HAProxy in each round, summarised over the rounds.
 //!
 //! The two proxies' loads of one round run back to back, so each round's ratio compares them
-//! under the same state of the machine. On two shared cores a single run's ratio swings by about
-//! ±10% (docs/benchmarks.md, issue 18's tenth round), so a median over three rounds can land on
-//! either side of a target by chance. This module turns the rounds' ratios into a geometric mean
+//! under the same state of the machine. On two shared cores a single round's ratio swings by
+//! about ±10% (docs/benchmarks.md, issue 18's eleventh round), so a median over three rounds can
+//! land on either side of a target by chance. This module turns the rounds' ratios into a geometric mean
 //! with a 95% confidence interval (Student's t over the log ratios) and a verdict that says
 //! "met" or "missed" only when the whole interval is on one side of the target.
 
