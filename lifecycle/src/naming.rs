@@ -3,8 +3,8 @@
 //! that cannot be a user's or thread's, and checking a sandbox ID typed by an operator.
 
 pub use stackmodel::{
-    digest, k, label_is_restricted, Names, Prefix, PrefixError, LABEL_NETWORK_MODE, LABEL_ROLE,
-    LABEL_SANDBOX_ID, LABEL_STACK, MODE_ALLOWLIST, MODE_OPEN,
+    digest, k, label_is_restricted, IdRuleError, Names, Prefix, PrefixError, LABEL_NETWORK_MODE,
+    LABEL_ROLE, LABEL_SANDBOX_ID, LABEL_STACK, MODE_ALLOWLIST, MODE_OPEN,
 };
 
 /// The label lifecycle adds to a sandbox: the full SHA-256 hex of `"{user_id}:{thread_id}"`.
@@ -21,25 +21,16 @@ pub fn scope_digest(user_id: &str, thread_id: &str) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
-    #[error("{0} must not be empty")]
-    Empty(&'static str),
-    #[error("{0} must not contain a newline")]
-    Newline(&'static str),
+    #[error("{0}")]
+    Rule(#[from] IdRuleError),
     #[error("{0:?} is not a sandbox ID (16 lowercase hex characters)")]
     NotSandboxId(String),
 }
 
 /// deer-flow's sandbox ID of a thread (`stackmodel::sandbox_id`), for input that can be a
-/// user's and a thread's: empty IDs and newlines are refused before anything is derived.
+/// user's and a thread's: both must pass `stackmodel::check_ids` before anything is derived.
 pub fn sandbox_id(user_id: &str, thread_id: &str) -> Result<String, IdError> {
-    for (what, v) in [("user ID", user_id), ("thread ID", thread_id)] {
-        if v.is_empty() {
-            return Err(IdError::Empty(what));
-        }
-        if v.contains('\n') {
-            return Err(IdError::Newline(what));
-        }
-    }
+    stackmodel::check_ids(user_id, thread_id)?;
     Ok(stackmodel::sandbox_id(user_id, thread_id))
 }
 
@@ -88,8 +79,14 @@ mod tests {
         let b = sandbox_id("user-94361", "thread-94361").expect("ok");
         assert_eq!(a[..8], b[..8]);
         assert_ne!(a, b);
-        assert_eq!(sandbox_id("", "t"), Err(IdError::Empty("user ID")));
-        assert_eq!(sandbox_id("u", "a\nb"), Err(IdError::Newline("thread ID")));
+        assert_eq!(
+            sandbox_id("", "t"),
+            Err(IdError::Rule(IdRuleError::Empty("user ID")))
+        );
+        assert_eq!(
+            sandbox_id("u", "a\nb"),
+            Err(IdError::Rule(IdRuleError::Newline("thread ID")))
+        );
         assert!(parse_sandbox_id(&a).is_ok());
         assert!(parse_sandbox_id("xyz").is_err());
         assert!(parse_sandbox_id(&a.to_uppercase()).is_err());

@@ -125,6 +125,20 @@ pub struct Destroyed {
     pub absent_teardown: bool,
 }
 
+/// What `destroy_generation` did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "result", rename_all = "lowercase")]
+pub enum GenerationTeardown {
+    /// The tracked generation (or nothing, or only records) was there and is torn down.
+    Destroyed(Destroyed),
+    /// The name holds another generation, `found`, which was left running; the tracked one
+    /// is confirmed gone and its record and port retired.
+    Replaced {
+        found: String,
+        ports_released: Vec<u16>,
+    },
+}
+
 /// One line of `retire`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "result", rename_all = "lowercase")]

@@ -8,7 +8,9 @@ use crate::decide::{self, AbsentPlan, Listing};
 use crate::engine::{Container, Done, EngineError};
 use crate::ledger::UNKNOWN_GENERATION;
 use crate::naming::{self, k, Names};
-use crate::ops::{deferred, step, Destroyed, Lifecycle, OpError, Retired, Teardown};
+use crate::ops::{
+    deferred, step, Destroyed, GenerationTeardown, Lifecycle, OpError, Retired, Teardown,
+};
 
 impl Lifecycle {
     /// `destroy ID`: the sandbox's container (if present) is destroyed by its ID; records of
@@ -18,6 +20,15 @@ impl Lifecycle {
         let id = naming::parse_sandbox_id(id)?;
         let _lock = self.locks.acquire(&id).await?;
         let present = self.inspect_sandbox(&id).await?;
+        self.destroy_locked(id, present).await
+    }
+
+    /// `destroy`'s body, once the lock is held and the name inspected (`present`).
+    async fn destroy_locked(
+        &self,
+        id: String,
+        present: Option<Container>,
+    ) -> Result<Destroyed, OpError> {
         if present.is_none() && !self.ledger.is_quarantined(&id)? {
             return Err(OpError::NoSuchSandbox(id));
         }
@@ -37,6 +48,49 @@ impl Lifecycle {
             ports_released,
             absent_teardown,
         })
+    }
+
+    /// A provider's teardown of the generation it tracks: only container `generation` is torn
+    /// down. When the name now holds another generation (replaced meanwhile, by another process
+    /// or by hand), that one is left alone and reported as `Replaced`; the tracked
+    /// generation's record and port are retired once the engine confirms that generation is
+    /// gone under any name (else the teardown is deferred and the record kept).
+    pub async fn destroy_generation(
+        &self,
+        id: &str,
+        generation: &str,
+    ) -> Result<GenerationTeardown, OpError> {
+        let id = naming::parse_sandbox_id(id)?;
+        let _lock = self.locks.acquire(&id).await?;
+        let present = self.inspect_sandbox(&id).await?;
+        match present {
+            Some(c) if c.id != generation && !c.id.is_empty() => {
+                // Inspect by ID: a hex reference the proxy pins, so a renamed old generation
+                // is still found (and then kept quarantined, not guessed about).
+                let old = self
+                    .engine
+                    .inspect(generation)
+                    .await
+                    .map_err(step(format!("inspect {generation}")))?;
+                if old.is_some() {
+                    self.ledger.mark(&id, generation)?;
+                    return Err(deferred(
+                        &id,
+                        format!("generation {generation} still exists under another name; {} now holds {}", self.names(&id).sandbox, c.id),
+                    ));
+                }
+                let port = self.ports.release(&id, generation)?;
+                self.ledger.retire_generation(&id, generation)?;
+                Ok(GenerationTeardown::Replaced {
+                    found: c.id,
+                    ports_released: port.into_iter().collect(),
+                })
+            }
+            _ => self
+                .destroy_locked(id, present)
+                .await
+                .map(GenerationTeardown::Destroyed),
+        }
     }
 
     /// Stop and remove a present sandbox `c` by its ID; the restricted cleanup runs unless its

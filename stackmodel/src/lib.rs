@@ -147,6 +147,61 @@ pub fn k(x: &str) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// Longest user ID deer-flow accepts (its `config/paths.py`).
+pub const MAX_USER_ID: usize = 128;
+/// Longest thread ID deer-flow accepts.
+pub const MAX_THREAD_ID: usize = 64;
+
+/// Why a user or thread ID was refused. deer-flow validates both against `[A-Za-z0-9_-]`; so
+/// do we, before anything is derived: the sandbox ID hashes `"{user}:{thread}"`, and a `:` (or
+/// any byte outside that set) inside either would let two tenants derive the same sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdRuleError {
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    #[error("{0} must not contain a newline")]
+    Newline(&'static str),
+    #[error("{what} must be at most {max} characters (got {len})")]
+    TooLong {
+        what: &'static str,
+        max: usize,
+        len: usize,
+    },
+    #[error("{what} may contain only A-Z, a-z, 0-9, '_' and '-' (found {found:?})")]
+    Charset { what: &'static str, found: char },
+}
+
+/// The one rule for the IDs a sandbox is derived from: `user_id` matches
+/// `^[A-Za-z0-9_-]{1,128}$` and `thread_id` `^[A-Za-z0-9_-]{1,64}$`, as in deer-flow. Every
+/// entry point (the CLI, `/v1/`, the provisioner routes) calls this before any engine call.
+pub fn check_ids(user_id: &str, thread_id: &str) -> Result<(), IdRuleError> {
+    for (what, v, max) in [
+        ("user ID", user_id, MAX_USER_ID),
+        ("thread ID", thread_id, MAX_THREAD_ID),
+    ] {
+        if v.is_empty() {
+            return Err(IdRuleError::Empty(what));
+        }
+        if let Some(found) = v
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+        {
+            if found == '\n' {
+                return Err(IdRuleError::Newline(what));
+            }
+            return Err(IdRuleError::Charset { what, found });
+        }
+        if v.len() > max {
+            return Err(IdRuleError::TooLong {
+                what,
+                max,
+                len: v.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// deer-flow's `derive_sandbox_scope_token`: 16 hex of SHA-256 over `"{user_id}:{thread_id}"`.
 /// Changing separator, encoding, digest, case or length is a breaking migration.
 pub fn sandbox_id(user_id: &str, thread_id: &str) -> String {
@@ -224,6 +279,95 @@ mod tests {
         let b = sandbox_id("user-94361", "thread-94361");
         assert_eq!(a[..8], b[..8]);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn id_rule_table() {
+        let long = |n: usize| "a".repeat(n);
+        let cases: Vec<(String, String, Result<(), IdRuleError>)> = vec![
+            ("user-1".into(), "thread-1".into(), Ok(())),
+            ("U_9-x".into(), "T_0-y".into(), Ok(())),
+            (long(128), long(64), Ok(())),
+            (
+                long(129),
+                "t".into(),
+                Err(IdRuleError::TooLong {
+                    what: "user ID",
+                    max: 128,
+                    len: 129,
+                }),
+            ),
+            (
+                "u".into(),
+                long(65),
+                Err(IdRuleError::TooLong {
+                    what: "thread ID",
+                    max: 64,
+                    len: 65,
+                }),
+            ),
+            ("".into(), "t".into(), Err(IdRuleError::Empty("user ID"))),
+            ("u".into(), "".into(), Err(IdRuleError::Empty("thread ID"))),
+            (
+                "u".into(),
+                "a\nb".into(),
+                Err(IdRuleError::Newline("thread ID")),
+            ),
+            // The tenant merge: ("org1:bob", "t1") and ("org1", "bob:t1") hash the same input.
+            (
+                "org1:bob".into(),
+                "t1".into(),
+                Err(IdRuleError::Charset {
+                    what: "user ID",
+                    found: ':',
+                }),
+            ),
+            (
+                "org1".into(),
+                "bob:t1".into(),
+                Err(IdRuleError::Charset {
+                    what: "thread ID",
+                    found: ':',
+                }),
+            ),
+            (
+                "u".into(),
+                "../t".into(),
+                Err(IdRuleError::Charset {
+                    what: "thread ID",
+                    found: '.',
+                }),
+            ),
+            (
+                "u s".into(),
+                "t".into(),
+                Err(IdRuleError::Charset {
+                    what: "user ID",
+                    found: ' ',
+                }),
+            ),
+            (
+                "u".into(),
+                "t/x".into(),
+                Err(IdRuleError::Charset {
+                    what: "thread ID",
+                    found: '/',
+                }),
+            ),
+            (
+                "ü".into(),
+                "t".into(),
+                Err(IdRuleError::Charset {
+                    what: "user ID",
+                    found: 'ü',
+                }),
+            ),
+        ];
+        for (user, thread, want) in cases {
+            assert_eq!(check_ids(&user, &thread), want, "{user:?} {thread:?}");
+        }
+        // The two spellings the rule exists for really do hash alike.
+        assert_eq!(sandbox_id("org1:bob", "t1"), sandbox_id("org1", "bob:t1"));
     }
 
     #[test]

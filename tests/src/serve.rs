@@ -169,6 +169,21 @@ impl Served {
         call(&self.socket(), method, path, body).await
     }
 
+    /// One request with a raw body; the whole answer, headers included.
+    pub async fn call_raw(&self, method: &str, path: &str, body: &[u8]) -> raw::RawResponse {
+        let (sock, method, path, body) = (
+            self.socket(),
+            method.to_owned(),
+            path.to_owned(),
+            body.to_vec(),
+        );
+        tokio::task::spawn_blocking(move || {
+            raw::request(&sock, &method, &path, Some(&body)).expect("the provider answers")
+        })
+        .await
+        .expect("request task")
+    }
+
     /// `POST /v1/acquire`; returns (status, answer).
     pub async fn acquire(&self, user: &str, thread: &str, holder: &str) -> (u16, Value) {
         let body = json!({ "user_id": user, "thread_id": thread, "holder": holder });

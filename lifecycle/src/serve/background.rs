@@ -1,7 +1,8 @@
 //! The provider's periodic work: the ownership heartbeat (on its own task), the idle reaper and
-//! the release of lapsed leases (`--lease-timeout`), orphan
-//! reconciliation (shared store only: adopt a stack sandbox nobody has owned for the grace
-//! period, never one another process still renews, nothing while the store cannot answer), and
+//! the release of lapsed leases (`--lease-timeout`), orphan reconciliation at start-up and
+//! every tick (adopt a running stack sandbox nobody tracks: at once with the memory store, after
+//! the grace period with a shared one, never one another process still renews, nothing while
+//! the store cannot answer), and
 //! shutdown (destroy, or keep warm and hand back, what this process owns; report failures).
 
 use std::sync::Arc;
@@ -64,9 +65,7 @@ async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiv
             _ = tick.tick() => {}
         }
         p.reap().await;
-        if p.own.is_shared() {
-            reconcile(p).await;
-        }
+        reconcile(p).await;
     }
 }
 
@@ -171,9 +170,18 @@ pub(crate) async fn release_lapsed(p: &Provider) {
     }
 }
 
-/// One reconciliation pass. A sandbox must be seen unowned on consecutive passes spanning
-/// `adopt_grace` before it is claimed; any store error forgets every observation (fail closed).
+/// One reconciliation pass: running stack sandboxes no entry tracks are adopted into the warm
+/// pool (and so reaped by the idle timer, counted by the cap). With a shared store a sandbox
+/// must be seen unowned on consecutive passes spanning `adopt_grace` before it is claimed (a
+/// peer may be creating it); with the memory store this process is the only provider, so an
+/// untracked one is an orphan of an earlier run (a crash, kill -9) and is adopted at once. Any
+/// store error forgets every observation (fail closed).
 pub async fn reconcile(p: &Provider) {
+    let grace = if p.own.is_shared() {
+        p.config().adopt_grace
+    } else {
+        Duration::ZERO
+    };
     let listed = match p.lc.list().await {
         Ok(l) => l,
         Err(e) => {
@@ -194,7 +202,7 @@ pub async fn reconcile(p: &Provider) {
         match p.own.value(&id).await {
             Ok(None) => {
                 let since = *p.unowned_since().entry(id.clone()).or_insert(now);
-                if now.saturating_sub(since) >= p.config().adopt_grace {
+                if now.saturating_sub(since) >= grace {
                     candidates.push(id);
                 }
             }
@@ -329,8 +337,8 @@ pub async fn shutdown(p: &Provider, keep_warm: bool) -> Vec<ShutdownLine> {
             let serial = p.serial(&id);
             let _serial = serial.lock().await;
             p.pool().begin_destroy(&id);
-            match p.destroy_fenced_pub(&id).await {
-                Ok(()) => "destroyed".to_owned(),
+            match p.destroy_fenced(&id).await {
+                Ok(torn) => torn.as_str().to_owned(),
                 Err(e) => format!("failed: {e}"),
             }
         };

@@ -18,6 +18,15 @@ pub enum ServeError {
     Owned { id: String, owner: String },
     #[error("no such lease {0}")]
     UnknownLease(String),
+    /// `--max-replicas` is reached and nothing warm could be evicted.
+    #[error("the replica cap (--max-replicas {max}) is reached and no warm sandbox can be evicted; try again later")]
+    Full { max: usize },
+    /// An untracked destroy found a container with no `lifecycle.scope` label.
+    #[error("sandbox {id}: the container under its name is not a lifecycle sandbox (no lifecycle.scope label); not destroyed (add ?force=true to destroy it anyway)")]
+    NotLifecycle { id: String },
+    /// Request input outside what the API accepts (a field too long, say).
+    #[error("{0}")]
+    BadInput(String),
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
@@ -27,12 +36,13 @@ pub enum ServeError {
 impl ServeError {
     pub fn status(&self) -> u16 {
         match self {
-            ServeError::Invalid(_) => 400,
+            ServeError::Invalid(_) | ServeError::BadInput(_) => 400,
             ServeError::UnknownLease(_) => 404,
-            ServeError::Collision { .. } | ServeError::Busy { .. } | ServeError::Owned { .. } => {
-                409
-            }
-            ServeError::Store(_) => 503,
+            ServeError::Collision { .. }
+            | ServeError::Busy { .. }
+            | ServeError::Owned { .. }
+            | ServeError::NotLifecycle { .. } => 409,
+            ServeError::Store(_) | ServeError::Full { .. } => 503,
             ServeError::Op(OpError::NoSuchSandbox(_)) => 404,
             ServeError::Op(OpError::NotOurs { .. }) => 409,
             ServeError::Op(_) => 502,
@@ -56,7 +66,9 @@ pub fn renew_word(r: Renew) -> &'static str {
 
 pub fn failure_kind(e: &ServeError) -> &'static str {
     match e {
-        ServeError::Invalid(_) => "invalid",
+        ServeError::Invalid(_) | ServeError::BadInput(_) => "invalid",
+        ServeError::Full { .. } => "full",
+        ServeError::NotLifecycle { .. } => "not_lifecycle",
         ServeError::Collision { .. } => "collision",
         ServeError::Busy { .. } => "busy",
         ServeError::Owned { .. } => "owned",

@@ -46,10 +46,23 @@ fn answer(status: u16, body: &Value) -> Answer {
 }
 
 fn error(e: &ServeError) -> Answer {
-    answer(e.status(), &json!({ "error": e.to_string() }))
+    let mut r = answer(e.status(), &json!({ "error": e.to_string() }));
+    if matches!(e, ServeError::Full { .. }) {
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("5"),
+        );
+    }
+    r
 }
 
+/// The longest `holder` name kept with a lease (it is stored per lease and listed).
+pub const MAX_HOLDER: usize = 256;
+
+/// `/v1/` bodies are the project's own API: a field it does not know is a client's mistake
+/// (a misspelt `holder`, say), refused with a 400 that names it, never ignored.
 #[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AcquireBody {
     user_id: String,
     thread_id: String,
@@ -57,12 +70,35 @@ struct AcquireBody {
     holder: Option<String>,
 }
 
+/// Runs `work` in its own task, so that a client that disconnects (hyper then drops this
+/// request's future) cannot cut an engine step off half way: release and destroy run to their
+/// end, report to the pool and let go of the sandbox's lock only then.
+async fn detached<F>(work: F) -> Result<F::Output, Answer>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(work).await.map_err(|e| {
+        tracing::error!(error = %e, "a provider task ended abnormally");
+        answer(
+            500,
+            &json!({ "error": "provider task ended without an answer" }),
+        )
+    })
+}
+
 /// Acquire in a detached task; if the caller is gone when it finishes, release the lease.
 async fn acquire(p: Arc<Provider>, body: AcquireBody) -> Answer {
+    let holder = body.holder.unwrap_or_else(|| "anonymous".into());
+    if holder.len() > MAX_HOLDER {
+        return error(&ServeError::BadInput(format!(
+            "holder is {} bytes; at most {MAX_HOLDER}",
+            holder.len()
+        )));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task = p.clone();
     tokio::spawn(async move {
-        let holder = body.holder.unwrap_or_else(|| "anonymous".into());
         let result = task.acquire(&body.user_id, &body.thread_id, &holder).await;
         if let Err(Ok(acquired)) = tx.send(result) {
             tracing::info!(sandbox_id = %acquired.sandbox_id, lease = %acquired.lease, "client left mid-acquire: releasing what it got");
@@ -90,13 +126,20 @@ fn list(p: &Provider) -> Value {
                 State::Warm { .. } => "warm",
                 State::Destroying => "destroying",
             };
-            let idle = if e.holders.is_empty() { now.saturating_sub(e.last_used).as_secs_f64() } else { 0.0 };
+            let idle = if e.holders.is_empty() {
+                now.saturating_sub(e.last_used).as_secs_f64()
+            } else {
+                0.0
+            };
             json!({
                 "sandbox_id": id,
                 "state": state,
                 "container_id": e.container_id,
                 "url": e.url,
-                "holders": e.holders.iter().map(|(l, h)| json!({"lease": l, "holder": h})).collect::<Vec<_>>(),
+                // Holder names only: a lease token is its holder's alone (whoever has it may
+                // release or renew it), so the listing never shows one.
+                "holders": e.holders.values().map(|h| json!({"holder": h})).collect::<Vec<_>>(),
+                "holder_count": e.holders.len(),
                 "owner": p.own.me,
                 "destroy_pending": e.destroy_pending,
                 "idle_seconds": idle,
@@ -133,6 +176,7 @@ async fn route(
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let req_force = force_query(req.uri().query());
     // Bodies are small JSON objects; a bigger one is refused unread. hyper's header timeout
     // ends with the head, so a client that stalls its body would keep its connection (and a
     // slot) forever: the body, still the client's to send, gets as long as the head had.
@@ -158,6 +202,7 @@ async fn route(
             return Ok(r);
         }
     };
+    let force = req_force;
     let r = match (&method, segments.as_slice()) {
         (&Method::GET, ["healthz"]) => answer(200, &json!({ "ok": true, "owner": p.own.me })),
         (&Method::GET, ["metrics"]) => {
@@ -173,10 +218,16 @@ async fn route(
             Ok(b) => acquire(p, b).await,
             Err(e) => answer(400, &json!({ "error": format!("acquire body: {e}") })),
         },
-        (&Method::POST, ["v1", "leases", lease, "release"]) => match p.release(lease).await {
-            Ok(outcome) => answer(200, &json!({ "lease": lease, "result": outcome })),
-            Err(e) => error(&e),
-        },
+        (&Method::POST, ["v1", "leases", lease, "release"]) => {
+            let lease = (*lease).to_owned();
+            let task = p.clone();
+            let leased = lease.clone();
+            match detached(async move { task.release(&leased).await }).await {
+                Ok(Ok(outcome)) => answer(200, &json!({ "lease": lease, "result": outcome })),
+                Ok(Err(e)) => error(&e),
+                Err(r) => r,
+            }
+        }
         (&Method::POST, ["v1", "leases", lease, "renew"]) => match p.renew_lease(lease) {
             Ok(id) => answer(
                 200,
@@ -184,16 +235,54 @@ async fn route(
             ),
             Err(e) => error(&e),
         },
-        (&Method::POST, ["v1", "sandboxes", id, "destroy"]) => match p.destroy(id).await {
-            Ok(outcome) => answer(200, &json!({ "sandbox_id": id, "result": outcome })),
-            Err(e) => error(&e),
+        (&Method::POST, ["v1", "sandboxes", id, "destroy"]) => {
+            let id = (*id).to_owned();
+            let task = p.clone();
+            let target = id.clone();
+            match detached(async move { task.destroy(&target, force).await }).await {
+                Ok(Ok(outcome)) => answer(200, &json!({ "sandbox_id": id, "result": outcome })),
+                Ok(Err(e)) => error(&e),
+                Err(r) => r,
+            }
+        }
+        (_, segs) => match allowed_methods(segs) {
+            Some(allow) => {
+                let mut r = answer(
+                    405,
+                    &json!({ "error": format!("{method} is not allowed on {path}; allowed: {allow}") }),
+                );
+                r.headers_mut().insert(
+                    hyper::header::ALLOW,
+                    hyper::header::HeaderValue::from_static(allow),
+                );
+                r
+            }
+            None => answer(
+                404,
+                &json!({ "error": format!("no route {method} {path}") }),
+            ),
         },
-        _ => answer(
-            404,
-            &json!({ "error": format!("no route {method} {path}") }),
-        ),
     };
     Ok(r)
+}
+
+/// The methods a known path answers (the `Allow` of a 405); `None` for an unknown path.
+fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
+    match segments {
+        ["healthz"] | ["metrics"] | ["v1", "sandboxes"] => Some("GET"),
+        ["v1", "acquire"]
+        | ["v1", "leases", _, "release" | "renew"]
+        | ["v1", "sandboxes", _, "destroy"] => Some("POST"),
+        _ => None,
+    }
+}
+
+/// `?force=true` (or `1`) on a destroy: destroy a container without a `lifecycle.scope` label.
+fn force_query(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| matches!(kv, "force=true" | "force=1"))
+    })
 }
 
 /// Serves until `stop` turns true, then stops accepting and waits for connections in flight.

@@ -7,8 +7,10 @@
 //! timeout; `cmd` the command's flags and main loop.
 
 pub mod background;
+pub mod cap;
 pub mod clock;
 pub mod cmd;
+pub mod destroy;
 pub mod error;
 pub mod http;
 pub mod limits;

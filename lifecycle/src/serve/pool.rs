@@ -71,7 +71,45 @@ pub struct Entry {
     pub destroy_pending: bool,
     /// Monotonic time of the last acquire or release.
     pub last_used: Duration,
+    /// An acquire is reclaiming this warm entry right now (health check, HTTP probe): the
+    /// replica cap must not pick it as a victim meanwhile.
+    pub reclaiming: bool,
+    /// Teardowns of this entry that failed in a row (the reaper's backoff).
+    pub failures: u32,
+    /// The reaper retries a failed teardown no earlier than this (monotonic).
+    pub retry_at: Duration,
 }
+
+impl Entry {
+    fn new(scope: &str, container_id: &str, url: &str, state: State, now: Duration) -> Self {
+        Self {
+            scope: scope.to_owned(),
+            container_id: container_id.to_owned(),
+            url: url.to_owned(),
+            state,
+            holders: BTreeMap::new(),
+            destroy_pending: false,
+            last_used: now,
+            reclaiming: false,
+            failures: 0,
+            retry_at: Duration::ZERO,
+        }
+    }
+}
+
+/// How long the reaper waits before retrying a teardown that failed `failures` times in a row:
+/// the first retry at its next pass (as a destroy request would), then 2 s doubling to 5 min,
+/// so an engine that keeps refusing is not hammered every tick.
+pub fn retry_backoff(failures: u32) -> Duration {
+    if failures <= 1 {
+        return Duration::ZERO;
+    }
+    let doublings = (failures - 2).min(8);
+    (Duration::from_secs(2) * 2u32.pow(doublings)).min(MAX_RETRY_BACKOFF)
+}
+
+/// The longest the reaper waits between two retries of a failed teardown.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What an acquire must do first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,8 +124,15 @@ pub enum AcquirePlan {
         source: Source,
         container_id: String,
     },
-    /// Not tracked: destroy `evict` (oldest warm first, for the replica cap), then create.
+    /// Not tracked: destroy `evict` (oldest warm first, for the replica cap; already fenced),
+    /// then create. A slot under the cap is reserved for it until `commit_acquire` or
+    /// `end_create`.
     Create { evict: Vec<String> },
+    /// The replica cap is reached and nothing warm can be evicted: refuse (503), create nothing.
+    Full,
+    /// Tracked, unheld, and its teardown failed earlier: fenced now; retry that teardown, then
+    /// create (or discover a replacement generation).
+    RetryTeardown,
 }
 
 /// What a release leaves to do.
@@ -144,10 +189,12 @@ struct Lease {
 
 #[derive(Debug, Clone, Default)]
 pub struct Pool {
-    entries: BTreeMap<String, Entry>,
+    pub(super) entries: BTreeMap<String, Entry>,
+    /// IDs whose create is under way: each holds a slot under the replica cap.
+    pub(super) creating: BTreeSet<String>,
     leases: BTreeMap<String, Lease>,
     idle_timeout: Duration,
-    max_replicas: usize,
+    pub(super) max_replicas: usize,
     /// A lease not renewed for this long lapses (zero: leases last until released).
     lease_timeout: Duration,
 }
@@ -221,44 +268,44 @@ impl Pool {
         sizes
     }
 
-    pub fn plan_acquire(&self, id: &str, scope: &str) -> AcquirePlan {
-        match self.entries.get(id) {
+    /// What an acquire of `id` for `scope` does first. Decided and recorded under the pool's
+    /// lock: a warm entry is marked as being reclaimed, a create reserves its slot under the
+    /// cap and fences its victims, so concurrent acquires never count past the cap or pick the
+    /// same victim (`cap.rs`).
+    pub fn plan_acquire(&mut self, id: &str, scope: &str) -> AcquirePlan {
+        match self.entries.get_mut(id) {
             Some(e) if e.scope != scope => AcquirePlan::Collision,
+            Some(e)
+                if e.destroy_pending
+                    && e.holders.is_empty()
+                    && matches!(e.state, State::Warm { .. }) =>
+            {
+                e.state = State::Destroying;
+                AcquirePlan::RetryTeardown
+            }
             Some(e) if e.destroy_pending || e.state == State::Destroying => AcquirePlan::Busy,
-            Some(e) => AcquirePlan::Reuse {
-                source: if e.state == State::Active {
+            Some(e) => {
+                let source = if e.state == State::Active {
                     Source::Cached
                 } else {
+                    e.reclaiming = true;
                     Source::Warm
-                },
-                container_id: e.container_id.clone(),
-            },
-            None => AcquirePlan::Create {
-                evict: self.evictions(),
-            },
+                };
+                AcquirePlan::Reuse {
+                    source,
+                    container_id: e.container_id.clone(),
+                }
+            }
+            None if self.creating.contains(id) => AcquirePlan::Busy,
+            None => self.plan_create(id),
         }
     }
 
-    /// Oldest warm entries to destroy so that one more sandbox fits under the cap. Active
-    /// sandboxes are never evicted: over the cap with nothing warm, the create goes ahead.
-    fn evictions(&self) -> Vec<String> {
-        if self.max_replicas == 0 || self.entries.len() < self.max_replicas {
-            return Vec::new();
+    /// The reclaim of `id` is over (handed out, dropped, or cut short).
+    pub fn end_reclaim(&mut self, id: &str) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.reclaiming = false;
         }
-        let excess = self.entries.len() + 1 - self.max_replicas;
-        let mut warm: Vec<(Duration, &String)> = self
-            .entries
-            .iter()
-            .filter_map(|(id, e)| match e.state {
-                State::Warm { since } => Some((since, id)),
-                _ => None,
-            })
-            .collect();
-        warm.sort();
-        warm.into_iter()
-            .take(excess)
-            .map(|(_, id)| id.clone())
-            .collect()
     }
 
     /// Records a successful acquire: the entry is (re)made active with `lease` held by `holder`.
@@ -273,21 +320,19 @@ impl Pool {
         holder: &str,
         now: Duration,
     ) {
-        let entry = self.entries.entry(id.to_owned()).or_insert_with(|| Entry {
-            scope: scope.to_owned(),
-            container_id: container_id.to_owned(),
-            url: url.to_owned(),
-            state: State::Active,
-            holders: BTreeMap::new(),
-            destroy_pending: false,
-            last_used: now,
-        });
+        let entry = self
+            .entries
+            .entry(id.to_owned())
+            .or_insert_with(|| Entry::new(scope, container_id, url, State::Active, now));
         // A replaced (dead) generation keeps its holders: they hold the thread's sandbox.
+        entry.reclaiming = false;
+        entry.failures = 0;
         entry.container_id = container_id.to_owned();
         entry.url = url.to_owned();
         entry.state = State::Active;
         entry.last_used = now;
         entry.holders.insert(lease.to_owned(), holder.to_owned());
+        self.creating.remove(id);
         self.leases.insert(
             lease.to_owned(),
             Lease {
@@ -373,6 +418,7 @@ impl Pool {
         match self.entries.get_mut(id) {
             Some(e) if e.holders.is_empty() && e.state != State::Destroying => {
                 e.state = State::Destroying;
+                e.reclaiming = false;
                 true
             }
             _ => false,
@@ -390,11 +436,14 @@ impl Pool {
         }
     }
 
-    /// A destroy failed: the entry stays tracked but fenced (never warmed or handed out); a
-    /// later destroy request or shutdown retries it.
-    pub fn destroy_failed(&mut self, id: &str) {
+    /// A destroy failed at `now`: the entry stays tracked but fenced (never warmed or handed
+    /// out); the reaper retries it after `retry_backoff`, a destroy request or shutdown at once.
+    pub fn destroy_failed(&mut self, id: &str, now: Duration) {
         if let Some(e) = self.entries.get_mut(id) {
             e.destroy_pending = true;
+            e.reclaiming = false;
+            e.failures = e.failures.saturating_add(1);
+            e.retry_at = now + retry_backoff(e.failures);
             if e.holders.is_empty() {
                 e.state = State::Warm { since: e.last_used };
             }
@@ -411,14 +460,9 @@ impl Pool {
         container_id: &str,
         now: Duration,
     ) {
-        let entry = self.entries.entry(id.to_owned()).or_insert_with(|| Entry {
-            scope: scope.to_owned(),
-            container_id: container_id.to_owned(),
-            url: String::new(),
-            state: State::Warm { since: now },
-            holders: BTreeMap::new(),
-            destroy_pending: true,
-            last_used: now,
+        self.creating.remove(id);
+        let entry = self.entries.entry(id.to_owned()).or_insert_with(|| {
+            Entry::new(scope, container_id, "", State::Warm { since: now }, now)
         });
         entry.container_id = container_id.to_owned();
         entry.url = String::new();
@@ -446,7 +490,7 @@ impl Pool {
             return false;
         };
         match e.state {
-            State::Warm { .. } if e.destroy_pending && e.holders.is_empty() => true,
+            State::Warm { .. } if e.destroy_pending && e.holders.is_empty() => now >= e.retry_at,
             State::Warm { since } => {
                 !self.idle_timeout.is_zero() && now.saturating_sub(since) >= self.idle_timeout
             }

@@ -151,12 +151,11 @@ fn replica_cap_evicts_oldest_warm_first_and_never_an_active_one() {
             evict: vec!["oldest".into()]
         }
     );
+    // At the cap with nothing warm, an active sandbox is never evicted, and the cap holds:
+    // the create is refused (503), not made anyway.
     let mut cap1 = Pool::new(Duration::ZERO, 1);
     acquire(&mut cap1, "held", "a", "l", S);
-    assert_eq!(
-        cap1.plan_acquire("new", "a"),
-        AcquirePlan::Create { evict: vec![] }
-    );
+    assert_eq!(cap1.plan_acquire("new", "a"), AcquirePlan::Full);
     let mut under = Pool::new(Duration::ZERO, 5);
     warm(&mut under, "w", S);
     assert_eq!(
@@ -181,14 +180,20 @@ fn failed_destroy_stays_fenced_and_is_retried_by_expiry() {
     let mut p = Pool::new(10 * S, 0);
     warm(&mut p, "w", S);
     assert!(p.begin_destroy("w"));
-    p.destroy_failed("w");
+    p.destroy_failed("w", 2 * S);
+    assert_eq!(p.expired(20 * S), vec!["w".to_string()]);
+    assert_eq!(p.plan_destroy("w"), DestroyPlan::Now);
+    p.destroy_failed("w", 3 * S);
+    // Never handed out: an acquire of its thread retries the teardown first (fenced
+    // meanwhile), and only then creates or discovers a replacement.
+    assert_eq!(p.plan_acquire("w", "s"), AcquirePlan::RetryTeardown);
+    assert_eq!(p.get("w").map(|e| e.state.clone()), Some(State::Destroying));
     assert_eq!(
         p.plan_acquire("w", "s"),
         AcquirePlan::Busy,
-        "never handed out"
+        "retry under way"
     );
-    assert_eq!(p.expired(20 * S), vec!["w".to_string()]);
-    assert_eq!(p.plan_destroy("w"), DestroyPlan::Now);
+    assert_eq!(p.plan_destroy("w"), DestroyPlan::AlreadyDestroying);
 }
 
 #[test]
@@ -229,15 +234,21 @@ fn a_failed_rollback_is_tracked_fenced_for_a_retry() {
     acquire(&mut p, "held", "a", "l1", S);
     p.keep_failed_rollback("held", "a", "c-left", S);
     for id in ["new", "held"] {
-        assert_eq!(p.plan_acquire(id, "a"), AcquirePlan::Busy, "{id}");
         assert_eq!(p.get(id).map(|e| e.container_id.as_str()), Some("c-left"));
     }
+    assert_eq!(p.plan_acquire("held", "a"), AcquirePlan::Busy);
     assert_eq!(
         p.expired(11 * S),
         vec!["new".to_owned()],
         "the reaper retries an unheld one"
     );
     assert_eq!(p.plan_destroy("new"), DestroyPlan::Now);
+    p.destroy_failed("new", 11 * S);
+    assert_eq!(
+        p.plan_acquire("new", "a"),
+        AcquirePlan::RetryTeardown,
+        "an acquire retries the teardown before anything is handed out"
+    );
     assert_eq!(
         p.release("l1", S),
         Release::Destroy {
@@ -361,10 +372,10 @@ fn the_reaper_retries_a_failed_teardown_with_or_without_an_idle_timeout() {
         let mut p = Pool::new(idle, 0);
         warm(&mut p, "w", S);
         assert!(p.begin_destroy("w"));
-        p.destroy_failed("w");
+        p.destroy_failed("w", S);
         assert_eq!(p.expired(2 * S), vec!["w".to_owned()], "idle {idle:?}");
         acquire(&mut p, "held", "s", "l1", S);
-        p.destroy_failed("held");
+        p.destroy_failed("held", S);
         assert!(!p.is_expired("held", 2 * S), "held: idle {idle:?}");
     }
 }
@@ -403,8 +414,102 @@ fn idle_check_table() {
     // A destroy that failed: never warmed, destroyed again.
     idle(&mut p, "failed");
     assert_eq!(p.plan_destroy("failed"), DestroyPlan::Now);
-    p.destroy_failed("failed");
+    p.destroy_failed("failed", 2 * S);
     assert_eq!(p.idle_check("failed"), IdleCheck::Fenced);
     // Never tracked.
     assert_eq!(p.idle_check("never"), IdleCheck::Gone);
+}
+
+/// The cap counts creates under way, and a victim is fenced in the same step that picks it:
+/// two acquires planned back to back never both fit past the cap or pick one victim.
+#[test]
+fn the_replica_cap_counts_creates_in_flight_and_fences_its_victims() {
+    let mut p = Pool::new(Duration::ZERO, 2);
+    assert_eq!(
+        p.plan_acquire("a", "s"),
+        AcquirePlan::Create { evict: vec![] }
+    );
+    assert_eq!(
+        p.plan_acquire("b", "s"),
+        AcquirePlan::Create { evict: vec![] }
+    );
+    assert_eq!(p.counted(), 2, "two creates in flight hold both slots");
+    assert_eq!(p.plan_acquire("c", "s"), AcquirePlan::Full);
+    // One create fails: its slot is free again.
+    p.end_create("b");
+    assert_eq!(
+        p.plan_acquire("c", "s"),
+        AcquirePlan::Create { evict: vec![] }
+    );
+    // Both land, then go warm; two new threads each evict a different one.
+    p.commit_acquire("a", "s", "c-a", "u", "la", "h", S);
+    p.commit_acquire("c", "s", "c-c", "u", "lc", "h", 2 * S);
+    assert_eq!(p.counted(), 2, "a commit turns a reservation into an entry");
+    p.release("la", S);
+    p.warm("a", S);
+    p.release("lc", 2 * S);
+    p.warm("c", 2 * S);
+    assert_eq!(
+        p.plan_acquire("d", "s"),
+        AcquirePlan::Create {
+            evict: vec!["a".into()]
+        }
+    );
+    assert_eq!(p.get("a").map(|e| e.state.clone()), Some(State::Destroying));
+    assert_eq!(
+        p.plan_acquire("e", "s"),
+        AcquirePlan::Create {
+            evict: vec!["c".into()]
+        },
+        "the second acquire takes the next victim, not the first one's"
+    );
+    assert_eq!(p.plan_acquire("f", "s"), AcquirePlan::Full, "nothing left");
+    // A warm entry being reclaimed is no victim.
+    let mut q = Pool::new(Duration::ZERO, 1);
+    warm(&mut q, "w", S);
+    assert!(matches!(
+        q.plan_acquire("w", "s"),
+        AcquirePlan::Reuse { .. }
+    ));
+    assert_eq!(q.plan_acquire("new", "s"), AcquirePlan::Full);
+    q.end_reclaim("w");
+    assert_eq!(
+        q.plan_acquire("new", "s"),
+        AcquirePlan::Create {
+            evict: vec!["w".into()]
+        }
+    );
+}
+
+#[test]
+fn failed_teardowns_are_retried_with_backoff() {
+    let cases = [
+        (0, 0),
+        (1, 0),
+        (2, 2),
+        (3, 4),
+        (4, 8),
+        (9, 256),
+        (10, 300),
+        (u32::MAX, 300),
+    ];
+    for (failures, secs) in cases {
+        assert_eq!(retry_backoff(failures), secs * S, "{failures}");
+    }
+    let mut p = Pool::new(Duration::ZERO, 0);
+    warm(&mut p, "w", S);
+    assert!(p.begin_destroy("w"));
+    p.destroy_failed("w", 10 * S);
+    assert!(
+        p.is_expired("w", 10 * S),
+        "the first retry at the next pass"
+    );
+    assert!(p.begin_destroy("w"));
+    p.destroy_failed("w", 11 * S);
+    assert!(!p.is_expired("w", 12 * S), "second failure: 2 s later");
+    assert!(p.is_expired("w", 13 * S));
+    assert!(p.begin_destroy("w"));
+    p.destroy_failed("w", 13 * S);
+    assert!(!p.is_expired("w", 16 * S));
+    assert!(p.is_expired("w", 17 * S), "third failure: 4 s later");
 }

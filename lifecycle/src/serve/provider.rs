@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::clock::Clock;
+use super::destroy::{Torn, Unfinished};
 pub use super::error::ServeError;
 use super::error::{self, failure_kind};
 use super::metrics::Metrics;
-use super::pool::{reclaim_probe, AcquirePlan, DestroyPlan, IdleCheck, Pool, Release, Source};
+use super::pool::{reclaim_probe, AcquirePlan, IdleCheck, Pool, Release, Source};
 use super::store::{Claim, Ownership, Renew};
 use crate::decide::{self, Discovery};
 use crate::ops::{Lifecycle, OpError};
@@ -60,6 +61,42 @@ pub struct Provider {
     pub(crate) inflight: tokio::sync::RwLock<()>,
 }
 
+/// Ends an acquire's reservation under the cap and its reclaim mark, however it ends.
+struct Planned<'a> {
+    p: &'a Provider,
+    id: String,
+}
+
+impl Drop for Planned<'_> {
+    fn drop(&mut self) {
+        let mut pool = self.p.pool();
+        pool.end_create(&self.id);
+        pool.end_reclaim(&self.id);
+    }
+}
+
+/// Armed while a release that left its sandbox idle decides its fate: should it stop half way
+/// (a panic, a runtime shutting down), the entry is warmed rather than left active with no
+/// holder (never reaped, evicted or warmed); the next acquire health-checks it as any warm one.
+struct IdleGuard<'a> {
+    p: &'a Provider,
+    id: &'a str,
+    armed: bool,
+}
+
+impl Drop for IdleGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::warn!(
+                sandbox_id = self.id,
+                "a release stopped before its end; its sandbox is kept warm"
+            );
+            let now = self.p.now();
+            self.p.pool().warm(self.id, now);
+        }
+    }
+}
+
 impl Provider {
     pub fn new(
         lc: Lifecycle,
@@ -98,16 +135,23 @@ impl Provider {
         m.entry(id.to_owned()).or_default().clone()
     }
 
+    /// A lease token: 256 bits from the OS's random source, as hex. A lease is a bearer token
+    /// that only its holder ever sees (the listing shows holder names, never tokens), so
+    /// another client can neither read nor guess one. Should the random source fail, a token
+    /// hashed from a process-wide counter and the clock stands in: still unlisted and unique.
     fn new_lease(&self) -> String {
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let seed = format!(
-            "{}:{}:{n}:{:?}",
-            self.own.me,
-            std::process::id(),
-            Instant::now()
-        );
-        let d = Sha256::digest(seed.as_bytes());
-        d.iter().take(12).map(|b| format!("{b:02x}")).collect()
+        let mut bytes = [0u8; 32];
+        if getrandom::getrandom(&mut bytes).is_err() {
+            let n = self.seq.fetch_add(1, Ordering::Relaxed);
+            let seed = format!(
+                "{}:{}:{n}:{:?}",
+                self.own.me,
+                std::process::id(),
+                Instant::now()
+            );
+            bytes.copy_from_slice(&Sha256::digest(seed.as_bytes()));
+        }
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Is container `container_id` still the sandbox `id` of `scope`, running, not unhealthy
@@ -171,9 +215,20 @@ impl Provider {
         let _serial = serial.lock().await;
         let plan = self.pool().plan_acquire(&id, &scope);
         tracing::info!(sandbox_id = %id, holder, plan = ?plan, "acquire");
+        // However this acquire ends, its slot under the cap and its reclaim mark go with it.
+        let _planned = Planned {
+            p: self,
+            id: id.clone(),
+        };
         let evict = match plan {
             AcquirePlan::Collision => return Err(ServeError::Collision { id }),
             AcquirePlan::Busy => return Err(ServeError::Busy { id }),
+            AcquirePlan::Full => {
+                self.metrics.inc("lifecycle_cap_refusals_total", "");
+                return Err(ServeError::Full {
+                    max: self.config.max_replicas,
+                });
+            }
             AcquirePlan::Reuse {
                 source,
                 container_id,
@@ -183,7 +238,18 @@ impl Provider {
                     .get(&id)
                     .map(|e| e.url.clone())
                     .unwrap_or_default();
-                if self.healthy(&id, &scope, &container_id).await? {
+                let healthy = match self.healthy(&id, &scope, &container_id).await {
+                    // Held right now by another lease and in use: an engine that cannot answer
+                    // is no evidence against it, so it is handed out and kept (as deer-flow's
+                    // provider does). The ledger's fence check is local and never skipped: a
+                    // storage error still fails closed.
+                    Err(ServeError::Op(OpError::Engine { .. })) if source == Source::Cached => {
+                        tracing::warn!(sandbox_id = %id, container_id, "health check unanswered by the engine; handing out the sandbox already held");
+                        true
+                    }
+                    other => other?,
+                };
+                if healthy {
                     if self.answers(&source, &url).await {
                         self.keep_owned(&id).await?;
                         return Ok(self.commit(&id, &scope, &container_id, &url, holder, source));
@@ -193,28 +259,43 @@ impl Provider {
                     tracing::info!(sandbox_id = %id, container_id, source = source.as_str(), "dropping a dead, replaced or quarantined sandbox; creating a fresh one");
                 }
                 if source == Source::Warm && self.pool().begin_destroy(&id) {
-                    // Fenced: a failed destroy stays tracked for a retry, never handed out.
+                    // The replacement takes this one's slot under the cap; fenced, a failed
+                    // destroy stays tracked for a retry, never handed out.
+                    self.pool().reserve_replacement(&id);
                     self.destroy_fenced(&id).await?;
                 } else {
                     // Held: the holders keep the entry; the replacement takes its place.
-                    self.destroy_engine(&id).await?;
+                    self.destroy_engine(&id, Some(&container_id)).await?;
                 }
                 Vec::new()
             }
             AcquirePlan::Create { evict } => evict,
+            AcquirePlan::RetryTeardown => {
+                // A teardown of this thread's sandbox failed earlier: retry it now, and only
+                // once the tracked generation is confirmed gone (destroyed, or replaced under
+                // the name) does a fresh or discovered one take its place; a retry that fails
+                // again keeps the record and refuses (as deer-flow admits a replacement only
+                // after the old one's teardown).
+                self.pool().reserve_replacement(&id);
+                let torn = self.destroy_fenced(&id).await?;
+                tracing::info!(sandbox_id = %id, result = torn.as_str(), "failed teardown retried before the acquire");
+                Vec::new()
+            }
         };
         for victim in evict {
-            // Under the victim's own lock: an acquire of its thread may be reclaiming it right
-            // now (health check, HTTP probe) and would be handed a sandbox destroyed a moment
-            // later. Busy, it is skipped (the cap never evicts a sandbox in use); `try_lock`
-            // also keeps two acquires evicting each other's sandbox from deadlocking.
+            // The plan fenced it (`Destroying`) under the pool's lock, so no acquire reclaims it
+            // and no other acquire picks it; its own lock is taken as for every change to an
+            // entry (a reap or release of it may be finishing). A victim that cannot be torn
+            // down keeps its slot, so this create does not fit: refused, the cap holds.
             let victim_serial = self.serial(&victim);
-            let Ok(_victim_serial) = victim_serial.try_lock() else {
-                tracing::info!(sandbox_id = %victim, "replica cap: the oldest warm sandbox is being acquired; not evicted");
-                continue;
-            };
+            let _victim_serial = victim_serial.lock().await;
             tracing::info!(sandbox_id = %victim, "replica cap: destroying the oldest warm sandbox before a create");
-            self.destroy_idle(&victim).await;
+            if let Err(e) = self.destroy_fenced(&victim).await {
+                tracing::warn!(sandbox_id = %victim, error = %e, "replica cap: the evicted sandbox was not torn down; create refused");
+                return Err(ServeError::Full {
+                    max: self.config.max_replicas,
+                });
+            }
         }
         match self.own.claim(&id).await? {
             Claim::Ours => {}
@@ -349,20 +430,42 @@ impl Provider {
             Release::UnknownLease => Err(ServeError::UnknownLease(lease.to_owned())),
             Release::StillHeld { .. } => Ok("held"),
             Release::Destroy { sandbox_id } => {
+                // The pool marked it `Destroying`; cut off before the destroy runs, it must
+                // still reach the reaper's retry.
+                let unfinished = Unfinished::new(self, &sandbox_id);
                 let serial = self.serial(&sandbox_id);
                 let _serial = serial.lock().await;
-                self.destroy_fenced(&sandbox_id).await.map(|_| "destroyed")
+                let result = self.destroy_fenced(&sandbox_id).await;
+                unfinished.disarm();
+                result.map(Torn::as_str)
             }
             Release::Idle { sandbox_id } => {
-                let serial = self.serial(&sandbox_id);
+                let mut idle = IdleGuard {
+                    p: self,
+                    id: &sandbox_id,
+                    armed: true,
+                };
+                let result = self.settle_idle(&sandbox_id).await;
+                idle.armed = false;
+                result
+            }
+        }
+    }
+
+    /// The last holder left `sandbox_id`: under its lock, health-check it and keep it warm, or
+    /// destroy it (dead, replaced, quarantined, or a destroy asked meanwhile).
+    async fn settle_idle(&self, sandbox_id: &str) -> Result<&'static str, ServeError> {
+        {
+            {
+                let serial = self.serial(sandbox_id);
                 let _serial = serial.lock().await;
-                let check = self.pool().idle_check(&sandbox_id);
+                let check = self.pool().idle_check(sandbox_id);
                 let (scope, container_id) = match check {
                     IdleCheck::Gone => return Ok("destroyed"),
                     IdleCheck::Held => return Ok("held"),
                     IdleCheck::Fenced => {
-                        self.pool().begin_destroy(&sandbox_id);
-                        return self.destroy_fenced(&sandbox_id).await.map(|_| "destroyed");
+                        self.pool().begin_destroy(sandbox_id);
+                        return self.destroy_fenced(sandbox_id).await.map(Torn::as_str);
                     }
                     IdleCheck::Check {
                         scope,
@@ -372,17 +475,19 @@ impl Provider {
                 // An unreadable engine is not proof of harm: keep it warm; the next acquire
                 // checks again before handing it out.
                 let healthy = self
-                    .healthy(&sandbox_id, &scope, &container_id)
+                    .healthy(sandbox_id, &scope, &container_id)
                     .await
                     .unwrap_or(true);
                 if healthy {
-                    self.pool().warm(&sandbox_id, self.now());
+                    self.pool().warm(sandbox_id, self.now());
                     tracing::info!(sandbox_id, "kept warm");
                     Ok("warm")
                 } else {
                     tracing::info!(sandbox_id, "released sandbox is dead, replaced or quarantined: destroying instead of warming");
-                    self.destroy_idle(&sandbox_id).await;
-                    Ok("destroyed")
+                    // A refused or failed teardown is reported as such, never as "destroyed":
+                    // the entry stays fenced for the reaper's retry.
+                    self.pool().begin_destroy(sandbox_id);
+                    self.destroy_fenced(sandbox_id).await.map(Torn::as_str)
                 }
             }
         }
@@ -394,103 +499,6 @@ impl Provider {
         let renewed = self.pool().renew_lease(lease, now);
         tracing::debug!(lease, sandbox_id = ?renewed, "renew lease");
         renewed.ok_or_else(|| ServeError::UnknownLease(lease.to_owned()))
-    }
-
-    /// `destroy`: "destroyed" or "deferred" (holders remain; the last release destroys it).
-    pub async fn destroy(&self, id: &str) -> Result<&'static str, ServeError> {
-        let id = naming::parse_sandbox_id(id)?;
-        let serial = self.serial(&id);
-        let _serial = serial.lock().await;
-        let plan = self.pool().plan_destroy(&id);
-        tracing::info!(sandbox_id = %id, plan = ?plan, "destroy");
-        match plan {
-            DestroyPlan::Deferred { .. } => Ok("deferred"),
-            DestroyPlan::AlreadyDestroying => Err(ServeError::Busy { id }),
-            DestroyPlan::Now => self.destroy_fenced(&id).await.map(|_| "destroyed"),
-            DestroyPlan::Untracked => {
-                self.destroy_engine(&id).await?;
-                Ok("destroyed")
-            }
-        }
-    }
-
-    /// Destroys an idle tracked entry (expiry, eviction, failed health); failures are kept.
-    pub(crate) async fn destroy_idle(&self, id: &str) {
-        if self.pool().begin_destroy(id) {
-            let _ = self.destroy_fenced(id).await;
-        }
-    }
-
-    /// The entry is fenced (`Destroying`): destroy on the engine, then forget it, or keep it
-    /// fenced for a retry when that fails.
-    async fn destroy_fenced(&self, id: &str) -> Result<(), ServeError> {
-        match self.destroy_engine(id).await {
-            Ok(()) => {
-                self.pool().forget(id);
-                Ok(())
-            }
-            Err(e) => {
-                self.pool().destroy_failed(id);
-                Err(e)
-            }
-        }
-    }
-
-    /// Engine teardown under a `del:` claim: refused (fail closed) when another process owns
-    /// the sandbox or the store cannot answer.
-    async fn destroy_engine(&self, id: &str) -> Result<(), ServeError> {
-        match self.own.begin_delete(id).await {
-            Ok(Claim::Ours) => {}
-            Ok(Claim::Owned(owner) | Claim::Deleting(owner)) => {
-                self.metrics.inc("lifecycle_destroys_total", "refused");
-                return Err(ServeError::Owned {
-                    id: id.to_owned(),
-                    owner,
-                });
-            }
-            Err(e) => {
-                self.metrics.inc("lifecycle_destroys_total", "failed");
-                return Err(e.into());
-            }
-        }
-        match self.lc.destroy(id).await {
-            Ok(_) | Err(OpError::NoSuchSandbox(_)) => {
-                self.metrics.inc("lifecycle_destroys_total", "destroyed");
-                let _ = self.own.release(id).await;
-                tracing::info!(sandbox_id = id, "destroyed");
-                Ok(())
-            }
-            Err(e) => {
-                // The `del:` claim stays (renewed while tracked) so no one adopts what is half
-                // torn down; the quarantine record fences it on the engine side.
-                self.metrics.inc("lifecycle_destroys_total", "failed");
-                tracing::warn!(sandbox_id = id, error = %e, "destroy failed; kept fenced for a retry");
-                Err(e.into())
-            }
-        }
-    }
-
-    pub(crate) async fn destroy_fenced_pub(&self, id: &str) -> Result<(), ServeError> {
-        self.destroy_fenced(id).await
-    }
-
-    /// Destroys warm entries idle past the timeout (monotonic clock).
-    pub async fn reap(&self) -> Vec<String> {
-        super::background::release_lapsed(self).await;
-        let expired = self.pool().expired(self.now());
-        let mut reaped = Vec::new();
-        for id in expired {
-            let serial = self.serial(&id);
-            let _serial = serial.lock().await;
-            // Reclaimed and released again while earlier ones were destroyed: fresh now.
-            if !self.pool().is_expired(&id, self.now()) {
-                continue;
-            }
-            tracing::info!(sandbox_id = %id, "idle timeout: destroying a warm sandbox");
-            self.destroy_idle(&id).await;
-            reaped.push(id);
-        }
-        reaped
     }
 
     /// Renews ownership of every tracked sandbox and of every one an acquire is working on

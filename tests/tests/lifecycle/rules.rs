@@ -246,7 +246,11 @@ async fn a_failed_listing_keeps_the_strict_cleanup() {
     let refused = s.state_dir().join("refused.sock");
     drop(std::os::unix::net::UnixListener::bind(&refused).expect("bind"));
     for socket in [missing, refused] {
-        let id = s.id(&socket.display().to_string());
+        let stem = socket
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let id = s.id(&stem);
         s.ledger().mark(&id, "unknown").expect("mark");
         let port = s.reserve(&id, "unknown");
         let lc = s.at(&socket, Mode::Open).await;

@@ -121,11 +121,16 @@ async fn replica_cap_destroys_the_oldest_warm_sandbox_before_a_create() {
         "oldest warm destroyed first"
     );
     assert!(s.running(&newest["generation"]));
-    // At the cap with nothing warm, an active sandbox is never evicted.
+    // At the cap with nothing warm, an active sandbox is never evicted, and the cap holds: the
+    // create is refused with 503 and Retry-After, and nothing is created.
     let held = s.acquired("user-1", "t2", "run").await;
     assert_eq!(held["source"], "warm");
-    let fourth = s.acquired("user-1", "t4", "run").await;
-    assert_eq!(fourth["source"], "created");
+    let body = json!({ "user_id": "user-1", "thread_id": "t4", "holder": "run" }).to_string();
+    let r = s.call_raw("POST", "/v1/acquire", body.as_bytes()).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    assert!(r.text().contains("--max-replicas 2"), "{}", r.text());
+    assert_eq!(creates(&s), 3, "nothing created past the cap");
     assert!(s.running(&newest["generation"]) && s.running(&third["generation"]));
 }
 
@@ -435,9 +440,10 @@ async fn the_replica_cap_does_not_evict_a_sandbox_being_reclaimed() {
     // The reclaim of x is held at its health check's inspect, holding x's lock.
     let (gate, reclaim) = s.acquire_held("GET", &format!("{x_name}/json"), "x");
     gate.arrived().await;
-    // Another thread's acquire at the cap of one: x is the oldest warm sandbox, but in use.
-    let y = s.acquired("user-1", "y", "run").await;
-    assert_eq!(y["source"], "created", "{y}");
+    // Another thread's acquire at the cap of one: x is the oldest warm sandbox, but in use,
+    // so there is nothing to evict and the cap refuses the create.
+    let (status, y) = s.acquire("user-1", "y", "run").await;
+    assert_eq!(status, 503, "{y}");
     assert!(
         s.running(&x["generation"]),
         "not evicted while being reclaimed"
