@@ -7,9 +7,11 @@
 //! Run on its own with `cargo test -p sockproxy-tests --test serve`.
 
 mod claims;
+mod findings;
 mod leases;
 mod limits;
 mod provider;
 mod real;
 mod redis;
+mod seed;
 mod shutdown;
