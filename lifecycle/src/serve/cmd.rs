@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// the reaper releases it, as a crashed gateway never will (0: leases last until released).
     #[arg(long, env = "LIFECYCLE_LEASE_TIMEOUT", default_value_t = 0.0)]
     pub lease_timeout: f64,
-    /// Most sandboxes tracked at once; the oldest warm one is destroyed before a create (0: no cap).
+    /// Most sandboxes tracked at once, creates under way included; the oldest warm one is
+    /// destroyed before a create, and with nothing warm a create is refused with 503 (0: no cap).
     #[arg(long, env = "LIFECYCLE_MAX_REPLICAS", default_value_t = 0)]
     pub max_replicas: usize,
     /// `memory` (one process), or a Redis URL (`redis://…`, `unix:///…/redis.sock`) shared by several.
