@@ -1,7 +1,9 @@
 //! `lifecycle serve`: the sandbox provider a gateway calls (DESIGN §4b). `pool` is the pure
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `clock` the injectable
 //! monotonic clock; `store` the ownership trait (memory) with its pure rule, `redis_store` the
-//! shared one; `error` the provider's errors and identity rule; `provider` does the I/O around the pool; `http` the API; `background` the
+//! shared one; `error` the provider's errors and identity rule; `cap` the replica cap (pure, on
+//! the pool); `provider` does the I/O around the pool (acquire, release), `destroy` its
+//! teardowns and the reaper's pass; `http` the API; `background` the
 //! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header and write
 //! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
 //! timeout; `cmd` the command's flags and main loop.

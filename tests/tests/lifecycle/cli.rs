@@ -208,6 +208,7 @@ fn bad_input_gets_one_line_and_changes_nothing() {
     let blocker = s.state_dir().join("a-file");
     std::fs::write(&blocker, b"x").expect("write");
     let missing_sock = s.state_dir().join("nothing.sock");
+    let long_thread = "t".repeat(65);
     let cases: Vec<Case> = vec![
         (
             "empty user",
@@ -224,6 +225,22 @@ fn bad_input_gets_one_line_and_changes_nothing() {
             vec!["create", "--user", "u", "--thread", "a\nb"],
             2,
             "thread ID must not contain a newline",
+        ),
+        (
+            "colon in user (two tenants would hash alike)",
+            sock.clone(),
+            fresh("s2a"),
+            vec!["create", "--user", "org1:bob", "--thread", "t1"],
+            2,
+            "user ID may contain only A-Z, a-z, 0-9, '_' and '-' (found ':')",
+        ),
+        (
+            "thread over 64 characters",
+            sock.clone(),
+            fresh("s2b"),
+            vec!["create", "--user", "u", "--thread", &long_thread],
+            2,
+            "thread ID must be at most 64 characters (got 65)",
         ),
         (
             "malformed sandbox ID",
