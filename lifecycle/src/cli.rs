@@ -46,6 +46,11 @@ pub struct Args {
     /// Port the sandbox serves HTTP on.
     #[arg(long, env = "LIFECYCLE_SANDBOX_PORT", default_value_t = 8080)]
     pub sandbox_port: u16,
+    /// Host address an open-mode sandbox's port is published on (an IP address). The
+    /// default keeps sandboxes reachable from this host only; a gateway in a container needs
+    /// an address it can reach (the docker bridge's gateway address, say).
+    #[arg(long, env = "LIFECYCLE_PUBLISH_ADDRESS", default_value = "127.0.0.1", value_parser = publish_address)]
+    pub publish_address: String,
     /// Command for the sandbox, run with `sh -c` [default: the image's].
     #[arg(long, env = "LIFECYCLE_SANDBOX_CMD")]
     pub sandbox_cmd: Option<String>,
@@ -303,6 +308,7 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         mode: args.mode,
         image: args.image,
         sandbox_port: args.sandbox_port,
+        publish_address: args.publish_address,
         sandbox_cmd: split_cmd(args.sandbox_cmd),
         sidecar_image: args.sidecar_image,
         sidecar_cmd: split_cmd(args.sidecar_cmd),
@@ -385,6 +391,14 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
+}
+
+/// `--publish-address`: an IP address (a name would be resolved by the engine, where the
+/// operator cannot see what it exposes).
+fn publish_address(raw: &str) -> Result<String, String> {
+    raw.parse::<std::net::IpAddr>()
+        .map(|ip| ip.to_string())
+        .map_err(|_| format!("{raw:?}: expected an IP address such as 127.0.0.1"))
 }
 
 #[cfg(test)]

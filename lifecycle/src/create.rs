@@ -35,8 +35,17 @@ struct Made {
     /// Networks found under the sandbox's names and refused as not lifecycle's: an undo
     /// leaves them as they were, since this create did not make them.
     foreign: Vec<String>,
-    /// The (user, thread) digest written as the sandbox's scope label.
+    /// The (user, thread) digest written as the sandbox's scope label; empty for a sandbox
+    /// whose ID is not derived from a (user, thread) (the provisioner API's), which gets none.
     scope: String,
+}
+
+/// What a create asks for beyond the stack's settings: the provisioner API's bind mounts
+/// (`host:container[:ro]`, already validated under the mount root). Empty for `/v1/` and the
+/// CLI.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extras {
+    pub binds: Vec<String>,
 }
 
 /// Asked before a create tears anything down: what a failed create made, or a dead container
@@ -86,6 +95,22 @@ impl Lifecycle {
     ) -> Result<Created, OpError> {
         let id = naming::sandbox_id(user, thread)?;
         let scope = naming::scope_digest(user, thread);
+        self.create_sandbox(&id, &scope, &Extras::default(), guard)
+            .await
+    }
+
+    /// Creates (or discovers) sandbox `id` whose scope label is `scope` (none when empty),
+    /// with `extras`; `id` is already checked by the caller (a derived ID, or the provisioner
+    /// API's `[a-z0-9_-]{1,64}`).
+    pub async fn create_sandbox(
+        &self,
+        id: &str,
+        scope: &str,
+        extras: &Extras,
+        guard: &dyn BeforeUndo,
+    ) -> Result<Created, OpError> {
+        let id = id.to_owned();
+        let scope = scope.to_owned();
         if self.settings.image.is_none() {
             return Err(OpError::Usage("create needs --image".into()));
         }
@@ -99,12 +124,17 @@ impl Lifecycle {
         let _lock = self.locks.acquire(&id).await?;
         if self.ledger.is_quarantined(&id)? {
             if let Some(c) = self.retire_before_create(&id).await? {
-                return self.discover_or_replace(&id, &scope, c, guard).await;
+                return self
+                    .discover_or_replace(&id, &scope, extras, c, guard)
+                    .await;
             }
         }
-        match self.create_fresh(&id, &scope, guard).await {
+        match self.create_fresh(&id, &scope, extras, guard).await {
             Err(e) if is_conflict(&e) => match self.inspect_sandbox(&id).await? {
-                Some(c) => self.discover_or_replace(&id, &scope, c, guard).await,
+                Some(c) => {
+                    self.discover_or_replace(&id, &scope, extras, c, guard)
+                        .await
+                }
                 // The conflicting object is not the sandbox (a leftover sidecar, say).
                 None => Err(e),
             },
@@ -118,6 +148,7 @@ impl Lifecycle {
         &self,
         id: &str,
         scope: &str,
+        extras: &Extras,
         c: crate::engine::Container,
         guard: &dyn BeforeUndo,
     ) -> Result<Created, OpError> {
@@ -143,7 +174,7 @@ impl Lifecycle {
                         id: id.to_owned(),
                         reason,
                     })?;
-                self.create_fresh(id, scope, guard).await
+                self.create_fresh(id, scope, extras, guard).await
             }
         }
     }
@@ -152,6 +183,7 @@ impl Lifecycle {
         &self,
         id: &str,
         scope: &str,
+        extras: &Extras,
         guard: &dyn BeforeUndo,
     ) -> Result<Created, OpError> {
         let mut made = Made {
@@ -159,8 +191,8 @@ impl Lifecycle {
             ..Made::default()
         };
         let result = match self.settings.mode {
-            Mode::Open => self.create_open(id, &mut made).await,
-            Mode::Restricted => self.create_restricted(id, &mut made).await,
+            Mode::Open => self.create_open(id, extras, &mut made).await,
+            Mode::Restricted => self.create_restricted(id, extras, &mut made).await,
         };
         let created = match result {
             Ok(c) => c,
@@ -193,7 +225,9 @@ impl Lifecycle {
         let port_key = format!("{}/tcp", self.settings.sandbox_port);
         let mut labels = self.labels(id, "sandbox");
         // Who the sandbox is for, so a provider hands it to that (user, thread) only.
-        labels.insert(naming::LABEL_SCOPE.to_owned(), scope.to_owned());
+        if !scope.is_empty() {
+            labels.insert(naming::LABEL_SCOPE.to_owned(), scope.to_owned());
+        }
         Config {
             image: self.settings.image.clone(),
             cmd: self.settings.sandbox_cmd.clone(),
@@ -205,13 +239,19 @@ impl Lifecycle {
         }
     }
 
-    async fn create_open(&self, id: &str, made: &mut Made) -> Result<Created, OpError> {
+    async fn create_open(
+        &self,
+        id: &str,
+        extras: &Extras,
+        made: &mut Made,
+    ) -> Result<Created, OpError> {
         let port = self.ports.reserve(id)?;
         let binding = PortBinding {
-            host_ip: Some("127.0.0.1".into()),
+            host_ip: Some(self.settings.publish_address.clone()),
             host_port: Some(port.to_string()),
         };
         let host = HostConfig {
+            binds: binds(extras),
             port_bindings: Some(HashMap::from([(
                 format!("{}/tcp", self.settings.sandbox_port),
                 Some(vec![binding]),
@@ -222,11 +262,16 @@ impl Lifecycle {
             .await?;
         let cid = made.sandbox.clone().unwrap_or_default();
         let mut created = self.created(id, &cid, Mode::Open, Some(port), "", false);
-        created.scope = Some(made.scope.clone());
+        created.scope = scope_of(made);
         Ok(created)
     }
 
-    async fn create_restricted(&self, id: &str, made: &mut Made) -> Result<Created, OpError> {
+    async fn create_restricted(
+        &self,
+        id: &str,
+        extras: &Extras,
+        made: &mut Made,
+    ) -> Result<Created, OpError> {
         let names = self.names(id);
         made.restricted = true;
         // One internal and one egress network per sandbox, both labelled with its ID.
@@ -293,6 +338,7 @@ impl Lifecycle {
         ];
         let host = HostConfig {
             network_mode: Some(names.network.clone()),
+            binds: binds(extras),
             ..Default::default()
         };
         self.create_and_start(
@@ -311,7 +357,7 @@ impl Lifecycle {
             .and_then(|c| c.networks.get(&names.network).cloned())
             .unwrap_or_default();
         let mut created = self.created(id, &cid, Mode::Restricted, None, &ip, false);
-        created.scope = Some(made.scope.clone());
+        created.scope = scope_of(made);
         Ok(created)
     }
 
@@ -455,6 +501,15 @@ impl Lifecycle {
         }
         (left, errors)
     }
+}
+
+/// The binds of a create, `None` when there are none (the body then carries no `Binds`).
+fn binds(extras: &Extras) -> Option<Vec<String>> {
+    (!extras.binds.is_empty()).then(|| extras.binds.clone())
+}
+
+fn scope_of(made: &Made) -> Option<String> {
+    (!made.scope.is_empty()).then(|| made.scope.clone())
 }
 
 /// Everything a failed create may have made, as `undo` names what it left.

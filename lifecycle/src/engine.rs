@@ -53,10 +53,23 @@ impl EngineError {
 pub struct Container {
     pub id: String,
     pub running: bool,
+    /// `State.Status` (`running`, `created`, `exited`, …).
+    pub state: String,
     /// `State.Health.Status` when the container has a health check.
     pub health: Option<String>,
     pub labels: HashMap<String, String>,
     pub networks: HashMap<String, String>,
+    pub host_port: Option<u16>,
+}
+
+/// One container of a stack listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedContainer {
+    pub name: String,
+    pub id: String,
+    pub state: String,
+    pub labels: HashMap<String, String>,
+    /// The first published host port, if any.
     pub host_port: Option<u16>,
 }
 
@@ -176,9 +189,16 @@ impl Engine {
                     .and_then(|s| s.health.as_ref())
                     .and_then(|h| h.status)
                     .map(|h| h.to_string());
+                let state = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.status)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
                 Ok(Some(Container {
                     id: c.id.unwrap_or_default(),
                     running: c.state.and_then(|s| s.running).unwrap_or(false),
+                    state,
                     health,
                     labels,
                     networks,
@@ -226,10 +246,7 @@ impl Engine {
     }
 
     /// Sandboxes of this stack: (name, ID, state, labels).
-    pub async fn list_sandboxes(
-        &self,
-        prefix: &str,
-    ) -> Result<Vec<(String, String, String, HashMap<String, String>)>, EngineError> {
+    pub async fn list_sandboxes(&self, prefix: &str) -> Result<Vec<ListedContainer>, EngineError> {
         let mut filters = HashMap::new();
         filters.insert(
             "label".to_owned(),
@@ -255,12 +272,18 @@ impl Engine {
                     .into_iter()
                     .map(|n| n.trim_start_matches('/').to_owned())
                     .find(|n| !n.contains('/') && n.starts_with(prefix))?;
-                Some((
+                let host_port = c
+                    .ports
+                    .unwrap_or_default()
+                    .iter()
+                    .find_map(|p| p.public_port);
+                Some(ListedContainer {
                     name,
-                    c.id.unwrap_or_default(),
-                    c.state.unwrap_or_default(),
-                    c.labels.unwrap_or_default(),
-                ))
+                    id: c.id.unwrap_or_default(),
+                    state: c.state.unwrap_or_default(),
+                    labels: c.labels.unwrap_or_default(),
+                    host_port,
+                })
             })
             .collect())
     }

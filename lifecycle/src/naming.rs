@@ -25,6 +25,24 @@ pub enum IdError {
     Rule(#[from] IdRuleError),
     #[error("{0:?} is not a sandbox ID (16 lowercase hex characters)")]
     NotSandboxId(String),
+    #[error("{0:?} is not a sandbox ID of this stack (1 to 64 of a-z, 0-9, '_' and '-')")]
+    NotStackSandboxId(String),
+}
+
+/// A sandbox ID the stack may hold: a derived one, or one deer-flow's provisioner API named
+/// (`[a-z0-9_-]{1,64}`, every derived ID among them). The provider's teardowns take these; the
+/// CLI's commands keep to `parse_sandbox_id`.
+pub fn parse_stack_sandbox_id(raw: &str) -> Result<String, IdError> {
+    let ok = !raw.is_empty()
+        && raw.len() <= 64
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'));
+    if ok {
+        Ok(raw.to_owned())
+    } else {
+        Err(IdError::NotStackSandboxId(raw.to_owned()))
+    }
 }
 
 /// deer-flow's sandbox ID of a thread (`stackmodel::sandbox_id`), for input that can be a

@@ -24,6 +24,8 @@ pub struct Settings {
     pub mode: Mode,
     pub image: Option<String>,
     pub sandbox_port: u16,
+    /// The host address an open-mode sandbox's port is published on (`--publish-address`).
+    pub publish_address: String,
     pub sandbox_cmd: Option<Vec<String>>,
     pub sidecar_image: Option<String>,
     pub sidecar_cmd: Option<Vec<String>>,
@@ -169,6 +171,9 @@ pub struct Listed {
     pub container_id: String,
     pub state: String,
     pub mode: Option<String>,
+    /// The published host port (open mode); not printed by `ls`.
+    #[serde(skip)]
+    pub host_port: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -231,7 +236,11 @@ impl Lifecycle {
         discovered: bool,
     ) -> Created {
         let url = match mode {
-            Mode::Open => format!("http://127.0.0.1:{}", host_port.unwrap_or(0)),
+            Mode::Open => format!(
+                "http://{}:{}",
+                url_host(&self.settings.publish_address),
+                host_port.unwrap_or(0)
+            ),
             Mode::Restricted => format!("http://{ip}:{}", self.settings.sandbox_port),
         };
         Created {
@@ -307,14 +316,25 @@ impl Lifecycle {
             .map_err(step("list sandboxes".into()))?;
         Ok(listed
             .into_iter()
-            .map(|(name, id, state, labels)| Listed {
-                sandbox_id: labels.get(naming::LABEL_SANDBOX_ID).cloned(),
-                container_name: name,
-                container_id: id,
-                state,
-                mode: labels.get(naming::LABEL_NETWORK_MODE).cloned(),
+            .map(|c| Listed {
+                sandbox_id: c.labels.get(naming::LABEL_SANDBOX_ID).cloned(),
+                container_name: c.name,
+                container_id: c.id,
+                state: c.state,
+                mode: c.labels.get(naming::LABEL_NETWORK_MODE).cloned(),
+                host_port: c.host_port,
             })
             .collect())
+    }
+}
+
+/// The host part of an open-mode sandbox's URL on this machine: the publish address, with the
+/// loopback address for a wildcard one and brackets for IPv6.
+pub fn url_host(publish: &str) -> String {
+    match publish.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => "127.0.0.1".to_owned(),
+        Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        _ => publish.to_owned(),
     }
 }
 

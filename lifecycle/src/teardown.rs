@@ -18,6 +18,13 @@ impl Lifecycle {
     /// teardown. Only a sandbox with neither a container nor a record is "nothing to destroy".
     pub async fn destroy(&self, id: &str) -> Result<Destroyed, OpError> {
         let id = naming::parse_sandbox_id(id)?;
+        self.destroy_any(&id).await
+    }
+
+    /// `destroy` of any sandbox ID of the stack (`naming::parse_stack_sandbox_id`): the
+    /// provider's, whose provisioner API names sandboxes deer-flow's way.
+    pub async fn destroy_any(&self, id: &str) -> Result<Destroyed, OpError> {
+        let id = naming::parse_stack_sandbox_id(id)?;
         let _lock = self.locks.acquire(&id).await?;
         let present = self.inspect_sandbox(&id).await?;
         self.destroy_locked(id, present).await
@@ -60,7 +67,7 @@ impl Lifecycle {
         id: &str,
         generation: &str,
     ) -> Result<GenerationTeardown, OpError> {
-        let id = naming::parse_sandbox_id(id)?;
+        let id = naming::parse_stack_sandbox_id(id)?;
         let _lock = self.locks.acquire(&id).await?;
         let present = self.inspect_sandbox(&id).await?;
         match present {

@@ -39,6 +39,7 @@ pub fn settings(prefix: &str, mode: Mode) -> Settings {
         mode,
         image: Some(TEST_IMAGE.to_owned()),
         sandbox_port: 8080,
+        publish_address: "127.0.0.1".into(),
         sandbox_cmd: Some(vec!["sleep".into(), "600".into()]),
         sidecar_image: Some(TEST_IMAGE.to_owned()),
         sidecar_cmd: Some(vec!["sleep".into(), "600".into()]),

@@ -32,7 +32,7 @@ impl Pool {
         let mut warm: Vec<(Duration, String)> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.holders.is_empty() && !e.reclaiming)
+            .filter(|(_, e)| e.holders.is_empty() && !e.reclaiming && !e.provisioned)
             .filter_map(|(id, e)| match e.state {
                 State::Warm { since } => Some((since, id.clone())),
                 _ => None,

@@ -68,6 +68,15 @@ impl Provider {
     /// provider's kind made: deer-flow's own, say) unless `force`.
     pub async fn destroy(&self, id: &str, force: bool) -> Result<&'static str, ServeError> {
         let id = naming::parse_sandbox_id(id)?;
+        self.destroy_checked(id, force).await
+    }
+
+    /// `destroy` of an ID already checked (a derived one, or the provisioner API's).
+    pub(crate) async fn destroy_checked(
+        &self,
+        id: String,
+        force: bool,
+    ) -> Result<&'static str, ServeError> {
         let serial = self.serial(&id);
         let _serial = serial.lock().await;
         let plan = self.pool().plan_destroy(&id);
@@ -150,7 +159,11 @@ impl Provider {
         }
         let result = match generation {
             Some(g) => self.lc.destroy_generation(id, g).await,
-            None => self.lc.destroy(id).await.map(GenerationTeardown::Destroyed),
+            None => self
+                .lc
+                .destroy_any(id)
+                .await
+                .map(GenerationTeardown::Destroyed),
         };
         let torn = match result {
             Ok(GenerationTeardown::Destroyed(_)) | Err(OpError::NoSuchSandbox(_)) => {

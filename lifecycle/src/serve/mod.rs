@@ -8,6 +8,7 @@
 //! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
 //! timeout; `cmd` the command's flags and main loop.
 
+pub mod apikey;
 pub mod background;
 pub mod cap;
 pub mod clock;
@@ -16,9 +17,11 @@ pub mod destroy;
 pub mod error;
 pub mod http;
 pub mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod pool;
 pub mod provider;
+pub mod provision;
 pub mod redis_store;
 pub mod store;
 pub mod write_timeout;

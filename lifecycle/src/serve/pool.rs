@@ -78,6 +78,10 @@ pub struct Entry {
     pub failures: u32,
     /// The reaper retries a failed teardown no earlier than this (monotonic).
     pub retry_at: Duration,
+    /// Made (or adopted) for deer-flow's provisioner API: deer-flow keeps its pool, idle
+    /// and ownership state itself, so this one is never reaped on the idle timer nor evicted
+    /// by the cap; only a DELETE (or shutdown with `destroy`) removes it.
+    pub provisioned: bool,
 }
 
 impl Entry {
@@ -93,6 +97,7 @@ impl Entry {
             reclaiming: false,
             failures: 0,
             retry_at: Duration::ZERO,
+            provisioned: false,
         }
     }
 }
@@ -492,10 +497,33 @@ impl Pool {
         match e.state {
             State::Warm { .. } if e.destroy_pending && e.holders.is_empty() => now >= e.retry_at,
             State::Warm { since } => {
-                !self.idle_timeout.is_zero() && now.saturating_sub(since) >= self.idle_timeout
+                !e.provisioned
+                    && !self.idle_timeout.is_zero()
+                    && now.saturating_sub(since) >= self.idle_timeout
             }
             _ => false,
         }
+    }
+
+    /// Records a sandbox made or found for the provisioner API (see `Entry::provisioned`):
+    /// tracked, counted by the cap, held by no lease, never expired or evicted.
+    pub fn commit_provisioned(
+        &mut self,
+        id: &str,
+        scope: &str,
+        container_id: &str,
+        url: &str,
+        now: Duration,
+    ) {
+        let entry = self
+            .entries
+            .entry(id.to_owned())
+            .or_insert_with(|| Entry::new(scope, container_id, url, State::Active, now));
+        entry.container_id = container_id.to_owned();
+        entry.url = url.to_owned();
+        entry.provisioned = true;
+        entry.reclaiming = false;
+        self.creating.remove(id);
     }
 
     /// Leases of every entry, for shutdown.

@@ -224,7 +224,7 @@ impl Provider {
             AcquirePlan::Collision => return Err(ServeError::Collision { id }),
             AcquirePlan::Busy => return Err(ServeError::Busy { id }),
             AcquirePlan::Full => {
-                self.metrics.inc("lifecycle_cap_refusals_total", "");
+                self.metrics.inc("lifecycle_cap_refusals_total", "full");
                 return Err(ServeError::Full {
                     max: self.config.max_replicas,
                 });
