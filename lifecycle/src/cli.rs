@@ -135,7 +135,7 @@ pub enum Command {
     /// Absent teardown for every record whose container is confirmed absent.
     Retire,
     /// Serve the provider's HTTP/JSON API (acquire, release, destroy, list) on a Unix socket.
-    Serve(crate::serve::cmd::ServeArgs),
+    Serve(Box<crate::serve::cmd::ServeArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -281,9 +281,11 @@ async fn serve_main(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> ExitCode {
     use crate::serve::cmd;
-    let setup = cmd::limits(serve)
-        .and_then(|l| Ok((l, cmd::provider(lc, serve)?)))
-        .and_then(|(l, p)| Ok((l, p, cmd::bind(serve)?)));
+    let setup = cmd::limits(serve).and_then(|l| Ok((l, cmd::provider(lc, serve)?)));
+    let setup = match setup {
+        Ok((l, p)) => cmd::bind(serve).await.map(|b| (l, p, b)),
+        Err(e) => Err(e),
+    };
     let (limits, provider, listener) = match setup {
         Ok(v) => v,
         Err(e) => {

@@ -46,6 +46,8 @@ struct Made {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extras {
     pub binds: Vec<String>,
+    /// Labels added to the sandbox's own (which they never replace).
+    pub labels: Vec<(String, String)>,
 }
 
 /// Asked before a create tears anything down: what a failed create made, or a dead container
@@ -219,11 +221,15 @@ impl Lifecycle {
         &self,
         id: &str,
         scope: &str,
+        extras: &Extras,
         host_config: HostConfig,
         env: Option<Vec<String>>,
     ) -> Config<String> {
         let port_key = format!("{}/tcp", self.settings.sandbox_port);
         let mut labels = self.labels(id, "sandbox");
+        for (k, v) in &extras.labels {
+            labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
         // Who the sandbox is for, so a provider hands it to that (user, thread) only.
         if !scope.is_empty() {
             labels.insert(naming::LABEL_SCOPE.to_owned(), scope.to_owned());
@@ -258,8 +264,12 @@ impl Lifecycle {
             )])),
             ..Default::default()
         };
-        self.create_and_start(id, self.sandbox_config(id, &made.scope, host, None), made)
-            .await?;
+        self.create_and_start(
+            id,
+            self.sandbox_config(id, &made.scope, extras, host, None),
+            made,
+        )
+        .await?;
         let cid = made.sandbox.clone().unwrap_or_default();
         let mut created = self.created(id, &cid, Mode::Open, Some(port), "", false);
         created.scope = scope_of(made);
@@ -343,7 +353,7 @@ impl Lifecycle {
         };
         self.create_and_start(
             id,
-            self.sandbox_config(id, &made.scope, host, Some(env)),
+            self.sandbox_config(id, &made.scope, extras, host, Some(env)),
             made,
         )
         .await?;

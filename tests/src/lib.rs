@@ -14,6 +14,7 @@ pub mod deerflow;
 pub mod engine;
 pub mod fake;
 pub mod lc;
+pub mod provisioner;
 pub mod raw;
 pub mod recorder;
 pub mod redis_server;

@@ -52,6 +52,15 @@ impl Pool {
         AcquirePlan::Create { evict }
     }
 
+    /// `plan_create` for a create that is not an acquire (the provisioner API's): the victims
+    /// to evict first, or `None` when the cap is reached with nothing warm to evict.
+    pub fn plan_create_slot(&mut self, id: &str) -> Option<Vec<String>> {
+        match self.plan_create(id) {
+            AcquirePlan::Create { evict } => Some(evict),
+            _ => None,
+        }
+    }
+
     /// The create of `id` ended without a committed entry (failed, refused, or cut short):
     /// its slot is free again. Idempotent.
     pub fn end_create(&mut self, id: &str) {

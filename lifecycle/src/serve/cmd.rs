@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use super::apikey::{ApiKey, KeyError};
 use super::background;
 use super::clock::SystemClock;
 use super::limits::{self, LimitError, Limits};
+use super::listen::{Listen, Listener};
 use super::provider::{Provider, ProviderConfig};
+use super::provisioner::ApiConfig;
 use super::redis_store::{default_key_prefix, key_namespace, RedisStore};
 use super::store::{Memory, Ownership, Store};
 use crate::ops::Lifecycle;
@@ -28,9 +31,24 @@ pub enum OnShutdown {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Unix socket to serve the HTTP/JSON API on.
+    /// Where to serve the HTTP/JSON API: a Unix socket path, or `tcp://HOST:PORT` (a numeric
+    /// IPv4 address or a bracketed IPv6 one; needs --api-key-file).
     #[arg(long, env = "LIFECYCLE_LISTEN")]
-    pub listen: PathBuf,
+    pub listen: String,
+    /// File holding the provisioner API's key on one line (mode 0600 or 0640). Every `/api/`
+    /// request must carry it in `X-API-Key`. Required with a tcp:// --listen.
+    #[arg(long, env = "LIFECYCLE_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// deer-flow's host base directory (its `DEER_FLOW_HOST_BASE_DIR`): the provisioner API's
+    /// sandboxes get their skills, thread data and extra mounts from under it. The stack's
+    /// sockproxy must run with `--allow-bind-root` on the same directory.
+    #[arg(long, env = "LIFECYCLE_MOUNT_ROOT")]
+    pub mount_root: Option<PathBuf>,
+    /// Host name in the provisioner API's sandbox URLs (`http://HOST:PORT`, deer-flow's
+    /// `DEER_FLOW_SANDBOX_HOST`): `localhost` for a gateway on this host,
+    /// `host.docker.internal` (or an address it reaches) for one in a container.
+    #[arg(long, env = "LIFECYCLE_SANDBOX_HOST", default_value = "localhost")]
+    pub sandbox_host: String,
     /// Permission bits of the socket (octal).
     #[arg(long, env = "LIFECYCLE_SOCKET_MODE", default_value = "0660")]
     pub socket_mode: String,
@@ -101,6 +119,8 @@ pub enum ServeSetupError {
     Limits(#[from] LimitError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Api(String),
 }
 
 fn secs(flag: &'static str, v: f64) -> Result<Duration, ServeSetupError> {
@@ -185,16 +205,65 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
         lease_timeout: secs("lease-timeout", a.lease_timeout)?,
     };
     let own = Ownership::new(store, me, ttl);
-    Ok(Provider::new(
-        lc,
-        own,
-        Arc::new(SystemClock::default()),
-        config,
-    ))
+    Ok(Provider::new(lc, own, Arc::new(SystemClock::default()), config).with_api(api(a)?))
 }
 
-/// Binds the socket with its mode and group (an old socket file is replaced).
-pub fn bind(a: &ServeArgs) -> Result<tokio::net::UnixListener, ServeSetupError> {
+/// The provisioner API's settings, checked at start-up: a key is required on TCP, the key file
+/// must be private, and the mount root must be a directory's real path.
+pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
+    let listen =
+        Listen::parse(&a.listen).map_err(|e| ServeSetupError::Flag("listen", e.to_string()))?;
+    let api_key = match &a.api_key_file {
+        Some(path) => Some(ApiKey::load(path).map_err(|e| ServeSetupError::Api(e.to_string()))?),
+        None if listen.is_tcp() => return Err(ServeSetupError::Api(KeyError::Missing.to_string())),
+        None => None,
+    };
+    let mount_root = match &a.mount_root {
+        Some(root) => {
+            let real = std::fs::canonicalize(root).map_err(|e| {
+                ServeSetupError::Flag("mount-root", format!("{}: {e}", root.display()))
+            })?;
+            if real != *root || !real.is_dir() {
+                return Err(ServeSetupError::Flag(
+                    "mount-root",
+                    format!(
+                        "{}: must be a directory given by its real path ({}), with no symbolic link in it",
+                        root.display(),
+                        real.display()
+                    ),
+                ));
+            }
+            Some(real)
+        }
+        None => None,
+    };
+    if a.sandbox_host.is_empty() || a.sandbox_host.contains(['/', ' ', '@', '?', '#']) {
+        return Err(ServeSetupError::Flag(
+            "sandbox-host",
+            format!("{:?}: expected a host name or address", a.sandbox_host),
+        ));
+    }
+    Ok(ApiConfig {
+        mount_root,
+        sandbox_host: a.sandbox_host.clone(),
+        api_key,
+    })
+}
+
+/// Binds `--listen`: a TCP address, or the Unix socket with its mode and group (an old socket
+/// file is replaced).
+pub async fn bind(a: &ServeArgs) -> Result<Listener, ServeSetupError> {
+    let path = match Listen::parse(&a.listen)
+        .map_err(|e| ServeSetupError::Flag("listen", e.to_string()))?
+    {
+        Listen::Tcp(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| ServeSetupError::Flag("listen", format!("tcp://{addr}: {e}")))?;
+            return Ok(Listener::Tcp(l));
+        }
+        Listen::Unix(path) => path,
+    };
     let mode = u32::from_str_radix(a.socket_mode.trim_start_matches("0o"), 8)
         .ok()
         .filter(|m| *m <= 0o777)
@@ -205,24 +274,24 @@ pub fn bind(a: &ServeArgs) -> Result<tokio::net::UnixListener, ServeSetupError> 
             )
         })?;
     let gid = a.socket_group.as_deref().map(group).transpose()?;
-    if std::fs::symlink_metadata(&a.listen)
+    if std::fs::symlink_metadata(&path)
         .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
     {
-        std::fs::remove_file(&a.listen)?;
+        std::fs::remove_file(&path)?;
     }
-    let listener = tokio::net::UnixListener::bind(&a.listen)?;
+    let listener = tokio::net::UnixListener::bind(&path)?;
     if let Some(gid) = gid {
-        nix::unistd::chown(&a.listen, None, Some(nix::unistd::Gid::from_raw(gid)))
+        nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(gid)))
             .map_err(|e| ServeSetupError::Io(e.into()))?;
     }
-    std::fs::set_permissions(&a.listen, std::fs::Permissions::from_mode(mode))?;
-    Ok(listener)
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    Ok(Listener::Unix(listener))
 }
 
 /// Serves until `stop` turns true; returns whether every shutdown teardown succeeded.
 pub async fn run(
     p: Arc<Provider>,
-    listener: tokio::net::UnixListener,
+    listener: Listener,
     a: &ServeArgs,
     limits: Limits,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -230,10 +299,16 @@ pub async fn run(
     // Checked by `provider` at start-up; the fallback is never reached.
     let tick = tick(a).unwrap_or(Duration::from_secs(10));
     let bg = tokio::spawn(background::run(p.clone(), tick, stop.clone()));
-    tracing::info!(listen = %a.listen.display(), owner = %p.own.me, "serving");
+    let shown = listener
+        .local_tcp()
+        .map(|addr| format!("tcp://{addr}"))
+        .unwrap_or_else(|| a.listen.clone());
+    tracing::info!(listen = %shown, owner = %p.own.me, api_key = p.api.api_key.is_some(), mount_root = ?p.api.mount_root, "serving");
     super::http::serve(listener, p.clone(), limits, stop).await;
     let _ = bg.await;
-    let _ = std::fs::remove_file(&a.listen);
+    if let Ok(Listen::Unix(path)) = Listen::parse(&a.listen) {
+        let _ = std::fs::remove_file(path);
+    }
     let lines = background::shutdown(&p, a.on_shutdown == OnShutdown::KeepWarm).await;
     let mut ok = true;
     for l in &lines {

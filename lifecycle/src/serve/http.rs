@@ -9,6 +9,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::api_http;
+use super::listen::{Conn, Listener};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -16,7 +18,6 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 
 use super::limits::Limits;
@@ -24,7 +25,7 @@ use super::pool::State;
 use super::provider::{Provider, ServeError};
 use super::write_timeout::{is_write_stall, WriteTimeout};
 
-type Answer = Response<Full<Bytes>>;
+pub(super) type Answer = Response<Full<Bytes>>;
 
 /// Connections over the cap being answered 503 at once; more are closed unanswered.
 const MAX_REFUSING: usize = 16;
@@ -34,7 +35,7 @@ fn json_line(body: &Value) -> String {
     format!("{body}\n")
 }
 
-fn answer(status: u16, body: &Value) -> Answer {
+pub(super) fn answer(status: u16, body: &Value) -> Answer {
     let mut r = Response::new(Full::new(Bytes::from(json_line(body))));
     *r.status_mut() =
         hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -73,7 +74,7 @@ struct AcquireBody {
 /// Runs `work` in its own task, so that a client that disconnects (hyper then drops this
 /// request's future) cannot cut an engine step off half way: release and destroy run to their
 /// end, report to the pool and let go of the sandbox's lock only then.
-async fn detached<F>(work: F) -> Result<F::Output, Answer>
+pub(super) async fn detached<F>(work: F) -> Result<F::Output, Answer>
 where
     F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
@@ -172,9 +173,16 @@ async fn route(
     p: Arc<Provider>,
     req: Request<Incoming>,
     body_timeout: Duration,
+    peer: Arc<str>,
 ) -> Result<Answer, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let api = api_http::is_api(&path);
+    if api {
+        if let Some(r) = api_http::refuse_unauthorized(&p, &method, &path, &peer, req.headers()) {
+            return Ok(r);
+        }
+    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let req_force = force_query(req.uri().query());
     // Bodies are small JSON objects; a bigger one is refused unread. hyper's header timeout
@@ -183,6 +191,7 @@ async fn route(
     let read = Limited::new(req.into_body(), 64 * 1024).collect();
     let body = match tokio::time::timeout(body_timeout, read).await {
         Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) if api => return Ok(api_http::oversized()),
         Ok(Err(_)) => {
             return Ok(answer(
                 400,
@@ -202,6 +211,9 @@ async fn route(
             return Ok(r);
         }
     };
+    if api {
+        return Ok(api_http::dispatch(p, &method, &path, body).await);
+    }
     let force = req_force;
     let r = match (&method, segments.as_slice()) {
         (&Method::GET, ["healthz"]) => answer(200, &json!({ "ok": true, "owner": p.own.me })),
@@ -289,11 +301,12 @@ fn force_query(query: Option<&str>) -> bool {
 /// At most `limits.max_connections` clients are served at once; the next ones are answered 503
 /// and closed, so that idle or slow clients cannot take every file descriptor and task.
 pub async fn serve(
-    listener: UnixListener,
+    listener: impl Into<Listener>,
     p: Arc<Provider>,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
 ) {
+    let listener: Listener = listener.into();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Refusals in progress, each holding a descriptor for up to a second: a client reconnecting
     // in a loop would otherwise pile them up (and a warn line each) until descriptors run out.
@@ -306,11 +319,11 @@ pub async fn serve(
                 let _ = stop.wait_for(|s| *s).await;
             } => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match slots.clone().try_acquire_owned() {
+                Ok((stream, peer)) => match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
                         let p = p.clone();
                         conns.spawn(async move {
-                            serve_connection(stream, p, limits).await;
+                            serve_connection(stream, p, limits, peer.into()).await;
                             drop(slot);
                         });
                     }
@@ -351,8 +364,10 @@ pub async fn serve(
     conns.abort_all();
 }
 
-async fn serve_connection(stream: UnixStream, p: Arc<Provider>, limits: Limits) {
-    let svc = hyper::service::service_fn(move |req| route(p.clone(), req, limits.header_timeout));
+async fn serve_connection(stream: Conn, p: Arc<Provider>, limits: Limits, peer: Arc<str>) {
+    let svc = hyper::service::service_fn(move |req| {
+        route(p.clone(), req, limits.header_timeout, peer.clone())
+    });
     // hyper has no write timeout: a client that sends requests (pipelined, say) and reads none
     // of the answers would hold its connection and slot for good once the socket's buffer is
     // full. The wrapper fails a write that stalls that long, which ends the connection.
@@ -378,7 +393,7 @@ async fn serve_connection(stream: UnixStream, p: Arc<Provider>, limits: Limits) 
 
 /// Over `--max-connections`: a 503 in the API's error shape, then close; the request is never
 /// parsed.
-async fn refuse_busy(mut stream: UnixStream, max_connections: usize) {
+async fn refuse_busy(mut stream: Conn, max_connections: usize) {
     let body = json_line(&json!({
         "error": format!("too many connections (--max-connections {max_connections}); try again")
     }));

@@ -18,6 +18,8 @@ struct Histogram {
 pub struct Metrics {
     acquire: Mutex<BTreeMap<&'static str, Histogram>>,
     counters: Mutex<BTreeMap<(&'static str, String), u64>>,
+    /// Counters whose labels are written whole (`a="x",b="y"`).
+    labelled: Mutex<BTreeMap<(&'static str, String), u64>>,
 }
 
 impl Metrics {
@@ -39,6 +41,13 @@ impl Metrics {
     pub fn inc(&self, name: &'static str, label: &str) {
         if let Ok(mut c) = self.counters.lock() {
             *c.entry((name, label.to_owned())).or_default() += 1;
+        }
+    }
+
+    /// Adds one to counter `name` with the label set `labels`, written as is (`a="x",b="y"`).
+    pub fn inc_labels(&self, name: &'static str, labels: &str) {
+        if let Ok(mut c) = self.labelled.lock() {
+            *c.entry((name, labels.to_owned())).or_default() += 1;
         }
     }
 
@@ -87,6 +96,16 @@ impl Metrics {
                     last = name;
                 }
                 let _ = writeln!(out, "{name}{{{}=\"{label}\"}} {v}", label_name(name));
+            }
+        }
+        if let Ok(c) = self.labelled.lock() {
+            let mut last = "";
+            for ((name, labels), v) in c.iter() {
+                if *name != last {
+                    let _ = writeln!(out, "# TYPE {name} counter");
+                    last = name;
+                }
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
             }
         }
         // One TYPE line per name, then all of its series: the text format's parsers

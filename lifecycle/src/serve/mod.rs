@@ -8,6 +8,7 @@
 //! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
 //! timeout; `cmd` the command's flags and main loop.
 
+pub mod api_http;
 pub mod apikey;
 pub mod background;
 pub mod cap;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod pool;
 pub mod provider;
 pub mod provision;
+pub mod provisioner;
 pub mod redis_store;
 pub mod store;
 pub mod write_timeout;

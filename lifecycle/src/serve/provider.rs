@@ -59,6 +59,8 @@ pub struct Provider {
     unowned_since: Mutex<HashMap<String, Duration>>,
     /// Held for reading by each acquire; shutdown takes it for writing to let them finish.
     pub(crate) inflight: tokio::sync::RwLock<()>,
+    /// deer-flow's provisioner API: mount root, sandbox host, key.
+    pub api: super::provisioner::ApiConfig,
 }
 
 /// Ends an acquire's reservation under the cap and its reclaim mark, however it ends.
@@ -118,7 +120,14 @@ impl Provider {
             seq: AtomicU64::new(0),
             unowned_since: Mutex::new(HashMap::new()),
             inflight: tokio::sync::RwLock::new(()),
+            api: super::provisioner::ApiConfig::default(),
         }
+    }
+
+    /// The provider with the provisioner API configured.
+    pub fn with_api(mut self, api: super::provisioner::ApiConfig) -> Self {
+        self.api = api;
+        self
     }
 
     pub(crate) fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -282,21 +291,7 @@ impl Provider {
                 Vec::new()
             }
         };
-        for victim in evict {
-            // The plan fenced it (`Destroying`) under the pool's lock, so no acquire reclaims it
-            // and no other acquire picks it; its own lock is taken as for every change to an
-            // entry (a reap or release of it may be finishing). A victim that cannot be torn
-            // down keeps its slot, so this create does not fit: refused, the cap holds.
-            let victim_serial = self.serial(&victim);
-            let _victim_serial = victim_serial.lock().await;
-            tracing::info!(sandbox_id = %victim, "replica cap: destroying the oldest warm sandbox before a create");
-            if let Err(e) = self.destroy_fenced(&victim).await {
-                tracing::warn!(sandbox_id = %victim, error = %e, "replica cap: the evicted sandbox was not torn down; create refused");
-                return Err(ServeError::Full {
-                    max: self.config.max_replicas,
-                });
-            }
-        }
+        self.evict(evict).await?;
         match self.own.claim(&id).await? {
             Claim::Ours => {}
             Claim::Owned(owner) | Claim::Deleting(owner) => {
@@ -335,11 +330,32 @@ impl Provider {
         ))
     }
 
+    /// Destroys the victims a create's plan chose (and fenced) under the cap. A victim that
+    /// cannot be torn down keeps its slot, so the create does not fit: refused, the cap holds.
+    pub(crate) async fn evict(&self, evict: Vec<String>) -> Result<(), ServeError> {
+        for victim in evict {
+            // The plan fenced it (`Destroying`) under the pool's lock, so no acquire reclaims it
+            // and no other acquire picks it; its own lock is taken as for every change to an
+            // entry (a reap or release of it may be finishing). A victim that cannot be torn
+            // down keeps its slot, so this create does not fit: refused, the cap holds.
+            let victim_serial = self.serial(&victim);
+            let _victim_serial = victim_serial.lock().await;
+            tracing::info!(sandbox_id = %victim, "replica cap: destroying the oldest warm sandbox before a create");
+            if let Err(e) = self.destroy_fenced(&victim).await {
+                tracing::warn!(sandbox_id = %victim, error = %e, "replica cap: the evicted sandbox was not torn down; create refused");
+                return Err(ServeError::Full {
+                    max: self.config.max_replicas,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// A create failed. Rolled back (or nothing made): the claim goes. A failed rollback left
     /// something of ours: the `del:` claim it ran under stays and the sandbox is tracked fenced
     /// (`destroy_pending`), so the heartbeat renews the claim, no peer adopts or reuses it, no
     /// acquire gets it, and a destroy, the reaper or shutdown retries the teardown.
-    async fn create_failed(&self, id: &str, scope: &str, e: OpError) -> ServeError {
+    pub(crate) async fn create_failed(&self, id: &str, scope: &str, e: OpError) -> ServeError {
         match &e {
             OpError::RollbackFailed { generation, .. } => {
                 self.metrics.inc("lifecycle_destroys_total", "failed");

@@ -11,6 +11,7 @@ mod findings;
 mod leases;
 mod limits;
 mod provider;
+mod provisioner;
 mod real;
 mod redis;
 mod seed;

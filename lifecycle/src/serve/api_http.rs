@@ -1,0 +1,165 @@
+//! The provisioner API's HTTP face (`/health`, `/api/…`): the key check, the routes, answers
+//! in FastAPI's shapes, and one `lifecycle_api_requests_total{route,code}` count per request.
+//! The work behind each route is `provisioner`'s; creates and deletes run in their own task
+//! (`http::detached`), so a gateway that gives up cannot cut a create or teardown off.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{HeaderMap, Method, Response};
+use serde_json::json;
+
+use super::http::{answer, detached, Answer};
+use super::provider::Provider;
+use super::provisioner::ApiAnswer;
+
+/// Whether `path` is the provisioner API's (answered here, not by the `/v1/` router).
+pub(super) fn is_api(path: &str) -> bool {
+    path == "/health" || path == "/api" || path.starts_with("/api/")
+}
+
+/// The 401 for an `/api/` request without the right `X-API-Key` (none when it passes, or on a
+/// Unix socket with no key configured). One warn line, never the key.
+pub(super) fn refuse_unauthorized(
+    p: &Provider,
+    method: &Method,
+    path: &str,
+    peer: &str,
+    headers: &HeaderMap,
+) -> Option<Answer> {
+    if !path.starts_with("/api") {
+        return None;
+    }
+    let key = p.api.api_key.as_ref()?;
+    let offered = headers.get("x-api-key").map(|v| v.as_bytes());
+    if offered.is_some_and(|k| key.matches(k)) {
+        return None;
+    }
+    tracing::warn!(%method, path, peer, key_given = offered.is_some(), "provisioner API: missing or wrong X-API-Key; 401");
+    p.metrics.inc_labels(
+        "lifecycle_api_requests_total",
+        &labels(route_name(path), 401),
+    );
+    let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized")));
+    *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    // The body (if any) is left unread: the connection cannot carry another request.
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    Some(r)
+}
+
+fn labels(route: &str, code: u16) -> String {
+    format!("route=\"{route}\",code=\"{code}\"")
+}
+
+/// The route's name in the metric (a template, never the sandbox ID).
+fn route_name(path: &str) -> &'static str {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["health"] => "health",
+        ["api", "capabilities"] => "capabilities",
+        ["api", "sandboxes"] => "sandboxes",
+        ["api", "sandboxes", _] => "sandbox",
+        _ => "other",
+    }
+}
+
+fn to_answer(a: ApiAnswer) -> Answer {
+    answer(a.status, &a.body)
+}
+
+/// Answers one request of the provisioner API whose key (if one is needed) was checked.
+pub(super) async fn dispatch(p: Arc<Provider>, method: &Method, path: &str, body: Bytes) -> Answer {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let r = match (method, segments.as_slice()) {
+        (&Method::GET, ["health"]) => answer(200, &json!({ "status": "ok" })),
+        (&Method::GET, ["api", "capabilities"]) => answer(
+            200,
+            // No Lark CLI images here: deer-flow then provisions the runtime its own way.
+            &json!({ "lark_cli_init_image": false, "lark_cli_broker_image": false }),
+        ),
+        (&Method::POST, ["api", "sandboxes"]) => {
+            let task = p.clone();
+            match detached(async move { task.api_create(&body).await }).await {
+                Ok(a) => to_answer(a),
+                Err(r) => r,
+            }
+        }
+        (&Method::GET, ["api", "sandboxes"]) => to_answer(p.api_list().await),
+        (&Method::GET, ["api", "sandboxes", id]) => to_answer(p.api_get(id).await),
+        (&Method::DELETE, ["api", "sandboxes", id]) => {
+            let task = p.clone();
+            let id = (*id).to_owned();
+            match detached(async move { task.api_delete(&id).await }).await {
+                Ok(a) => to_answer(a),
+                Err(r) => r,
+            }
+        }
+        (_, segs) => match allowed(segs) {
+            Some(allow) => {
+                let mut r = answer(405, &json!({ "detail": "Method Not Allowed" }));
+                r.headers_mut().insert(
+                    hyper::header::ALLOW,
+                    hyper::header::HeaderValue::from_static(allow),
+                );
+                r
+            }
+            None => answer(404, &json!({ "detail": "Not Found" })),
+        },
+    };
+    p.metrics.inc_labels(
+        "lifecycle_api_requests_total",
+        &labels(route_name(path), r.status().as_u16()),
+    );
+    r
+}
+
+fn allowed(segments: &[&str]) -> Option<&'static str> {
+    match segments {
+        ["health"] | ["api", "capabilities"] => Some("GET"),
+        ["api", "sandboxes"] => Some("GET, POST"),
+        ["api", "sandboxes", _] => Some("GET, DELETE"),
+        _ => None,
+    }
+}
+
+/// The answer to an `/api/` body that is too big or unreadable (FastAPI's shape).
+pub(super) fn oversized() -> Answer {
+    let mut r = answer(
+        413,
+        &json!({ "detail": "request body over 64 KiB or unreadable" }),
+    );
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_named_by_template() {
+        for (path, want) in [
+            ("/health", "health"),
+            ("/api/capabilities", "capabilities"),
+            ("/api/sandboxes", "sandboxes"),
+            ("/api/sandboxes/7d9ac0ff9b98cd06", "sandbox"),
+            ("/api/sandboxes/a/b", "other"),
+            ("/api", "other"),
+        ] {
+            assert_eq!(route_name(path), want, "{path}");
+        }
+        assert!(is_api("/health") && is_api("/api/x") && is_api("/api"));
+        assert!(!is_api("/v1/sandboxes") && !is_api("/healthz") && !is_api("/apix"));
+    }
+}

@@ -1,0 +1,391 @@
+//! deer-flow's provisioner API on the provider (DESIGN §4c): create-or-return, status, destroy
+//! and list of sandboxes, answered the way deer-flow's remote backend reads them (FastAPI's
+//! `{"detail": …}` errors). The sandboxes are lifecycle's own (names, labels, ports, restricted
+//! mode, teardown, quarantine), so `/v1/`, the CLI and this API see one set; the ones made here
+//! are tracked but never reaped on the idle timer or evicted, since deer-flow keeps its pool
+//! and idle state itself. Input is checked by `provision` before any engine call.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::apikey::ApiKey;
+use super::error::ServeError;
+use super::pool::State;
+use super::provider::Provider;
+use super::provision::{self, Bind, Provision};
+use super::store::Claim;
+use crate::create::Extras;
+use crate::decide::Mode;
+use crate::engine::Container;
+use crate::naming;
+use crate::ops::OpError;
+
+/// The label that marks a sandbox made through this API, so a restarted provider adopts it as
+/// deer-flow's (never reaped) rather than into its own warm pool.
+pub const LABEL_ORIGIN: &str = "lifecycle.origin";
+pub const ORIGIN_PROVISIONER: &str = "provisioner";
+
+/// What the provisioner API needs beyond the provider.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// deer-flow's host base directory (`DEER_FLOW_HOST_BASE_DIR`), its real path: every bind
+    /// comes from under it. Without it, creates are refused (503).
+    pub mount_root: Option<PathBuf>,
+    /// The host name a gateway reaches published sandbox ports at.
+    pub sandbox_host: String,
+    /// Required on every `/api/` request when set.
+    pub api_key: Option<ApiKey>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            mount_root: None,
+            sandbox_host: "localhost".into(),
+            api_key: None,
+        }
+    }
+}
+
+/// One answer of the API: its status and JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiAnswer {
+    pub status: u16,
+    pub body: Value,
+}
+
+fn detail(status: u16, message: impl Into<String>) -> ApiAnswer {
+    ApiAnswer {
+        status,
+        body: json!({ "detail": message.into() }),
+    }
+}
+
+fn ok(body: Value) -> ApiAnswer {
+    ApiAnswer { status: 200, body }
+}
+
+/// A provider error in the API's terms: who is at fault and FastAPI's shape.
+fn failed(e: &ServeError) -> ApiAnswer {
+    let status = match e {
+        ServeError::Invalid(_) | ServeError::BadInput(_) => 400,
+        ServeError::Collision { .. } | ServeError::Busy { .. } | ServeError::Owned { .. } => 409,
+        ServeError::NotLifecycle { .. } => 409,
+        ServeError::Op(OpError::NotOurs { .. }) => 409,
+        ServeError::Full { .. } | ServeError::Store(_) => 503,
+        ServeError::Op(OpError::NoSuchSandbox(_)) | ServeError::UnknownLease(_) => 404,
+        ServeError::Op(_) => 500,
+    };
+    detail(status, e.to_string())
+}
+
+/// Creates the directories a sandbox mounts (empty when missing), refusing any path under the
+/// root that passes through a symbolic link: the proxy would refuse the bind anyway, but a link
+/// must not make this process create directories elsewhere on the host first.
+fn prepare_dirs(root: &Path, dirs: &[PathBuf]) -> Result<(), String> {
+    for dir in dirs {
+        let rel = dir
+            .strip_prefix(root)
+            .map_err(|_| format!("{} is not under the mount root", dir.display()))?;
+        let mut at = root.to_path_buf();
+        for part in rel.components() {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(format!(
+                        "host path {}: {} is a symbolic link",
+                        dir.display(),
+                        at.display()
+                    ))
+                }
+                Ok(m) if !m.is_dir() => {
+                    return Err(format!(
+                        "host path {}: {} is not a directory",
+                        dir.display(),
+                        at.display()
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    match std::fs::create_dir(&at) {
+                        Ok(()) => {}
+                        // Made meanwhile by a concurrent create: a directory, checked again.
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                            let m = std::fs::symlink_metadata(&at)
+                                .map_err(|e| format!("host path {}: {e}", dir.display()))?;
+                            if !m.is_dir() {
+                                return Err(format!(
+                                    "host path {}: {} is not a directory",
+                                    dir.display(),
+                                    at.display()
+                                ));
+                            }
+                        }
+                        Err(e) => {
+                            return Err(format!(
+                                "host path {}: cannot create {}: {e}",
+                                dir.display(),
+                                at.display()
+                            ))
+                        }
+                    }
+                }
+                Err(e) => return Err(format!("host path {}: {e}", dir.display())),
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Provider {
+    /// The URL a gateway reaches a sandbox at: the published port on `--sandbox-host` (open
+    /// mode), or its address on its internal network (restricted mode).
+    fn api_url(&self, id: &str, host_port: Option<u16>, internal_ip: Option<&str>) -> String {
+        match (self.lc.settings.mode, host_port) {
+            (Mode::Open, Some(port)) => format!("http://{}:{port}", self.api.sandbox_host),
+            // Restricted: the host reaches the internal network directly (lifecycle's URL).
+            _ => format!(
+                "http://{}:{}",
+                internal_ip.unwrap_or(self.lc.names(id).sandbox.as_str()),
+                self.lc.settings.sandbox_port
+            ),
+        }
+    }
+
+    fn container_url(&self, id: &str, c: &Container) -> String {
+        let ip = c
+            .networks
+            .get(&self.lc.names(id).network)
+            .map(String::as_str);
+        self.api_url(id, c.host_port, ip)
+    }
+
+    /// `POST /api/sandboxes`: idempotent create-or-return.
+    pub async fn api_create(&self, raw: &[u8]) -> ApiAnswer {
+        let body: provision::CreateBody = match serde_json::from_slice(raw) {
+            Ok(b) => b,
+            Err(e) => {
+                return detail(
+                    422,
+                    format!("the body is not a sandbox create request: {e}"),
+                )
+            }
+        };
+        let Some(root) = self.api.mount_root.clone() else {
+            return detail(
+                503,
+                "this provider runs without --mount-root; it cannot give a sandbox deer-flow's mounts",
+            );
+        };
+        let plan = match provision::plan(&body, &root) {
+            Ok(p) => p,
+            Err(e) => return detail(400, e.to_string()),
+        };
+        if let Err(why) = prepare_dirs(&root, &plan.make_dirs) {
+            return detail(400, why);
+        }
+        match self.provision(&plan).await {
+            Ok(a) => ok(a),
+            Err(e) => {
+                tracing::warn!(sandbox_id = %plan.sandbox_id, error = %e, "provisioner create failed");
+                failed(&e)
+            }
+        }
+    }
+
+    async fn provision(&self, plan: &Provision) -> Result<Value, ServeError> {
+        let id = plan.sandbox_id.clone();
+        let scope = plan.scope.clone().unwrap_or_default();
+        let serial = self.serial(&id);
+        let _serial = serial.lock().await;
+        let tracked = self.pool().get(&id).cloned();
+        if let Some(e) = tracked {
+            if e.scope != scope {
+                return Err(ServeError::Collision { id });
+            }
+            if e.destroy_pending || e.state == State::Destroying {
+                return Err(ServeError::Busy { id });
+            }
+            match self.lc.inspect_sandbox(&id).await? {
+                Some(c) if c.id == e.container_id && c.running => {
+                    self.pool()
+                        .commit_provisioned(&id, &scope, &c.id, &e.url, self.now());
+                    return Ok(self.answer(&id, &c));
+                }
+                _ if !e.holders.is_empty() => return Err(ServeError::Busy { id }),
+                _ => {
+                    // Dead or replaced under its name: torn down by the generation tracked,
+                    // then made afresh below.
+                    self.pool().begin_destroy(&id);
+                    self.pool().reserve_replacement(&id);
+                    self.destroy_fenced(&id).await?;
+                }
+            }
+        }
+        if let Some(c) = self.lc.inspect_sandbox(&id).await? {
+            // The scope label must be this request's (none for an ID not derived from one):
+            // an ID collision never hands one tenant's sandbox to another.
+            if c.labels
+                .get(naming::LABEL_SCOPE)
+                .cloned()
+                .unwrap_or_default()
+                != scope
+            {
+                tracing::warn!(sandbox_id = %id, "provisioner create: the container under this ID is another (user, thread)'s; refused");
+                return Err(ServeError::Collision { id });
+            }
+        }
+        let evict = match self.pool().plan_create_slot(&id) {
+            Some(evict) => evict,
+            None => {
+                return Err(ServeError::Full {
+                    max: self.config().max_replicas,
+                })
+            }
+        };
+        let _slot = scopeguard_end_create(self, &plan.sandbox_id);
+        self.evict(evict).await?;
+        match self.own.claim(&id).await? {
+            Claim::Ours => {}
+            Claim::Owned(owner) | Claim::Deleting(owner) => {
+                return Err(ServeError::Owned { id, owner })
+            }
+        }
+        let extras = Extras {
+            binds: plan.binds.iter().map(Bind::spec).collect(),
+            labels: vec![(LABEL_ORIGIN.to_owned(), ORIGIN_PROVISIONER.to_owned())],
+        };
+        let created = match self
+            .lc
+            .create_sandbox(&id, &scope, &extras, &self.own)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return Err(self.create_failed(&id, &scope, e).await),
+        };
+        if created.scope.clone().unwrap_or_default() != scope {
+            let _ = self.own.release(&id).await;
+            return Err(ServeError::Collision { id });
+        }
+        let url = match created.host_port {
+            Some(port) => self.api_url(&id, Some(port), None),
+            None => created.url.clone(),
+        };
+        self.pool().commit_provisioned(
+            &id,
+            &scope,
+            &created.container_id,
+            &created.url,
+            self.now(),
+        );
+        tracing::info!(sandbox_id = %id, container_id = %created.container_id, discovered = created.discovered, "provisioner: sandbox ready");
+        Ok(json!({ "sandbox_id": id, "sandbox_url": url, "status": "Running" }))
+    }
+
+    fn answer(&self, id: &str, c: &Container) -> Value {
+        json!({
+            "sandbox_id": id,
+            "sandbox_url": self.container_url(id, c),
+            "status": provision::phase(&c.state),
+        })
+    }
+
+    /// `GET /api/sandboxes/{id}`: what the engine holds under the ID now.
+    pub async fn api_get(&self, id: &str) -> ApiAnswer {
+        let not_found = || detail(404, format!("Sandbox '{id}' not found"));
+        if provision::check_sandbox_id(id).is_err() {
+            return not_found();
+        }
+        match self.lc.inspect_sandbox(id).await {
+            Ok(Some(c)) => ok(self.answer(id, &c)),
+            Ok(None) => not_found(),
+            Err(e) => detail(500, e.to_string()),
+        }
+    }
+
+    /// `DELETE /api/sandboxes/{id}`: `{"ok":true}` once it is gone (also when it was already);
+    /// a teardown that fails keeps its quarantine record and answers 500.
+    pub async fn api_delete(&self, id: &str) -> ApiAnswer {
+        if let Err(e) = provision::check_sandbox_id(id) {
+            return detail(400, e.to_string());
+        }
+        match self.destroy_checked(id.to_owned(), true).await {
+            Ok(result) => {
+                tracing::info!(sandbox_id = id, result, "provisioner delete");
+                ok(json!({ "ok": true, "sandbox_id": id }))
+            }
+            Err(ServeError::Op(OpError::NoSuchSandbox(_))) => {
+                ok(json!({ "ok": true, "sandbox_id": id }))
+            }
+            Err(e) => failed(&e),
+        }
+    }
+
+    /// `GET /api/sandboxes`: every running sandbox of the stack, whichever route or process
+    /// made it, so deer-flow's orphan reconciliation sees them all.
+    pub async fn api_list(&self) -> ApiAnswer {
+        let listed = match self.lc.list().await {
+            Ok(l) => l,
+            Err(e) => return detail(500, e.to_string()),
+        };
+        let prefix = format!("{}sandbox-", self.lc.settings.prefix);
+        let mut out = Vec::new();
+        for l in listed.into_iter().filter(|l| l.state == "running") {
+            let Some(id) = l.container_name.strip_prefix(&prefix).map(str::to_owned) else {
+                continue;
+            };
+            let url = match l.host_port {
+                Some(port) => self.api_url(&id, Some(port), None),
+                None => match self.lc.inspect_sandbox(&id).await {
+                    Ok(Some(c)) => self.container_url(&id, &c),
+                    _ => continue,
+                },
+            };
+            out.push(json!({
+                "sandbox_id": id,
+                "sandbox_url": url,
+                "status": provision::phase(&l.state),
+            }));
+        }
+        let count = out.len();
+        ok(json!({ "sandboxes": out, "count": count }))
+    }
+}
+
+/// Frees a create's slot under the cap however `provision` ends (a committed entry has
+/// already taken it over).
+fn scopeguard_end_create<'a>(p: &'a Provider, id: &'a str) -> impl Drop + 'a {
+    struct EndCreate<'a>(&'a Provider, &'a str);
+    impl Drop for EndCreate<'_> {
+        fn drop(&mut self) {
+            self.0.pool().end_create(self.1);
+        }
+    }
+    EndCreate(p, id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirs_are_made_under_the_root_and_links_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let root = std::fs::canonicalize(dir.path()).expect("real path");
+        let want = root.join("users/u/threads/t/user-data");
+        prepare_dirs(&root, std::slice::from_ref(&want)).expect("made");
+        assert!(want.is_dir());
+        std::os::unix::fs::symlink("/etc", root.join("users/link")).expect("link");
+        let via_link = root.join("users/link/x");
+        let e = prepare_dirs(&root, &[via_link]).expect_err("refused");
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert!(
+            !Path::new("/etc/x").exists(),
+            "nothing made through the link"
+        );
+        std::fs::write(root.join("file"), b"x").expect("file");
+        let e = prepare_dirs(&root, &[root.join("file/x")]).expect_err("refused");
+        assert!(e.contains("is not a directory"), "{e}");
+    }
+}

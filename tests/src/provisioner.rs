@@ -1,0 +1,211 @@
+//! A `lifecycle serve` provider answering deer-flow's provisioner API on TCP, in process, for
+//! tests: any engine (a fake, or the real dockerd) behind the real sockproxy with the mount root
+//! as its bind root, lifecycle through that proxy, the API key (if any), and a loopback port
+//! the system chose. `call` is the gateway's side: one HTTP request with an optional key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lifecycle::decide::Mode;
+use lifecycle::engine::Engine as Client;
+use lifecycle::ops::Lifecycle;
+use lifecycle::serve::apikey::ApiKey;
+use lifecycle::serve::clock::FakeClock;
+use lifecycle::serve::limits::Limits;
+use lifecycle::serve::provider::{Provider, ProviderConfig};
+use lifecycle::serve::provisioner::ApiConfig;
+use lifecycle::serve::store::{Memory, Ownership, Store};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::engine::Engine;
+use crate::lc::settings;
+use crate::stack::StackProxy;
+use crate::unique_prefix;
+
+/// What a real-engine sandbox runs: busybox's httpd answers every request.
+pub const SERVING_CMD: &str = "httpd -f -p 8080 -h /tmp";
+
+#[derive(Debug)]
+pub struct ApiStack {
+    pub provider: Arc<Provider>,
+    pub proxy: StackProxy,
+    pub prefix: String,
+    /// The engine's own socket, for assertions on what it holds.
+    pub engine: PathBuf,
+    /// deer-flow's host base directory (real path), the proxy's bind root.
+    pub root: PathBuf,
+    pub addr: SocketAddr,
+    _root: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    stop: watch::Sender<bool>,
+}
+
+impl ApiStack {
+    /// `key`: the API key the provider requires (`None`: none). On the real engine the
+    /// sandboxes serve HTTP and creates wait for it; on a fake nothing serves, so nothing waits.
+    pub async fn start(e: &Engine, mode: Mode, key: Option<&str>) -> Self {
+        let root_dir = tempfile::Builder::new()
+            .prefix("dfroot")
+            .tempdir()
+            .expect("root");
+        let root = std::fs::canonicalize(root_dir.path()).expect("real path");
+        let prefix = unique_prefix();
+        let bind_root = root.clone();
+        let proxy = StackProxy::start_with(&e.socket, &prefix, mode == Mode::Restricted, |c| {
+            c.create_rules.bind_roots = vec![bind_root];
+        });
+        let state = tempfile::tempdir().expect("state");
+        let mut s = settings(&prefix, mode);
+        s.image = Some(e.image.clone());
+        if !e.is_fake() {
+            s.sandbox_cmd = Some(vec!["sh".into(), "-c".into(), SERVING_CMD.into()]);
+            s.ready_timeout = Duration::from_secs(30);
+        }
+        let lc = Lifecycle::new(
+            Client::new(&format!("unix://{}", proxy.socket().display())).expect("address"),
+            state.path(),
+            s,
+        );
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        let config = ProviderConfig {
+            idle_timeout: Duration::from_secs(1),
+            max_replicas: 0,
+            adopt_grace: Duration::from_secs(1),
+            lease_timeout: Duration::ZERO,
+        };
+        let api = ApiConfig {
+            mount_root: Some(root.clone()),
+            sandbox_host: "localhost".into(),
+            api_key: key.map(ApiKey::new),
+        };
+        let provider =
+            Arc::new(Provider::new(lc, own, Arc::new(FakeClock::default()), config).with_api(api));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(lifecycle::serve::http::serve(
+            listener,
+            provider.clone(),
+            Limits::default(),
+            rx,
+        ));
+        Self {
+            provider,
+            proxy,
+            prefix,
+            engine: e.socket.clone(),
+            root,
+            addr,
+            _root: root_dir,
+            _state: state,
+            stop,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The sandbox container's name for `id`.
+    pub fn name(&self, id: &str) -> String {
+        format!("{}sandbox-{id}", self.prefix)
+    }
+
+    /// `GET /containers/NAME/json` on the engine itself (`Null` when absent).
+    pub fn inspect(&self, name: &str) -> Value {
+        match crate::raw::get(&self.engine, &format!("/containers/{name}/json")) {
+            Ok(r) if r.status == 200 => r.json(),
+            _ => Value::Null,
+        }
+    }
+
+    /// Whether the engine holds object `path` (`/networks/N`, `/containers/N/json`).
+    pub fn exists(&self, path: &str) -> bool {
+        crate::raw::get(&self.engine, path).is_ok_and(|r| r.status == 200)
+    }
+
+    /// One request to the API: (status, body as text, the answer's headers).
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> (u16, String) {
+        call(self.addr, method, path, headers, body).await
+    }
+}
+
+impl Drop for ApiStack {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// One HTTP/1.1 request over TCP with `Connection: close`; (status, body).
+pub async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> (u16, String) {
+    let (method, path) = (method.to_owned(), path.to_owned());
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        let body = body.unwrap_or_default();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: provisioner\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if !body.is_empty() {
+            head.push_str("Content-Type: application/json\r\n");
+        }
+        for (k, v) in &headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let _ = s.write_all(head.as_bytes());
+        let _ = s.write_all(&body);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let r = crate::raw::parse(&out).expect("an HTTP answer");
+        (r.status, r.text())
+    })
+    .await
+    .expect("request thread")
+}
+
+/// Runs the Python `script` (deer-flow's side, with `requests`) with `args`; its stdout, or a
+/// panic with everything it printed.
+pub fn python(script: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed:\n{stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

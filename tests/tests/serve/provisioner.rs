@@ -1,0 +1,404 @@
+//! Issue 36: deer-flow's provisioner API on `lifecycle serve`, over TCP with an API key. The
+//! contract test drives every route with Python `requests` in the order deer-flow's remote
+//! backend calls them, on the fake engine and on the real dockerd, each through sockproxy, and
+//! asserts what the engine holds; then the key, concurrent creates, bad input (each refused
+//! before any engine call), restricted mode, and the start-up refusals of the binary.
+
+use std::path::PathBuf;
+
+use lifecycle::decide::Mode;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sockproxy_tests::engine::{each_engine_async, Engine, Fakes};
+use sockproxy_tests::provisioner::{python, ApiStack};
+
+const KEY: &str = "k3y-for-tests-only";
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/deerflow_remote.py")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the provider asked the fake engine (the proxy's own event subscription aside).
+fn engine_asked(e: &Engine) -> Vec<String> {
+    e.fake
+        .as_ref()
+        .map(|f| {
+            f.request_lines()
+                .into_iter()
+                .filter(|l| {
+                    !l.starts_with("GET /events")
+                        && !l.contains("/_ping")
+                        && !l.starts_with("GET /version")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deer_flows_remote_backend_creates_finds_checks_lists_and_destroys() {
+    each_engine_async(
+        "deer_flows_remote_backend_creates_finds_checks_lists_and_destroys",
+        Fakes::Debian,
+        |e| {
+            Box::pin(async move {
+                let s = ApiStack::start(e, Mode::Open, Some(KEY)).await;
+                // deer-flow's own derivation, as a literal computation here (not the code under
+                // test): sha256("user-1:thread-1")[:16] and the full digest as the scope label.
+                let digest = hex(&Sha256::digest(b"user-1:thread-1"));
+                let id = digest[..16].to_owned();
+                assert_eq!(id, "7d9ac0ff9b98cd06");
+                let acp = s.root.join("users/user-1/threads/thread-1/acp-workspace");
+                let extra = json!([{"host_path": acp.display().to_string(),
+                                    "container_path": "/mnt/acp-workspace", "read_only": false}])
+                .to_string();
+                let (url, key, sid) = (s.url(), KEY.to_owned(), id.clone());
+                let out = tokio::task::spawn_blocking(move || {
+                    python(
+                        &script(),
+                        &[&url, &key, "create", &sid, "user-1", "thread-1", &extra],
+                    )
+                })
+                .await
+                .expect("python");
+                let made: Value = serde_json::from_str(out.trim()).expect("one JSON line");
+                let c = s.inspect(&s.name(&id));
+                assert_ne!(c, Value::Null, "the engine holds {}", s.name(&id));
+                let labels = &c["Config"]["Labels"];
+                assert_eq!(labels["deerflow.sandbox_id"], json!(id));
+                assert_eq!(labels["lifecycle.scope"], json!(digest));
+                assert_eq!(labels["deerflow.role"], "sandbox");
+                assert_eq!(labels["deerflow.network_mode"], "open");
+                assert_eq!(labels["lifecycle.origin"], "provisioner");
+                let r = s.root.display().to_string();
+                let mut binds: Vec<String> = c["HostConfig"]["Binds"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|b| b.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                binds.sort();
+                let mut want = vec![
+                    format!("{r}/skills_view/public:/mnt/skills/public:ro"),
+                    format!("{r}/users/user-1/skills_view/custom:/mnt/skills/custom:ro"),
+                    format!("{r}/users/user-1/skills_view/legacy:/mnt/skills/legacy:ro"),
+                    format!("{r}/users/user-1/threads/thread-1/user-data:/mnt/user-data"),
+                    format!("{r}/users/user-1/threads/thread-1/acp-workspace:/mnt/acp-workspace"),
+                ];
+                want.sort();
+                assert_eq!(binds, want, "deer-flow's provisioner layout");
+                assert!(s.root.join("skills_view/public").is_dir(), "made empty");
+                let binding = &c["HostConfig"]["PortBindings"]["8080/tcp"][0];
+                assert_eq!(binding["HostIp"], "127.0.0.1", "published on loopback only");
+                let port = binding["HostPort"].as_str().unwrap_or_default().to_owned();
+                assert_eq!(
+                    made["sandbox_url"],
+                    json!(format!("http://localhost:{port}"))
+                );
+                if !e.is_fake() {
+                    // The URL answers HTTP (busybox httpd in the sandbox).
+                    let answered = tokio::task::spawn_blocking(move || {
+                        use std::io::{Read, Write};
+                        let mut t = std::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+                            .expect("connect to the sandbox");
+                        t.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                            .ok();
+                        t.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
+                        let mut buf = [0u8; 12];
+                        let n = t.read(&mut buf).unwrap_or(0);
+                        String::from_utf8_lossy(&buf[..n]).into_owned()
+                    })
+                    .await
+                    .expect("probe");
+                    assert!(answered.starts_with("HTTP/1."), "{answered:?}");
+                }
+                let (url, key, sid) = (s.url(), KEY.to_owned(), id.clone());
+                tokio::task::spawn_blocking(move || {
+                    python(&script(), &[&url, &key, "delete", &sid])
+                })
+                .await
+                .expect("python");
+                assert_eq!(
+                    s.inspect(&s.name(&id)),
+                    Value::Null,
+                    "destroyed on the engine"
+                );
+            })
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_is_required_on_every_api_route_and_health_is_open() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
+    let create = Some(json!({"sandbox_id": "s1"}).to_string().into_bytes());
+    let other_length = "k".repeat(KEY.len() + 7);
+    for (headers, why) in [
+        (vec![], "no key"),
+        (vec![("X-API-Key", "wrong-key-of-same-len")], "wrong key"),
+        (vec![("X-API-Key", other_length.as_str())], "another length"),
+        (vec![("Authorization", KEY)], "another header"),
+        (vec![("X-Api-Key-2", KEY)], "a lookalike header"),
+    ] {
+        for (method, path, body) in [
+            ("GET", "/api/capabilities", None),
+            ("GET", "/api/sandboxes", None),
+            ("POST", "/api/sandboxes", create.clone()),
+            ("GET", "/api/sandboxes/s1", None),
+            ("DELETE", "/api/sandboxes/s1", None),
+        ] {
+            let (status, text) = s.call(method, path, &headers, body).await;
+            assert_eq!(
+                (status, text.as_str()),
+                (401, "Unauthorized"),
+                "{why}: {method} {path}"
+            );
+        }
+    }
+    assert_eq!(
+        engine_asked(&e)
+            .iter()
+            .filter(|l| l.contains("/containers/create"))
+            .count(),
+        0
+    );
+    let (status, text) = s.call("GET", "/health", &[], None).await;
+    assert_eq!((status, text.trim()), (200, r#"{"status":"ok"}"#));
+    let (status, _) = s
+        .call("GET", "/api/capabilities", &[("X-API-Key", KEY)], None)
+        .await;
+    assert_eq!(status, 200);
+    let (_, metrics) = s.call("GET", "/metrics", &[], None).await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"lifecycle_api_requests_total{route="sandboxes",code="401"} 10"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"lifecycle_api_requests_total{route="capabilities",code="200"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_parallel_creates_of_one_id_make_one_container() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = std::sync::Arc::new(ApiStack::start(&e, Mode::Open, Some(KEY)).await);
+    let body =
+        json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (s, body) = (s.clone(), body.to_string().into_bytes());
+        set.spawn(async move {
+            s.call("POST", "/api/sandboxes", &[("X-API-Key", KEY)], Some(body))
+                .await
+        });
+    }
+    let mut urls = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let (status, text) = r.expect("task");
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).expect("json");
+        urls.push(v["sandbox_url"].clone());
+    }
+    urls.dedup();
+    assert_eq!(urls.len(), 1, "one URL for all: {urls:?}");
+    let creates = engine_asked(&e)
+        .iter()
+        .filter(|l| l.contains("/containers/create"))
+        .count();
+    assert_eq!(creates, 1, "one container");
+    // A create while a delete of the same ID runs: both answer, and what the engine holds
+    // afterwards is what the API says.
+    let del = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.call(
+                "DELETE",
+                "/api/sandboxes/7d9ac0ff9b98cd06",
+                &[("X-API-Key", KEY)],
+                None,
+            )
+            .await
+        })
+    };
+    let post = {
+        let s = s.clone();
+        let body = body.to_string().into_bytes();
+        tokio::spawn(async move {
+            s.call("POST", "/api/sandboxes", &[("X-API-Key", KEY)], Some(body))
+                .await
+        })
+    };
+    assert_eq!(del.await.expect("delete").0, 200);
+    assert_eq!(post.await.expect("post").0, 200);
+    let (status, _) = s
+        .call(
+            "GET",
+            "/api/sandboxes/7d9ac0ff9b98cd06",
+            &[("X-API-Key", KEY)],
+            None,
+        )
+        .await;
+    let held = s.inspect(&s.name("7d9ac0ff9b98cd06"));
+    assert_eq!(
+        status == 200,
+        held != Value::Null,
+        "the API and the engine agree: {status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_before_any_engine_call() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
+    s.proxy.wait_names_live();
+    std::os::unix::fs::symlink("/etc", s.root.join("link")).expect("symlink");
+    let r = s.root.display().to_string();
+    let mount =
+        |host: String, container: &str| json!({"host_path": host, "container_path": container});
+    let eleven: Vec<Value> = (0..11)
+        .map(|i| mount(format!("{r}/m{i}"), "/mnt/acp-workspace"))
+        .collect();
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (json!({"sandbox_id": "s", "extra_mounts": [mount(format!("{r}/../etc"), "/mnt/acp-workspace")]}).to_string().into_bytes(), 400, "absolute, clean"),
+        (json!({"sandbox_id": "s", "extra_mounts": [mount("/etc".into(), "/mnt/acp-workspace")]}).to_string().into_bytes(), 400, "not under the mount root"),
+        (json!({"sandbox_id": "s", "extra_mounts": [mount(format!("{r}/link/x"), "/mnt/acp-workspace")]}).to_string().into_bytes(), 400, "is a symbolic link"),
+        (json!({"sandbox_id": "s", "extra_mounts": eleven}).to_string().into_bytes(), 400, "11 given; at most 10"),
+        (json!({"sandbox_id": "s", "extra_mounts": [mount(format!("{r}/a"), "/mnt/acp-workspace"), mount(format!("{r}/b"), "/mnt/acp-workspace")]}).to_string().into_bytes(), 400, "given twice"),
+        (json!({"sandbox_id": "s", "extra_mounts": [mount(format!("{r}/a"), "/etc")]}).to_string().into_bytes(), 400, "is not one the provisioner mounts"),
+        (json!({"sandbox_id": "S!"}).to_string().into_bytes(), 400, "sandbox_id"),
+        (json!({"sandbox_id": "s", "thread_id": "a:b"}).to_string().into_bytes(), 400, "thread ID may contain only"),
+        (json!({"sandbox_id": "s", "user_id": "x".repeat(129)}).to_string().into_bytes(), 400, "user ID must be at most 128"),
+        (b"not json".to_vec(), 422, "not a sandbox create request"),
+        (json!({"thread_id": "t"}).to_string().into_bytes(), 422, "missing field `sandbox_id`"),
+        (vec![b'{'; 2 << 20], 413, "over 64 KiB"),
+    ];
+    for (body, want, says) in cases {
+        if let Some(f) = e.fake.as_ref() {
+            f.clear_requests();
+        }
+        let (status, text) = s
+            .call("POST", "/api/sandboxes", &[("X-API-Key", KEY)], Some(body))
+            .await;
+        assert_eq!(status, want, "{says}: {text}");
+        assert!(text.contains(says), "{says}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert!(v["detail"].is_string(), "FastAPI's shape: {text}");
+        assert_eq!(
+            engine_asked(&e),
+            Vec::<String>::new(),
+            "{says}: no engine call"
+        );
+    }
+    assert!(
+        !std::path::Path::new("/etc/x").exists(),
+        "nothing made through the link"
+    );
+    // deer-flow adds fields over time: unknown ones are ignored.
+    let body = json!({"sandbox_id": "s", "required_mount_contract_version": 2, "new_thing": [1]});
+    let (status, text) = s
+        .call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(body.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = ApiStack::start(&e, Mode::Restricted, Some(KEY)).await;
+    let body =
+        json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
+    let (status, text) = s
+        .call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(body.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let p = &s.prefix;
+    // deer-flow's digest of ("{P}sandbox", id), literal here.
+    let digest = hex(&Sha256::digest(
+        format!("{p}sandbox:7d9ac0ff9b98cd06").as_bytes(),
+    ))[..16]
+        .to_owned();
+    let made = [
+        format!("/containers/{p}netproxy-{digest}/json"),
+        format!("/networks/{p}sandbox-net-{digest}"),
+        format!("/networks/{p}sandbox-egress-{digest}"),
+    ];
+    for path in &made {
+        assert!(s.exists(path), "{path}");
+    }
+    let c = s.inspect(&s.name("7d9ac0ff9b98cd06"));
+    assert_eq!(c["Config"]["Labels"]["deerflow.network_mode"], "allowlist");
+    let (status, text) = s
+        .call(
+            "DELETE",
+            "/api/sandboxes/7d9ac0ff9b98cd06",
+            &[("X-API-Key", KEY)],
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    for path in &made {
+        assert!(!s.exists(path), "removed: {path}");
+    }
+    assert_eq!(s.inspect(&s.name("7d9ac0ff9b98cd06")), Value::Null);
+}
+
+/// A provisioner sandbox is deer-flow's to keep: the reaper never takes it on the idle timer,
+/// and a later create for another (user, thread) under the same ID is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
+    let body =
+        json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
+    let (status, _) = s
+        .call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(body.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(s.provider.reap().await.is_empty(), "never reaped");
+    lifecycle::serve::background::reconcile(&s.provider).await;
+    assert!(s.provider.reap().await.is_empty());
+    assert_ne!(
+        s.inspect(&s.name("7d9ac0ff9b98cd06")),
+        Value::Null,
+        "still there"
+    );
+    let other =
+        json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-2", "user_id": "user-9"});
+    let (status, text) = s
+        .call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(other.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, 409, "{text}");
+}
