@@ -38,6 +38,8 @@ pub struct ApiStack {
     /// deer-flow's host base directory (real path), the proxy's bind root.
     pub root: PathBuf,
     pub addr: SocketAddr,
+    /// The provider's monotonic clock, stepped by the test.
+    pub clock: Arc<FakeClock>,
     _root: tempfile::TempDir,
     _state: tempfile::TempDir,
     stop: watch::Sender<bool>,
@@ -85,8 +87,8 @@ impl ApiStack {
             sandbox_host: "localhost".into(),
             api_key: key.map(ApiKey::new),
         };
-        let provider =
-            Arc::new(Provider::new(lc, own, Arc::new(FakeClock::default()), config).with_api(api));
+        let clock = Arc::new(FakeClock::default());
+        let provider = Arc::new(Provider::new(lc, own, clock.clone(), config).with_api(api));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -105,6 +107,7 @@ impl ApiStack {
             engine: e.socket.clone(),
             root,
             addr,
+            clock,
             _root: root_dir,
             _state: state,
             stop,
@@ -126,6 +129,29 @@ impl ApiStack {
             Ok(r) if r.status == 200 => r.json(),
             _ => Value::Null,
         }
+    }
+
+    /// A running container made on the engine itself, behind the provider's back (what an
+    /// earlier provider process left); returns its ID.
+    pub fn make(&self, name: &str, labels: Value) -> String {
+        let body = serde_json::json!({ "Image": crate::engine::TEST_IMAGE, "Cmd": ["sleep", "600"], "Labels": labels });
+        let r = crate::raw::request(
+            &self.engine,
+            "POST",
+            &format!("/containers/create?name={name}"),
+            Some(body.to_string().as_bytes()),
+        )
+        .expect("answer");
+        assert_eq!(r.status, 201, "{}", r.text());
+        let started = crate::raw::request(
+            &self.engine,
+            "POST",
+            &format!("/containers/{name}/start"),
+            None,
+        )
+        .expect("answer");
+        assert_eq!(started.status, 204);
+        r.json()["Id"].as_str().unwrap_or_default().to_owned()
     }
 
     /// Whether the engine holds object `path` (`/networks/N`, `/containers/N/json`).

@@ -278,6 +278,19 @@ async fn adopt(p: &Provider, id: &str) {
         return;
     };
     let created = p.lc.discovered(id, &c);
+    let origin = c
+        .labels
+        .get(super::provisioner::LABEL_ORIGIN)
+        .map(String::as_str);
+    if origin == Some(super::provisioner::ORIGIN_PROVISIONER) {
+        // deer-flow's (made through the provisioner API): tracked, never reaped or evicted.
+        if p.pool().get(id).is_none() {
+            p.pool()
+                .commit_provisioned(id, &scope, &c.id, &created.url, p.now());
+        }
+        tracing::info!(sandbox_id = id, container_id = %c.id, "reconcile: adopted a provisioner API sandbox (kept until deer-flow deletes it)");
+        return;
+    }
     p.adopt_entry(id, &scope, &c.id, &created.url);
     tracing::info!(sandbox_id = id, container_id = %c.id, "reconcile: adopted an orphan into the warm pool");
 }

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use sockproxy_tests::engine::{each_engine_async, Engine, Fakes};
 use sockproxy_tests::provisioner::{python, ApiStack};
+use sockproxy_tests::stack::StackProxy;
 
 const KEY: &str = "k3y-for-tests-only";
 
@@ -390,6 +391,39 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
         Value::Null,
         "still there"
     );
+    // After a restart, a provider adopts what the API made as deer-flow's too (the label
+    // says so), while an ordinary orphan goes to the warm pool and its idle timer.
+    let labels = |id: &str, thread: &str, origin: Option<&str>| {
+        let mut l = json!({"deerflow.sandbox_id": id, "deerflow.role": "sandbox",
+            "deerflow.network_mode": "open", "deerflow.stack": s.prefix,
+            "lifecycle.scope": hex(&Sha256::digest(format!("user-1:{thread}").as_bytes()))});
+        if let Some(o) = origin {
+            l["lifecycle.origin"] = json!(o);
+        }
+        l
+    };
+    let kept_id = hex(&Sha256::digest(b"user-1:kept"))[..16].to_owned();
+    let warm_id = hex(&Sha256::digest(b"user-1:warm"))[..16].to_owned();
+    let kept = s.make(
+        &s.name(&kept_id),
+        labels(&kept_id, "kept", Some("provisioner")),
+    );
+    let warm = s.make(&s.name(&warm_id), labels(&warm_id, "warm", None));
+    lifecycle::serve::background::reconcile(&s.provider).await;
+    let (_, listed) = s.call("GET", "/v1/sandboxes", &[], None).await;
+    assert!(
+        listed.contains(&kept_id) && listed.contains(&warm_id),
+        "{listed}"
+    );
+    s.clock.advance(std::time::Duration::from_secs(86_400));
+    assert_eq!(
+        s.provider.reap().await,
+        vec![warm_id.clone()],
+        "only the ordinary orphan"
+    );
+    let running = |cid: &str| s.inspect(cid)["State"]["Running"] == json!(true);
+    assert!(running(&kept), "the API's sandbox stays");
+    assert!(s.inspect(&warm) == Value::Null, "the orphan was reaped");
     let other =
         json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-2", "user_id": "user-9"});
     let (status, text) = s
@@ -401,4 +435,77 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
         )
         .await;
     assert_eq!(status, 409, "{text}");
+}
+
+/// TCP needs a key, and the key file must be private, non-empty, one line: each refusal is one
+/// line on stderr and exit 2, before anything is bound. On a Unix socket a key is optional,
+/// and enforced when given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let key_file = |name: &str, body: &str, mode: u32| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        p.display().to_string()
+    };
+    let good = key_file("good", &format!("{KEY}\n"), 0o600);
+    let open = key_file("open", "k\n", 0o644);
+    let empty = key_file("empty", "", 0o600);
+    let missing = dir.path().join("missing").display().to_string();
+    let sock = dir.path().join("proxy.sock");
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (vec![], "listening on TCP needs --api-key-file".into()),
+        (
+            vec!["--api-key-file".into(), open.clone()],
+            format!("--api-key-file {open}: readable or writable by others (mode 0644)"),
+        ),
+        (
+            vec!["--api-key-file".into(), empty.clone()],
+            format!("--api-key-file {empty}: the file is empty"),
+        ),
+        (
+            vec!["--api-key-file".into(), missing.clone()],
+            format!("--api-key-file {missing}: "),
+        ),
+    ];
+    for (extra, want) in cases {
+        let out = sockproxy_tests::lc::lifecycle_base(&sock, "deer-flow-", "open", dir.path())
+            .args(["serve", "--listen", "tcp://127.0.0.1:1"])
+            .args(&extra)
+            .env_remove("LIFECYCLE_API_KEY_FILE")
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains(&want), "{extra:?}: {stderr}");
+        assert!(!stderr.contains(KEY), "never the key");
+    }
+    // A Unix socket with a key: /api/ needs it, /health does not.
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let stack = StackProxy::start(&e.socket, "deer-flow-", false);
+    let api = dir.path().join("api.sock");
+    let serve = sockproxy_tests::serve_process::ServeProcess::start(
+        stack.socket(),
+        "deer-flow-",
+        dir.path(),
+        api.clone(),
+        &[],
+        &["--api-key-file", &good],
+    );
+    let get = |path: &str, key: Option<&str>| {
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        if let Some(k) = key {
+            req.push_str(&format!("X-API-Key: {k}\r\n"));
+        }
+        req.push_str("\r\n");
+        sockproxy_tests::raw::send(&api, req.as_bytes()).expect("answer")
+    };
+    let r = get("/api/capabilities", None);
+    assert_eq!((r.status, r.text()), (401, "Unauthorized".to_owned()));
+    assert_eq!(get("/api/capabilities", Some(KEY)).status, 200);
+    assert_eq!(get("/health", None).status, 200);
+    drop(serve);
 }
