@@ -241,3 +241,59 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
         );
     });
 }
+
+/// `deploy/compose.deerflow.yaml` as docker-compose reads it: valid, the provisioner on TCP with
+/// its key from a secret file, the proxy's bind root the provisioner's mount root.
+#[test]
+fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
+    if Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        skip(
+            "the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root",
+            "docker-compose is not installed",
+            "apt-get install docker-compose, as .ci/run does",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let key = dir.path().join("provisioner.key");
+    std::fs::write(&key, "k\n").expect("key");
+    let out = Command::new("docker-compose")
+        .arg("-f")
+        .arg(repo().join("deploy/compose.deerflow.yaml"))
+        .arg("config")
+        .env("DEER_FLOW_HOST_BASE_DIR", "/srv/deer-flow")
+        .env("PROVISIONER_KEY_FILE", &key)
+        .output()
+        .expect("docker-compose runs");
+    let config = text(&out);
+    assert!(out.status.success(), "{config}");
+    for want in [
+        "LIFECYCLE_LISTEN: tcp://0.0.0.0:8002",
+        "LIFECYCLE_API_KEY_FILE: /run/secrets/provisioner_key",
+        "LIFECYCLE_MOUNT_ROOT: /srv/deer-flow",
+        "- --allow-bind-root",
+        "- /srv/deer-flow",
+    ] {
+        assert!(config.contains(want), "{want} in\n{config}");
+    }
+    // Without the base directory it refuses to start, naming it.
+    let out = Command::new("docker-compose")
+        .arg("-f")
+        .arg(repo().join("deploy/compose.deerflow.yaml"))
+        .arg("config")
+        .env_remove("DEER_FLOW_HOST_BASE_DIR")
+        .env("PROVISIONER_KEY_FILE", &key)
+        .output()
+        .expect("docker-compose runs");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("DEER_FLOW_HOST_BASE_DIR"),
+        "{}",
+        text(&out)
+    );
+}

@@ -322,48 +322,68 @@ async fn bad_input_is_refused_before_any_engine_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them() {
-    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
-    let s = ApiStack::start(&e, Mode::Restricted, Some(KEY)).await;
-    let body =
-        json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
-    let (status, text) = s
-        .call(
-            "POST",
-            "/api/sandboxes",
-            &[("X-API-Key", KEY)],
-            Some(body.to_string().into_bytes()),
-        )
-        .await;
-    assert_eq!(status, 200, "{text}");
-    let p = &s.prefix;
-    // deer-flow's digest of ("{P}sandbox", id), literal here.
-    let digest = hex(&Sha256::digest(
-        format!("{p}sandbox:7d9ac0ff9b98cd06").as_bytes(),
-    ))[..16]
-        .to_owned();
-    let made = [
-        format!("/containers/{p}netproxy-{digest}/json"),
-        format!("/networks/{p}sandbox-net-{digest}"),
-        format!("/networks/{p}sandbox-egress-{digest}"),
-    ];
-    for path in &made {
-        assert!(s.exists(path), "{path}");
-    }
-    let c = s.inspect(&s.name("7d9ac0ff9b98cd06"));
-    assert_eq!(c["Config"]["Labels"]["deerflow.network_mode"], "allowlist");
-    let (status, text) = s
-        .call(
-            "DELETE",
-            "/api/sandboxes/7d9ac0ff9b98cd06",
-            &[("X-API-Key", KEY)],
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{text}");
-    for path in &made {
-        assert!(!s.exists(path), "removed: {path}");
-    }
-    assert_eq!(s.inspect(&s.name("7d9ac0ff9b98cd06")), Value::Null);
+    each_engine_async(
+        "restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them",
+        Fakes::Debian,
+        |e| {
+            Box::pin(async move {
+                let s = ApiStack::start(e, Mode::Restricted, Some(KEY)).await;
+                let body = json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1",
+                                  "user_id": "user-1"});
+                let (status, text) = s
+                    .call(
+                        "POST",
+                        "/api/sandboxes",
+                        &[("X-API-Key", KEY)],
+                        Some(body.to_string().into_bytes()),
+                    )
+                    .await;
+                assert_eq!(status, 200, "{text}");
+                let p = &s.prefix;
+                // deer-flow's digest of ("{P}sandbox", id), computed here, not by the code under
+                // test.
+                let digest = hex(&Sha256::digest(
+                    format!("{p}sandbox:7d9ac0ff9b98cd06").as_bytes(),
+                ))[..16]
+                    .to_owned();
+                let made = [
+                    format!("/containers/{p}netproxy-{digest}/json"),
+                    format!("/networks/{p}sandbox-net-{digest}"),
+                    format!("/networks/{p}sandbox-egress-{digest}"),
+                ];
+                for path in &made {
+                    assert!(s.exists(path), "{path}");
+                }
+                let c = s.inspect(&s.name("7d9ac0ff9b98cd06"));
+                assert_eq!(c["Config"]["Labels"]["deerflow.network_mode"], "allowlist");
+                let v: Value = serde_json::from_str(&text).expect("json");
+                let ip = c["NetworkSettings"]["Networks"][format!("{p}sandbox-net-{digest}")]
+                    ["IPAddress"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                assert_eq!(
+                    v["sandbox_url"],
+                    json!(format!("http://{ip}:8080")),
+                    "{text}"
+                );
+                let (status, text) = s
+                    .call(
+                        "DELETE",
+                        "/api/sandboxes/7d9ac0ff9b98cd06",
+                        &[("X-API-Key", KEY)],
+                        None,
+                    )
+                    .await;
+                assert_eq!(status, 200, "{text}");
+                for path in &made {
+                    assert!(!s.exists(path), "removed: {path}");
+                }
+                assert_eq!(s.inspect(&s.name("7d9ac0ff9b98cd06")), Value::Null);
+            })
+        },
+    )
+    .await;
 }
 
 /// A provisioner sandbox is deer-flow's to keep: the reaper never takes it on the idle timer,
