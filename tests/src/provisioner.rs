@@ -49,6 +49,11 @@ impl ApiStack {
     /// `key`: the API key the provider requires (`None`: none). On the real engine the
     /// sandboxes serve HTTP and creates wait for it; on a fake nothing serves, so nothing waits.
     pub async fn start(e: &Engine, mode: Mode, key: Option<&str>) -> Self {
+        Self::start_limited(e, mode, key, Limits::default()).await
+    }
+
+    /// `start` with the socket's limits (timeouts, connection cap) given.
+    pub async fn start_limited(e: &Engine, mode: Mode, key: Option<&str>, limits: Limits) -> Self {
         let root_dir = tempfile::Builder::new()
             .prefix("dfroot")
             .tempdir()
@@ -97,7 +102,7 @@ impl ApiStack {
         tokio::spawn(lifecycle::serve::http::serve(
             listener,
             provider.clone(),
-            Limits::default(),
+            limits,
             rx,
         ));
         Self {

@@ -328,17 +328,24 @@ async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them(
         |e| {
             Box::pin(async move {
                 let s = ApiStack::start(e, Mode::Restricted, Some(KEY)).await;
-                let body = json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1",
-                                  "user_id": "user-1"});
-                let (status, text) = s
-                    .call(
-                        "POST",
-                        "/api/sandboxes",
-                        &[("X-API-Key", KEY)],
-                        Some(body.to_string().into_bytes()),
+                // deer-flow's remote backend's own calls, as in open mode.
+                let (url, key) = (s.url(), KEY.to_owned());
+                let out = tokio::task::spawn_blocking(move || {
+                    python(
+                        &script(),
+                        &[
+                            &url,
+                            &key,
+                            "create",
+                            "7d9ac0ff9b98cd06",
+                            "user-1",
+                            "thread-1",
+                            "[]",
+                        ],
                     )
-                    .await;
-                assert_eq!(status, 200, "{text}");
+                })
+                .await
+                .expect("python");
                 let p = &s.prefix;
                 // deer-flow's digest of ("{P}sandbox", id), computed here, not by the code under
                 // test.
@@ -356,7 +363,7 @@ async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them(
                 }
                 let c = s.inspect(&s.name("7d9ac0ff9b98cd06"));
                 assert_eq!(c["Config"]["Labels"]["deerflow.network_mode"], "allowlist");
-                let v: Value = serde_json::from_str(&text).expect("json");
+                let v: Value = serde_json::from_str(out.trim()).expect("one JSON line");
                 let ip = c["NetworkSettings"]["Networks"][format!("{p}sandbox-net-{digest}")]
                     ["IPAddress"]
                     .as_str()
@@ -365,17 +372,14 @@ async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them(
                 assert_eq!(
                     v["sandbox_url"],
                     json!(format!("http://{ip}:8080")),
-                    "{text}"
+                    "{out}"
                 );
-                let (status, text) = s
-                    .call(
-                        "DELETE",
-                        "/api/sandboxes/7d9ac0ff9b98cd06",
-                        &[("X-API-Key", KEY)],
-                        None,
-                    )
-                    .await;
-                assert_eq!(status, 200, "{text}");
+                let (url, key) = (s.url(), KEY.to_owned());
+                tokio::task::spawn_blocking(move || {
+                    python(&script(), &[&url, &key, "delete", "7d9ac0ff9b98cd06"])
+                })
+                .await
+                .expect("python");
                 for path in &made {
                     assert!(!s.exists(path), "removed: {path}");
                 }
@@ -528,4 +532,44 @@ async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix
     assert_eq!(get("/api/capabilities", Some(KEY)).status, 200);
     assert_eq!(get("/health", None).status, 200);
     drop(serve);
+}
+
+/// The socket's limits hold for TCP clients as for Unix ones: over `--max-connections` a client
+/// is answered 503, a half-sent head is cut at `--header-timeout`, and the slot serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_clients_are_held_to_the_same_limits() {
+    use std::io::{Read, Write};
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let limits = lifecycle::serve::limits::Limits::new(0.5, 1.0, 1).expect("limits");
+    let s = ApiStack::start_limited(&e, Mode::Open, Some(KEY), limits).await;
+    let addr = s.addr;
+    let mut held = tokio::task::spawn_blocking(move || {
+        let mut t = std::net::TcpStream::connect(addr).expect("connect");
+        t.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .expect("half a head");
+        t
+    })
+    .await
+    .expect("client");
+    let (status, text) = s.call("GET", "/health", &[], None).await;
+    assert_eq!(status, 503, "the only slot is held: {text}");
+    let closed = tokio::task::spawn_blocking(move || {
+        held.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .expect("timeout");
+        let mut buf = [0u8; 64];
+        matches!(held.read(&mut buf), Ok(0))
+            || matches!(held.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+    })
+    .await
+    .expect("reader");
+    assert!(closed, "the half-sent head was cut at the header timeout");
+    let mut status = 0;
+    for _ in 0..100 {
+        status = s.call("GET", "/health", &[], None).await.0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200, "the freed slot serves again");
 }
