@@ -46,6 +46,26 @@ pub fn fold(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// A configured network as addresses are judged: one inside IPv4-mapped space
+/// (`::ffff:0:0/96`) as the IPv4 network it means, since addresses are `fold`ed before any
+/// check and a mapped-form network would never match; `None` for one that covers part of
+/// mapped space without being inside it (`::ffff:0:0/95` and the like, but not `::/0`, which
+/// names all of IPv6 and is read as that).
+pub fn unmapped_net(net: IpNet) -> Option<IpNet> {
+    let IpNet::V6(v6) = net else {
+        return Some(net);
+    };
+    let len = v6.prefix_len();
+    if let (Some(v4), true) = (v6.network().to_ipv4_mapped(), len >= 96) {
+        return ipnet::Ipv4Net::new(v4, len - 96).ok().map(IpNet::V4);
+    }
+    let mapped = ipnet::Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96).ok()?;
+    if len > 0 && v6.contains(&mapped) {
+        return None;
+    }
+    Some(net)
+}
+
 /// The IPv4 addresses an IPv6 address embeds: Teredo's server and client, the one a declared
 /// NAT64 prefix (`nat64`) puts in it, and so on.
 ///
@@ -78,8 +98,22 @@ pub fn embedded(v6: Ipv6Addr, nat64: &[Nat64Prefix]) -> Vec<Ipv4Addr> {
         ],
         _ => Vec::new(),
     };
+    // ISATAP (RFC 5214): an interface ID of 0000:5efe or 0200:5efe (the u bit set) carries
+    // the IPv4 of the tunnel end in its last 32 bits, under any /64 prefix, global ones too.
+    if matches!(o[8..12], [0x00 | 0x02, 0x00, 0x5e, 0xfe]) {
+        out.push(tail);
+    }
     out.extend(declared);
     out
+}
+
+/// The special-purpose range `ip` is in, or for IPv6 outside `2000::/3` that no row names,
+/// `NotGlobalUnicast`: nothing is allocated there, so nothing there is a public destination.
+fn kind(ip: IpAddr) -> Option<Special> {
+    classify(ip).or(match ip {
+        IpAddr::V6(v6) if v6.segments()[0] & 0xe000 != 0x2000 => Some(Special::NotGlobalUnicast),
+        _ => None,
+    })
 }
 
 /// Whether `ip` may be dialed: `Ok` with the folded address to dial, or why not.
@@ -98,7 +132,7 @@ pub fn judge(
         return Err(AddrRefusal::OwnNetwork);
     }
     for a in &all {
-        if let Some(kind) = classify(*a) {
+        if let Some(kind) = kind(*a) {
             if !allow.iter().any(|n| n.contains(a)) {
                 return Err(AddrRefusal::Special(kind));
             }
@@ -303,6 +337,98 @@ mod tests {
             let got = judge(ip.parse().expect("ip"), &nets(allow), &nets(own), nat64);
             let want = want.map(|w| w.parse::<IpAddr>().expect("ip"));
             assert_eq!(got, want, "{ip} with {allow:?} and {nat64:?}");
+        }
+    }
+
+    /// Issue 38, finding 8: IPv6 outside 2000::/3 is refused unless an `--allow-cidr` names
+    /// it; ISATAP's interface ID is read as the IPv4 it carries.
+    #[test]
+    fn outside_global_unicast_and_isatap_table() {
+        use Special as S;
+        let none: &[&str] = &[];
+        let own = nets(&["10.77.0.0/24"]);
+        let cases: &[(&str, &[&str], Result<&str, AddrRefusal>)] = &[
+            (
+                "4000::1",
+                none,
+                Err(AddrRefusal::Special(S::NotGlobalUnicast)),
+            ),
+            (
+                "::1:0:0:0",
+                none,
+                Err(AddrRefusal::Special(S::NotGlobalUnicast)),
+            ),
+            (
+                "e000::1",
+                none,
+                Err(AddrRefusal::Special(S::NotGlobalUnicast)),
+            ),
+            (
+                "1fff:ffff::1",
+                none,
+                Err(AddrRefusal::Special(S::NotGlobalUnicast)),
+            ),
+            ("4000::1", &["4000::/16"], Ok("4000::1")),
+            (
+                "4000::1",
+                &["4001::/16"],
+                Err(AddrRefusal::Special(S::NotGlobalUnicast)),
+            ),
+            ("2000::1", none, Ok("2000::1")),
+            ("3fff::1", none, Err(AddrRefusal::Special(S::Documentation))),
+            ("2a00:1450::1", none, Ok("2a00:1450::1")),
+            // The ULA/link-local rows still name themselves first.
+            ("fd00::1", none, Err(AddrRefusal::Special(S::UniqueLocal))),
+            // ISATAP, both u-bit forms, under a global prefix.
+            (
+                "2600:1::5efe:a9fe:a9fe",
+                none,
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2600:1::200:5efe:a9fe:a9fe",
+                none,
+                Err(AddrRefusal::Special(S::LinkLocal)),
+            ),
+            (
+                "2600:1::200:5efe:7f00:1",
+                none,
+                Err(AddrRefusal::Special(S::Loopback)),
+            ),
+            ("2600:1::5efe:a4d:5", none, Err(AddrRefusal::OwnNetwork)),
+            ("2600:1::5efe:808:808", none, Ok("2600:1::5efe:808:808")),
+            // Not ISATAP: another interface ID.
+            (
+                "2600:1::100:5efe:a9fe:a9fe",
+                none,
+                Ok("2600:1::100:5efe:a9fe:a9fe"),
+            ),
+        ];
+        for (ip, allow, want) in cases {
+            let got = judge(ip.parse().expect("ip"), &nets(allow), &own, &[]);
+            let want = want.map(|w| w.parse::<IpAddr>().expect("ip"));
+            assert_eq!(got, want, "{ip} with {allow:?}");
+        }
+    }
+
+    /// Issue 38, finding 8: a network in IPv4-mapped form is the IPv4 one it means.
+    #[test]
+    fn mapped_networks_are_read_as_ipv4() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("::ffff:11.0.0.0/120", Some("11.0.0.0/24")),
+            ("::ffff:11.0.0.5/128", Some("11.0.0.5/32")),
+            ("::ffff:0:0/96", Some("0.0.0.0/0")),
+            ("::ffff:0:0/95", None),
+            ("::/80", None),
+            ("::/0", Some("::/0")),
+            ("2600::/16", Some("2600::/16")),
+            ("10.0.0.0/8", Some("10.0.0.0/8")),
+            ("::/96", Some("::/96")),
+        ];
+        for (net, want) in cases {
+            let got = unmapped_net(net.parse().expect("net"));
+            let want = want.map(|w| w.parse::<IpNet>().expect("net"));
+            assert_eq!(got, want, "{net}");
         }
     }
 }

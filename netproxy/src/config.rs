@@ -108,8 +108,31 @@ pub struct PolicyFile {
     pub allow: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Read like `--allow-cidr` (`cidrs`): an IPv4-mapped network is written as IPv4.
     #[serde(default)]
-    pub allow_cidr: Vec<IpNet>,
+    pub allow_cidr: Vec<String>,
+}
+
+impl PolicyFile {
+    /// The file's text, which must be one JSON object. serde would also read a struct from a
+    /// JSON array (its fields in order), so `[["a.test"],[]]` would install allows and drop
+    /// denies unseen: anything but an object is refused before serde sees it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|x| x.to_string())?;
+        let shape = match &value {
+            serde_json::Value::Object(_) => {
+                return serde_json::from_value(value).map_err(|x| x.to_string())
+            }
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Null => "null",
+        };
+        Err(format!(
+            "must be a JSON object {{\"allow\":[…],\"deny\":[…],\"allow_cidr\":[…]}}, not {shape}"
+        ))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +141,11 @@ pub enum PolicyError {
     Rule(#[from] RuleError),
     #[error("{flag} {value:?}: not a CIDR network")]
     Cidr { flag: &'static str, value: String },
+    #[error(
+        "{flag} {value:?}: reaches into IPv4-mapped space (::ffff:0:0/96) without being inside \
+         it; addresses are judged as IPv4 there, so write the IPv4 network itself"
+    )]
+    MappedCidr { flag: &'static str, value: String },
     #[error("policy file {path}: {why}")]
     File { path: String, why: String },
     #[error("--nat64-prefix {0}")]
@@ -125,13 +153,20 @@ pub enum PolicyError {
 }
 
 /// Each value of `flag` read as a CIDR network (lifecycle checks the sidecar's with it too).
+/// Addresses are folded from IPv4-mapped to IPv4 before they are judged, so a network written
+/// in mapped form (`::ffff:11.0.0.0/120`) is read as the IPv4 one it means (`11.0.0.0/24`);
+/// one that only partly covers mapped space is refused (`addr::unmapped_net`).
 pub fn cidrs<'a>(
     flag: &'static str,
     list: impl IntoIterator<Item = &'a String>,
 ) -> Result<Vec<IpNet>, PolicyError> {
     list.into_iter()
         .map(|v| {
-            v.parse().map_err(|_| PolicyError::Cidr {
+            let net: IpNet = v.parse().map_err(|_| PolicyError::Cidr {
+                flag,
+                value: v.clone(),
+            })?;
+            crate::addr::unmapped_net(net).ok_or_else(|| PolicyError::MappedCidr {
                 flag,
                 value: v.clone(),
             })
@@ -181,7 +216,7 @@ impl Args {
                     why,
                 };
                 let text = std::fs::read_to_string(path).map_err(|x| e(x.to_string()))?;
-                serde_json::from_str(&text).map_err(|x| e(x.to_string()))?
+                PolicyFile::parse(&text).map_err(e)?
             }
         };
         Ok(Policy {
@@ -199,7 +234,7 @@ impl Args {
                 .collect::<Result<_, _>>()?,
             allow_cidrs: cidrs("--allow-cidr", &self.allow_cidr)?
                 .into_iter()
-                .chain(file.allow_cidr)
+                .chain(cidrs("policy file allow_cidr", &file.allow_cidr)?)
                 .collect(),
             own_networks: cidrs("--own-cidr", &self.own_cidr)?,
             nat64_prefixes: self
@@ -290,6 +325,107 @@ mod tests {
                  or /96 (RFC 6052)"
                     .to_owned()
             )
+        );
+    }
+
+    /// Issue 38, finding 7: only a JSON object is a policy file; an array (which serde would
+    /// read field by field) and every other shape are refused with a line saying so.
+    #[test]
+    fn a_policy_file_is_an_object_or_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("policy.json");
+        // (allow rules, deny rules) read, or words of the refusal.
+        type Want = Result<(usize, usize), &'static str>;
+        let cases: &[(&str, Want)] = &[
+            (r#"{"allow":["a.test"],"deny":["b.test"]}"#, Ok((1, 1))),
+            ("{}", Ok((0, 0))),
+            (
+                r#"[["*.allowed.test","evil.test"],[]]"#,
+                Err("not an array"),
+            ),
+            (r#""a.test""#, Err("not a string")),
+            ("7", Err("not a number")),
+            ("true", Err("not a boolean")),
+            ("null", Err("not null")),
+            (
+                r#"{"allow":["a.test"],"extra":1}"#,
+                Err("unknown field `extra`"),
+            ),
+        ];
+        for (text, want) in cases {
+            std::fs::write(&path, text).expect("write");
+            let a = Args::load_from([
+                std::ffi::OsStr::new("netproxy"),
+                std::ffi::OsStr::new("--policy"),
+                path.as_os_str(),
+            ])
+            .expect("flags");
+            match (a.policy(), want) {
+                (Ok(p), Ok(n)) => assert_eq!((p.allow.len(), p.deny.len()), *n, "{text}"),
+                (Err(e), Err(why)) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.starts_with("policy file ") && e.contains(why),
+                        "{text}: {e}"
+                    );
+                    assert!(!e.contains('\n'), "one line: {e}");
+                }
+                (got, _) => panic!("{text}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    /// Issue 38, finding 8: `--own-cidr`/`--allow-cidr` (and a file's `allow_cidr`) in mapped
+    /// form are read as IPv4, so they match the folded addresses; a network straddling mapped
+    /// space is refused at start-up.
+    #[test]
+    fn mapped_form_networks_are_normalised_or_refused() {
+        use crate::addr::AddrRefusal;
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
+        let p = Args::load_from([
+            "netproxy",
+            "--own-cidr",
+            "::ffff:11.0.0.0/120",
+            "--allow-cidr",
+            "::ffff:10.0.0.0/104",
+        ])
+        .expect("flags")
+        .policy()
+        .expect("policy");
+        assert_eq!(
+            p.own_networks,
+            vec!["11.0.0.0/24".parse::<IpNet>().expect("net")]
+        );
+        assert_eq!(
+            p.allow_cidrs,
+            vec!["10.0.0.0/8".parse::<IpNet>().expect("net")]
+        );
+        assert_eq!(p.vet(&[], &[ip("11.0.0.7")]), Err(AddrRefusal::OwnNetwork));
+        assert_eq!(
+            p.vet(&[], &[ip("::ffff:11.0.0.7")]),
+            Err(AddrRefusal::OwnNetwork)
+        );
+        assert_eq!(p.vet(&[], &[ip("10.1.2.3")]), Ok(vec![ip("10.1.2.3")]));
+        let bad = Args::load_from(["netproxy", "--own-cidr", "::ffff:0:0/95"]).expect("flags");
+        let e = bad.policy().map(|_| ()).map_err(|e| e.to_string());
+        assert!(
+            e.as_ref()
+                .is_err_and(|e| e
+                    .starts_with("--own-cidr \"::ffff:0:0/95\": reaches into IPv4-mapped space")),
+            "{e:?}"
+        );
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("policy.json");
+        std::fs::write(&path, r#"{"allow_cidr":["::ffff:127.0.0.1/128"]}"#).expect("write");
+        let a = Args::load_from([
+            std::ffi::OsStr::new("netproxy"),
+            std::ffi::OsStr::new("--policy"),
+            path.as_os_str(),
+        ])
+        .expect("flags");
+        assert_eq!(
+            a.policy().expect("policy").allow_cidrs,
+            vec!["127.0.0.1/32".parse::<IpNet>().expect("net")]
         );
     }
 }

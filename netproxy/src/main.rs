@@ -9,7 +9,19 @@ use netproxy::proxy::NetProxy;
 use netproxy::resolve::Stub;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, the causes joined by ": " (`{:#}`): no `Caused by:` block, no
+            // backtrace, and nothing printed twice.
+            eprintln!("netproxy: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::load();
     let policy = args.policy().context("invalid policy")?;
     // Like SOCKPROXY_LOG and LIFECYCLE_LOG: an EnvFilter, default info.

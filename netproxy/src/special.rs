@@ -49,6 +49,10 @@ pub enum Special {
     Srv6Sids,
     UniqueLocal,
     SiteLocal,
+    /// IPv6 outside `2000::/3`, the only space IANA allocates global unicast from, that no row
+    /// names (e.g. `4000::1`, `::1:0:0:0`). Not a row of the tables: `addr::judge` says it
+    /// after `classify` found nothing.
+    NotGlobalUnicast,
 }
 
 impl Special {
@@ -92,6 +96,7 @@ impl Special {
             Self::Srv6Sids => "srv6_sids",
             Self::UniqueLocal => "unique_local",
             Self::SiteLocal => "site_local",
+            Self::NotGlobalUnicast => "not_global_unicast",
         }
     }
 }

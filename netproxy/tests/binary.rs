@@ -80,3 +80,58 @@ fn the_policy_file_reloads_on_sighup_and_a_bad_file_keeps_the_old_policy() {
         "the running policy stays"
     );
 }
+
+/// Issue 38, finding 7: a policy file that is a JSON array is refused at start (one line on
+/// stderr, exit status 1) and on reload (the running policy stays).
+#[test]
+fn an_array_policy_file_is_refused_at_start_and_on_reload() {
+    let dir = tempfile::tempdir().expect("dir");
+    let policy = dir.path().join("policy.json");
+    std::fs::write(&policy, r#"[["*.allowed.test","evil.test"],[]]"#).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_netproxy"))
+        .args(["--listen", "127.0.0.1:0", "--policy"])
+        .arg(&policy)
+        .output()
+        .expect("netproxy runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("netproxy: invalid policy: policy file ")
+            && stderr.contains("must be a JSON object")
+            && stderr.contains("not an array"),
+        "{stderr}"
+    );
+
+    let upstream = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let up = upstream.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in upstream.incoming().flatten() {
+            let mut s = s;
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    std::fs::write(&policy, format!(r#"{{"allow":["127.0.0.1:{up}"]}}"#)).expect("write");
+    let np = Netproxy::start(&[OsStr::new("--policy"), policy.as_os_str()]);
+    let url = format!("http://127.0.0.1:{up}/");
+    assert!(get(np.port, &url).starts_with("HTTP/1.1 200"), "allowed");
+    std::fs::write(
+        &policy,
+        format!(r#"[["127.0.0.2:{up}"],["127.0.0.1:{up}"]]"#),
+    )
+    .expect("write");
+    let hup = Command::new("kill")
+        .args(["-HUP", &np.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(hup.success());
+    let line = wait_for(&np.lines, "policy reload refused");
+    assert!(line.contains("not an array"), "{line}");
+    assert!(
+        get(np.port, &url).starts_with("HTTP/1.1 200"),
+        "the running policy stays"
+    );
+}
