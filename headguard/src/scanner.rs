@@ -30,6 +30,47 @@ pub struct Verdicts(Arc<Mutex<Queue>>);
 struct Queue {
     first: usize,
     pending: std::collections::VecDeque<Option<HeadRefusal>>,
+    /// What could be read of the refused head's request line (there is at most one refusal
+    /// per connection: the stream ends for hyper after it).
+    refused_line: Option<RequestLine>,
+}
+
+/// The method and target of a refused head as far as they could be read, for its decision
+/// line: printable ASCII only (anything else is `?`), each at most `SHOWN_AT_MOST` bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestLine {
+    pub method: String,
+    pub target: String,
+}
+
+/// How much of a refused head's method or target a log line shows.
+const SHOWN_AT_MOST: usize = 256;
+
+impl RequestLine {
+    /// The first line of `head` (or what has arrived of it), split on spaces.
+    pub fn read(head: &[u8]) -> Self {
+        let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+        let mut words = line
+            .split(|b| *b == b' ')
+            .filter(|w| !w.is_empty())
+            .map(|w| {
+                w.iter()
+                    .take(SHOWN_AT_MOST)
+                    .filter(|b| **b != b'\r')
+                    .map(|b| {
+                        if b.is_ascii_graphic() {
+                            char::from(*b)
+                        } else {
+                            '?'
+                        }
+                    })
+                    .collect::<String>()
+            });
+        Self {
+            method: words.next().unwrap_or_default(),
+            target: words.next().unwrap_or_default(),
+        }
+    }
 }
 
 impl Verdicts {
@@ -48,6 +89,18 @@ impl Verdicts {
         match nth.checked_sub(q.first) {
             Some(i) => q.pending.get(i).copied().flatten(),
             None => Some(UNKNOWN),
+        }
+    }
+
+    /// What could be read of the refused head's method and target, if a head was refused.
+    pub fn refused_line(&self) -> Option<RequestLine> {
+        self.0.lock().ok().and_then(|q| q.refused_line.clone())
+    }
+
+    fn refuse(&self, why: HeadRefusal, line: RequestLine) {
+        if let Ok(mut q) = self.0.lock() {
+            q.pending.push_back(Some(why));
+            q.refused_line = Some(line);
         }
     }
 
@@ -172,7 +225,7 @@ impl<R> Scanner<R> {
 
     fn refuse(&mut self, why: HeadRefusal) {
         self.refused = true;
-        self.verdicts.push(Some(why));
+        self.verdicts.refuse(why, RequestLine::read(&self.head));
         self.out.extend_from_slice(STAND_IN);
         self.state = State::Ended;
         self.deadline = None;

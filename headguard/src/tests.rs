@@ -369,3 +369,30 @@ fn a_long_head_is_not_kept() {
         [short, &long, &long, &long, short].concat().as_bytes()
     );
 }
+
+/// A refused head's decision line shows what could be read of its request line: printable
+/// ASCII, bounded, whatever the client sent.
+#[test]
+fn a_refused_heads_request_line_is_read_as_far_as_it_goes() {
+    let long = format!("GET http://{}/ HTTP/1.1\r\n", "a".repeat(1000));
+    let cases: &[(&[u8], &str, &str)] = &[
+        (
+            b"GET http://x.test/ HTTP/1.1\r\nHost: x\n",
+            "GET",
+            "http://x.test/",
+        ),
+        (b"CONNECT a.test:443", "CONNECT", "a.test:443"),
+        (b"PO\x01ST /\xff HTTP/1.1\r\n", "PO?ST", "/?"),
+        (b"", "", ""),
+        (long.as_bytes(), "GET", ""),
+    ];
+    for (head, method, target) in cases {
+        let got = RequestLine::read(head);
+        assert_eq!(got.method, *method, "{head:?}");
+        if target.is_empty() && !head.is_empty() {
+            assert_eq!(got.target.len(), 256, "bounded");
+        } else {
+            assert_eq!(got.target, *target, "{head:?}");
+        }
+    }
+}

@@ -5,28 +5,40 @@
 //! read: on a host with many interfaces the dump cost a tunnel set-up 0.1-0.3 ms.
 //! Loopback interfaces are left out: loopback is a special range already, and `--allow-cidr`
 //! may trust it for tests.
+//!
+//! A read can fail (EMFILE at the descriptor limit). It then never stands for "no own
+//! networks": the last list read whole stays in force and the next vetting reads again; with
+//! no list read yet, the networks are unknown and the request is refused
+//! (`own_networks_unknown`). One warning per episode of failures.
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use nix::net::if_::InterfaceFlags;
 
+/// The own networks could not be read, and no earlier read is there to stand in: a request
+/// that needs them is refused (`own_networks_unknown`), never judged against an empty list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the sidecar's own networks are unknown: {0}")]
+pub struct OwnUnknown(pub String);
+
 /// Where the own networks come from (tests inject fixed ones).
 pub trait Interfaces: Send + Sync + std::fmt::Debug {
-    fn networks(&self) -> Vec<IpNet>;
+    fn networks(&self) -> Result<Vec<IpNet>, OwnUnknown>;
 }
+
+/// How the interfaces are read: `System::read` in the proxy; a test puts a failing one in
+/// (`Watched::with_reader`) to show that a failed read never opens the own networks.
+pub type Reader = fn() -> std::io::Result<Vec<IpNet>>;
 
 /// The interfaces of this network namespace.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct System;
 
-impl Interfaces for System {
-    fn networks(&self) -> Vec<IpNet> {
-        let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-            // Fail closed would refuse everything; an unreadable interface list is a broken
-            // namespace, and the explicit --own-cidr still applies. Say so loudly.
-            tracing::warn!("cannot read the interfaces; only --own-cidr is enforced");
-            return Vec::new();
-        };
-        addrs
+impl System {
+    /// One read (`getifaddrs`: a netlink dump, so it needs descriptors and can fail with
+    /// EMFILE) of the non-loopback interfaces' networks.
+    pub fn read() -> std::io::Result<Vec<IpNet>> {
+        let addrs = nix::ifaddrs::getifaddrs().map_err(std::io::Error::from)?;
+        Ok(addrs
             .filter(|a| !a.flags.contains(InterfaceFlags::IFF_LOOPBACK))
             .filter_map(|a| {
                 let ip = a.address.as_ref()?;
@@ -43,7 +55,13 @@ impl Interfaces for System {
                     .ok()
                     .map(|n| IpNet::V6(n.trunc()))
             })
-            .collect()
+            .collect())
+    }
+}
+
+impl Interfaces for System {
+    fn networks(&self) -> Result<Vec<IpNet>, OwnUnknown> {
+        Self::read().map_err(|e| OwnUnknown(e.to_string()))
     }
 }
 
@@ -57,7 +75,18 @@ impl Interfaces for System {
 #[derive(Debug)]
 pub struct Watched {
     changes: Option<std::os::fd::OwnedFd>,
-    last: std::sync::Mutex<Option<Vec<IpNet>>>,
+    reader: Reader,
+    state: std::sync::Mutex<Known>,
+}
+
+/// What the last reads found.
+#[derive(Debug, Default)]
+struct Known {
+    /// The last list read whole.
+    last: Option<Vec<IpNet>>,
+    /// The last read failed: read again on the next vetting, announced or not (the failure
+    /// may have eaten the announcement, and descriptors may be free again).
+    failing: bool,
 }
 
 impl Default for Watched {
@@ -68,13 +97,19 @@ impl Default for Watched {
 
 impl Watched {
     pub fn new() -> Self {
+        Self::with_reader(System::read)
+    }
+
+    /// Reading the interfaces with `reader` (tests inject failures through it).
+    pub fn with_reader(reader: Reader) -> Self {
         Self {
             changes: subscribe()
                 .inspect_err(|e| {
                     tracing::warn!(error = %e, "no netlink announcements; interfaces are read per dial")
                 })
                 .ok(),
-            last: std::sync::Mutex::new(None),
+            reader,
+            state: std::sync::Mutex::new(Known::default()),
         }
     }
 
@@ -127,20 +162,39 @@ fn subscribe() -> nix::Result<std::os::fd::OwnedFd> {
 }
 
 impl Interfaces for Watched {
-    fn networks(&self) -> Vec<IpNet> {
-        let Ok(mut last) = self.last.lock() else {
-            return System.networks();
-        };
+    /// The list as it is now; after a failed read, the last good list (and a new read at the
+    /// next call), or `OwnUnknown` when there has been none. One warning per episode of
+    /// failures, one line when reads work again.
+    fn networks(&self) -> Result<Vec<IpNet>, OwnUnknown> {
+        let mut known = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Drained under the lock (a vetting on another thread must not find the queue emptied
         // and the old list still in place), and before the read, so a change made during the
         // read is announced for the next one.
         let changed = self.changed();
-        match &*last {
-            Some(nets) if !changed => nets.clone(),
-            _ => {
-                let nets = System.networks();
-                *last = Some(nets.clone());
-                nets
+        if let (Some(nets), false, false) = (&known.last, changed, known.failing) {
+            return Ok(nets.clone());
+        }
+        match (self.reader)() {
+            Ok(nets) => {
+                if std::mem::replace(&mut known.failing, false) {
+                    tracing::info!("the interfaces can be read again");
+                }
+                known.last = Some(nets.clone());
+                Ok(nets)
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut known.failing, true) {
+                    tracing::warn!(
+                        error = %e,
+                        kept = known.last.is_some(),
+                        "cannot read the interfaces: the last list read stands and reads are \
+                         retried; with none, requests are refused (own_networks_unknown)"
+                    );
+                }
+                known.last.clone().ok_or_else(|| OwnUnknown(e.to_string()))
             }
         }
     }
@@ -151,7 +205,60 @@ impl Interfaces for Watched {
 pub struct Fixed(pub Vec<IpNet>);
 
 impl Interfaces for Fixed {
-    fn networks(&self) -> Vec<IpNet> {
-        self.0.clone()
+    fn networks(&self) -> Result<Vec<IpNet>, OwnUnknown> {
+        Ok(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Scripted reads for `fails_closed_and_keeps_the_last_good_list`: 0 fails, 1 reads one
+    /// network, 2 fails again, 3 reads another. (One test uses it: a `fn` has no state.)
+    static STEP: AtomicUsize = AtomicUsize::new(0);
+
+    fn scripted() -> std::io::Result<Vec<IpNet>> {
+        match STEP.load(Ordering::SeqCst) {
+            1 => Ok(vec!["10.1.0.0/16".parse().expect("net")]),
+            3 => Ok(vec!["10.3.0.0/16".parse().expect("net")]),
+            _ => Err(std::io::Error::from_raw_os_error(nix::libc::EMFILE)),
+        }
+    }
+
+    /// Issue 38, finding 2: a failed read never yields an empty list. With no good read yet
+    /// the networks are unknown; after one, a failure keeps it, and the next call reads again.
+    #[test]
+    fn fails_closed_and_keeps_the_last_good_list() {
+        // No announcement socket: every call reads, as after an announcement.
+        let w = Watched {
+            changes: None,
+            reader: scripted,
+            state: std::sync::Mutex::new(Known::default()),
+        };
+        let ten1: Vec<IpNet> = vec!["10.1.0.0/16".parse().expect("net")];
+        STEP.store(0, Ordering::SeqCst);
+        assert!(w.networks().is_err(), "no list yet: unknown, not empty");
+        assert!(w.networks().is_err(), "and still unknown");
+        STEP.store(1, Ordering::SeqCst);
+        assert_eq!(w.networks(), Ok(ten1.clone()), "retried after the failure");
+        STEP.store(2, Ordering::SeqCst);
+        assert_eq!(
+            w.networks(),
+            Ok(ten1.clone()),
+            "a failed read keeps the last list"
+        );
+        assert_eq!(
+            w.networks(),
+            Ok(ten1),
+            "failure after failure, still the last list"
+        );
+        STEP.store(3, Ordering::SeqCst);
+        assert_eq!(
+            w.networks(),
+            Ok(vec!["10.3.0.0/16".parse().expect("net")]),
+            "read again after the failure"
+        );
     }
 }

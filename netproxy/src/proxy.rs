@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +56,16 @@ pub struct NetProxy {
     pub timeouts: Timeouts,
 }
 
+/// Refusals one client connection may have before it is closed (`NetProxy::handle`).
+pub const REFUSALS_PER_CONNECTION: usize = 8;
+
+/// What the requests of one client connection share.
+#[derive(Debug, Default)]
+pub struct Connection {
+    /// Requests refused on it so far.
+    pub refusals: AtomicUsize,
+}
+
 fn bad(reason: Reason) -> Refusal {
     Refusal::new(reason, "")
 }
@@ -89,10 +100,12 @@ impl NetProxy {
     /// decision, and the same address check on the address it is connected to.
     pub fn still_allows(&self, t: &Target, chosen: SocketAddr) -> bool {
         let policy = self.policy();
+        // Own networks unknown: the tunnel cannot be shown to be allowed, so it is not.
         matches!(policy.decide_name(t), NameDecision::Allow { .. })
-            && policy
-                .vet(&self.interfaces.networks(), &[chosen.ip()])
-                .is_ok()
+            && self
+                .interfaces
+                .networks()
+                .is_ok_and(|own| policy.vet(&own, &[chosen.ip()]).is_ok())
     }
 
     /// Resolves once the policy has changed to one that no longer allows this tunnel.
@@ -122,26 +135,31 @@ impl NetProxy {
     }
 
     /// `framing`: why this request's head, as the client sent it, was refused (from
-    /// `framing::Verdicts`), if it was; the request is then a stand-in and only answered.
+    /// `framing::Verdicts`), with what could be read of its request line, if it was; the
+    /// request is then a stand-in and only answered.
+    /// `conn`: what the connection's requests share (its refusal count).
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
-        framing: Option<HeadRefusal>,
+        framing: Option<(HeadRefusal, framing::RequestLine)>,
+        conn: Arc<Connection>,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Infallible> {
+        let connect = req.method() == Method::CONNECT;
         let mut trace = Trace {
             client: Some(client),
-            // A refused head reached hyper as a stand-in: its method is not the client's.
-            method: match framing {
-                Some(_) => String::new(),
-                None => req.method().to_string(),
-            },
+            method: req.method().to_string(),
             ..Trace::default()
         };
-        let connect = req.method() == Method::CONNECT;
         let result = match framing {
-            // Ambiguous, malformed, too large or too slow: never parsed by hyper.
-            Some(why) => Err(bad(Reason::Head(why))),
+            // Ambiguous, malformed, too large or too slow: never parsed by hyper. The request
+            // is a stand-in: the line shows what the client's own head said, as far as it
+            // could be read.
+            Some((why, line)) => {
+                trace.method = line.method;
+                trace.raw_host = line.target;
+                Err(bad(Reason::Head(why)))
+            }
             None => self.clone().process(req, &mut trace).await,
         };
         Ok(match result {
@@ -149,11 +167,22 @@ impl NetProxy {
             Err(r) => {
                 trace.deny(&r);
                 let mut resp = r.response();
-                if connect {
-                    // The client may already be sending tunnel bytes; they must never be read
-                    // as the next request.
+                let refusals = conn.refusals.fetch_add(1, Ordering::Relaxed) + 1;
+                // A kept-alive connection survives a few refusals (a client may ask for several
+                // names), but not a flood: at the budget it is closed with one summary line, so
+                // pipelined refusals write a bounded number of lines. A refused CONNECT always
+                // closes: the client may already be sending tunnel bytes, which must never be
+                // read as the next request.
+                if connect || refusals >= REFUSALS_PER_CONNECTION {
                     resp.headers_mut()
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                if refusals == REFUSALS_PER_CONNECTION && !connect {
+                    tracing::info!(
+                        client = %client,
+                        refusals,
+                        "connection closed: too many refusals on it"
+                    );
                 }
                 resp
             }
@@ -266,8 +295,12 @@ impl NetProxy {
         };
         trace.resolved.clone_from(&answers);
         // Own networks are read now, not at start: an interface added since is refused too.
+        let own = self
+            .interfaces
+            .networks()
+            .map_err(|_| Refusal::new(Reason::OwnNetworksUnknown, shown.clone()))?;
         let vetted = policy
-            .vet(&self.interfaces.networks(), &answers)
+            .vet(&own, &answers)
             .map_err(|why| Refusal::new(Reason::Address(why), shown))?;
         trace.allow();
         Ok(vetted

@@ -53,6 +53,8 @@ pub enum Reason {
     ClientConnectionLimit,
     /// The process is at its file descriptor limit.
     FdLimit,
+    /// The sidecar's own networks could not be read and no earlier list stands in (`own`).
+    OwnNetworksUnknown,
 }
 
 impl Reason {
@@ -73,9 +75,10 @@ impl Reason {
             | Self::ConnectFailed
             | Self::UpstreamHandshake
             | Self::UpstreamFailed => StatusCode::BAD_GATEWAY,
-            Self::ConnectionLimit | Self::ClientConnectionLimit | Self::FdLimit => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::ConnectionLimit
+            | Self::ClientConnectionLimit
+            | Self::FdLimit
+            | Self::OwnNetworksUnknown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -103,6 +106,7 @@ impl Reason {
             Self::ConnectionLimit => "connection_limit".to_owned(),
             Self::ClientConnectionLimit => "client_connection_limit".to_owned(),
             Self::FdLimit => "fd_limit".to_owned(),
+            Self::OwnNetworksUnknown => "own_networks_unknown".to_owned(),
         }
     }
 }

@@ -16,6 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::audit::Trace;
 use crate::client::{ClientIo, ClientRead};
 use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
@@ -84,7 +85,7 @@ pub async fn serve(
                     }
                 };
                 let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
-                    tokio::spawn(busy(stream, Reason::ClientConnectionLimit));
+                    tokio::spawn(busy(stream, peer, Reason::ClientConnectionLimit));
                     continue;
                 };
                 match permits.clone().try_acquire_owned() {
@@ -94,7 +95,7 @@ pub async fn serve(
                         tokio::spawn(connection(stream, peer, proxy, limits, hold));
                     }
                     Err(_) => {
-                        tokio::spawn(busy(stream, Reason::ConnectionLimit));
+                        tokio::spawn(busy(stream, peer, Reason::ConnectionLimit));
                     }
                 }
             }
@@ -135,8 +136,8 @@ impl Spare {
         // The connection that could not be accepted is waiting: this returns at once.
         let answered =
             match tokio::time::timeout(Duration::from_millis(100), listener.accept()).await {
-                Ok(Ok((stream, _))) => {
-                    busy(stream, Reason::FdLimit).await;
+                Ok(Ok((stream, peer))) => {
+                    busy(stream, peer, Reason::FdLimit).await;
                     true
                 }
                 _ => false,
@@ -184,8 +185,16 @@ impl Drop for ClientSlot {
     }
 }
 
-async fn busy(mut stream: TcpStream, reason: Reason) {
-    let _ = stream.write_all(&Refusal::new(reason, "").to_bytes()).await;
+/// A 503 at a cap, with its decision line (one per refused connection: nothing of the
+/// request is read, so the line has the client and the reason).
+async fn busy(mut stream: TcpStream, peer: SocketAddr, reason: Reason) {
+    let refusal = Refusal::new(reason, "");
+    Trace {
+        client: Some(peer),
+        ..Trace::default()
+    }
+    .deny(&refusal);
+    let _ = stream.write_all(&refusal.to_bytes()).await;
     let _ = stream.shutdown().await;
 }
 
@@ -207,10 +216,14 @@ async fn connection(
     let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), head_limits));
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let shared = Arc::new(crate::proxy::Connection::default());
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         req.extensions_mut().insert(hold.clone());
-        proxy.clone().handle(peer, verdicts.get(nth), req)
+        let framing = verdicts
+            .get(nth)
+            .map(|why| (why, verdicts.refused_line().unwrap_or_default()));
+        proxy.clone().handle(peer, framing, shared.clone(), req)
     });
     let _ = http1::Builder::new()
         // The scanner has judged every head hyper sees against these limits already; hyper's

@@ -191,7 +191,25 @@ fn case07_every_head_refusal_carries_the_header_and_the_json_body() {
         .map(|(_, status, reason)| ("deny", *reason, u64::from(*status)))
         .collect();
     assert_eq!(said, want);
-    assert!(decisions.iter().all(|v| v["method"] == ""), "{decisions:?}");
+    // The method is the client's as far as it could be read (issue 38), never the stand-in's.
+    let methods: Vec<&str> = decisions
+        .iter()
+        .map(|v| v["method"].as_str().unwrap_or("?"))
+        .collect();
+    let sent: Vec<&str> = cases
+        .iter()
+        .map(|(raw, _, _)| match raw.split(' ').next() {
+            Some(m) if m.starts_with('\0') => "??garbage",
+            Some(m) => m,
+            None => "",
+        })
+        .collect();
+    assert_eq!(methods, sent, "{decisions:?}");
+    assert_eq!(
+        decisions[0]["raw_host"].as_str(),
+        Some(format!("http://allowed.test:{port}/").as_str()),
+        "and the target as sent"
+    );
 }
 
 /// Case 11: one head-size limit however the bytes arrive: a head of exactly the limit is

@@ -71,3 +71,32 @@ fn case11_netproxy_log_filters() {
     }
     assert!(!seen.iter().any(|l| l.contains("\"decision\"")), "{seen:?}");
 }
+
+/// Issue 38, finding 6: past the first warning, every `fd_limit` 503 writes its decision line.
+#[test]
+fn f6_fd_limit_503s_write_their_decision_lines() {
+    if !ns::enter("f6_fd_limit_503s_write_their_decision_lines", &[]) {
+        return;
+    }
+    let np = Netproxy::start_under(
+        &["prlimit", "--nofile=48:48", "--"],
+        &["--header-timeout-ms", "30000"],
+        &[],
+    );
+    let held: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(("127.0.0.1", np.port)).expect("connect"))
+        .collect();
+    wait_for(&np.lines, "file descriptor limit");
+    let line = wait_for(&np.lines, "\"fd_limit\"");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(
+        (
+            v["message"].as_str(),
+            v["decision"].as_str(),
+            v["status"].as_u64()
+        ),
+        (Some("decision"), Some("deny"), Some(503)),
+        "{line}"
+    );
+    drop(held);
+}
