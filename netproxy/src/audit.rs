@@ -87,6 +87,8 @@ pub struct Exchange {
     pub body_timed_out: AtomicBool,
     /// The request body has been sent whole (or there is none).
     pub request_done: tokio::sync::Notify,
+    /// Told when the exchange is dropped (its end line written): its watchdog stands down.
+    pub over: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Exchange {
@@ -104,6 +106,7 @@ impl Exchange {
             armed: AtomicBool::new(true),
             body_timed_out: AtomicBool::new(false),
             request_done: tokio::sync::Notify::new(),
+            over: std::sync::Arc::default(),
         }
     }
 
@@ -137,6 +140,8 @@ impl Exchange {
 
 impl Drop for Exchange {
     fn drop(&mut self) {
+        // A stored permit if the watchdog is not waiting yet: it stands down either way.
+        self.over.notify_one();
         if !self.armed.load(Ordering::Relaxed) {
             return;
         }

@@ -4,7 +4,9 @@
 //! most `body_idle` between bytes, the upstream must answer with a response head within
 //! `response_head` once the request is sent whole, and the whole exchange, response body
 //! included, takes at most `request`. Before the response head a timeout is a 504 with its
-//! reason; after it, the response is cut off and the end line says why.
+//! reason; after it, the response is cut off and the end line says why. The request deadline
+//! and a reload that revokes the exchange are also watched on their own task (`watch`), so
+//! they hold whether or not the client reads.
 
 use std::future::Future as _;
 use std::pin::Pin;
@@ -23,8 +25,10 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use crate::audit::Exchange;
+use crate::proxy::Connection;
 use crate::refusal::{Body, BoxError, Reason, Refusal, ERROR_HEADER};
 use crate::target::Target;
+use crate::tunnel::Revoked;
 
 /// The timeouts of an absolute-form request.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +59,24 @@ pub const HOP_BY_HOP: [&str; 8] = [
     "proxy-authorization",
 ];
 
+/// What cuts an exchange off from outside hyper's polling: a reload that no longer allows
+/// it, and (with `Timeouts::request`) the deadline.
+pub struct Guard {
+    /// Resolves when a reload no longer allows the exchange (`NetProxy::revoked`).
+    pub revoked: Revoked,
+    /// The client connection, to drop when the answer must be cut (none in tests that call
+    /// `forward` without a server).
+    pub connection: Option<Arc<Connection>>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("connection", &self.connection)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Sends `req` to `t` over `stream`; the upstream's answer, or why there is none.
 pub async fn forward(
     req: Request<Incoming>,
@@ -63,6 +85,7 @@ pub async fn forward(
     path: &str,
     limits: Timeouts,
     exchange: Arc<Exchange>,
+    mut guard: Guard,
 ) -> Result<Response<Body>, Refusal> {
     let shown = t.host.to_string();
     let deadline = crate::framing::after(limits.request);
@@ -126,6 +149,14 @@ pub async fn forward(
             () = head_timer => Err(Refusal::new(Reason::UpstreamResponseTimeout, &shown)),
         }
     };
+    // Until the answer's head, a revocation is a refusal like any other; after it, the
+    // watchdog cuts the answer (`watch`).
+    let exchanged = async {
+        tokio::select! {
+            r = exchanged => r,
+            () = &mut guard.revoked => Err(Refusal::new(Reason::Revoked, &shown)),
+        }
+    };
     let resp = match tokio::time::timeout_at(deadline, exchanged).await {
         Ok(Ok(resp)) => resp,
         failed => {
@@ -154,6 +185,7 @@ pub async fn forward(
         rparts.headers.remove(h);
     }
     exchange.status(rparts.status);
+    watch(&exchange, deadline, guard, conn.abort_handle());
     let down = Watched {
         inner: rbody.map_err(BoxError::from).boxed(),
         exchange,
@@ -163,6 +195,38 @@ pub async fn forward(
         deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
     };
     Ok(Response::from_parts(rparts, down.boxed()))
+}
+
+/// The watchdog of one exchange, on its own task: hyper polls the answer's body only while
+/// the client takes bytes, so a deadline or a revocation checked there would wait for a client
+/// that reads nothing. When either comes first, the end line's word is set, the upstream
+/// connection is aborted and the client connection dropped (which drops the exchange, writing
+/// its end line). It stands down as soon as the exchange ends on its own.
+fn watch(
+    exchange: &Arc<Exchange>,
+    deadline: tokio::time::Instant,
+    guard: Guard,
+    upstream: tokio::task::AbortHandle,
+) {
+    let weak = Arc::downgrade(exchange);
+    let over = exchange.over.clone();
+    tokio::spawn(async move {
+        let why = tokio::select! {
+            () = over.notified() => return,
+            () = tokio::time::sleep_until(deadline) => "request_timeout",
+            () = guard.revoked => "revoked",
+        };
+        // Gone already: it ended on its own, and its connection may carry another request.
+        let Some(exchange) = weak.upgrade() else {
+            return;
+        };
+        exchange.end(why);
+        drop(exchange);
+        upstream.abort();
+        if let Some(c) = guard.connection {
+            c.abort.notify_one();
+        }
+    });
 }
 
 /// The header names a `Connection` header lists, lower-cased.

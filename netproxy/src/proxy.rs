@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use tokio::net::TcpStream;
 
 use crate::audit::{Exchange, Trace};
-use crate::forward::{forward, Timeouts};
+use crate::forward::{forward, Guard, Timeouts};
 use crate::framing::{self, HeadRefusal};
 use crate::own::Interfaces;
 pub use crate::policy::Policy;
@@ -25,6 +25,8 @@ pub use crate::refusal::{Body, Refusal, ERROR_HEADER};
 use crate::resolve::Resolve;
 use crate::rules::NameDecision;
 use crate::target::{self, Host, Target};
+use crate::tunnel::Revoked;
+use tokio::sync::watch;
 
 /// What a connection holds of the limits (its global permit, its client's share). The server
 /// puts it on every request; a tunnel keeps it for as long as it runs, since hyper lets go of
@@ -64,6 +66,10 @@ pub const REFUSALS_PER_CONNECTION: usize = 8;
 pub struct Connection {
     /// Requests refused on it so far.
     pub refusals: AtomicUsize,
+    /// Told when an answer on it must be cut off whatever hyper is doing (a reload revoked
+    /// it, or the request timeout passed while the client read nothing): the server then
+    /// drops the connection.
+    pub abort: tokio::sync::Notify,
 }
 
 fn bad(reason: Reason) -> Refusal {
@@ -108,23 +114,47 @@ impl NetProxy {
                 .is_ok_and(|own| policy.vet(&own, &[chosen.ip()]).is_ok())
     }
 
-    /// Resolves once the policy has changed to one that no longer allows this tunnel.
+    /// Resolves once the policy has changed to one that no longer allows this exchange.
+    /// `changes` is the subscription taken before the lookup (`process`), so a reload at any
+    /// moment since is seen: none can fall between a check and the subscription.
     fn revoked(
         self: &Arc<Self>,
         t: Target,
         chosen: SocketAddr,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        mut changes: watch::Receiver<u64>,
+    ) -> Revoked {
         let proxy = self.clone();
-        let mut changes = self.policy_changes.subscribe();
         Box::pin(async move {
             while changes.changed().await.is_ok() {
                 if !proxy.still_allows(&t, chosen) {
                     return;
                 }
             }
-            // The proxy is going away: the tunnel ends by its own rules.
+            // The proxy is going away: the exchange ends by its own rules.
             std::future::pending::<()>().await;
         })
+    }
+
+    /// After the dial, before any byte is relayed: if a reload came since the decision, the
+    /// address dialed is judged again on the policy now in place.
+    fn recheck(
+        &self,
+        changes: &mut watch::Receiver<u64>,
+        t: &Target,
+        chosen: SocketAddr,
+        exchange: &Exchange,
+    ) -> Result<(), Refusal> {
+        if !changes.has_changed().unwrap_or(false) {
+            return Ok(());
+        }
+        changes.borrow_and_update();
+        if self.still_allows(t, chosen) {
+            return Ok(());
+        }
+        let r = Refusal::new(Reason::Revoked, t.host.to_string());
+        exchange.status(r.status());
+        exchange.end(r.reason.text());
+        Err(r)
     }
 
     pub fn policy(&self) -> Arc<Policy> {
@@ -204,6 +234,9 @@ impl NetProxy {
         let host_header = hosts
             .first()
             .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
+        // Subscribed before the policy is read for the decision: a reload from here on is
+        // seen by the lookup's re-decision, the post-dial recheck and the relay's watch.
+        let mut changes = self.policy_changes.subscribe();
         if req.method() == Method::CONNECT {
             let raw = req
                 .uri()
@@ -223,9 +256,10 @@ impl NetProxy {
                     return Err(Refusal::new(Reason::HostHeaderMismatch, t.host.to_string()));
                 }
             }
-            let vetted = self.vet(&t, trace).await?;
+            let vetted = self.vet(&t, trace, &mut changes).await?;
             let exchange = Exchange::new(trace);
             let (stream, chosen) = self.dial(&vetted, &t, &exchange).await?;
+            self.recheck(&mut changes, &t, chosen, &exchange)?;
             exchange.disarm();
             let hold = req.extensions().get::<ConnectionHold>().cloned();
             let on_upgrade = hyper::upgrade::on(&mut req);
@@ -235,7 +269,7 @@ impl NetProxy {
                 chosen,
             };
             let idle = self.tunnel_idle;
-            let revoked = self.revoked(t, chosen);
+            let revoked = self.revoked(t, chosen, changes);
             tokio::spawn(async move {
                 crate::tunnel::tunnel(on_upgrade, stream, who, idle, revoked).await;
                 // The connection's share of the limits is held until the tunnel closes.
@@ -255,31 +289,45 @@ impl NetProxy {
             .map_err(|e| Refusal::new(Reason::Target(e), trace.raw_host.clone()))?;
         check_framing(req.headers())
             .map_err(|why| Refusal::new(Reason::Head(why), t.host.to_string()))?;
-        let vetted = self.vet(&t, trace).await?;
+        let vetted = self.vet(&t, trace, &mut changes).await?;
         let exchange = Arc::new(Exchange::new(trace));
-        let (stream, _) = self.dial(&vetted, &t, &exchange).await?;
-        forward(req, stream, &t, &path, self.timeouts, exchange.clone())
-            .await
-            .inspect_err(|r| {
-                exchange.status(r.status());
-                exchange.end(r.reason.text());
-            })
+        let (stream, chosen) = self.dial(&vetted, &t, &exchange).await?;
+        self.recheck(&mut changes, &t, chosen, &exchange)?;
+        let guard = Guard {
+            revoked: self.revoked(t.clone(), chosen, changes),
+            connection: req.extensions().get::<Arc<Connection>>().cloned(),
+        };
+        forward(
+            req,
+            stream,
+            &t,
+            &path,
+            self.timeouts,
+            exchange.clone(),
+            guard,
+        )
+        .await
+        .inspect_err(|r| {
+            exchange.status(r.status());
+            exchange.end(r.reason.text());
+        })
     }
 
     /// Decides on the name, resolves it, vets every answer; writes the decision line. The
     /// addresses that may be dialed.
-    async fn vet(&self, t: &Target, trace: &mut Trace) -> Result<Vec<SocketAddr>, Refusal> {
-        let policy = self.policy();
+    /// A reload during the lookup (`changes` moved) decides the name again on the new policy
+    /// and vets the answers on it: the decision line is the policy in place when it is written.
+    async fn vet(
+        &self,
+        t: &Target,
+        trace: &mut Trace,
+        changes: &mut watch::Receiver<u64>,
+    ) -> Result<Vec<SocketAddr>, Refusal> {
+        let mut policy = self.policy();
         let shown = t.host.to_string();
         trace.host.clone_from(&shown);
         trace.port = t.port;
-        match policy.decide_name(t) {
-            NameDecision::Deny { reason, rule } => {
-                trace.rule = rule;
-                return Err(Refusal::new(Reason::Name(reason), shown));
-            }
-            NameDecision::Allow { rule } => trace.rule = Some(rule),
-        }
+        decide(&policy, t, trace)?;
         let answers = match &t.host {
             Host::Ip(ip) => vec![*ip],
             Host::Name(name) => {
@@ -294,6 +342,11 @@ impl NetProxy {
             }
         };
         trace.resolved.clone_from(&answers);
+        if changes.has_changed().unwrap_or(false) {
+            changes.borrow_and_update();
+            policy = self.policy();
+            decide(&policy, t, trace)?;
+        }
         // Own networks are read now, not at start: an interface added since is refused too.
         let own = self
             .interfaces
@@ -334,6 +387,20 @@ impl NetProxy {
                 exchange.chosen(chosen);
                 Ok((stream, chosen))
             }
+        }
+    }
+}
+
+/// The name decision on `policy`, its rule recorded in `trace`.
+fn decide(policy: &Policy, t: &Target, trace: &mut Trace) -> Result<(), Refusal> {
+    match policy.decide_name(t) {
+        NameDecision::Deny { reason, rule } => {
+            trace.rule = rule;
+            Err(Refusal::new(Reason::Name(reason), t.host.to_string()))
+        }
+        NameDecision::Allow { rule } => {
+            trace.rule = Some(rule);
+            Ok(())
         }
     }
 }

@@ -53,6 +53,8 @@ pub enum Reason {
     ClientConnectionLimit,
     /// The process is at its file descriptor limit.
     FdLimit,
+    /// A reload between the decision and the first byte relayed no longer allows it.
+    Revoked,
     /// The sidecar's own networks could not be read and no earlier list stands in (`own`).
     OwnNetworksUnknown,
 }
@@ -64,7 +66,9 @@ impl Reason {
             Self::Version | Self::DuplicateHost | Self::Target(_) | Self::BadHeader => {
                 StatusCode::BAD_REQUEST
             }
-            Self::HostHeaderMismatch | Self::Name(_) | Self::Address(_) => StatusCode::FORBIDDEN,
+            Self::HostHeaderMismatch | Self::Name(_) | Self::Address(_) | Self::Revoked => {
+                StatusCode::FORBIDDEN
+            }
             Self::DnsTimeout
             | Self::ConnectTimeout
             | Self::UpstreamResponseTimeout
@@ -107,6 +111,7 @@ impl Reason {
             Self::ClientConnectionLimit => "client_connection_limit".to_owned(),
             Self::FdLimit => "fd_limit".to_owned(),
             Self::OwnNetworksUnknown => "own_networks_unknown".to_owned(),
+            Self::Revoked => "revoked".to_owned(),
         }
     }
 }

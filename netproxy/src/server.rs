@@ -217,15 +217,17 @@ async fn connection(
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let shared = Arc::new(crate::proxy::Connection::default());
+    let abort = shared.clone();
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         req.extensions_mut().insert(hold.clone());
+        req.extensions_mut().insert(shared.clone());
         let framing = verdicts
             .get(nth)
             .map(|why| (why, verdicts.refused_line().unwrap_or_default()));
         proxy.clone().handle(peer, framing, shared.clone(), req)
     });
-    let _ = http1::Builder::new()
+    let served = http1::Builder::new()
         // The scanner has judged every head hyper sees against these limits already; hyper's
         // own are only a backstop, set wider so that it never answers in its own shape.
         .max_headers(limits.max_headers.saturating_add(1))
@@ -237,8 +239,13 @@ async fn connection(
         // A client that half-closes after its request still gets the answer.
         .half_close(true)
         .serve_connection(io, svc)
-        .with_upgrades()
-        .await;
+        .with_upgrades();
+    // An answer cut off from outside (a revocation, the request deadline: `forward::watch`)
+    // drops the connection, whatever hyper is waiting on.
+    tokio::select! {
+        _ = served => {}
+        () = abort.abort.notified() => {}
+    }
 }
 
 /// A proxy on its own thread and runtime; dropping it stops the listener.

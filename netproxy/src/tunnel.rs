@@ -81,7 +81,7 @@ pub async fn tunnel(
             }
         }
         () = clock.expired(idle) => (0, 0, "idle_timeout"),
-        () = &mut revoked => (0, 0, "policy_revoked"),
+        () = &mut revoked => (0, 0, "revoked"),
     };
     who.closed(up, down, ended, "copy", start);
 }
@@ -115,7 +115,7 @@ async fn spliced(
             }
         },
         () = clock.expired(idle) => "idle_timeout",
-        () = revoked => "policy_revoked",
+        () = revoked => "revoked",
     };
     Ok((
         moved.up.load(Ordering::Relaxed),

@@ -347,3 +347,189 @@ fn f2_unreadable_interfaces_refuse_rather_than_fail_open() {
     assert!(refused_with(&out, "403", "proxy_network"), "{out}");
     assert_eq!(own.hits(), 0);
 }
+
+/// A resolver whose answer waits until the test releases it; says when it has been asked.
+#[derive(Debug)]
+struct Gated {
+    answer: std::net::IpAddr,
+    asked: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+impl netproxy::resolve::Resolve for Gated {
+    fn lookup(&self, _name: &str) -> netproxy::resolve::Lookup {
+        let _ = self.asked.lock().expect("lock").send(());
+        let (answer, release) = (self.answer, self.release.clone());
+        Box::pin(async move {
+            release.notified().await;
+            Ok(vec![answer])
+        })
+    }
+}
+
+fn allow_policy(rules: &[String]) -> netproxy::policy::Policy {
+    netproxy::policy::Policy {
+        allow: rules
+            .iter()
+            .map(|r| netproxy::rules::Rule::parse(r).expect("rule"))
+            .collect(),
+        allow_cidrs: vec!["127.0.0.1/32".parse().expect("net")],
+        ..Default::default()
+    }
+}
+
+/// Finding 1: a reload that lands while a CONNECT's lookup is pending is not missed: the
+/// name is decided again on the new policy once the answer comes, so the tunnel is never
+/// opened and nothing is dialed.
+#[test]
+fn f1_a_reload_during_the_lookup_gets_no_tunnel() {
+    use std::io::{Read, Write};
+    if !ns::enter("f1_a_reload_during_the_lookup_gets_no_tunnel", &[]) {
+        return;
+    }
+    let logs = common::logs::Logs::capture();
+    let up = Recorder::bind("127.0.0.1:0");
+    let port = up.addr.port();
+    let (asked_tx, asked) = std::sync::mpsc::channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let r = Arc::new(Gated {
+        answer: "127.0.0.1".parse().expect("ip"),
+        asked: std::sync::Mutex::new(asked_tx),
+        release: release.clone(),
+    });
+    let np = Arc::new(NetProxy::new(
+        allow_policy(&[format!("slow.test:{port}"), format!("kept.test:{port}")]),
+        r,
+    ));
+    let p = Background::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        np.clone(),
+        Limits::default(),
+    )
+    .expect("netproxy starts");
+    let mut s = std::net::TcpStream::connect(p.addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "CONNECT slow.test:{port} HTTP/1.1\r\nHost: slow.test:{port}\r\n\r\n"
+    )
+    .expect("write");
+    asked
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the lookup started");
+    // The reload (what SIGHUP does in the binary) lands while the lookup is pending.
+    np.set_policy(allow_policy(&[format!("kept.test:{port}")]));
+    release.notify_one();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out);
+    assert!(refused_with(&out, "403", "not_allowed"), "{out}");
+    assert_eq!(up.hits(), 0, "nothing was dialed");
+    let d = logs.wait_for("decision", |_| true);
+    assert_eq!(
+        (d["decision"].as_str(), d["reason"].as_str()),
+        (Some("deny"), Some("not_allowed")),
+        "the decision line is the new policy's: {d}"
+    );
+    assert!(logs.with_message("tunnel closed").is_empty());
+}
+
+/// An upstream that answers every request with a chunked body that never ends (a chunk
+/// every 20 ms, 1,000 at most); `ended` is set when its client goes away.
+fn streaming(ended: Arc<std::sync::atomic::AtomicBool>) -> SocketAddr {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming().take(4).flatten() {
+            let ended = ended.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+                for _ in 0..1000 {
+                    if s.write_all(b"5\r\nchunk\r\n").is_err() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    });
+    addr
+}
+
+/// Finding 5: a reload cuts an absolute-form answer already streaming from a host the new
+/// policy refuses, with one end line `ended=revoked`; a new request to it gets 403.
+#[test]
+fn f5_a_reload_cuts_a_streaming_answer() {
+    use std::io::{Read, Write};
+    if !ns::enter("f5_a_reload_cuts_a_streaming_answer", &[]) {
+        return;
+    }
+    let logs = common::logs::Logs::capture();
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = streaming(ended.clone()).port();
+    let r = Scripted::with(&[("stream.test", &["127.0.0.1"])]);
+    let np = Arc::new(NetProxy::new(
+        allow_policy(&[format!("stream.test:{port}")]),
+        r,
+    ));
+    let p = Background::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        np.clone(),
+        Limits::default(),
+    )
+    .expect("netproxy starts");
+    let mut s = std::net::TcpStream::connect(p.addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET http://stream.test:{port}/ HTTP/1.1\r\nHost: stream.test\r\n\r\n"
+    )
+    .expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("chunk") {
+        let n = s.read(&mut buf).expect("the answer streams");
+        assert!(n > 0, "ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    np.set_policy(allow_policy(&[]));
+    // The answer ends (EOF or reset), not the 10 s read timeout.
+    let cut = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e),
+        }
+    };
+    assert!(
+        cut.as_ref().map_or_else(
+            |e| e.kind() != std::io::ErrorKind::WouldBlock
+                && e.kind() != std::io::ErrorKind::TimedOut,
+            |()| true
+        ),
+        "{cut:?}"
+    );
+    let end = logs.wait_for("request ended", |_| true);
+    assert_eq!(end["ended"].as_str(), Some("revoked"), "{end}");
+    assert_eq!(logs.with_message("request ended").len(), 1);
+    let out = get(p.addr, &format!("http://stream.test:{port}/"));
+    assert!(refused_with(&out, "403", "not_allowed"), "{out}");
+    // The upstream connection was closed too (its writes fail within 1,000 chunks).
+    for _ in 0..1000 {
+        if ended.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        ended.load(std::sync::atomic::Ordering::SeqCst),
+        "upstream let go"
+    );
+}
