@@ -110,6 +110,11 @@ impl Exchange {
         }
     }
 
+    /// The client's address, as its dial budget is kept (`dial::Budget`).
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        self.client.parse::<SocketAddr>().ok().map(|a| a.ip())
+    }
+
     pub fn chosen(&self, addr: SocketAddr) {
         if let Ok(mut c) = self.chosen.lock() {
             *c = Some(addr);

@@ -26,6 +26,7 @@ pub enum LogFormat {
 #[derive(Debug, Parser)]
 #[command(name = "netproxy", version, about)]
 pub struct Args {
+    /// Address and port to accept proxy clients on.
     #[arg(long, env = "NETPROXY_LISTEN", default_value = "0.0.0.0:3128")]
     pub listen: SocketAddr,
     /// Allowed destination: example.com, *.example.com (subdomains only), [2600::1], optional
@@ -51,18 +52,36 @@ pub struct Args {
     /// 64:ff9b::/96 needs no flag. Repeatable.
     #[arg(long = "nat64-prefix", env = "NETPROXY_NAT64_PREFIX")]
     pub nat64_prefix: Vec<String>,
+    /// How long a name lookup may take (504 `dns_timeout`).
     #[arg(long, env = "NETPROXY_DNS_TIMEOUT_MS", default_value_t = 5000)]
     pub dns_timeout_ms: u64,
+    /// How long the whole Happy Eyeballs race over the vetted addresses may take (504
+    /// `connect_timeout`).
     #[arg(long, env = "NETPROXY_CONNECT_TIMEOUT_MS", default_value_t = 10000)]
     pub connect_timeout_ms: u64,
+    /// Client connections open at once, tunnels included (over it: 503 `connection_limit`).
     #[arg(long, env = "NETPROXY_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Client connections open at once from one client IP, tunnels included (over it: 503
+    /// `client_connection_limit`).
     #[arg(
         long,
         env = "NETPROXY_MAX_CONNECTIONS_PER_CLIENT",
         default_value_t = 64
     )]
     pub max_connections_per_client: usize,
+    /// Upstream connection attempts in flight for one client IP; more wait (within the
+    /// connect timeout) for one to finish.
+    #[arg(
+        long,
+        env = "NETPROXY_MAX_DIALS_PER_CLIENT",
+        default_value_t = crate::proxy::DEFAULT_MAX_DIALS_PER_CLIENT
+    )]
+    pub max_dials_per_client: usize,
+    /// Upstream connection attempts in flight in all (lowered at start-up to what the
+    /// descriptor limit leaves after a reserve).
+    #[arg(long, env = "NETPROXY_MAX_DIALS", default_value_t = crate::proxy::DEFAULT_MAX_DIALS)]
+    pub max_dials: usize,
     /// A tunnel with no bytes either way for this long is closed.
     #[arg(
         long,
@@ -90,12 +109,17 @@ pub struct Args {
     /// before the answer starts; cut off after).
     #[arg(long, env = "NETPROXY_REQUEST_TIMEOUT_MS", default_value_t = 600_000)]
     pub request_timeout_ms: u64,
+    /// Header lines a request head may have (431 `too many headers`).
     #[arg(long, env = "NETPROXY_MAX_HEADERS", default_value_t = 100)]
     pub max_headers: usize,
+    /// Bytes a request head may have (431 `request head too large`).
     #[arg(long, env = "NETPROXY_MAX_HEADER_BYTES", default_value_t = 16384)]
     pub max_header_bytes: usize,
+    /// How long a request head may take to arrive once begun (408 `request head too slow`).
     #[arg(long, env = "NETPROXY_HEADER_TIMEOUT_MS", default_value_t = 10000)]
     pub header_timeout_ms: u64,
+    /// Log lines as JSON objects (one per line) or plain text; `NETPROXY_LOG` filters them
+    /// (an EnvFilter, default `info`).
     #[arg(long, env = "NETPROXY_LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
 }
@@ -427,5 +451,18 @@ mod tests {
             a.policy().expect("policy").allow_cidrs,
             vec!["127.0.0.1/32".parse::<IpNet>().expect("net")]
         );
+    }
+
+    /// Issue 38: every flag says what it does in `--help`.
+    #[test]
+    fn every_flag_has_help() {
+        let cmd = Args::command();
+        let bare: Vec<&str> = cmd
+            .get_arguments()
+            .filter(|a| a.get_help().is_none() && a.get_long_help().is_none())
+            .map(|a| a.get_id().as_str())
+            .collect();
+        assert!(bare.is_empty(), "no help: {bare:?}");
+        assert!(cmd.get_arguments().count() >= 21, "the flags are all there");
     }
 }

@@ -2,17 +2,101 @@
 //! (starting with the family of the first answer, the resolver's preference), one attempt is
 //! started every `STAGGER` or as soon as the previous one failed, the first connection wins and
 //! the others are dropped. The caller bounds the whole race with the one connect timeout. Only
-//! addresses that were vetted are ever passed in.
+//! addresses that were vetted are ever passed in. At most `MAX_ATTEMPTS` addresses are tried
+//! (RFC 8305 orders them; it does not ask for all 59 of a name), and each attempt holds a
+//! `Budget` permit while its socket is connecting, so one client cannot fill the descriptor
+//! table with half-open sockets.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// RFC 8305's recommended Connection Attempt Delay.
 pub const STAGGER: Duration = Duration::from_millis(250);
+
+/// The most addresses one race tries: two of each family after interleaving, and more.
+pub const MAX_ATTEMPTS: usize = 6;
+
+/// Connection attempts in flight: per client (by IP) and in all. An attempt waits for both
+/// permits (within the connect timeout, which bounds the whole race) and holds them until its
+/// socket has connected or failed.
+#[derive(Debug)]
+pub struct Budget {
+    global: Arc<Semaphore>,
+    per_client: usize,
+    clients: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+}
+
+/// An attempt's share of the `Budget`; given back when dropped.
+#[derive(Debug)]
+pub struct Permit {
+    held: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+    budget: Arc<Budget>,
+    client: IpAddr,
+}
+
+impl Budget {
+    pub fn new(global: usize, per_client: usize) -> Self {
+        Self {
+            global: Arc::new(Semaphore::new(global.max(1))),
+            per_client: per_client.max(1),
+            clients: Mutex::default(),
+        }
+    }
+
+    /// Waits for a client permit, then a global one (so a client over its share never holds
+    /// global permits while it waits).
+    pub async fn permit(self: Arc<Self>, client: IpAddr) -> io::Result<Permit> {
+        let mine = {
+            let mut m = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+            m.entry(client)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_client)))
+                .clone()
+        };
+        // Made before the waits: a cancelled wait still tidies the map up.
+        let mut permit = Permit {
+            held: None,
+            budget: self.clone(),
+            client,
+        };
+        let closed = |_| io::Error::other("dial budget closed");
+        let own = mine.acquire_owned().await.map_err(closed)?;
+        let all = self.global.clone().acquire_owned().await.map_err(closed)?;
+        permit.held = Some((own, all));
+        Ok(permit)
+    }
+
+    /// Attempts in flight for `client` (tests).
+    pub fn in_flight(&self, client: IpAddr) -> usize {
+        let m = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        m.get(&client)
+            .map_or(0, |s| self.per_client - s.available_permits())
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        let mut m = self
+            .budget
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Only the map holds it and nobody is connecting: the client's entry goes.
+        let idle = m.get(&self.client).is_some_and(|s| {
+            Arc::strong_count(s) == 1 && s.available_permits() == self.budget.per_client
+        });
+        if idle {
+            m.remove(&self.client);
+        }
+    }
+}
 
 /// The attempt order: families alternate, each in answer order, starting with the first
 /// answer's family.
@@ -33,7 +117,7 @@ pub fn order(addrs: &[SocketAddr]) -> Vec<SocketAddr> {
     }
 }
 
-/// Races connection attempts to `addrs` (in `order`); the winner's stream and address, or the
+/// Races connection attempts to the first `MAX_ATTEMPTS` of `addrs` (in `order`); the winner's stream and address, or the
 /// last attempt's error when every one failed.
 pub async fn race<S, F, Fut>(
     addrs: &[SocketAddr],
@@ -45,7 +129,8 @@ where
     F: Fn(SocketAddr) -> Fut,
     Fut: Future<Output = io::Result<S>> + Send + 'static,
 {
-    let queue = order(addrs);
+    let mut queue = order(addrs);
+    queue.truncate(MAX_ATTEMPTS);
     // One address (an IP literal, or a name with one answer): nothing to race, so no task is
     // spawned; its wake-up could land on the other worker thread and cost the set-up latency.
     if let [only] = queue.as_slice() {
@@ -167,5 +252,41 @@ mod tests {
         // The first one connects: nothing else is tried.
         let (r, tried) = scripted(&[v4, v6], &[], &[]).await;
         assert_eq!((r.expect("connected"), tried), (v4, vec![v4]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_attempts_addresses_are_tried() {
+        let many: Vec<SocketAddr> = (1..=59u8)
+            .map(|i| SocketAddr::from(([192, 0, 2, i], 80)))
+            .collect();
+        let (r, tried) = scripted(&many, &[], &many).await;
+        assert!(r.is_err());
+        assert_eq!(tried, many[..MAX_ATTEMPTS].to_vec());
+    }
+
+    #[tokio::test]
+    async fn the_budget_bounds_attempts_per_client_and_in_all() {
+        let b = Arc::new(Budget::new(3, 2));
+        let (a, c) = (
+            "127.0.0.1".parse().expect("ip"),
+            "127.0.0.2".parse().expect("ip"),
+        );
+        let a1 = b.clone().permit(a).await.expect("permit");
+        let _a2 = b.clone().permit(a).await.expect("permit");
+        assert_eq!(b.in_flight(a), 2);
+        // A's third waits for its share; C is still served (global 3).
+        let a3 = tokio::spawn(b.clone().permit(a));
+        let _c1 = b.clone().permit(c).await.expect("permit");
+        tokio::task::yield_now().await;
+        assert!(!a3.is_finished());
+        drop(a1);
+        let a3 = a3.await.expect("join").expect("permit");
+        // Global is full now (a2, a3, c1): C's second waits though C has a share left.
+        let c2 = tokio::spawn(b.clone().permit(c));
+        tokio::task::yield_now().await;
+        assert!(!c2.is_finished());
+        drop(a3);
+        let _c2 = c2.await.expect("join").expect("permit");
+        assert_eq!((b.in_flight(a), b.in_flight(c)), (1, 2));
     }
 }

@@ -6,13 +6,14 @@
 //! Eyeballs) and hands to `tunnel` or `forward`; `refusal` says why not; `audit` writes the
 //! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
-//! `config` the flags.
+//! `config` the flags; `fds` the descriptor limit.
 
 pub mod addr;
 pub mod audit;
 mod client;
 pub mod config;
 pub mod dial;
+pub mod fds;
 pub mod forward;
 pub use headguard as framing;
 pub mod idle;

@@ -37,12 +37,26 @@ async fn run() -> anyhow::Result<()> {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    // Before anything opens a descriptor: the soft limit up to the hard one, and the dial
+    // budget kept under it with a reserve (`fds`).
+    let limit = netproxy::fds::raise_to_hard().context("reading the descriptor limit")?;
+    let max_dials = netproxy::fds::dial_cap(limit, args.max_dials);
+    tracing::info!(
+        nofile = limit,
+        max_dials,
+        max_dials_per_client = args.max_dials_per_client,
+        "descriptor limit"
+    );
     let resolver = Arc::new(Stub::from_system_conf().context("reading /etc/resolv.conf")?);
     let proxy = Arc::new(NetProxy {
         dns_timeout: Duration::from_millis(args.dns_timeout_ms),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         tunnel_idle: Duration::from_millis(args.tunnel_idle_timeout_ms),
         timeouts: args.timeouts(),
+        dials: Arc::new(netproxy::dial::Budget::new(
+            max_dials,
+            args.max_dials_per_client,
+        )),
         ..NetProxy::new(policy, resolver)
     });
     let reload_proxy = proxy.clone();

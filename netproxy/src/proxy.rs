@@ -56,7 +56,13 @@ pub struct NetProxy {
     pub tunnel_idle: Duration,
     /// Absolute-form requests' timeouts.
     pub timeouts: Timeouts,
+    /// Upstream connection attempts in flight, per client and in all (`dial::Budget`).
+    pub dials: Arc<crate::dial::Budget>,
 }
+
+/// Upstream connection attempts in flight, in all and per client, unless configured.
+pub const DEFAULT_MAX_DIALS: usize = 256;
+pub const DEFAULT_MAX_DIALS_PER_CLIENT: usize = 8;
 
 /// Refusals one client connection may have before it is closed (`NetProxy::handle`).
 pub const REFUSALS_PER_CONNECTION: usize = 8;
@@ -89,6 +95,10 @@ impl NetProxy {
             connect_timeout: Duration::from_secs(10),
             tunnel_idle: Duration::from_secs(300),
             timeouts: Timeouts::default(),
+            dials: Arc::new(crate::dial::Budget::new(
+                DEFAULT_MAX_DIALS,
+                DEFAULT_MAX_DIALS_PER_CLIENT,
+            )),
         }
     }
 
@@ -370,7 +380,18 @@ impl NetProxy {
         exchange: &Exchange,
     ) -> Result<(TcpStream, SocketAddr), Refusal> {
         let shown = t.host.to_string();
-        let race = crate::dial::race(vetted, crate::dial::STAGGER, TcpStream::connect);
+        let client = exchange
+            .client_ip()
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        let budget = &self.dials;
+        let race = crate::dial::race(vetted, crate::dial::STAGGER, |addr| {
+            let permit = budget.clone().permit(client);
+            async move {
+                // Held while the socket connects: a half-open socket is a descriptor too.
+                let _permit = permit.await?;
+                TcpStream::connect(addr).await
+            }
+        });
         let failed = |reason: Reason| {
             let r = Refusal::new(reason, shown.clone());
             exchange.status(r.status());

@@ -533,3 +533,135 @@ fn f5_a_reload_cuts_a_streaming_answer() {
         "upstream let go"
     );
 }
+
+/// Upstream connection attempts now in SYN_SENT towards 10.200.0.0/24 (the blackhole of
+/// `f3_…`), from `/proc/net/tcp` of this namespace.
+fn connecting_to_blackhole() -> usize {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // rem_address is little-endian hex: 10.200.0.x reads xx00C80A.
+            f.len() > 3 && f[3] == "02" && f[2].get(2..8) == Some("00C80A")
+        })
+        .count()
+}
+
+/// A client connection from `source` (another client IP on lo) to `to`.
+fn connect_from(source: &str, to: SocketAddr) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let s = rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+        sock.bind(format!("{source}:0").parse().expect("addr"))
+            .expect("bind");
+        sock.connect(to).await.expect("connect")
+    });
+    let s = s.into_std().expect("std");
+    s.set_nonblocking(false).expect("blocking");
+    s
+}
+
+/// Finding 3: 64 CONNECTs to a name with 59 blackholed addresses keep at most
+/// `--max-dials-per-client` (8) upstream sockets connecting at any moment, and a second
+/// client is served meanwhile.
+#[test]
+fn f3_dials_per_client_are_bounded_and_another_client_is_served() {
+    use std::io::{Read, Write};
+    // The blackhole: 10.200.0.0/24 routed out of a veth whose peer has no address, with a
+    // permanent neighbour entry per address, so SYNs leave and nothing ever answers (no ARP
+    // failure ends the attempts early).
+    let mut setup: Vec<String> = [
+        "link add bh0 type veth peer name bh1",
+        "link set bh0 up",
+        "link set bh1 up",
+        "addr add 10.201.0.1/32 dev bh0",
+        "route add 10.200.0.0/24 dev bh0 src 10.201.0.1",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    setup.extend(
+        (1..=59).map(|i| {
+            format!("neigh add 10.200.0.{i} lladdr 02:00:00:00:00:01 dev bh0 nud permanent")
+        }),
+    );
+    let setup: Vec<&str> = setup.iter().map(String::as_str).collect();
+    if !ns::enter(
+        "f3_dials_per_client_are_bounded_and_another_client_is_served",
+        &setup,
+    ) {
+        return;
+    }
+    let up = Recorder::bind("127.0.0.1:0");
+    let port = up.addr.port();
+    let blackholed: Vec<String> = (1..=59).map(|i| format!("10.200.0.{i}")).collect();
+    let refs: Vec<&str> = blackholed.iter().map(String::as_str).collect();
+    let r = Scripted::with(&[("many.test", &refs), ("ok.test", &["127.0.0.1"])]);
+    let policy = netproxy::policy::Policy {
+        allow: vec![
+            netproxy::rules::Rule::parse("many.test:443").expect("rule"),
+            netproxy::rules::Rule::parse(&format!("ok.test:{port}")).expect("rule"),
+        ],
+        allow_cidrs: vec![
+            "10.200.0.0/24".parse().expect("net"),
+            "127.0.0.1/32".parse().expect("net"),
+        ],
+        ..Default::default()
+    };
+    let np = Arc::new(NetProxy {
+        connect_timeout: std::time::Duration::from_secs(3),
+        ..NetProxy::new(policy, r)
+    });
+    let p = Background::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        np.clone(),
+        Limits::default(),
+    )
+    .expect("netproxy starts");
+    let flood: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(p.addr).expect("connect");
+            s.set_read_timeout(Some(std::time::Duration::from_secs(15)))
+                .expect("timeout");
+            s.write_all(b"CONNECT many.test:443 HTTP/1.1\r\nHost: many.test:443\r\n\r\n")
+                .expect("write");
+            s
+        })
+        .collect();
+    let client = "127.0.0.1".parse().expect("ip");
+    let mut most = 0;
+    for _ in 0..100 {
+        most = most
+            .max(connecting_to_blackhole())
+            .max(np.dials.in_flight(client));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Meanwhile another client (another IP) gets its tunnel.
+    let mut other = connect_from("127.0.0.2", p.addr);
+    other
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        other,
+        "CONNECT ok.test:{port} HTTP/1.1\r\nHost: ok.test:{port}\r\n\r\n"
+    )
+    .expect("write");
+    let mut head = [0u8; 12];
+    other.read_exact(&mut head).expect("an answer");
+    assert_eq!(&head, b"HTTP/1.1 200", "the second client is served");
+    most = most.max(connecting_to_blackhole());
+    assert!(
+        (1..=netproxy::proxy::DEFAULT_MAX_DIALS_PER_CLIENT).contains(&most),
+        "at most 8 attempts in flight, and the flood did dial: {most}"
+    );
+    // Every flooding CONNECT ends in a gateway error within its connect timeout.
+    for mut s in flood {
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let out = String::from_utf8_lossy(&out);
+        assert!(refused_with(&out, "504", "connect_timeout"), "{out}");
+    }
+}
