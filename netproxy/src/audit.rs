@@ -87,6 +87,8 @@ pub struct Exchange {
     pub body_timed_out: AtomicBool,
     /// The request body has been sent whole (or there is none).
     pub request_done: tokio::sync::Notify,
+    /// The client connection's write-timeout flag (`timed_write`), if it has one.
+    write_timed_out: std::sync::OnceLock<std::sync::Arc<AtomicBool>>,
     /// Told when the exchange is dropped (its end line written): its watchdog stands down.
     pub over: std::sync::Arc<tokio::sync::Notify>,
 }
@@ -107,7 +109,13 @@ impl Exchange {
             body_timed_out: AtomicBool::new(false),
             request_done: tokio::sync::Notify::new(),
             over: std::sync::Arc::default(),
+            write_timed_out: std::sync::OnceLock::new(),
         }
+    }
+
+    /// When this flag is set (a write to the client timed out), the end line says so.
+    pub fn cut_by_writes(&self, flag: std::sync::Arc<AtomicBool>) {
+        let _ = self.write_timed_out.set(flag);
     }
 
     /// The client's address, as its dial budget is kept (`dial::Budget`).
@@ -162,8 +170,20 @@ impl Drop for Exchange {
             .lock()
             .ok()
             .and_then(|e| e.clone())
-            // Nobody said how: the client went away before the answer was through.
-            .unwrap_or_else(|| "client_gone".to_owned());
+            .unwrap_or_else(|| {
+                let stalled = self
+                    .write_timed_out
+                    .get()
+                    .is_some_and(|f| f.load(Ordering::Relaxed));
+                // Nobody said how: the client took nothing for the write timeout, or went
+                // away before the answer was through.
+                if stalled {
+                    "write_timeout"
+                } else {
+                    "client_gone"
+                }
+                .to_owned()
+            });
         tracing::info!(
             client = %self.client,
             method = %self.method,

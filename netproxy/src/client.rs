@@ -12,7 +12,10 @@ use crate::framing::Scanner;
 
 /// Exactly what hyper serves a client connection on (see `server::connection`): the type a tunnel
 /// downcasts its `Upgraded` to, to reach the client's socket.
-pub(crate) type ClientIo = TokioIo<tokio::io::Join<ClientRead, OwnedWriteHalf>>;
+pub(crate) type ClientIo = TokioIo<tokio::io::Join<ClientRead, ClientWrite>>;
+
+/// The write side hyper is given: the client's socket with a limit on a write nobody takes.
+pub(crate) type ClientWrite = crate::timed_write::TimedWrite<OwnedWriteHalf>;
 
 /// The read side hyper is given: the client's socket through the `Scanner`, drained on drop
 /// after a refused head (see `headguard::ClientRead`).
@@ -44,6 +47,7 @@ pub(crate) fn client_socket(
 ) -> Result<Option<(ClientSocket, Vec<u8>)>, hyper::upgrade::Upgraded> {
     let parts = upgraded.downcast::<ClientIo>()?;
     let (mut reader, write) = parts.io.into_inner().into_inner();
+    let write = write.into_inner();
     // Always there: only a drop takes the scanner out.
     let Some((read, rest)) = reader.take().map(Scanner::into_parts) else {
         return Ok(None);

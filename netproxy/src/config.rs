@@ -109,6 +109,10 @@ pub struct Args {
     /// before the answer starts; cut off after).
     #[arg(long, env = "NETPROXY_REQUEST_TIMEOUT_MS", default_value_t = 600_000)]
     pub request_timeout_ms: u64,
+    /// How long one write to a client may wait for the client to take bytes; past it the
+    /// connection is dropped and the exchange ends with `write_timeout`.
+    #[arg(long, env = "NETPROXY_WRITE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub write_timeout_ms: u64,
     /// Header lines a request head may have (431 `too many headers`).
     #[arg(long, env = "NETPROXY_MAX_HEADERS", default_value_t = 100)]
     pub max_headers: usize,
@@ -284,6 +288,7 @@ impl Args {
             max_headers: self.max_headers.max(8),
             max_header_bytes: self.max_header_bytes,
             header_timeout: Duration::from_millis(self.header_timeout_ms),
+            write_timeout: Duration::from_millis(self.write_timeout_ms.max(1)),
         }
     }
 }

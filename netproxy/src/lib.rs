@@ -6,7 +6,8 @@
 //! Eyeballs) and hands to `tunnel` or `forward`; `refusal` says why not; `audit` writes the
 //! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
-//! `config` the flags; `fds` the descriptor limit.
+//! `config` the flags; `fds` the descriptor limit; `timed_write` the
+//! limit on a write the client does not take.
 
 pub mod addr;
 pub mod audit;
@@ -30,4 +31,5 @@ pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
 pub mod target;
+pub mod timed_write;
 pub mod tunnel;

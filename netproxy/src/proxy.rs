@@ -76,6 +76,9 @@ pub struct Connection {
     /// it, or the request timeout passed while the client read nothing): the server then
     /// drops the connection.
     pub abort: tokio::sync::Notify,
+    /// A write to the client waited past the write timeout (`timed_write`): the end line of
+    /// the exchange it cut says `write_timeout`.
+    pub write_timed_out: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn bad(reason: Reason) -> Refusal {
@@ -301,11 +304,15 @@ impl NetProxy {
             .map_err(|why| Refusal::new(Reason::Head(why), t.host.to_string()))?;
         let vetted = self.vet(&t, trace, &mut changes).await?;
         let exchange = Arc::new(Exchange::new(trace));
+        let connection = req.extensions().get::<Arc<Connection>>().cloned();
+        if let Some(c) = &connection {
+            exchange.cut_by_writes(c.write_timed_out.clone());
+        }
         let (stream, chosen) = self.dial(&vetted, &t, &exchange).await?;
         self.recheck(&mut changes, &t, chosen, &exchange)?;
         let guard = Guard {
             revoked: self.revoked(t.clone(), chosen, changes),
-            connection: req.extensions().get::<Arc<Connection>>().cloned(),
+            connection,
         };
         forward(
             req,

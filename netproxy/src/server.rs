@@ -21,6 +21,7 @@ use crate::client::{ClientIo, ClientRead};
 use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
 use crate::refusal::{Reason, Refusal};
+use crate::timed_write::TimedWrite;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -30,6 +31,8 @@ pub struct Limits {
     /// hyper's read buffer, which bounds the request head (at least 8192).
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
+    /// How long one write to a client may wait for it to take bytes (`timed_write`).
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -40,6 +43,7 @@ impl Default for Limits {
             max_headers: 100,
             max_header_bytes: 16 * 1024,
             header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -206,6 +210,7 @@ async fn connection(
     hold: ConnectionHold,
 ) {
     let (rd, wr) = stream.into_split();
+    let shared = Arc::new(crate::proxy::Connection::default());
     let verdicts = Verdicts::default();
     let head_limits = HeadLimits {
         max_bytes: limits.max_header_bytes,
@@ -214,9 +219,9 @@ async fn connection(
         upgrades: false,
     };
     let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), head_limits));
+    let wr = TimedWrite::new(wr, limits.write_timeout, shared.write_timed_out.clone());
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let shared = Arc::new(crate::proxy::Connection::default());
     let abort = shared.clone();
     let svc = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let nth = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -665,3 +665,94 @@ fn f3_dials_per_client_are_bounded_and_another_client_is_served() {
         assert!(refused_with(&out, "504", "connect_timeout"), "{out}");
     }
 }
+
+/// An upstream that answers with a body as fast as it can be taken (64 KiB writes, 256 MiB at
+/// most, 1 GiB announced); `ended` is set when its client goes away or it is done.
+fn firehose(ended: Arc<std::sync::atomic::AtomicBool>) -> SocketAddr {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming().take(4).flatten() {
+            let ended = ended.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n");
+                let chunk = vec![b'x'; 64 * 1024];
+                for _ in 0..4096 {
+                    if s.write_all(&chunk).is_err() {
+                        break;
+                    }
+                }
+                ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    });
+    addr
+}
+
+/// Finding 4: a client that sends its request and never reads is cut at
+/// `--request-timeout-ms` with an end line (`request_timeout`), and with a shorter
+/// `--write-timeout-ms` at that (`write_timeout`); the upstream connection is let go too.
+#[test]
+fn f4_a_client_that_never_reads_is_cut_with_an_end_line() {
+    use std::io::Write;
+    if !ns::enter("f4_a_client_that_never_reads_is_cut_with_an_end_line", &[]) {
+        return;
+    }
+    let logs = common::logs::Logs::capture();
+    let short = std::time::Duration::from_millis(500);
+    let long = std::time::Duration::from_secs(600);
+    for (request, write, want) in [
+        (short, long, "request_timeout"),
+        (long, short, "write_timeout"),
+    ] {
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let port = firehose(ended.clone()).port();
+        let r = Scripted::with(&[("hose.test", &["127.0.0.1"])]);
+        let np = NetProxy {
+            timeouts: netproxy::forward::Timeouts {
+                request,
+                ..Default::default()
+            },
+            ..NetProxy::new(allow_policy(&[format!("hose.test:{port}")]), r)
+        };
+        let limits = Limits {
+            write_timeout: write,
+            ..Limits::default()
+        };
+        let p = Background::start("127.0.0.1:0".parse().expect("addr"), Arc::new(np), limits)
+            .expect("netproxy starts");
+        let before = logs.with_message("request ended").len();
+        let mut s = std::net::TcpStream::connect(p.addr).expect("connect");
+        write!(
+            s,
+            "GET http://hose.test:{port}/ HTTP/1.1\r\nHost: hose.test\r\n\r\n"
+        )
+        .expect("write");
+        // Never read. The end line comes (waited for 10 s at most).
+        let mut ends = Vec::new();
+        for _ in 0..500 {
+            ends = logs.with_message("request ended").split_off(before);
+            if !ends.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(ends.len(), 1, "one end line: {ends:?}");
+        assert_eq!(ends[0]["ended"].as_str(), Some(want), "{}", ends[0]);
+        for _ in 0..1000 {
+            if ended.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            ended.load(std::sync::atomic::Ordering::SeqCst),
+            "the upstream was let go ({want})"
+        );
+        drop(s);
+    }
+}
