@@ -100,9 +100,11 @@ impl Watched {
         Self::with_reader(System::read)
     }
 
-    /// Reading the interfaces with `reader` (tests inject failures through it).
+    /// Reading the interfaces with `reader` (tests inject failures through it). The first
+    /// read is made now, at start-up, while descriptors are plentiful: a flood that later
+    /// exhausts them finds a good list to keep.
     pub fn with_reader(reader: Reader) -> Self {
-        Self {
+        let w = Self {
             changes: subscribe()
                 .inspect_err(|e| {
                     tracing::warn!(error = %e, "no netlink announcements; interfaces are read per dial")
@@ -110,7 +112,10 @@ impl Watched {
                 .ok(),
             reader,
             state: std::sync::Mutex::new(Known::default()),
-        }
+        };
+        // A failure is remembered (and warned about) like any other; the next vetting reads.
+        let _ = w.networks();
+        w
     }
 
     /// Whether anything was announced (or could have been missed) since the last call; empties

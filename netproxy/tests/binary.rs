@@ -135,3 +135,33 @@ fn an_array_policy_file_is_refused_at_start_and_on_reload() {
         "the running policy stays"
     );
 }
+
+/// Issue 38: a start-up error is printed once, as one line, with its cause (no `Caused by:`
+/// block, no backtrace).
+#[test]
+fn a_start_up_error_is_one_line() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_netproxy"))
+        .args(["--listen", &addr, "--log-format", "plain"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("netproxy runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("netproxy: "))
+        .collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "netproxy: cannot listen on {addr}: Address already in use (os error 98)"
+        )],
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("Caused by") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+}

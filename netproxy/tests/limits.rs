@@ -100,3 +100,97 @@ fn f6_fd_limit_503s_write_their_decision_lines() {
     );
     drop(held);
 }
+
+/// Issue 38, finding 2, through the binary: at the descriptor limit an interface read fails
+/// (EMFILE); the own networks read before it still stand, so the sidecar's own address is
+/// refused as `proxy_network` though an `--allow-cidr` covers it (it used to be judged
+/// against an empty list, and only the failing dial kept it from being reached).
+#[test]
+fn f2_at_the_fd_limit_own_networks_stay_known() {
+    use std::io::Write;
+    if !ns::enter(
+        "f2_at_the_fd_limit_own_networks_stay_known",
+        &[
+            "link add own0 type veth peer name own1",
+            "addr add 10.77.0.1/24 dev own0",
+            "link set own0 up",
+            "link set own1 up",
+        ],
+    ) {
+        return;
+    }
+    let port = common::free_port();
+    let own = ns::Recorder::bind(&format!("10.77.0.1:{port}"));
+    let np = Netproxy::start_under(
+        &["prlimit", "--nofile=48:48", "--"],
+        &[
+            "--header-timeout-ms",
+            "30000",
+            "--allow-cidr",
+            "10.0.0.0/8",
+            "--allow",
+            &format!("10.77.0.1:{port}"),
+        ],
+        &[],
+    );
+    // A connection the proxy has accepted (its refusal is answered and it stays open).
+    let mut a = TcpStream::connect(("127.0.0.1", np.port)).expect("connect");
+    a.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let ask = |a: &mut TcpStream, url: &str| -> String {
+        write!(a, "GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&got).contains('}') {
+            match a.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let first = ask(&mut a, "http://198.51.100.1/");
+    assert!(first.starts_with("HTTP/1.1 403"), "{first}");
+    // Every other descriptor taken by idle clients: of 64, those that fit are accepted and
+    // the rest answered 503 `fd_limit`, one line each. Once the last line is out (and its
+    // socket closed and the spare refilled), the table is full and stays so.
+    // Descriptors numbered under the limit (one inherited from the test harness may sit
+    // above it and takes no room).
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", np.pid()))
+            .expect("/proc/PID/fd")
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n < 48)
+            })
+            .count()
+    };
+    let room = 48 - fds();
+    let held: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(("127.0.0.1", np.port)).expect("connect"))
+        .collect();
+    for _ in room..64 {
+        wait_for(&np.lines, "\"fd_limit\"");
+    }
+    let full = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        fds() == 48
+    });
+    assert!(full, "the descriptor table is full");
+    // An interface change is announced, so the next vetting reads the interfaces: EMFILE.
+    ns::ip("addr add 10.66.0.1/24 dev own0");
+    let out = ask(&mut a, &format!("http://10.77.0.1:{port}/"));
+    assert!(
+        out.starts_with("HTTP/1.1 403")
+            && out
+                .to_ascii_lowercase()
+                .contains("x-netproxy-error: proxy_network\r\n"),
+        "{out}"
+    );
+    wait_for(&np.lines, "cannot read the interfaces");
+    assert_eq!(own.hits(), 0);
+    drop(held);
+}
