@@ -183,3 +183,41 @@ pub(crate) fn chunk_line(line: &[u8], trailers: bool) -> Option<ChunkLine> {
     }
     u64::from_str_radix(size, 16).ok().map(ChunkLine::Size)
 }
+
+/// The method and target of a refused head as far as they could be read, for its decision
+/// line: printable ASCII only (anything else is `?`), each at most `SHOWN_AT_MOST` bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestLine {
+    pub method: String,
+    pub target: String,
+}
+
+/// How much of a refused head's method or target a log line shows.
+const SHOWN_AT_MOST: usize = 256;
+
+impl RequestLine {
+    /// The first line of `head` (or what has arrived of it), split on spaces.
+    pub fn read(head: &[u8]) -> Self {
+        let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+        let mut words = line
+            .split(|b| *b == b' ')
+            .filter(|w| !w.is_empty())
+            .map(|w| {
+                w.iter()
+                    .take(SHOWN_AT_MOST)
+                    .filter(|b| **b != b'\r')
+                    .map(|b| {
+                        if b.is_ascii_graphic() {
+                            char::from(*b)
+                        } else {
+                            '?'
+                        }
+                    })
+                    .collect::<String>()
+            });
+        Self {
+            method: words.next().unwrap_or_default(),
+            target: words.next().unwrap_or_default(),
+        }
+    }
+}
