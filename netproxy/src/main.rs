@@ -68,7 +68,7 @@ async fn run() -> anyhow::Result<()> {
             match reload_args.policy() {
                 Ok(p) => {
                     reload_proxy.set_policy(p);
-                    tracing::info!("policy reloaded; open tunnels it no longer allows are closed");
+                    tracing::info!("policy reloaded; open tunnels and streaming answers it no longer allows are closed");
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "policy reload refused; the running policy stays")

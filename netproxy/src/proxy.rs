@@ -105,8 +105,10 @@ impl NetProxy {
         }
     }
 
-    /// Puts a new policy in place; every open tunnel it no longer allows is closed. (Each
-    /// absolute-form request is decided on its own, so kept-alive connections need nothing.)
+    /// Puts a new policy in place; every open tunnel and every answer still streaming that it
+    /// no longer allows is closed, and a request between its decision and its first byte is
+    /// judged again (`process`). Each later request on a kept-alive connection is decided on
+    /// its own.
     pub fn set_policy(&self, p: Policy) {
         match self.policy.write() {
             Ok(mut current) => *current = Arc::new(p),
