@@ -236,6 +236,29 @@ fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
 mod tests {
     use super::*;
 
+    /// Known answers, written as literals: the record's path is part of the on-disk format
+    /// (records survive restarts and upgrades), so it is never recomputed by the code under
+    /// test. `k(x)` = the first 16 hex of SHA-256 over `x`.
+    #[test]
+    fn record_paths_are_known_answers() {
+        let state = tempfile::tempdir().expect("dir");
+        let ledger = Ledger::new(state.path(), "deer-flow-");
+        let record = ledger.mark("7d9ac0ff9b98cd06", "c0ffee").expect("mark");
+        assert_eq!(
+            record
+                .strip_prefix(state.path())
+                .expect("under the state dir"),
+            Path::new("sandbox-quarantine/ca020af577589f4a/aa2da1bb76732f47/fb0288872031fc48")
+        );
+        let unknown = ledger.mark("7d9ac0ff9b98cd06", "unknown").expect("mark");
+        assert_eq!(
+            unknown
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
+            Some("b23a6a8439c0dde5".to_owned())
+        );
+    }
+
     #[test]
     fn layout_is_three_16_hex_components() {
         let state = tempfile::tempdir().expect("dir");

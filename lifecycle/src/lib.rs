@@ -1,7 +1,7 @@
 //! lifecycle: sandboxes created, discovered, quarantined and torn down through the stack's
 //! sockproxy (DESIGN §4). `naming` holds IDs, names and labels (from `stackmodel`); `engine` the
 //! bollard client on the one given socket; `ledger` the quarantine records; `ports` host-port
-//! reservations per generation; `lock` the per-sandbox-ID lock; `private` the state tree's modes (0700/0600); `decide` the pure decisions;
+//! reservations per generation; `lock` the per-sandbox-ID lock; `private` the state tree's modes (0700/0600); `decide` the pure decisions (and `teardown_plan` what a teardown of a present container does);
 //! `ops` the `Lifecycle` value and what operations return, `create` and `teardown` the
 //! operations; `ready` the readiness probe; `cli` the command line; `serve` the long-running provider (`lifecycle serve`).
 
@@ -19,5 +19,6 @@ pub mod props;
 pub mod ready;
 pub mod serve;
 mod teardown;
+pub mod teardown_plan;
 
 pub use create::{BeforeUndo, Unguarded};

@@ -91,6 +91,23 @@ mod tests {
         assert_eq!(m.egress, format!("other_sandbox-egress-{}", m.digest));
     }
 
+    /// The scope label's value is part of what the outside world sees (a provider hands a
+    /// sandbox only to the (user, thread) it names, across upgrades and processes): pinned as a
+    /// literal, the full SHA-256 hex of `"user-1:thread-1"`.
+    #[test]
+    fn the_scope_label_is_a_known_answer() {
+        assert_eq!(
+            scope_digest("user-1", "thread-1"),
+            "7d9ac0ff9b98cd06d30003ec938af5799f4541f9fdfa284a34d34a71c76b12cd"
+        );
+        assert_eq!(LABEL_SCOPE, "lifecycle.scope");
+        // The sandbox ID is the label's first 16 hex, as deer-flow derives it.
+        assert_eq!(
+            sandbox_id("user-1", "thread-1").expect("ok"),
+            "7d9ac0ff9b98cd06"
+        );
+    }
+
     #[test]
     fn ids_are_16_hex_and_do_not_collide_where_8_did() {
         let a = sandbox_id("user-9721", "thread-9721").expect("ok");

@@ -11,6 +11,7 @@ use crate::naming::{self, k, Names};
 use crate::ops::{
     deferred, step, Destroyed, GenerationTeardown, Lifecycle, OpError, Retired, Teardown,
 };
+use crate::teardown_plan::{self, Step};
 
 impl Lifecycle {
     /// `destroy ID`: the sandbox's container (if present) is destroyed by its ID; records of
@@ -110,29 +111,34 @@ impl Lifecycle {
         c: &Container,
     ) -> Result<Option<u16>, OpError> {
         let names = self.names(id);
-        if c.id.is_empty() {
-            // Without an ID there is nothing to pin a stop to; a name could be a replacement.
-            self.ledger.mark(id, UNKNOWN_GENERATION)?;
+        let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
+        let plan = teardown_plan::present(&c.id, &names.sandbox, label);
+        if let Some(why) = plan.refuse {
+            self.ledger.mark(id, &plan.record_on_failure)?;
             return Err(OpError::Engine {
                 step: format!("inspect {}", names.sandbox),
-                source: EngineError::Unreadable("the container has no ID; nothing stopped".into()),
+                source: EngineError::Unreadable(why.into()),
             });
         }
-        let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
         let result = async {
-            self.stop_and_remove(&c.id, &names.sandbox).await?;
-            if decide::destroy_needs_restricted_cleanup(label) {
-                self.strict_cleanup(&names).await?;
+            for step in &plan.steps {
+                match step {
+                    Step::StopRemove { id, name } => self.stop_and_remove(id, name).await?,
+                    Step::RestrictedCleanup => self.strict_cleanup(&names).await?,
+                }
             }
             Ok::<_, OpError>(())
         }
         .await;
         if let Err(e) = result {
-            self.ledger.mark(id, &c.id)?;
+            self.ledger.mark(id, &plan.record_on_failure)?;
             return Err(e);
         }
-        let port = self.ports.release(id, &c.id)?;
-        self.ledger.retire_generation(id, &c.id)?;
+        let Some(generation) = plan.retire_on_success else {
+            return Ok(None);
+        };
+        let port = self.ports.release(id, &generation)?;
+        self.ledger.retire_generation(id, &generation)?;
         Ok(port)
     }
 

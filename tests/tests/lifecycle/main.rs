@@ -5,6 +5,7 @@
 //! `cargo test -p sockproxy-tests --test lifecycle`.
 
 mod cli;
+mod fences;
 mod ledger_crash;
 mod races;
 mod real;
