@@ -135,15 +135,11 @@ async fn acquire_async_uses_async_readiness_polling() {
     let waiting_since = Instant::now();
     gate.release();
     // Nothing listens at the sandbox's URL: the acquire now polls for up to `ready`.
+    // No wall-clock bound: that both answers arrive while the acquire is still unfinished
+    // (checked right below) is what shows the wait did not hold the runtime.
     for path in ["/healthz", "/v1/sandboxes"] {
-        let asked = Instant::now();
         let (status, v) = s.call("GET", path, None).await;
         assert_eq!(status, 200, "{path}: {v}");
-        assert!(
-            asked.elapsed() < Duration::from_secs(1),
-            "{path} waited {:?} behind the readiness wait",
-            asked.elapsed()
-        );
     }
     assert!(
         !acquire.is_finished(),
