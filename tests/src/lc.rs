@@ -62,6 +62,10 @@ impl LcStack {
         let engine = Engine::start_fake(Flavor::Debian2010);
         let prefix = unique_prefix();
         let proxy = StackProxy::start(&engine.socket, &prefix, restricted_proxy);
+        // The proxy's own event subscription is up before a test clears the engine's request
+        // log and counts what lifecycle asked (else it can land in the count, a flake seen in
+        // CI: `an_open_process_lists_once_refuses_nothing_and_retires`).
+        proxy.wait_names_live();
         Self {
             proxy,
             engine,

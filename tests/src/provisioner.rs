@@ -64,6 +64,7 @@ impl ApiStack {
         let proxy = StackProxy::start_with(&e.socket, &prefix, mode == Mode::Restricted, |c| {
             c.create_rules.bind_roots = vec![bind_root];
         });
+        proxy.wait_names_live();
         let state = tempfile::tempdir().expect("state");
         let mut s = settings(&prefix, mode);
         s.image = Some(e.image.clone());
