@@ -262,6 +262,58 @@ mod table {
         .is_ok());
     }
 
+    /// A name with an inner `/` is a link alias to dockerd (`/parent/alias`), never a sandbox:
+    /// refused on create and as a rename's new name, even when it starts with the stack's
+    /// family, with the refusal naming it.
+    #[test]
+    fn inner_slashes_are_refused_on_create_and_rename() {
+        let s = scope(false);
+        let q = |raw: &str| Query::parse(Some(raw)).expect("query");
+        let create = |name: &str| {
+            decide(
+                &Endpoint::ContainerCreate,
+                &q(&format!("name={name}")),
+                &s,
+                &[],
+            )
+            .map(|_| ())
+            .map_err(|r| r.to_string())
+        };
+        for name in [
+            "deer-flow-sandbox-a/b",
+            "/deer-flow-sandbox-a/b",
+            "deer-flow-sandbox-a/",
+        ] {
+            let shown = name.strip_prefix('/').unwrap_or(name);
+            assert_eq!(
+                create(name),
+                Err(format!(
+                    "sockproxy: containers.create: {shown} is not one of this stack's sandboxes"
+                )),
+                "{name}"
+            );
+        }
+        assert_eq!(create("deer-flow-sandbox-ab"), Ok(()));
+        let rename = |new: &str| {
+            decide(
+                &container(ContainerOp::Rename, "deer-flow-sandbox-1"),
+                &q(&format!("name={new}")),
+                &s,
+                &[],
+            )
+            .map(|_| ())
+            .map_err(|r| r.to_string())
+        };
+        assert_eq!(
+            rename("deer-flow-sandbox-a/b"),
+            Err(
+                "sockproxy: containers.rename: deer-flow-sandbox-a/b is not one of this stack's sandboxes"
+                    .into()
+            )
+        );
+        assert_eq!(rename("/deer-flow-sandbox-2"), Ok(()));
+    }
+
     #[test]
     fn pulls_rename_and_events() {
         let s = scope(false);

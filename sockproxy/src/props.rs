@@ -113,7 +113,19 @@ fn plan_in_scope(plan: &Plan, target: &Target, scope: &Scope) -> Result<(), Stri
         Plan::CreateContainer => {
             let name = target.query.get("name").unwrap_or("");
             let name = name.strip_prefix('/').unwrap_or(name);
-            scope.allows(Kind::Container, Access::Change, name)
+            scope.allows(Kind::Container, Access::Change, name) && !name.contains('/')
+        }
+        Plan::Container {
+            op: crate::api::ContainerOp::Rename,
+            target: r,
+            access,
+        } => {
+            // The new name is in scope too, and no link alias.
+            let new = target.query.get("name").unwrap_or("");
+            let new = new.strip_prefix('/').unwrap_or(new);
+            name_ok(Kind::Container, *access, r)
+                && scope.allows(Kind::Container, Access::Change, new)
+                && !new.contains('/')
         }
         Plan::Container {
             target: r, access, ..

@@ -12,6 +12,7 @@
 //! `cargo test -p sockproxy-tests --test policy`.
 
 mod bypasses;
+mod floors;
 mod host_reach;
 mod http_layer;
 mod info;
