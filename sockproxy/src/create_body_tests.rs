@@ -14,16 +14,21 @@ struct Case {
 }
 
 /// A real directory stands in for the fixtures' `/srv/sandboxes` (bind sources are checked on
-/// the filesystem), with `t1` in it and `escape -> /` planted the way a sandbox would.
+/// the filesystem), with `t1` in it and `escape -> /` planted the way a sandbox would, and its
+/// lookalike sibling `sandboxesX/a` made too: a root check by string prefix would then allow
+/// it, rather than refuse it for the wrong reason (a path it cannot find).
 fn bind_root() -> &'static Path {
-    static ROOT: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    ROOT.get_or_init(|| {
-        let d = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir(d.path().join("t1")).expect("t1");
-        std::os::unix::fs::symlink("/", d.path().join("t1").join("escape")).expect("link");
-        d
-    })
-    .path()
+    static ROOT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    &ROOT
+        .get_or_init(|| {
+            let d = tempfile::tempdir().expect("temp dir");
+            let root = d.path().join("sandboxes");
+            std::fs::create_dir_all(root.join("t1")).expect("t1");
+            std::os::unix::fs::symlink("/", root.join("t1").join("escape")).expect("link");
+            std::fs::create_dir_all(d.path().join("sandboxesX").join("a")).expect("lookalike");
+            (d, root)
+        })
+        .1
 }
 
 fn decide(body: &str) -> String {
