@@ -122,9 +122,32 @@ mod tests {
             sandbox_id("u", "a\nb"),
             Err(IdError::Rule(IdRuleError::Newline("thread ID")))
         );
-        assert!(parse_sandbox_id(&a).is_ok());
-        assert!(parse_sandbox_id("xyz").is_err());
-        assert!(parse_sandbox_id(&a.to_uppercase()).is_err());
+        assert_eq!(parse_sandbox_id(&a), Ok(a.clone()));
+        for bad in [
+            "xyz".to_owned(),
+            a.to_uppercase(),
+            format!("{a}0"),
+            a[..15].to_owned(),
+        ] {
+            assert_eq!(
+                parse_sandbox_id(&bad).map_err(|e| e.to_string()),
+                Err(format!(
+                    "{bad:?} is not a sandbox ID (16 lowercase hex characters)"
+                ))
+            );
+        }
+        // A stack's IDs (the provisioner API's too) are 1-64 of [a-z0-9_-].
+        assert_eq!(
+            parse_stack_sandbox_id("my-box_1"),
+            Ok("my-box_1".to_owned())
+        );
+        for bad in ["", "Upper", "a/b", "a.b", &"a".repeat(65)] {
+            assert_eq!(
+                parse_stack_sandbox_id(bad),
+                Err(IdError::NotStackSandboxId(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

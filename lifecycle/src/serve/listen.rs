@@ -188,6 +188,6 @@ mod tests {
                 "{bad}"
             );
         }
-        assert!(Listen::parse("").is_err());
+        assert_eq!(Listen::parse(""), Err(ListenError::Empty(String::new())));
     }
 }
