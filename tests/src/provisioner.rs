@@ -54,6 +54,26 @@ impl ApiStack {
 
     /// `start` with the socket's limits (timeouts, connection cap) given.
     pub async fn start_limited(e: &Engine, mode: Mode, key: Option<&str>, limits: Limits) -> Self {
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        Self::start_full(e, mode, key, limits, own).await
+    }
+
+    /// `start` with the given ownership store (Redis, for the claims).
+    pub async fn start_owned(e: &Engine, mode: Mode, key: Option<&str>, own: Ownership) -> Self {
+        Self::start_full(e, mode, key, Limits::default(), own).await
+    }
+
+    async fn start_full(
+        e: &Engine,
+        mode: Mode,
+        key: Option<&str>,
+        limits: Limits,
+        own: Ownership,
+    ) -> Self {
         let root_dir = tempfile::Builder::new()
             .prefix("dfroot")
             .tempdir()
@@ -76,11 +96,6 @@ impl ApiStack {
             Client::new(&format!("unix://{}", proxy.socket().display())).expect("address"),
             state.path(),
             s,
-        );
-        let own = Ownership::new(
-            Store::Memory(Memory::default()),
-            format!("api-{}", std::process::id()),
-            Duration::from_secs(600),
         );
         let config = ProviderConfig {
             idle_timeout: Duration::from_secs(1),

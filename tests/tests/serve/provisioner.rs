@@ -529,6 +529,35 @@ async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix
     };
     let r = get("/api/capabilities", None);
     assert_eq!((r.status, r.text()), (401, "Unauthorized".to_owned()));
+    let _ = get("/api/sandboxes", Some("not-the-key"));
+    // One warn line per refusal, naming method, path and peer, never a key.
+    let mut logged = String::new();
+    for _ in 0..100 {
+        logged = serve.stderr();
+        if logged.matches("missing or wrong X-API-Key").count() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lines: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("missing or wrong X-API-Key"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{logged}");
+    assert!(
+        lines[0].contains("GET") && lines[0].contains("/api/capabilities"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].contains("peer=unix") || lines[0].contains("peer=\"unix\""),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        !logged.contains(KEY) && !logged.contains("not-the-key"),
+        "never a key: {logged}"
+    );
     assert_eq!(get("/api/capabilities", Some(KEY)).status, 200);
     assert_eq!(get("/health", None).status, 200);
     drop(serve);
@@ -572,4 +601,77 @@ async fn tcp_clients_are_held_to_the_same_limits() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(status, 200, "the freed slot serves again");
+}
+
+/// With a shared store, the provisioner API claims a sandbox before it creates it (`own:`) and
+/// drops the claim once it is torn down, as `/v1/` does; an ID another provider owns is 409 and
+/// nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_a_create_claims_first_and_a_delete_lets_go() {
+    let Some(redis) = sockproxy_tests::redis_server::RedisServer::start(
+        "with_redis_a_create_claims_first_and_a_delete_lets_go",
+    ) else {
+        return;
+    };
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let ttl = std::time::Duration::from_secs(60);
+    let s = ApiStack::start_owned(&e, Mode::Open, Some(KEY), redis.ownership("api", ttl)).await;
+    let peer = redis.ownership("peer", ttl);
+    let body =
+        json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
+    let post = |b: Value| b.to_string().into_bytes();
+    let (status, text) = s
+        .call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(post(body.clone())),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        peer.value("7d9ac0ff9b98cd06").await.ok(),
+        Some(Some("own:api".into()))
+    );
+    let (status, text) = s
+        .call(
+            "DELETE",
+            "/api/sandboxes/7d9ac0ff9b98cd06",
+            &[("X-API-Key", KEY)],
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        peer.value("7d9ac0ff9b98cd06").await.ok(),
+        Some(None),
+        "claim dropped"
+    );
+    // Another provider's sandbox: refused, nothing created.
+    let other = hex(&Sha256::digest(b"user-1:elsewhere"))[..16].to_owned();
+    assert_eq!(
+        peer.claim(&other).await.ok(),
+        Some(lifecycle::serve::store::Claim::Ours)
+    );
+    if let Some(f) = e.fake.as_ref() {
+        f.clear_requests();
+    }
+    let body = json!({"sandbox_id": other, "thread_id": "elsewhere", "user_id": "user-1"});
+    let (status, text) = s
+        .call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(post(body)),
+        )
+        .await;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("owned by peer"), "{text}");
+    assert_eq!(
+        engine_asked(&e)
+            .iter()
+            .filter(|l| l.contains("/containers/create"))
+            .count(),
+        0
+    );
 }
