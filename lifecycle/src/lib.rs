@@ -2,11 +2,12 @@
 //! sockproxy (DESIGN §4). `naming` holds IDs, names and labels (from `stackmodel`); `engine` the
 //! bollard client on the one given socket; `ledger` the quarantine records; `ports` host-port
 //! reservations per generation; `lock` the per-sandbox-ID lock; `private` the state tree's modes (0700/0600); `decide` the pure decisions (and `teardown_plan` what a teardown of a present container does);
-//! `ops` the `Lifecycle` value and what operations return, `create` and `teardown` the
-//! operations; `ready` the readiness probe; `cli` the command line; `serve` the long-running provider (`lifecycle serve`).
+//! `ops` the `Lifecycle` value and what operations return, `create` (with `create_undo`) and
+//! `teardown` the operations; `ready` the readiness probe; `cli` the command line; `serve` the long-running provider (`lifecycle serve`).
 
 pub mod cli;
 mod create;
+mod create_undo;
 pub mod decide;
 pub mod engine;
 pub mod ledger;

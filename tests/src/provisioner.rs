@@ -256,3 +256,34 @@ pub fn python(script: &Path, args: &[&str]) -> String {
     );
     stdout
 }
+
+/// The API key the provisioner tests configure.
+pub const KEY: &str = "k3y-for-tests-only";
+
+/// deer-flow's side of the contract test: `tests/tests/serve/deerflow_remote.py`.
+pub fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/deerflow_remote.py")
+}
+
+/// Lower-case hex of `bytes` (known answers are computed here, never by the code under test).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the provider asked the fake engine (the proxy's own event subscription, pings and
+/// version negotiation aside).
+pub fn engine_asked(e: &Engine) -> Vec<String> {
+    e.fake
+        .as_ref()
+        .map(|f| {
+            f.request_lines()
+                .into_iter()
+                .filter(|l| {
+                    !l.starts_with("GET /events")
+                        && !l.contains("/_ping")
+                        && !l.starts_with("GET /version")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -2,8 +2,10 @@
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `clock` the injectable
 //! monotonic clock; `store` the ownership trait (memory) with its pure rule, `redis_store` the
 //! shared one; `error` the provider's errors and identity rule; `cap` the replica cap (pure, on
-//! the pool); `provider` does the I/O around the pool (acquire, release), `destroy` its
-//! teardowns and the reaper's pass; `http` the API; `background` the
+//! the pool); `provider` does the I/O around the pool (acquire; `release` the releases), `destroy` its
+//! teardowns and the reaper's pass; `reclaim` where a handed-out sandbox came from; `listen`
+//! Unix or TCP listeners, `apikey` the provisioner API's key, `provision` its pure input and
+//! mount rules, `provisioner` its work and `api_http` its routes; `http` the API; `background` the
 //! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header and write
 //! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
 //! timeout; `cmd` the command's flags and main loop.
@@ -24,6 +26,8 @@ pub mod pool;
 pub mod provider;
 pub mod provision;
 pub mod provisioner;
+pub mod reclaim;
 pub mod redis_store;
+pub mod release;
 pub mod store;
 pub mod write_timeout;

@@ -1,5 +1,7 @@
 //! Behaviours of deer-flow's provider tests (seed `004_…`) that `lifecycle serve` has, each as a
 //! test named after the seed's, through the HTTP API against the fake engine behind sockproxy.
+//! Those about failed teardowns and quarantine records are in `seed_teardown`; the helpers
+//! here serve both.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,7 @@ use sockproxy_tests::serve::{config, Served};
 use tokio::sync::watch;
 
 /// Creates the engine was asked for.
-fn creates(s: &Served) -> usize {
+pub(crate) fn creates(s: &Served) -> usize {
     s.stack
         .fake()
         .request_lines()
@@ -24,7 +26,7 @@ fn creates(s: &Served) -> usize {
 }
 
 /// Stops the engine was asked for, of container `cid`.
-fn stops_of(s: &Served, cid: &str) -> usize {
+pub(crate) fn stops_of(s: &Served, cid: &str) -> usize {
     s.stack
         .fake()
         .request_lines()
@@ -34,16 +36,16 @@ fn stops_of(s: &Served, cid: &str) -> usize {
 }
 
 /// An answer's `error`, or "" when it has none.
-fn error_of(v: &Value) -> String {
+pub(crate) fn error_of(v: &Value) -> String {
     v["error"].as_str().unwrap_or_default().to_owned()
 }
 
-fn str_of(v: &Value) -> String {
+pub(crate) fn str_of(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
 
 /// The engine answers the next stop of container `cid` 500, without stopping it.
-fn fail_stop_once(s: &Served, cid: &str) {
+pub(crate) fn fail_stop_once(s: &Served, cid: &str) {
     s.stack.fake().inject(FaultRule {
         times: Some(1),
         ..FaultRule::new(
@@ -56,7 +58,7 @@ fn fail_stop_once(s: &Served, cid: &str) {
 
 /// Makes the next quarantine-record write of sandbox `id` fail: a directory stands where the
 /// ledger's temp file for `.sandbox_id` would be opened (`Ledger::mark` writes that first).
-fn block_record_write(s: &Served, id: &str) {
+pub(crate) fn block_record_write(s: &Served, id: &str) {
     let tmp = s
         .stack
         .ledger()
@@ -68,7 +70,7 @@ fn block_record_write(s: &Served, id: &str) {
 
 /// Removes container `cid` from the engine behind the provider's back (an operator's
 /// `docker rm -f`).
-fn remove_behind_its_back(s: &Served, cid: &str) {
+pub(crate) fn remove_behind_its_back(s: &Served, cid: &str) {
     let r = raw::request(
         &s.stack.engine.socket,
         "DELETE",
@@ -80,7 +82,7 @@ fn remove_behind_its_back(s: &Served, cid: &str) {
 }
 
 /// The labels lifecycle gives the sandbox of (`user`, `thread`) in open mode.
-fn sandbox_labels(s: &Served, user: &str, thread: &str) -> Value {
+pub(crate) fn sandbox_labels(s: &Served, user: &str, thread: &str) -> Value {
     let id = naming::sandbox_id(user, thread).expect("id");
     json!({
         naming::LABEL_SANDBOX_ID: id,
@@ -92,7 +94,7 @@ fn sandbox_labels(s: &Served, user: &str, thread: &str) -> Value {
 }
 
 /// The value of the counter line `series` (name and labels) in `/metrics`, 0 when absent.
-async fn counter(s: &Served, series: &str) -> u64 {
+pub(crate) async fn counter(s: &Served, series: &str) -> u64 {
     let (status, text) = s.call("GET", "/metrics", None).await;
     assert_eq!(status, 200);
     text.as_str()
@@ -160,181 +162,6 @@ async fn acquire_async_uses_async_readiness_polling() {
     );
     assert_eq!(creates(&s), 1);
     assert_eq!(s.listed(&json!(id)).await, Value::Null, "nothing tracked");
-}
-
-/// Mirrors `test_failed_quarantine_write_keeps_dirty_container_tracked`: a teardown that fails
-/// and cannot even write its quarantine record keeps the container tracked and fenced.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_quarantine_write_keeps_dirty_container_tracked() {
-    let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "dirty", "run").await;
-    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
-    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    block_record_write(&s, &id);
-    fail_stop_once(&s, &cid);
-    let (status, v) = s.destroy(&a["sandbox_id"]).await;
-    assert_eq!(status, 502, "{v}");
-    assert!(error_of(&v).contains("quarantine ledger"), "{v}");
-    assert!(
-        !s.stack.ledger().fences(&id, &cid).expect("ledger"),
-        "the record write did fail"
-    );
-    let listed = s.listed(&a["sandbox_id"]).await;
-    assert_eq!(
-        listed["destroy_pending"], true,
-        "still tracked, fenced: {listed}"
-    );
-    assert_eq!(listed["container_id"], a["generation"]);
-    assert!(
-        s.running(&a["generation"]),
-        "the dirty container is still there"
-    );
-    let again = s.acquired("user-1", "dirty", "next").await;
-    assert_ne!(
-        again["generation"], a["generation"],
-        "the dirty generation is never handed out"
-    );
-    assert_eq!(again["source"], "created");
-    assert!(
-        !s.exists(&a["generation"]),
-        "torn down before the fresh one"
-    );
-    assert_eq!(stops_of(&s, &cid), 2);
-}
-
-/// Mirrors `test_inline_recycle_reports_a_refused_teardown_as_deferred`: a release that finds
-/// its sandbox quarantined and cannot tear it down reports the failure, not "destroyed".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inline_recycle_reports_a_refused_teardown_as_deferred() {
-    let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "recycle", "run").await;
-    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    s.stack.ledger().mark(&id, &cid).expect("mark");
-    fail_stop_once(&s, &cid);
-    let (status, v) = s.release(&a["lease"]).await;
-    assert_eq!(status, 502, "a refused teardown is reported: {v}");
-    assert_ne!(v["result"], "destroyed", "{v}");
-    assert!(!error_of(&v).is_empty(), "{v}");
-    assert!(s.exists(&a["generation"]), "the container is still there");
-    let listed = s.listed(&a["sandbox_id"]).await;
-    assert_eq!(listed["destroy_pending"], true, "{listed}");
-    assert_eq!(listed["holders"], json!([]), "{listed}");
-    assert!(s.stack.ledger().fences(&id, &cid).expect("ledger"));
-    assert_eq!(stops_of(&s, &cid), 1);
-    // The reaper's first retry comes at its next pass.
-    assert_eq!(s.provider.reap().await, vec![id.clone()]);
-    assert!(!s.exists(&a["generation"]));
-    assert!(!s.stack.ledger().fences(&id, &cid).expect("ledger"));
-}
-
-/// Mirrors `test_acquire_recycle_failure_defers_with_quarantine_reason`: an acquire that must
-/// recycle a quarantined held sandbox and cannot tear it down defers, saying the record is kept.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_recycle_failure_defers_with_quarantine_reason() {
-    let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "stuck", "run").await;
-    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    s.stack.ledger().mark(&id, &cid).expect("mark");
-    fail_stop_once(&s, &cid);
-    let (status, v) = s.acquire("user-1", "stuck", "second").await;
-    assert_eq!(status, 502, "{v}");
-    assert!(error_of(&v).contains("quarantine record kept"), "{v}");
-    assert_eq!(creates(&s), 1, "nothing created in its place");
-    assert_eq!(stops_of(&s, &cid), 1, "the teardown was tried");
-    assert!(s.exists(&a["generation"]));
-    assert!(s.stack.ledger().fences(&id, &cid).expect("ledger"));
-    let listed = s.listed(&a["sandbox_id"]).await;
-    assert_eq!(listed["holders"], json!([{ "holder": "run" }]), "{listed}");
-    assert_eq!(listed["container_id"], a["generation"]);
-}
-
-/// Mirrors `test_get_uses_in_memory_registry_only`: the listing and a lease renewal answer
-/// from the provider's memory and ask the engine nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_uses_in_memory_registry_only() {
-    let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "memory", "run").await;
-    s.stack.proxy.wait_names_live();
-    s.stack.fake().clear_requests();
-    let listed = s.listed(&a["sandbox_id"]).await;
-    assert_eq!(listed["state"], "active", "{listed}");
-    assert_eq!(listed["container_id"], a["generation"]);
-    let lease = str_of(&a["lease"]);
-    let (status, v) = s
-        .call("POST", &format!("/v1/leases/{lease}/renew"), None)
-        .await;
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(v["sandbox_id"], a["sandbox_id"]);
-    assert_eq!(v["result"], "renewed");
-    assert_eq!(
-        s.stack.asked(),
-        Vec::<String>::new(),
-        "the engine was asked"
-    );
-}
-
-/// Mirrors `test_failed_destroy_record_write_blocks_cached_reuse_until_retry`: the fenced
-/// entry left by a teardown whose record write failed is finished by the reaper's retry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_destroy_record_write_blocks_cached_reuse_until_retry() {
-    let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "record", "run").await;
-    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
-    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    block_record_write(&s, &id);
-    fail_stop_once(&s, &cid);
-    let (status, v) = s.destroy(&a["sandbox_id"]).await;
-    assert_eq!(status, 502, "{v}");
-    let listed = s.listed(&a["sandbox_id"]).await;
-    assert_eq!(listed["destroy_pending"], true, "{listed}");
-    assert!(s.running(&a["generation"]));
-    assert_eq!(s.provider.reap().await, vec![id.clone()], "retried");
-    assert!(!s.exists(&a["generation"]), "the retry tore it down");
-    assert_eq!(s.listed(&a["sandbox_id"]).await, Value::Null);
-    assert_eq!(stops_of(&s, &cid), 2);
-    assert!(
-        !s.stack.ledger().is_quarantined(&id).expect("ledger"),
-        "no record left"
-    );
-    // Nothing left for a later retry: a destroy now finds nothing.
-    assert_eq!(s.destroy(&a["sandbox_id"]).await.0, 404);
-}
-
-/// Mirrors `test_destroy_completion_does_not_remove_a_replacement_runtime`: a retried destroy
-/// of a generation that is gone leaves the container that took its name running.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn destroy_completion_does_not_remove_a_replacement_runtime() {
-    let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "same", "run").await;
-    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
-    let (id, old) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    fail_stop_once(&s, &old);
-    let (status, v) = s.destroy(&a["sandbox_id"]).await;
-    assert_eq!(status, 502, "{v}");
-    assert_eq!(s.listed(&a["sandbox_id"]).await["destroy_pending"], true);
-    remove_behind_its_back(&s, &old);
-    let new = s.stack.make(
-        &s.stack.names(&id).sandbox,
-        sandbox_labels(&s, "user-1", "same"),
-    );
-    assert_ne!(new, old);
-    let (status, v) = s.destroy(&a["sandbox_id"]).await;
-    assert_eq!(
-        (status, v["result"].clone()),
-        (200, json!("replaced")),
-        "{v}"
-    );
-    assert!(s.running(&json!(new)), "the replacement still runs");
-    let lines = s.stack.fake().request_lines();
-    assert!(
-        !lines
-            .iter()
-            .any(|l| l.contains(&format!("/containers/{new}"))
-                && (l.starts_with("POST") || l.starts_with("DELETE"))),
-        "nothing was sent to stop or remove the replacement: {lines:?}"
-    );
-    assert!(!s.stack.ledger().fences(&id, &old).expect("ledger"));
-    assert_eq!(s.listed(&a["sandbox_id"]).await, Value::Null);
 }
 
 /// Mirrors `test_shutdown_keeps_aio_warm_entries_owned_when_idle_checker_stop_times_out`: the
