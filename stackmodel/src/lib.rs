@@ -420,6 +420,15 @@ mod tests {
         }
     }
 
+    /// What the proxy's refusals and logs print for a prefix and a kind.
+    #[test]
+    fn prefixes_and_kinds_print_as_written() {
+        assert_eq!(p().to_string(), "deer-flow-");
+        assert_eq!(format!("{}", p()), p().as_str());
+        assert_eq!(Kind::Container.as_str(), "container");
+        assert_eq!(Kind::Network.as_str(), "network");
+    }
+
     #[test]
     fn network_mode_labels() {
         assert!(!label_is_restricted(Some("open")));
