@@ -166,6 +166,12 @@ pub fn is_no_such(object: Object, name: &str, status: u16, message: &str) -> boo
 mod tests {
     use super::*;
 
+    #[test]
+    fn modes_print_as_the_cli_spells_them() {
+        assert_eq!(Mode::Open.as_str(), "open");
+        assert_eq!(Mode::Restricted.as_str(), "restricted");
+    }
+
     const SIDECAR: &str = "deer-flow-netproxy-c1a44b2434411cc2";
 
     fn names(v: &[&str]) -> Listing {

@@ -73,3 +73,56 @@ impl Pool {
         self.creating.insert(id.to_owned());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::pool::{AcquirePlan, Pool};
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// A pool holding `id` warm since `since`.
+    fn warm(p: &mut Pool, id: &str, since: Duration) {
+        p.commit_acquire(
+            id,
+            "s",
+            &format!("c-{id}"),
+            "u",
+            &format!("l-{id}"),
+            "h",
+            since,
+        );
+        p.release(&format!("l-{id}"), since);
+        p.warm(id, since);
+    }
+
+    #[test]
+    fn a_provisioner_create_gets_a_slot_victims_or_nothing() {
+        let mut p = Pool::new(Duration::ZERO, 2);
+        assert_eq!(p.plan_create_slot("a"), Some(vec![]), "under the cap");
+        assert_eq!(p.counted(), 1);
+        warm(&mut p, "w", S);
+        assert_eq!(
+            p.plan_create_slot("b"),
+            Some(vec!["w".to_owned()]),
+            "at the cap"
+        );
+        assert_eq!(p.plan_create_slot("c"), None, "nothing left to evict");
+        assert_eq!(p.plan_acquire("c", "s"), AcquirePlan::Full);
+    }
+
+    #[test]
+    fn a_replacement_holds_a_slot_until_its_create_ends() {
+        let mut p = Pool::new(Duration::ZERO, 1);
+        p.reserve_replacement("r");
+        assert_eq!(p.counted(), 1, "the replacement is counted");
+        assert_eq!(p.plan_acquire("other", "s"), AcquirePlan::Full);
+        p.end_create("r");
+        assert_eq!(p.counted(), 0);
+        assert_eq!(
+            p.plan_acquire("other", "s"),
+            AcquirePlan::Create { evict: vec![] }
+        );
+    }
+}

@@ -376,6 +376,39 @@ mod tests {
         }
     }
 
+    /// Ten extra mounts pass the count (the limit is "at most 10"): a body of ten is refused
+    /// only for what else is wrong with it, here a repeated container path.
+    #[test]
+    fn ten_extra_mounts_pass_the_count() {
+        let mounts = |n: usize| -> Vec<serde_json::Value> {
+            (0..n)
+                .map(|i| serde_json::json!({"host_path": format!("/srv/df/{i}"), "container_path": "/mnt/acp-workspace"}))
+                .collect()
+        };
+        let err = |n: usize| {
+            plan(
+                &body(serde_json::json!({"sandbox_id": "s", "extra_mounts": mounts(n)})),
+                &root(),
+            )
+            .expect_err("refused")
+            .to_string()
+        };
+        assert!(err(10).contains("given twice"), "{}", err(10));
+        assert!(err(11).contains("11 given; at most 10"), "{}", err(11));
+        // Every allowed path once: seven binds of its own, one replacing a standard one.
+        let all: Vec<serde_json::Value> = EXTRA_MOUNT_PATHS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| serde_json::json!({"host_path": format!("/srv/df/{i}"), "container_path": c}))
+            .collect();
+        let p = plan(
+            &body(serde_json::json!({"sandbox_id": "s", "extra_mounts": all})),
+            &root(),
+        )
+        .expect("valid");
+        assert_eq!(p.binds.len(), 4 - 1 + 7);
+    }
+
     #[test]
     fn phases_table() {
         for (state, want) in [
