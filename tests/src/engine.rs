@@ -258,3 +258,23 @@ impl Drop for Cleanup {
         }
     }
 }
+
+/// A running container `name` (the test image, sleeping) with `labels`, made on the engine at
+/// `socket` itself, behind any proxy's back (what an earlier process or an operator left);
+/// returns its ID.
+pub fn make_container(socket: &Path, name: &str, labels: serde_json::Value) -> String {
+    let body =
+        serde_json::json!({ "Image": TEST_IMAGE, "Cmd": ["sleep", "600"], "Labels": labels });
+    let r = raw::request(
+        socket,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        Some(body.to_string().as_bytes()),
+    )
+    .expect("answer");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let started =
+        raw::request(socket, "POST", &format!("/containers/{name}/start"), None).expect("answer");
+    assert_eq!(started.status, 204);
+    r.json()["Id"].as_str().unwrap_or_default().to_owned()
+}

@@ -125,24 +125,7 @@ impl LcStack {
     /// Creates (and starts) a container directly on the engine, as an earlier process or an
     /// operator would have; returns its ID.
     pub fn make(&self, name: &str, labels: serde_json::Value) -> String {
-        let body = json!({ "Image": TEST_IMAGE, "Cmd": ["sleep", "600"], "Labels": labels });
-        let r = raw::request(
-            &self.engine.socket,
-            "POST",
-            &format!("/containers/create?name={name}"),
-            Some(body.to_string().as_bytes()),
-        )
-        .expect("answer");
-        assert_eq!(r.status, 201, "{}", r.text());
-        let started = raw::request(
-            &self.engine.socket,
-            "POST",
-            &format!("/containers/{name}/start"),
-            None,
-        )
-        .expect("answer");
-        assert_eq!(started.status, 204);
-        r.json()["Id"].as_str().unwrap_or_default().to_owned()
+        crate::engine::make_container(&self.engine.socket, name, labels)
     }
 
     pub fn make_network(&self, name: &str) {

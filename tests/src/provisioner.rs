@@ -155,24 +155,7 @@ impl ApiStack {
     /// A running container made on the engine itself, behind the provider's back (what an
     /// earlier provider process left); returns its ID.
     pub fn make(&self, name: &str, labels: Value) -> String {
-        let body = serde_json::json!({ "Image": crate::engine::TEST_IMAGE, "Cmd": ["sleep", "600"], "Labels": labels });
-        let r = crate::raw::request(
-            &self.engine,
-            "POST",
-            &format!("/containers/create?name={name}"),
-            Some(body.to_string().as_bytes()),
-        )
-        .expect("answer");
-        assert_eq!(r.status, 201, "{}", r.text());
-        let started = crate::raw::request(
-            &self.engine,
-            "POST",
-            &format!("/containers/{name}/start"),
-            None,
-        )
-        .expect("answer");
-        assert_eq!(started.status, 204);
-        r.json()["Id"].as_str().unwrap_or_default().to_owned()
+        crate::engine::make_container(&self.engine, name, labels)
     }
 
     /// Whether the engine holds object `path` (`/networks/N`, `/containers/N/json`).

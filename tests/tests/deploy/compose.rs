@@ -55,22 +55,28 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Whether Debian's docker-compose is installed; a skip notice for `test` when it is not.
+fn have_compose(test: &str) -> bool {
+    let have = Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        skip(
+            test,
+            "docker-compose is not installed",
+            "apt-get install docker-compose, as .ci/run does",
+        );
+    }
+    have
+}
+
 #[test]
 fn the_compose_example_runs_a_stack_against_the_engine() {
     let Some(e) = real_engine("the_compose_example_runs_a_stack_against_the_engine") else {
         return;
     };
-    if Command::new("docker-compose")
-        .arg("version")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        skip(
-            "the_compose_example_runs_a_stack_against_the_engine",
-            "docker-compose is not installed",
-            "apt-get install docker-compose, as .ci/run does",
-        );
+    if !have_compose("the_compose_example_runs_a_stack_against_the_engine") {
         return;
     }
     let images = ensure_images(&e.socket);
@@ -246,17 +252,7 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
 /// its key from a secret file, the proxy's bind root the provisioner's mount root.
 #[test]
 fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
-    if Command::new("docker-compose")
-        .arg("version")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        skip(
-            "the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root",
-            "docker-compose is not installed",
-            "apt-get install docker-compose, as .ci/run does",
-        );
+    if !have_compose("the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root") {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");

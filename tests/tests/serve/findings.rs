@@ -24,6 +24,22 @@ fn send_and_keep(sock: &std::path::Path, method: &str, path: &str, body: &str) -
     c
 }
 
+/// A client that sends `method path` and gives up (its HTTP client's timeout) once the step
+/// matching `hold` (method, path part) has reached the engine, held there; returns the gate,
+/// still held, for the test to release.
+async fn client_leaves_at(
+    s: &Served,
+    hold: (&str, &str),
+    method: &str,
+    path: &str,
+) -> sockproxy_tests::lc::fault_relay::Gate {
+    let gate = s.relay.as_ref().expect("relayed").hold_once(hold.0, hold.1);
+    let client = send_and_keep(&s.socket(), method, path, "");
+    gate.arrived().await;
+    drop(client);
+    gate
+}
+
 /// Polls the listing of `id` until `done` holds (bounded: 30 s of 50 ms polls).
 async fn listed_until(s: &Served, id: &Value, done: impl Fn(&Value) -> bool) -> Value {
     let mut listed = Value::Null;
@@ -65,21 +81,16 @@ async fn a_destroy_whose_client_leaves_during_a_slow_stop_still_finishes() {
     let s = Served::start_with(config(0, 0), true).await;
     let a = s.acquired("user-1", "t1", "run").await;
     assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
-    let gate = s
-        .relay
-        .as_ref()
-        .expect("relayed")
-        .hold_once("POST", "/stop");
     let id = a["sandbox_id"].as_str().unwrap_or_default().to_owned();
-    let client = send_and_keep(
-        &s.socket(),
+    // The gateway's HTTP client gives up while the stop is in flight.
+    let gate = client_leaves_at(
+        &s,
+        ("POST", "/stop"),
         "POST",
         &format!("/v1/sandboxes/{id}/destroy"),
-        "",
-    );
-    gate.arrived().await;
-    drop(client); // the gateway's HTTP client gives up while the stop is in flight
-                  // An acquire of the same thread now waits on the destroy's lock.
+    )
+    .await;
+    // An acquire of the same thread now waits on the destroy's lock.
     let sock = s.socket();
     let waiting = tokio::spawn(async move {
         sockproxy_tests::serve::call(
@@ -118,20 +129,14 @@ async fn a_last_release_whose_client_leaves_still_performs_the_deferred_destroy(
     let a = s.acquired("user-1", "t2", "run").await;
     let (status, v) = s.destroy(&a["sandbox_id"]).await;
     assert_eq!((status, v["result"].clone()), (200, json!("deferred")));
-    let gate = s
-        .relay
-        .as_ref()
-        .expect("relayed")
-        .hold_once("POST", "/stop");
     let lease = a["lease"].as_str().unwrap_or_default().to_owned();
-    let client = send_and_keep(
-        &s.socket(),
+    let gate = client_leaves_at(
+        &s,
+        ("POST", "/stop"),
         "POST",
         &format!("/v1/leases/{lease}/release"),
-        "",
-    );
-    gate.arrived().await;
-    drop(client);
+    )
+    .await;
     gate.release();
     let listed = listed_until(&s, &a["sandbox_id"], Value::is_null).await;
     assert_eq!(listed, Value::Null, "forgotten once destroyed");
@@ -151,20 +156,14 @@ async fn a_release_cut_during_its_health_check_still_warms_the_sandbox() {
     let a = s.acquired("user-1", "t3", "run").await;
     let id = a["sandbox_id"].as_str().unwrap_or_default().to_owned();
     let name = s.stack.names(&id).sandbox;
-    let gate = s
-        .relay
-        .as_ref()
-        .expect("relayed")
-        .hold_once("GET", &format!("{name}/json"));
     let lease = a["lease"].as_str().unwrap_or_default().to_owned();
-    let client = send_and_keep(
-        &s.socket(),
+    let gate = client_leaves_at(
+        &s,
+        ("GET", &format!("{name}/json")),
         "POST",
         &format!("/v1/leases/{lease}/release"),
-        "",
-    );
-    gate.arrived().await;
-    drop(client);
+    )
+    .await;
     gate.release();
     let listed = listed_until(&s, &a["sandbox_id"], |l| l["state"] == "warm").await;
     assert_eq!(listed["state"], "warm", "{listed}");
