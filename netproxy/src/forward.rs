@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use crate::audit::Exchange;
-use crate::proxy::Connection;
+use crate::connection::Connection;
 use crate::refusal::{Body, BoxError, Reason, Refusal, ERROR_HEADER};
 use crate::target::Target;
 use crate::tunnel::Revoked;

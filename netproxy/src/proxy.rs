@@ -6,7 +6,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,19 +67,7 @@ pub const DEFAULT_MAX_DIALS_PER_CLIENT: usize = 8;
 /// Refusals one client connection may have before it is closed (`NetProxy::handle`).
 pub const REFUSALS_PER_CONNECTION: usize = 8;
 
-/// What the requests of one client connection share.
-#[derive(Debug, Default)]
-pub struct Connection {
-    /// Requests refused on it so far.
-    pub refusals: AtomicUsize,
-    /// Told when an answer on it must be cut off whatever hyper is doing (a reload revoked
-    /// it, or the request timeout passed while the client read nothing): the server then
-    /// drops the connection.
-    pub abort: tokio::sync::Notify,
-    /// A write to the client waited past the write timeout (`timed_write`): the end line of
-    /// the exchange it cut says `write_timeout`.
-    pub write_timed_out: Arc<std::sync::atomic::AtomicBool>,
-}
+pub use crate::connection::Connection;
 
 fn bad(reason: Reason) -> Refusal {
     Refusal::new(reason, "")

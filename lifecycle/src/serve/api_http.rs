@@ -10,7 +10,7 @@ use http_body_util::Full;
 use hyper::{HeaderMap, Method, Response};
 use serde_json::json;
 
-use super::http::{answer, detached, Answer};
+use super::answer::{answer, detached, Answer};
 use super::provider::Provider;
 use super::provisioner::ApiAnswer;
 

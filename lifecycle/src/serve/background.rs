@@ -69,6 +69,14 @@ async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiv
     }
 }
 
+impl Provider {
+    /// Renews ownership of every tracked sandbox and of every one an acquire is working on
+    /// (`renew_ownership`).
+    pub async fn heartbeat(&self) {
+        renew_ownership(self).await;
+    }
+}
+
 /// Renews ownership of every tracked sandbox, and of every one an acquire is working on
 /// (a create's readiness wait can outlast the claim's TTL); a lost one is forgotten (never
 /// re-taken, never destroyed). A store error changes nothing: what we own we keep serving.
@@ -280,9 +288,9 @@ async fn adopt(p: &Provider, id: &str) {
     let created = p.lc.discovered(id, &c);
     let origin = c
         .labels
-        .get(super::provisioner::LABEL_ORIGIN)
+        .get(super::provision::LABEL_ORIGIN)
         .map(String::as_str);
-    if origin == Some(super::provisioner::ORIGIN_PROVISIONER) {
+    if origin == Some(super::provision::ORIGIN_PROVISIONER) {
         // deer-flow's (made through the provisioner API): tracked, never reaped or evicted.
         if p.pool().get(id).is_none() {
             p.pool()

@@ -9,6 +9,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::answer::{answer, detached, json_line, Answer};
 use super::api_http;
 use super::listen::{Conn, Listener};
 use bytes::Bytes;
@@ -25,26 +26,8 @@ use super::pool::State;
 use super::provider::{Provider, ServeError};
 use super::write_timeout::{is_write_stall, WriteTimeout};
 
-pub(super) type Answer = Response<Full<Bytes>>;
-
 /// Connections over the cap being answered 503 at once; more are closed unanswered.
 const MAX_REFUSING: usize = 16;
-
-/// Every JSON answer's body: the value on one line.
-fn json_line(body: &Value) -> String {
-    format!("{body}\n")
-}
-
-pub(super) fn answer(status: u16, body: &Value) -> Answer {
-    let mut r = Response::new(Full::new(Bytes::from(json_line(body))));
-    *r.status_mut() =
-        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    r
-}
 
 fn error(e: &ServeError) -> Answer {
     let mut r = answer(e.status(), &json!({ "error": e.to_string() }));
@@ -69,23 +52,6 @@ struct AcquireBody {
     thread_id: String,
     #[serde(default)]
     holder: Option<String>,
-}
-
-/// Runs `work` in its own task, so that a client that disconnects (hyper then drops this
-/// request's future) cannot cut an engine step off half way: release and destroy run to their
-/// end, report to the pool and let go of the sandbox's lock only then.
-pub(super) async fn detached<F>(work: F) -> Result<F::Output, Answer>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    tokio::spawn(work).await.map_err(|e| {
-        tracing::error!(error = %e, "a provider task ended abnormally");
-        answer(
-            500,
-            &json!({ "error": "provider task ended without an answer" }),
-        )
-    })
 }
 
 /// Acquire in a detached task; if the caller is gone when it finishes, release the lease.

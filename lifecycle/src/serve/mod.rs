@@ -10,6 +10,7 @@
 //! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
 //! timeout; `cmd` the command's flags and main loop.
 
+mod answer;
 pub mod api_http;
 pub mod apikey;
 pub mod background;

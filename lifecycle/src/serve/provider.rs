@@ -59,7 +59,7 @@ pub struct Provider {
     /// Held for reading by each acquire; shutdown takes it for writing to let them finish.
     pub(crate) inflight: tokio::sync::RwLock<()>,
     /// deer-flow's provisioner API: mount root, sandbox host, key.
-    pub api: super::provisioner::ApiConfig,
+    pub api: super::provision::ApiConfig,
 }
 
 /// Ends an acquire's reservation under the cap and its reclaim mark, however it ends.
@@ -97,12 +97,12 @@ impl Provider {
             seq: AtomicU64::new(0),
             unowned_since: Mutex::new(HashMap::new()),
             inflight: tokio::sync::RwLock::new(()),
-            api: super::provisioner::ApiConfig::default(),
+            api: super::provision::ApiConfig::default(),
         }
     }
 
     /// The provider with the provisioner API configured.
-    pub fn with_api(mut self, api: super::provisioner::ApiConfig) -> Self {
+    pub fn with_api(mut self, api: super::provision::ApiConfig) -> Self {
         self.api = api;
         self
     }
@@ -411,12 +411,6 @@ impl Provider {
         let renewed = self.pool().renew_lease(lease, now);
         tracing::debug!(lease, sandbox_id = ?renewed, "renew lease");
         renewed.ok_or_else(|| ServeError::UnknownLease(lease.to_owned()))
-    }
-
-    /// Renews ownership of every tracked sandbox and of every one an acquire is working on
-    /// (`background::renew_ownership`).
-    pub async fn heartbeat(&self) {
-        super::background::renew_ownership(self).await;
     }
 
     pub(crate) fn config(&self) -> &ProviderConfig {

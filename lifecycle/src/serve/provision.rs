@@ -1,9 +1,38 @@
-//! deer-flow's provisioner API, the pure part: the create body as deer-flow's remote backend
-//! sends it, its checks (IDs, extra mounts), the bind mounts a sandbox gets under the mount
+//! deer-flow's provisioner API, the pure part: its settings (`ApiConfig`) and origin label, the
+//! create body as deer-flow's remote backend sends it, its checks (IDs, extra mounts), the bind mounts a sandbox gets under the mount
 //! root (deer-flow's provisioner layout), and the engine state → pod phase table. No I/O:
 //! `provisioner` does the filesystem checks, the engine work and the answers.
 
 use std::path::{Path, PathBuf};
+
+use super::apikey::ApiKey;
+
+/// The label that marks a sandbox made through this API, so a restarted provider adopts it as
+/// deer-flow's (never reaped) rather than into its own warm pool.
+pub const LABEL_ORIGIN: &str = "lifecycle.origin";
+pub const ORIGIN_PROVISIONER: &str = "provisioner";
+
+/// What the provisioner API needs beyond the provider.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// deer-flow's host base directory (`DEER_FLOW_HOST_BASE_DIR`), its real path: every bind
+    /// comes from under it. Without it, creates are refused (503).
+    pub mount_root: Option<PathBuf>,
+    /// The host name a gateway reaches published sandbox ports at.
+    pub sandbox_host: String,
+    /// Required on every `/api/` request when set.
+    pub api_key: Option<ApiKey>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            mount_root: None,
+            sandbox_host: "localhost".into(),
+            api_key: None,
+        }
+    }
+}
 
 /// deer-flow's default user when a create names none.
 pub const DEFAULT_USER: &str = "default";

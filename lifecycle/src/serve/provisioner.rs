@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::apikey::ApiKey;
 use super::error::ServeError;
 use super::pool::State;
 use super::provider::Provider;
@@ -21,32 +20,7 @@ use crate::engine::Container;
 use crate::naming;
 use crate::ops::OpError;
 
-/// The label that marks a sandbox made through this API, so a restarted provider adopts it as
-/// deer-flow's (never reaped) rather than into its own warm pool.
-pub const LABEL_ORIGIN: &str = "lifecycle.origin";
-pub const ORIGIN_PROVISIONER: &str = "provisioner";
-
-/// What the provisioner API needs beyond the provider.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// deer-flow's host base directory (`DEER_FLOW_HOST_BASE_DIR`), its real path: every bind
-    /// comes from under it. Without it, creates are refused (503).
-    pub mount_root: Option<PathBuf>,
-    /// The host name a gateway reaches published sandbox ports at.
-    pub sandbox_host: String,
-    /// Required on every `/api/` request when set.
-    pub api_key: Option<ApiKey>,
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        Self {
-            mount_root: None,
-            sandbox_host: "localhost".into(),
-            api_key: None,
-        }
-    }
-}
+pub use super::provision::{ApiConfig, LABEL_ORIGIN, ORIGIN_PROVISIONER};
 
 /// One answer of the API: its status and JSON body.
 #[derive(Debug, Clone, PartialEq)]
