@@ -277,6 +277,17 @@ pub async fn bind(a: &ServeArgs) -> Result<Listener, ServeSetupError> {
     if std::fs::symlink_metadata(&path)
         .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
     {
+        // A socket that answers is another provider's: taking it would leave that one serving
+        // nobody. Only a stale one (nothing listening) is removed.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(ServeSetupError::Flag(
+                "listen",
+                format!(
+                    "{}: another process is serving on this socket; refusing to take it",
+                    path.display()
+                ),
+            ));
+        }
         std::fs::remove_file(&path)?;
     }
     let listener = tokio::net::UnixListener::bind(&path)?;

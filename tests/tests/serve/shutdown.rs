@@ -158,3 +158,54 @@ async fn shutdown_lets_an_acquire_under_way_finish_and_tears_down_what_it_made()
     assert_eq!(lines[0].result, "destroyed");
     assert!(!s.exists(&acquired["generation"]), "nothing left running");
 }
+
+/// A second `lifecycle serve` on a socket another one answers on refuses to start (one line,
+/// exit 2) and the first keeps serving; a stale socket file (nothing listening) is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_never_takes_a_live_socket_but_replaces_a_stale_one() {
+    let e = sockproxy_tests::engine::Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let stack = sockproxy_tests::stack::StackProxy::start(&e.socket, "deer-flow-", false);
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("serve.sock");
+    let first = sockproxy_tests::serve_process::ServeProcess::start(
+        stack.socket(),
+        "deer-flow-",
+        dir.path(),
+        sock.clone(),
+        &[],
+        &[],
+    );
+    let out = sockproxy_tests::lc::lifecycle_base(stack.socket(), "deer-flow-", "open", dir.path())
+        .args(["serve", "--listen"])
+        .arg(&sock)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("another process is serving on this socket; refusing to take it"),
+        "{stderr}"
+    );
+    let r = sockproxy_tests::raw::get(&sock, "/healthz").expect("the first still answers");
+    assert_eq!(r.status, 200);
+    drop(first);
+    // A stale socket file (its server gone, the file left): replaced.
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).expect("bind"));
+    let second = sockproxy_tests::serve_process::ServeProcess::start(
+        stack.socket(),
+        "deer-flow-",
+        dir.path(),
+        stale.clone(),
+        &[],
+        &[],
+    );
+    assert_eq!(
+        sockproxy_tests::raw::get(&stale, "/healthz")
+            .expect("answers")
+            .status,
+        200
+    );
+    drop(second);
+}
