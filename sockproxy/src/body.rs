@@ -3,8 +3,12 @@
 //! fields case-insensitively (with Unicode folding) and lets the last duplicate win, so the proxy
 //! refuses any body where that reading could differ from its own, and forwards what it checked.
 
+use std::cell::Cell;
+use std::collections::HashSet;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
+use serde::de::DeserializeSeed;
 use serde_json::{Map, Value};
 
 use crate::refusal::Refusal;
@@ -13,16 +17,21 @@ use crate::upstream::Body;
 /// Largest request body the proxy reads to decide on (DESIGN: oversized ⇒ deny).
 pub const MAX_BODY: usize = 1 << 20;
 
-pub async fn read_json_object(body: Body) -> Result<Map<String, Value>, Refusal> {
-    match read_checked(body).await? {
+pub async fn read_json_object(body: Body, max_keys: usize) -> Result<Map<String, Value>, Refusal> {
+    match read_checked(body, max_keys).await? {
         Value::Object(map) => Ok(map),
         _ => Err(Refusal::BadRequest("body is not a JSON object".into())),
     }
 }
 
-/// Reads a body (at most `MAX_BODY`, else 413) and parses it with the key rule. An empty body is
-/// an empty object, as dockerd reads it.
-pub async fn read_checked(body: Body) -> Result<Value, Refusal> {
+/// Default for `--max-json-keys`: object keys a body may hold, counted at every depth. The
+/// docker CLI's creates hold a few dozen; a body with many labels a few hundred.
+pub const DEFAULT_MAX_JSON_KEYS: usize = 10_000;
+
+/// Reads a body (at most `MAX_BODY`, else 413) and parses it with the key rule, refusing a body
+/// with more than `max_keys` object keys in all. An empty body is an empty object, as dockerd
+/// reads it.
+pub async fn read_checked(body: Body, max_keys: usize) -> Result<Value, Refusal> {
     let bytes: Bytes = Limited::new(body, MAX_BODY)
         .collect()
         .await
@@ -39,7 +48,7 @@ pub async fn read_checked(body: Body) -> Result<Value, Refusal> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Map::new()));
     }
-    parse_checked(&bytes)
+    parse_checked_with(&bytes, max_keys)
 }
 
 /// Endpoints that take no body are forwarded with none; a body that says something is a 400
@@ -78,8 +87,20 @@ pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, Refusal> {
 /// ASCII (Go folds `ſ` to `s` and the Kelvin sign to `k`) and keys that fold to the same field
 /// (Go would take the last; a reader that takes the first would decide on another value).
 /// Map-valued fields (labels and the like) get the same rule: stricter than needed, never laxer.
+/// At most `DEFAULT_MAX_JSON_KEYS` keys (`parse_checked_with`).
 pub fn parse_checked(bytes: &[u8]) -> Result<Value, Refusal> {
-    let Checked(v) = serde_json::from_slice(bytes).map_err(|e| {
+    parse_checked_with(bytes, DEFAULT_MAX_JSON_KEYS)
+}
+
+/// `parse_checked` with at most `max_keys` object keys in the whole body (`--max-json-keys`).
+/// Each key costs one hash-set lookup in its object, so the check is linear in the body.
+pub fn parse_checked_with(bytes: &[u8], max_keys: usize) -> Result<Value, Refusal> {
+    let budget = Cell::new(max_keys);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed = Seed(&budget, max_keys)
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v));
+    let Checked(v) = parsed.map_err(|e| {
         let msg = e.to_string();
         if let Some(reason) = msg.strip_prefix(KEY_ERROR) {
             Refusal::BadRequest(
@@ -101,15 +122,21 @@ const KEY_ERROR: &str = "sockproxy-key: ";
 /// A JSON value whose objects passed the key rule.
 struct Checked(Value);
 
-impl<'de> serde::Deserialize<'de> for Checked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(CheckedVisitor)
+/// Reads one value with the key rule; the cell holds how many more keys the body may have, the
+/// number the limit it started from (for the refusal).
+#[derive(Clone, Copy)]
+struct Seed<'b>(&'b Cell<usize>, usize);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+    type Value = Checked;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Checked, D::Error> {
+        d.deserialize_any(CheckedVisitor(self))
     }
 }
 
-struct CheckedVisitor;
+struct CheckedVisitor<'b>(Seed<'b>);
 
-impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor<'_> {
     type Value = Checked;
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("JSON")
@@ -142,29 +169,36 @@ impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
         let mut out = Vec::new();
-        while let Some(Checked(v)) = seq.next_element()? {
+        while let Some(Checked(v)) = seq.next_element_seed(self.0)? {
             out.push(v);
         }
         Ok(Checked(Value::Array(out)))
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Checked, A::Error> {
         use serde::de::Error;
+        let Seed(budget, max) = self.0;
         let mut out = Map::new();
-        let mut folded: Vec<String> = Vec::new();
+        let mut folded: HashSet<String> = HashSet::new();
         while let Some(key) = m.next_key::<String>()? {
+            match budget.get().checked_sub(1) {
+                Some(left) => budget.set(left),
+                None => {
+                    return Err(A::Error::custom(format!(
+                        "{KEY_ERROR}body has more than {max} keys (--max-json-keys)"
+                    )))
+                }
+            }
             if !key.is_ascii() {
                 return Err(A::Error::custom(format!(
                     "{KEY_ERROR}body key {key:?} is not ASCII"
                 )));
             }
-            let f = key.to_ascii_lowercase();
-            if folded.contains(&f) {
+            if !folded.insert(key.to_ascii_lowercase()) {
                 return Err(A::Error::custom(format!(
                     "{KEY_ERROR}body keys that name the same field: {key:?}"
                 )));
             }
-            folded.push(f);
-            let Checked(v) = m.next_value()?;
+            let Checked(v) = m.next_value_seed(self.0)?;
             out.insert(key, v);
         }
         Ok(Checked(Value::Object(out)))
@@ -211,6 +245,50 @@ mod tests {
             e,
             "sockproxy: bad request: body keys that name the same field: \"A\""
         );
+    }
+
+    /// `{"k0":0,"k1":0,…}` with `n` keys, the last one `last`.
+    fn many_keys(n: usize, last: &str) -> Vec<u8> {
+        let mut s = String::from("{");
+        for i in 0..n - 1 {
+            s.push_str(&format!("\"k{i}\":0,"));
+        }
+        s.push_str(&format!("\"{last}\":0}}"));
+        s.into_bytes()
+    }
+
+    #[test]
+    fn a_body_with_many_keys_is_read_whole_or_refused_by_count() {
+        let n = 100_000;
+        let v = parse_checked_with(&many_keys(n, "last"), n).expect("100k distinct keys");
+        assert_eq!(v.as_object().map(Map::len), Some(n));
+        assert_eq!(v["k99998"], 0);
+        // A fold of the first key, 100k keys later, is still found.
+        let e = parse_checked_with(&many_keys(n, "K0"), n)
+            .expect_err("duplicate")
+            .to_string();
+        assert_eq!(
+            e,
+            "sockproxy: bad request: body keys that name the same field: \"K0\""
+        );
+        let e = parse_checked_with(&many_keys(n + 1, "last"), n)
+            .expect_err("too many")
+            .to_string();
+        assert_eq!(
+            e,
+            "sockproxy: bad request: body has more than 100000 keys (--max-json-keys)"
+        );
+        // The default: keys at every depth count, arrays of objects included.
+        let nested = format!(
+            "{{\"a\":[{}],\"b\":{{\"c\":1}}}}",
+            vec!["{\"x\":1,\"y\":2}"; 4999].join(",")
+        );
+        // 2 (a, b) + 2×4999 + 1 (c) = 10,001 keys.
+        let e = parse_checked(nested.as_bytes()).expect_err("10,001 keys");
+        assert!(e.to_string().contains("more than 10000 keys"), "{e}");
+        let fits = nested.replacen("{\"x\":1,\"y\":2},", "", 1);
+        assert!(parse_checked(fits.as_bytes()).is_ok(), "9,999 keys");
+        assert!(parse_checked(b"{} x").is_err(), "trailing bytes");
     }
 
     #[test]

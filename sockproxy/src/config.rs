@@ -153,6 +153,9 @@ pub struct Args {
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
     #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES")]
     pub max_list_bytes: Option<usize>,
+    /// What a request may make the engine spend (`spend`).
+    #[command(flatten)]
+    pub spend: crate::spend::SpendArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +186,8 @@ pub enum ConfigError {
     PolicyFile(PathBuf, String),
     #[error("--event-loops {0}: expected 1 to {MAX_EVENT_LOOPS}")]
     EventLoops(usize),
+    #[error("{0}")]
+    Spend(String),
 }
 
 /// More loops than this would only add threads: each is a whole core's worth of work.
@@ -261,6 +266,7 @@ impl Config {
         if !(1..=MAX_EVENT_LOOPS).contains(&event_loops) {
             return Err(ConfigError::EventLoops(event_loops));
         }
+        let spend = args.spend.spend().map_err(ConfigError::Spend)?;
         let allow_images: Vec<String> = args
             .allow_image
             .iter()
@@ -301,6 +307,7 @@ impl Config {
                 },
                 allow_images: allow_images.clone(),
                 require_stack_label: args.require_stack_label,
+                spend,
             },
             name_cache: !args.no_name_cache,
             allow_images,

@@ -46,6 +46,8 @@ pub struct CreateRules {
     /// `--require-stack-label`: a container another setting names (`VolumesFrom`, `Links`,
     /// `container:` modes) cannot be checked for the label here, so such settings are refused.
     pub require_stack_label: bool,
+    /// Bounds on what a request may make the engine and the proxy spend (DESIGN §4d).
+    pub spend: crate::spend::Spend,
 }
 
 impl Default for CreateRules {
@@ -61,6 +63,7 @@ impl Default for CreateRules {
             allow_log_drivers: default_log_drivers(),
             allow_images: vec![],
             require_stack_label: false,
+            spend: crate::spend::Spend::default(),
         }
     }
 }
@@ -126,9 +129,10 @@ pub fn check(
     r.keep(&mut o, "NetworkingConfig", |_, p, v| {
         networking_config(&ctx, p, v)
     })?;
-    for f in ["Hostname", "Domainname", "User", "WorkingDir", "StopSignal"] {
+    for f in ["Hostname", "Domainname", "User", "WorkingDir"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
+    r.keep(&mut o, "StopSignal", crate::spend::stop_signal)?;
     for f in [
         "AttachStdin",
         "AttachStdout",
@@ -148,8 +152,12 @@ pub fn check(
     }
     r.keep(&mut o, "Cmd", fields::any_str_slice)?;
     r.keep(&mut o, "Entrypoint", fields::any_str_slice)?;
-    r.keep(&mut o, "Healthcheck", healthcheck)?;
-    r.keep(&mut o, "StopTimeout", fields::any_int)?;
+    r.keep(&mut o, "Healthcheck", |r, p, v| {
+        crate::spend::healthcheck(&rules.spend, r, p, v)
+    })?;
+    r.keep(&mut o, "StopTimeout", |r, p, v| {
+        crate::spend::stop_timeout(&rules.spend, r, p, v)
+    })?;
     r.keep(&mut o, "Image", |r, p, v| {
         let image = fields::string(p, v)?;
         let normalized = crate::config::normalize_image(&image);
@@ -179,23 +187,6 @@ pub(crate) fn stamp_stack_label(
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
     o.insert("Labels".into(), Value::Object(labels));
     Ok(())
-}
-
-fn healthcheck(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
-    let mut r = Reader::new(parent.op(), path, v)?;
-    let mut o = Map::new();
-    r.keep(&mut o, "Test", fields::any_str_list)?;
-    for f in [
-        "Interval",
-        "Timeout",
-        "StartPeriod",
-        "StartInterval",
-        "Retries",
-    ] {
-        r.keep(&mut o, f, fields::any_int)?;
-    }
-    r.finish()?;
-    Ok(Value::Object(o))
 }
 
 /// The stack's own networks a checked create body puts the container on (`HostConfig.NetworkMode`

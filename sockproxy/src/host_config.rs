@@ -442,7 +442,7 @@ fn cap_add(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     Ok(Value::from(caps))
 }
 
-/// Loopback only, unless `--allow-public-ports`.
+/// Loopback only, unless `--allow-public-ports`; how many and which host ports: `spend`.
 fn port_bindings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let Value::Object(map) = v else {
         return Err(Refusal::BadRequest(format!("{path} must be an object")));
@@ -476,6 +476,7 @@ fn port_bindings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         }
         out.insert(port, Value::Array(bindings));
     }
+    crate::spend::port_bindings(&ctx.rules.spend, ctx.op, path, &out)?;
     Ok(Value::Object(out))
 }
 

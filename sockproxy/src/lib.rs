@@ -42,6 +42,7 @@ pub mod refusal;
 mod resolve;
 pub mod scope;
 pub mod server;
+pub mod spend;
 pub mod upstream;
 pub mod watch;
 pub mod write_rules;

@@ -38,10 +38,10 @@ impl Proxy {
         // Bodies are decided before anything is asked of the engine.
         let checked = match cop {
             ContainerOp::ExecCreate => Some(crate::write_rules::exec_create(
-                body::read_checked(take()).await?,
+                body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
             )?),
             ContainerOp::Update => Some(crate::write_rules::update(
-                body::read_checked(take()).await?,
+                body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
                 target.version.as_deref(),
             )?),
             // The archive upload's body is the tar stream itself; its head (query parameters:
@@ -145,7 +145,7 @@ impl Proxy {
         let raw = body.take().unwrap_or_else(upstream::empty);
         let checked = if eop == ExecOp::Start {
             Some(crate::write_rules::exec_start(
-                body::read_checked(raw).await?,
+                body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
             )?)
         } else {
             body::no_body(raw).await?;
@@ -229,7 +229,7 @@ impl Proxy {
         }
         let (container, mut map) = crate::write_rules::network_attach(
             op,
-            body::read_checked(raw).await?,
+            body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
             &self.scope,
             &self.create_rules,
         )?;

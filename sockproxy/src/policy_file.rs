@@ -50,6 +50,20 @@ pub struct PolicyFile {
     pub max_list_bytes_total: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name_cache: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_json_keys: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_healthcheck_interval: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_healthcheck_retries: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stop_timeout: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_port_bindings: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_host_port: Option<u16>,
+    #[serde(default)]
+    pub allow_host_port: Vec<u16>,
 }
 
 impl PolicyFile {
@@ -81,6 +95,17 @@ impl PolicyFile {
         a.max_connections = a.max_connections.or(self.max_connections);
         a.max_list_bytes = a.max_list_bytes.or(self.max_list_bytes);
         a.max_list_bytes_total = a.max_list_bytes_total.or(self.max_list_bytes_total);
+        let sp = &mut a.spend;
+        sp.max_json_keys = sp.max_json_keys.or(self.max_json_keys);
+        sp.min_healthcheck_interval = sp
+            .min_healthcheck_interval
+            .take()
+            .or(self.min_healthcheck_interval);
+        sp.max_healthcheck_retries = sp.max_healthcheck_retries.or(self.max_healthcheck_retries);
+        sp.max_stop_timeout = sp.max_stop_timeout.or(self.max_stop_timeout);
+        sp.max_port_bindings = sp.max_port_bindings.or(self.max_port_bindings);
+        sp.min_host_port = sp.min_host_port.or(self.min_host_port);
+        sp.allow_host_port.extend(self.allow_host_port);
         a
     }
 
@@ -114,6 +139,15 @@ impl PolicyFile {
             max_list_bytes: Some(cfg.max_list_bytes),
             max_list_bytes_total: Some(cfg.max_list_bytes_total),
             name_cache: Some(cfg.name_cache),
+            max_json_keys: Some(r.spend.max_json_keys),
+            min_healthcheck_interval: Some(crate::spend::show_duration(
+                r.spend.min_healthcheck_interval_ns,
+            )),
+            max_healthcheck_retries: Some(r.spend.max_healthcheck_retries),
+            max_stop_timeout: Some(r.spend.max_stop_timeout),
+            max_port_bindings: Some(r.spend.max_port_bindings),
+            min_host_port: Some(r.spend.min_host_port),
+            allow_host_port: r.spend.allow_host_ports.clone(),
         }
     }
 }
@@ -176,6 +210,12 @@ mod tests {
                 "deny",
                 "--max-shm-size",
                 "1024",
+                "--min-healthcheck-interval",
+                "1500ms",
+                "--allow-host-port",
+                "80",
+                "--max-stop-timeout",
+                "30",
             ]),
             None,
         )

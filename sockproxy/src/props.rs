@@ -218,11 +218,63 @@ pub fn create_body(data: &[u8]) -> Result<(), String> {
     if top.get("Labels").and_then(|l| l.get(STACK_LABEL)) != Some(&Value::from("s")) {
         return Err(format!("forwarded body lacks the stack label: {out}"));
     }
+    within_spend(&out, &rules.spend)?;
     let bytes = serde_json::to_vec(&out).map_err(|e| e.to_string())?;
     match check(&bytes) {
         Ok(again) if again == out => Ok(()),
         other => Err(format!("forwarded body {out} checks again as {other:?}")),
     }
+}
+
+/// What a forwarded create body may make the engine spend (`spend`): healthcheck durations 0
+/// or at least the minimum, retries and stop timeout within bounds, a stop signal that ends the
+/// process, few published host ports, none low. Read from the forwarded body, whose keys are
+/// the canonical names.
+fn within_spend(out: &Value, spend: &crate::spend::Spend) -> Result<(), String> {
+    let int = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0);
+    if let Some(h) = out.get("Healthcheck") {
+        for f in ["Interval", "Timeout", "StartPeriod", "StartInterval"] {
+            let n = int(h.get(f));
+            if n != 0 && n < spend.min_healthcheck_interval_ns {
+                return Err(format!("forwarded Healthcheck.{f} {n}: {out}"));
+            }
+        }
+        if !(0..=spend.max_healthcheck_retries).contains(&int(h.get("Retries"))) {
+            return Err(format!("forwarded Healthcheck.Retries: {out}"));
+        }
+    }
+    if !(0..=spend.max_stop_timeout).contains(&int(out.get("StopTimeout"))) {
+        return Err(format!("forwarded StopTimeout: {out}"));
+    }
+    let signal = out.get("StopSignal").and_then(Value::as_str).unwrap_or("");
+    if !crate::spend::ends_a_process(signal) {
+        return Err(format!("forwarded StopSignal {signal:?}: {out}"));
+    }
+    let bindings: Vec<&Value> = out["HostConfig"]
+        .get("PortBindings")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter_map(Value::as_array)
+        .flatten()
+        .collect();
+    if bindings.len() > spend.max_port_bindings {
+        return Err(format!("forwarded {} port bindings: {out}", bindings.len()));
+    }
+    for b in bindings {
+        let raw = b.get("HostPort").and_then(Value::as_str).unwrap_or("");
+        let low = raw.split('-').next().unwrap_or("").trim();
+        let port: u16 = if low.is_empty() {
+            0
+        } else {
+            low.parse()
+                .map_err(|_| format!("forwarded HostPort {raw:?}: {out}"))?
+        };
+        if port != 0 && port < spend.min_host_port {
+            return Err(format!("forwarded HostPort {raw:?}: {out}"));
+        }
+    }
+    Ok(())
 }
 
 /// Input: byte 0's low bit picks networks (else containers), byte 1 is `limit` (0: none); the

@@ -187,7 +187,17 @@ impl Proxy {
             Ok(target) => {
                 let ep = api::parse(&parts.method, &target);
                 let op = ep.op();
-                match policy::decide(&ep, &target.query, &self.scope, &self.allow_images) {
+                let decided = policy::decide(&ep, &target.query, &self.scope, &self.allow_images)
+                    .and_then(|plan| {
+                        crate::spend::plan_query(
+                            &self.create_rules.spend,
+                            &plan,
+                            &op,
+                            &target.query,
+                        )
+                        .map(|()| plan)
+                    });
+                match decided {
                     Err(r) => (op, "", Err(r)),
                     Ok(plan) => {
                         let reason = match plan {
@@ -239,7 +249,8 @@ impl Proxy {
                 self.forward(&parts, upstream::empty(), path, None).await
             }
             Plan::CreateContainer => {
-                let checked = body::read_checked(take()).await?;
+                let checked =
+                    body::read_checked(take(), self.create_rules.spend.max_json_keys).await?;
                 let out = crate::create_body::check(
                     checked,
                     &self.scope,
@@ -292,7 +303,7 @@ impl Proxy {
             }
             Plan::CreateNetwork => {
                 let v = crate::write_rules::network_create(
-                    body::read_checked(take()).await?,
+                    body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
                     &self.scope,
                     &self.stack,
                 )?;
