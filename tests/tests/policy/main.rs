@@ -21,4 +21,5 @@ mod names;
 mod offline;
 mod restricted;
 mod shared_prefix;
+mod spend;
 mod writes;

@@ -1,0 +1,228 @@
+//! What a stack may make the engine and the proxy spend (issue 37, DESIGN §4d), through the
+//! real proxy and checked on what the engine holds afterwards: a body with more keys than
+//! `--max-json-keys` is refused while another client's `/_ping` is answered; a healthcheck every
+//! millisecond, a stop that never returns (`StopTimeout: -1`, `SIGCONT`, `t=-1`), many or low
+//! host ports make no container and change none; the controls (a 30 s healthcheck, one loopback
+//! port, a bounded stop) still work on the real engine.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sockproxy_tests::engine::{each_engine, real_engine, Cleanup, Fakes};
+use sockproxy_tests::raw;
+use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::step::step;
+use sockproxy_tests::unique_prefix;
+
+use crate::bypasses::{inspect, refused, send};
+
+/// A bounded wait for another thread's answer: long enough for a loaded CI machine, short
+/// enough that a proxy stalled by one body fails the test instead of hanging it.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_body_with_too_many_keys_is_refused_and_other_clients_are_answered() {
+    each_engine(
+        "a_body_with_too_many_keys_is_refused_and_other_clients_are_answered",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let name = clean.container(&format!("{prefix}sandbox-keys"));
+            // 50,000 labels, each a key (about 600 KB, under the 1 MiB body limit).
+            let labels: serde_json::Map<String, Value> = (0..50_000)
+                .map(|i| (format!("k{i}"), Value::from("")))
+                .collect();
+            let body = json!({ "Image": e.image, "Cmd": ["true"], "Labels": labels });
+            let sock = p.socket().to_owned();
+            let target = format!("/containers/create?name={name}");
+            let (big_tx, big_rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = big_tx.send(send(&sock, "POST", &target, &body));
+            });
+            let sock = p.socket().to_owned();
+            let (ping_tx, ping_rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = ping_tx.send(raw::get(&sock, "/_ping").map(|r| r.status));
+            });
+            let ping = ping_rx
+                .recv_timeout(ANSWER_WITHIN)
+                .expect("a /_ping beside the big body is answered");
+            assert_eq!(ping.expect("ping answer"), 200);
+            let big = big_rx
+                .recv_timeout(ANSWER_WITHIN)
+                .expect("big body answered");
+            refused(&big, 400, "body has more than 10000 keys (--max-json-keys)");
+            assert_eq!(
+                inspect(&e, "containers", &format!("{name}/json")).status,
+                404,
+                "no container made"
+            );
+            // The same labels under the operator's larger bound reach the engine.
+            if !e.is_fake() {
+                let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+                    c.create_rules.spend.max_json_keys = 60_000
+                });
+                let labels: serde_json::Map<String, Value> = (0..50_000)
+                    .map(|i| (format!("k{i}"), Value::from("")))
+                    .collect();
+                let body = json!({ "Image": e.image, "Cmd": ["true"], "Labels": labels });
+                let r = send(
+                    p.socket(),
+                    "POST",
+                    &format!("/containers/create?name={name}"),
+                    &body,
+                );
+                assert_eq!(r.status, 201, "{}", r.text());
+                let held = inspect(&e, "containers", &format!("{name}/json")).json();
+                assert_eq!(
+                    held["Config"]["Labels"].as_object().map(|l| l.len()),
+                    Some(50_001),
+                    "the labels and the stack's"
+                );
+            }
+        },
+    );
+}
+
+/// `POST /containers/create?name=NAME` through the proxy with `extra` merged into a plain body.
+fn create(p: &StackProxy, image: &str, name: &str, extra: Value) -> raw::RawResponse {
+    let mut body = json!({ "Image": image, "Cmd": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"] });
+    if let (Some(b), Some(x)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(x.clone());
+    }
+    send(
+        p.socket(),
+        "POST",
+        &format!("/containers/create?name={name}"),
+        &body,
+    )
+}
+
+#[test]
+fn unbounded_engine_work_is_refused_and_the_controls_still_work() {
+    let Some(e) = real_engine("unbounded_engine_work_is_refused_and_the_controls_still_work")
+    else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let mut clean = Cleanup::new(&e.socket);
+    let p = StackProxy::start(&e.socket, &prefix, false);
+    let held = |name: &str| inspect(&e, "containers", &format!("{name}/json"));
+    let lo = |port: &str| json!([{ "HostIp": "127.0.0.1", "HostPort": port }]);
+    let five: serde_json::Map<String, Value> = (0..5)
+        .map(|i| (format!("{}/tcp", 8000 + i), lo("")))
+        .collect();
+    step("refused creates make no container", || {
+        let rows = [
+            (
+                json!({ "Healthcheck": { "Test": ["CMD", "true"], "Interval": 1_000_000 } }),
+                "Healthcheck.Interval 1ms is not allowed for this stack (0 or at least 1s; --min-healthcheck-interval)",
+            ),
+            (
+                json!({ "Healthcheck": { "Test": ["CMD", "true"], "Interval": 30_000_000_000_i64, "StartInterval": 1_000_000 } }),
+                "Healthcheck.StartInterval 1ms",
+            ),
+            (
+                json!({ "StopTimeout": -1 }),
+                "StopTimeout -1 is not allowed for this stack (allowed: 0..=300; --max-stop-timeout)",
+            ),
+            (json!({ "StopSignal": "SIGCONT" }), "StopSignal SIGCONT is not allowed"),
+            (
+                json!({ "HostConfig": { "PortBindings": { "80/tcp": lo("80") } } }),
+                "HostPort 80 is not allowed for this stack (host ports below 1024 only when named; --min-host-port, --allow-host-port)",
+            ),
+            (
+                json!({ "HostConfig": { "PortBindings": five } }),
+                "publishes 5 host ports, more than this stack may (at most 4; --max-port-bindings)",
+            ),
+        ];
+        for (i, (extra, needle)) in rows.into_iter().enumerate() {
+            let name = clean.container(&format!("{prefix}sandbox-spend{i}"));
+            let r = create(&p, &e.image, &name, extra);
+            refused(&r, 403, needle);
+            assert_eq!(held(&name).status, 404, "{name} not made");
+        }
+    });
+    step("a 30 s healthcheck and one loopback port work", || {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+            .to_string();
+        let name = clean.container(&format!("{prefix}sandbox-ctl"));
+        let r = create(
+            &p,
+            &e.image,
+            &name,
+            json!({
+                "Healthcheck": { "Test": ["CMD", "true"], "Interval": 30_000_000_000_i64, "Retries": 3 },
+                "StopTimeout": 2, "StopSignal": "SIGTERM",
+                "ExposedPorts": { "8080/tcp": {} },
+                "HostConfig": { "PortBindings": { "8080/tcp": lo(&port) } },
+            }),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        let r = raw::request(
+            p.socket(),
+            "POST",
+            &format!("/containers/{name}/start"),
+            None,
+        )
+        .expect("start");
+        assert_eq!(r.status, 204, "{}", r.text());
+        let c = held(&name).json();
+        assert_eq!(c["Config"]["Healthcheck"]["Interval"], 30_000_000_000_i64);
+        assert_eq!(c["Config"]["StopTimeout"], 2);
+        assert_eq!(c["State"]["Running"], true);
+        assert!(
+            c["State"]["Health"]["Status"].is_string(),
+            "the engine runs the healthcheck: {}",
+            c["State"]
+        );
+        assert_eq!(
+            c["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostPort"], port,
+            "{}",
+            c["NetworkSettings"]
+        );
+        // The published port answers on the host (docker-proxy accepts the connection).
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().expect("port"))).is_ok()
+        );
+        // A stop that would never return is refused, and changes nothing.
+        for q in ["t=-1", "t=301", "signal=SIGCONT"] {
+            let r = raw::request(
+                p.socket(),
+                "POST",
+                &format!("/containers/{name}/stop?{q}"),
+                None,
+            )
+            .expect("stop");
+            refused(&r, 403, "is not allowed for this stack");
+            assert_eq!(held(&name).json()["State"]["Running"], true, "{q}");
+        }
+        let r = raw::request(
+            p.socket(),
+            "POST",
+            &format!("/containers/{name}/restart?t=-1"),
+            None,
+        )
+        .expect("restart");
+        refused(
+            &r,
+            403,
+            "query parameter t -1 is not allowed for this stack",
+        );
+        let r = raw::request(
+            p.socket(),
+            "POST",
+            &format!("/containers/{name}/stop?t=5"),
+            None,
+        )
+        .expect("stop");
+        assert_eq!(r.status, 204, "{}", r.text());
+        assert_eq!(held(&name).json()["State"]["Running"], false);
+    });
+}
