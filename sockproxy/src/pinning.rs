@@ -67,6 +67,37 @@ pub fn inspect_failed(
     }
 }
 
+/// Under `--require-stack-label`, the engine's 404 for a name is answered by the proxy, in the
+/// words it uses for another stack's object of that name (`inspected`), so the two answers are
+/// the same bytes with the same headers: the engine's own would carry headers of its own
+/// (`Api-Version`, `Server`) that the proxy's lack. `None`: the engine's answer goes back.
+pub fn not_found(kind: Kind, r: &ObjRef, status: StatusCode, rules: &Rules) -> Option<Refusal> {
+    match r {
+        ObjRef::Name(name) if rules.require_stack_label && status == StatusCode::NOT_FOUND => {
+            Some(absent(kind, name))
+        }
+        _ => None,
+    }
+}
+
+/// An engine conflict over a name (`Conflict. The container name "/N" is already in use by
+/// container "ID". …`, on create and rename) with the other container's ID taken out: under
+/// `--require-stack-label` that container may be another stack's, whose ID the stack must not
+/// learn. The answer then names nothing but the requested name.
+pub fn conflict_names_only(message: &str) -> String {
+    const BY: &str = " by container \"";
+    let Some(at) = message.find(BY) else {
+        return message.to_owned();
+    };
+    let rest = &message[at + BY.len()..];
+    match rest.find('"') {
+        Some(end) if rest[..end].bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!("{}{}", &message[..at], &rest[end + 1..])
+        }
+        _ => message.to_owned(),
+    }
+}
+
 /// Decides on an inspected container or network.
 pub fn inspected(
     kind: Kind,
@@ -83,20 +114,10 @@ pub fn inspected(
     // predefined networks carry no label and stay readable.
     let predefined = kind == Kind::Network && PREDEFINED_NETWORKS.contains(&ins.name);
     if rules.require_stack_label && !predefined && ins.stack_label != Some(rules.stack) {
-        return Err(match (r, kind) {
-            (ObjRef::Hex(id), _) => absent(kind, id),
-            // A read gets the engine's not-found, as for a name nobody has: a 403 would tell
-            // the stack that another stack holds that (predictable) sandbox name.
-            (ObjRef::Name(name), _) if access == Access::Read => absent(kind, name),
-            (ObjRef::Name(name), Kind::Container) => Refusal::ContainerOutOfScope {
-                op: op.to_owned(),
-                name: name.clone(),
-            },
-            (ObjRef::Name(name), Kind::Network) => Refusal::NetworkOutOfScope {
-                op: op.to_owned(),
-                name: name.clone(),
-            },
-        });
+        // Reads and changes alike get the not-found of a name nobody has (`not_found`, which
+        // answers that one under the flag): a 403 would tell the stack that another stack
+        // holds that (predictable) sandbox name.
+        return Err(absent(kind, r.as_str()));
     }
     if !is_full_id(ins.id) {
         return Err(Refusal::Upstream("inspect answer has no full ID".into()));
@@ -184,6 +205,30 @@ mod tests {
     const ID: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
     #[test]
+    fn conflicts_name_only_the_requested_name() {
+        let id = "8e4b8b4a3f0c6a3b1f2e9d7c5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b";
+        let engine = format!(
+            "Conflict. The container name \"/deer-flow-sandbox-1\" is already in use by container \"{id}\". You have to remove (or rename) that container to be able to reuse that name."
+        );
+        let want = "Conflict. The container name \"/deer-flow-sandbox-1\" is already in use. You have to remove (or rename) that container to be able to reuse that name.";
+        assert_eq!(conflict_names_only(&engine), want);
+        // Rename's wording wraps the same sentence.
+        assert_eq!(
+            conflict_names_only(&format!("Error when allocating new name: {engine}")),
+            format!("Error when allocating new name: {want}")
+        );
+        assert!(!conflict_names_only(&engine).contains(&id[..12]));
+        // Anything else is left as the engine said it.
+        for other in [
+            "You cannot remove a running container 1234. Stop the container before attempting removal or force remove",
+            "Conflict. The container name \"/x\" is already in use by container \"not-hex\".",
+            "",
+        ] {
+            assert_eq!(conflict_names_only(other), other);
+        }
+    }
+
+    #[test]
     fn inspected_objects() {
         let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
         let r = rules(&s);
@@ -202,15 +247,60 @@ mod tests {
             &r,
         );
         assert_eq!(ok.map(|p| p.id().to_owned()), Ok(ID.to_owned()));
-        assert!(inspected(
-            Kind::Container,
-            Access::Change,
-            "containers.stop",
-            &name,
-            &ins(None),
-            &r
-        )
-        .is_err());
+        // A change to another stack's container answers what a missing one answers, under the
+        // flag the proxy's own not-found for both (issue 37).
+        for (op, label) in [
+            ("containers.stop", None),
+            ("containers.kill", Some("other-stack")),
+            ("containers.remove", Some("")),
+        ] {
+            assert_eq!(
+                inspected(Kind::Container, Access::Change, op, &name, &ins(label), &r),
+                Err(Refusal::NoSuchContainer("deer-flow-sandbox-1".into())),
+                "{op}"
+            );
+        }
+        assert_eq!(
+            not_found(Kind::Container, &name, StatusCode::NOT_FOUND, &r),
+            Some(Refusal::NoSuchContainer("deer-flow-sandbox-1".into()))
+        );
+        assert_eq!(
+            not_found(Kind::Container, &name, StatusCode::NOT_FOUND, &r)
+                .map(|x| (x.status(), x.body())),
+            inspected(
+                Kind::Container,
+                Access::Change,
+                "containers.stop",
+                &name,
+                &ins(None),
+                &r
+            )
+            .err()
+            .map(|x| (x.status(), x.body())),
+            "the same status and bytes"
+        );
+        assert_eq!(
+            not_found(
+                Kind::Network,
+                &ObjRef::Name("deer-flow-sandbox-net-9".into()),
+                StatusCode::NOT_FOUND,
+                &r
+            ),
+            Some(Refusal::NoSuchNetwork("deer-flow-sandbox-net-9".into()))
+        );
+        // Other answers, and every answer without the flag, are the engine's.
+        assert_eq!(
+            not_found(Kind::Container, &name, StatusCode::CONFLICT, &r),
+            None
+        );
+        let unlabelled = Rules {
+            require_stack_label: false,
+            ..r
+        };
+        assert_eq!(
+            not_found(Kind::Container, &name, StatusCode::NOT_FOUND, &unlabelled),
+            None
+        );
         // Reads too: another stack on the same prefix must not see its environment or logs.
         for label in [None, Some("other-stack")] {
             assert_eq!(
@@ -261,10 +351,8 @@ mod tests {
                     &net_ins(label),
                     &rr
                 ),
-                Err(Refusal::NetworkOutOfScope {
-                    op: "networks.connect".into(),
-                    name: "deer-flow-sandbox-net-1".into()
-                }),
+                // The answer for a network nobody has (issue 37: a 403 was an oracle).
+                Err(Refusal::NoSuchNetwork("deer-flow-sandbox-net-1".into())),
                 "{label:?}"
             );
             assert_eq!(

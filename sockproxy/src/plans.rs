@@ -128,7 +128,10 @@ impl Proxy {
         if renames {
             self.names.evict(Kind::Container, id.id());
         }
-        resp
+        match resp {
+            Ok(resp) if cop == ContainerOp::Rename => Ok(self.conflict_names_only(resp).await),
+            other => other,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

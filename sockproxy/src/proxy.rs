@@ -264,8 +264,10 @@ impl Proxy {
                 {
                     return Ok(buffered_response(engine));
                 }
-                self.forward_json(&parts, &out, with_query(target.path(), &query))
-                    .await
+                let resp = self
+                    .forward_json(&parts, &out, with_query(target.path(), &query))
+                    .await?;
+                Ok(self.conflict_names_only(resp).await)
             }
             Plan::Events => {
                 body::no_body(take()).await?;
@@ -438,6 +440,37 @@ impl Proxy {
     ) -> Result<Response<Body>, Refusal> {
         let bytes = serde_json::to_vec(v).map_err(|e| Refusal::BadRequest(e.to_string()))?;
         self.forward_body(parts, bytes, path).await
+    }
+
+    /// Under `--require-stack-label`, the engine's 409 over a name (create, rename) names only
+    /// the requested name, not the ID of the container that holds it
+    /// (`pinning::conflict_names_only`).
+    pub(crate) async fn conflict_names_only(&self, resp: Response<Body>) -> Response<Body> {
+        if !self.create_rules.require_stack_label || resp.status() != StatusCode::CONFLICT {
+            return resp;
+        }
+        let (mut parts, body) = resp.into_parts();
+        let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
+            .collect()
+            .await
+        else {
+            return Refusal::Upstream("unreadable error answer".into()).into_response();
+        };
+        let bytes = collected.to_bytes();
+        let message = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned));
+        let Some(message) = message else {
+            // Not dockerd's error shape: nothing the proxy can read is passed on.
+            return Refusal::Upstream("unreadable conflict answer".into()).into_response();
+        };
+        let mut out = serde_json::to_vec(&serde_json::json!({
+            "message": crate::pinning::conflict_names_only(&message)
+        }))
+        .unwrap_or_default();
+        out.push(b'\n');
+        parts.headers.remove(header::CONTENT_LENGTH);
+        Response::from_parts(parts, upstream::full(out))
     }
 
     pub(crate) async fn forward_body(

@@ -135,6 +135,9 @@ impl Proxy {
             .map_err(crate::proxy::upstream_err)?;
         if answer.status != StatusCode::OK {
             pinning::inspect_failed(kind, r, answer.status, &answer.body)?;
+            if let Some(absent) = pinning::not_found(kind, r, answer.status, &self.rules()) {
+                return Err(absent);
+            }
             return Ok(Err(answer));
         }
         let named: Named =

@@ -166,11 +166,8 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
             for (i, extra) in rows.into_iter().enumerate() {
                 let name = clean.container(&format!("{prefix}sandbox-b{i}"));
                 let r = create(&b, &name, extra);
-                refused(
-                    &r,
-                    403,
-                    &format!("{net} is not one of this stack's networks"),
-                );
+                // What a network nobody has gets (issue 37: a 403 told B that A holds it).
+                refused(&r, 404, &format!("network {net} not found"));
                 assert_eq!(container(&name).status, 404, "{name}");
             }
         });
@@ -187,11 +184,8 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                     &format!("/networks/{net}/connect"),
                     &json!({ "Container": own }),
                 );
-                refused(
-                    &r,
-                    403,
-                    &format!("{net} is not one of this stack's networks"),
-                );
+                // What a network nobody has gets (issue 37: a 403 told B that A holds it).
+                refused(&r, 404, &format!("network {net} not found"));
                 let held = container(&own).json();
                 assert!(
                     held["NetworkSettings"]["Networks"].get(&net).is_none(),
@@ -199,11 +193,8 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                 );
                 let r = raw::request(b.socket(), "DELETE", &format!("/networks/{net}"), None)
                     .expect("answer");
-                refused(
-                    &r,
-                    403,
-                    &format!("{net} is not one of this stack's networks"),
-                );
+                // What a network nobody has gets (issue 37: a 403 told B that A holds it).
+                refused(&r, 404, &format!("network {net} not found"));
                 assert_eq!(inspect(&e, "networks", &net).status, 200, "still there");
             },
         );
@@ -235,17 +226,167 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
                     &name,
                     json!({ "HostConfig": { "NetworkMode": raw_net } }),
                 );
-                refused(
-                    &r,
-                    403,
-                    &format!("{raw_net} is not one of this stack's networks"),
-                );
+                refused(&r, 404, &format!("network {raw_net} not found"));
                 assert_eq!(container(&name).status, 404);
                 let r = raw::request(a.socket(), "DELETE", &format!("/networks/{raw_net}"), None)
                     .expect("answer");
-                refused(&r, 403, "is not one of this stack's networks");
+                refused(&r, 404, &format!("network {raw_net} not found"));
                 assert_eq!(inspect(&e, "networks", &raw_net).status, 200);
             },
         );
+    });
+}
+
+/// An answer with what may differ between two identical answers (`Date`) left out: status,
+/// every other header (name and value, in order) and the body's bytes.
+fn answer_bytes(r: &raw::RawResponse) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let headers = r
+        .headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("date"))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect();
+    (r.status, headers, r.body.clone())
+}
+
+/// Issue 37, finding 6: under `--require-stack-label` a change to another stack's container or
+/// network answers exactly what the same request answers once nobody has that name, and a name
+/// conflict on create or rename does not name the holder's ID.
+#[test]
+fn another_stacks_objects_answer_as_missing_ones_byte_for_byte() {
+    let test = "another_stacks_objects_answer_as_missing_ones_byte_for_byte";
+    each_engine(test, Fakes::Debian, |e| {
+        let prefix = unique_prefix();
+        let mut clean = Cleanup::new(&e.socket);
+        let a = strict(&e, &prefix, "stack-a");
+        let b = strict(&e, &prefix, "stack-b");
+        let theirs = clean.container(&format!("{prefix}sandbox-theirs"));
+        let net = clean.network(&format!("{prefix}sandbox-net-theirs"));
+        let mine = clean.container(&format!("{prefix}sandbox-mine"));
+        let create = |p: &StackProxy, name: &str| {
+            let b = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
+            send(
+                p.socket(),
+                "POST",
+                &format!("/containers/create?name={name}"),
+                &b,
+            )
+        };
+        let r = create(&a, &theirs);
+        assert_eq!(r.status, 201, "{}", r.text());
+        let their_id = r.json()["Id"].as_str().expect("an ID").to_owned();
+        let r = raw::request(
+            a.socket(),
+            "POST",
+            &format!("/containers/{theirs}/start"),
+            None,
+        )
+        .expect("answer");
+        assert_eq!(r.status, 204, "{}", r.text());
+        let r = send(
+            a.socket(),
+            "POST",
+            "/networks/create",
+            &json!({ "Name": net, "Internal": true }),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        let r = create(&b, &mine);
+        assert_eq!(r.status, 201, "{}", r.text());
+
+        let changes: Vec<(&str, String, Option<serde_json::Value>)> = vec![
+            ("POST", format!("/containers/{theirs}/stop?t=1"), None),
+            ("POST", format!("/containers/{theirs}/kill"), None),
+            ("POST", format!("/containers/{theirs}/restart"), None),
+            ("DELETE", format!("/containers/{theirs}?force=1"), None),
+            (
+                "POST",
+                format!("/containers/{theirs}/rename?name={prefix}sandbox-stolen"),
+                None,
+            ),
+            (
+                "POST",
+                format!("/v1.41/containers/{theirs}/update"),
+                Some(json!({ "CpuShares": 512 })),
+            ),
+            ("DELETE", format!("/networks/{net}"), None),
+            (
+                "POST",
+                format!("/networks/{net}/connect"),
+                Some(json!({ "Container": mine })),
+            ),
+        ];
+        let ask = |p: &StackProxy| -> Vec<_> {
+            changes
+                .iter()
+                .map(|(method, target, body)| {
+                    let r = match body {
+                        Some(v) => send(p.socket(), method, target, v),
+                        None => raw::request(p.socket(), method, target, None).expect("answer"),
+                    };
+                    assert_eq!(r.status, 404, "{method} {target}: {}", r.text());
+                    answer_bytes(&r)
+                })
+                .collect()
+        };
+        let held = step(
+            "B's changes to A's objects answer 404 and change nothing",
+            || {
+                let answers = ask(&b);
+                let c = inspect(&e, "containers", &format!("{theirs}/json")).json();
+                assert_eq!(c["State"]["Running"], true, "{}", c["State"]);
+                assert_eq!(c["Name"], format!("/{theirs}"));
+                assert_eq!(inspect(&e, "networks", &net).status, 200);
+                answers
+            },
+        );
+        step(
+            "B's conflicts on A's name do not name A's container",
+            || {
+                let r = create(&b, &theirs);
+                assert_eq!(r.status, 409, "{}", r.text());
+                assert!(r.message().contains(&theirs), "{}", r.text());
+                assert!(!r.text().contains(&their_id[..12]), "{}", r.text());
+                assert_eq!(r.header("content-type"), Some("application/json"));
+                assert!(r.body.ends_with(b"}\n"), "dockerd's shape");
+                let r = raw::request(
+                    b.socket(),
+                    "POST",
+                    &format!("/containers/{mine}/rename?name={theirs}"),
+                    None,
+                )
+                .expect("answer");
+                assert_eq!(r.status, 409, "{}", r.text());
+                assert!(!r.text().contains(&their_id[..12]), "{}", r.text());
+                assert_eq!(
+                    inspect(&e, "containers", &format!("{mine}/json")).status,
+                    200
+                );
+            },
+        );
+        step("once A's objects are gone, B gets the same bytes", || {
+            let r = raw::request(
+                a.socket(),
+                "DELETE",
+                &format!("/containers/{theirs}?force=1"),
+                None,
+            )
+            .expect("answer");
+            assert_eq!(r.status, 204, "{}", r.text());
+            let r = raw::request(a.socket(), "DELETE", &format!("/networks/{net}"), None)
+                .expect("answer");
+            assert_eq!(r.status, 204, "{}", r.text());
+            let gone = ask(&b);
+            for (i, (was, now)) in held.iter().zip(&gone).enumerate() {
+                assert_eq!(
+                    was,
+                    now,
+                    "{} {}: {} vs {}",
+                    changes[i].0,
+                    changes[i].1,
+                    String::from_utf8_lossy(&was.2),
+                    String::from_utf8_lossy(&now.2)
+                );
+            }
+        });
     });
 }

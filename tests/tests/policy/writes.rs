@@ -412,13 +412,22 @@ fn rename_update_exec_and_the_stack_label() {
                 &["run", "-d", "--name", &unlabelled, &e.image, "sleep", "600"]
             )
             .ok());
+            // Answered as a container nobody has (issue 37: a 403 told the stack it exists).
             let out = docker(p.socket(), &["stop", &unlabelled]);
             assert!(
-                out.stderr.contains(&format!(
-                    "sockproxy: containers.stop: {unlabelled} is not one of this stack's sandboxes"
-                )),
+                !out.ok()
+                    && out
+                        .stderr
+                        .contains(&format!("No such container: {unlabelled}")),
                 "{}",
                 out.stderr
+            );
+            assert_eq!(
+                raw::get(&e.socket, &format!("/containers/{unlabelled}/json"))
+                    .expect("inspect")
+                    .json()["State"]["Running"],
+                true,
+                "not stopped"
             );
             assert!(
                 docker(p.socket(), &["stop", "-t", "1", &renamed]).ok(),
