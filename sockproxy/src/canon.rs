@@ -96,6 +96,16 @@ impl Query {
         Self { pairs }
     }
 
+    /// The same query with `key` set to `value`: replaced where it is, else added at the end.
+    pub fn with(&self, key: &str, value: String) -> Self {
+        if self.get(key).is_some() {
+            return self.replaced(key, value);
+        }
+        let mut pairs = self.pairs.clone();
+        pairs.push((key.to_owned(), value));
+        Self { pairs }
+    }
+
     /// Re-serializes the parameters the proxy checked, leaving out `drop`.
     pub fn encode_without(&self, drop: &[&str]) -> String {
         let mut ser = form_urlencoded::Serializer::new(String::new());

@@ -10,6 +10,10 @@ use sockproxy_tests::stack::StackProxy;
 
 use crate::offline::{assert_refusal, engine};
 
+/// `{"name":{"^/?deer-flow-":true}}`, form-encoded: the filter a list without a name filter of
+/// its own is sent to the engine with.
+const OWN_NAME_FILTER: &str = "%7B%22name%22%3A%7B%22%5E%2F%3Fdeer-flow-%22%3Atrue%7D%7D";
+
 #[test]
 fn lists_are_filtered_and_limited_after_filtering() {
     let prefix = "deer-flow-";
@@ -35,9 +39,11 @@ fn lists_are_filtered_and_limited_after_filtering() {
         .map(|e| e["Id"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(ids, ["b", "d"], "{}", r.text());
+    // The engine is asked for the stack's containers only (issue 37): an anchored name filter
+    // for the prefix, `{"name":{"^/?deer-flow-":true}}`; `limit` is not forwarded.
     assert_eq!(
         up.requests()[0],
-        "GET /v1.41/containers/json?all=1",
+        format!("GET /v1.41/containers/json?all=1&filters={OWN_NAME_FILTER}"),
         "limit is not forwarded"
     );
 }
@@ -68,7 +74,9 @@ fn a_list_asking_for_sizes_is_refused_before_the_engine() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         up.requests(),
-        ["GET /v1.41/containers/json?all=1&size=False"]
+        [format!(
+            "GET /v1.41/containers/json?all=1&size=False&filters={OWN_NAME_FILTER}"
+        )]
     );
 }
 

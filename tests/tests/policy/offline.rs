@@ -16,9 +16,11 @@ pub fn engine(prefix: &str) -> Recorder {
         let path = uri.split('?').next().unwrap_or("");
         let inspect = |id: &str, name: &str| (200, format!(r#"{{"Id":"{id}","Name":"{name}"}}"#));
         match (method, path) {
-            // An ID prefix is looked up among the stack's own containers (an `id` filter).
+            // An ID prefix is looked up among the stack's own containers (the proxy's own
+            // `{"name":["^/P"]}`; a client's list goes with the map form, `{"name":{…}}`).
             ("GET", p)
-                if p.ends_with("/containers/json") && uri.contains("filters=%7B%22name%22") =>
+                if p.ends_with("/containers/json")
+                    && uri.contains("filters=%7B%22name%22%3A%5B") =>
             {
                 (
                     200,

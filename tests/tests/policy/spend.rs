@@ -226,3 +226,103 @@ fn unbounded_engine_work_is_refused_and_the_controls_still_work() {
         assert_eq!(held(&name).json()["State"]["Running"], false);
     });
 }
+
+/// Issue 37, finding 3: the engine is asked for the stack's own containers (an anchored name
+/// filter for its prefix, and under `--require-stack-label` its label), so other stacks'
+/// containers with bulky labels no longer count against this stack's list cap.
+#[test]
+fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
+    each_engine(
+        "other_stacks_bulky_containers_do_not_break_this_stacks_list",
+        Fakes::Debian,
+        |e| {
+            let ours = unique_prefix();
+            let theirs = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            const CAP: usize = 64 << 10;
+            // Made on the engine directly, 60 KB of labels each.
+            let bulky = |name: &str, stack: &str| {
+                let body = json!({
+                    "Image": e.image, "Cmd": ["true"],
+                    "Labels": { "bulk": "x".repeat(60_000), "sockproxy.stack": stack },
+                })
+                .to_string();
+                let r = raw::request(
+                    &e.socket,
+                    "POST",
+                    &format!("/containers/create?name={name}"),
+                    Some(body.as_bytes()),
+                )
+                .expect("answer");
+                assert_eq!(r.status, 201, "{}", r.text());
+            };
+            let names = |r: &raw::RawResponse| -> Vec<String> {
+                assert_eq!(r.status, 200, "{}", r.text());
+                r.json()
+                    .as_array()
+                    .expect("a list")
+                    .iter()
+                    .map(|c| c["Names"][0].as_str().unwrap_or("").to_owned())
+                    .collect()
+            };
+            let lists = [
+                "all=1",
+                // The client's own filters, in either form, keep the prefix filter added.
+                "all=1&filters=%7B%22status%22%3A%5B%22created%22%5D%7D",
+                "all=1&filters=%7B%22status%22%3A%7B%22created%22%3Atrue%7D%7D",
+            ];
+            step("another prefix's bulky containers do not count", || {
+                for i in 0..4 {
+                    bulky(
+                        &clean.container(&format!("{theirs}sandbox-bulk{i}")),
+                        "other",
+                    );
+                }
+                let whole = raw::get(&e.socket, "/containers/json?all=1").expect("answer");
+                assert!(
+                    whole.body.len() > 3 * CAP,
+                    "the host's list: {}",
+                    whole.body.len()
+                );
+                let p = StackProxy::start_with(&e.socket, &ours, false, |c| c.max_list_bytes = CAP);
+                let mine = clean.container(&format!("{ours}sandbox-mine"));
+                let r = create(&p, &e.image, &mine, json!({}));
+                assert_eq!(r.status, 201, "{}", r.text());
+                for q in lists {
+                    let r = raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
+                    assert_eq!(names(&r), [format!("/{mine}")], "{q}");
+                }
+            });
+            step(
+                "under --require-stack-label, another stack's on the same prefix do not count",
+                || {
+                    for i in 0..4 {
+                        bulky(
+                            &clean.container(&format!("{ours}sandbox-bulk{i}")),
+                            "stack-b",
+                        );
+                    }
+                    let p = StackProxy::start_with(&e.socket, &ours, false, |c| {
+                        c.max_list_bytes = CAP;
+                        c.create_rules.require_stack_label = true;
+                        c.stack = "stack-a".into();
+                    });
+                    let mine = clean.container(&format!("{ours}sandbox-a"));
+                    let r = create(&p, &e.image, &mine, json!({}));
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    for q in lists {
+                        let r =
+                            raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
+                        assert_eq!(names(&r), [format!("/{mine}")], "{q}");
+                    }
+                    // Without the flag, this prefix's bulky containers are the stack's to list:
+                    // over the cap, the list fails closed as before.
+                    let loose =
+                        StackProxy::start_with(&e.socket, &ours, false, |c| c.max_list_bytes = CAP);
+                    let r = raw::get(loose.socket(), "/containers/json?all=1").expect("answer");
+                    assert_eq!(r.status, 502, "{}", r.text());
+                },
+            );
+        },
+    );
+}
