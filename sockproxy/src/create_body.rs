@@ -129,9 +129,10 @@ pub fn check(
     r.keep(&mut o, "NetworkingConfig", |_, p, v| {
         networking_config(&ctx, p, v)
     })?;
-    for f in ["Hostname", "Domainname", "User", "WorkingDir"] {
+    for f in ["Hostname", "Domainname", "User"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
+    r.keep(&mut o, "WorkingDir", crate::spend_host::working_dir)?;
     r.keep(&mut o, "StopSignal", crate::spend::stop_signal)?;
     for f in [
         "AttachStdin",
@@ -146,7 +147,13 @@ pub fn check(
         r.keep(&mut o, f, fields::any_bool)?;
     }
     r.keep(&mut o, "ExposedPorts", fields::any_key_set)?;
-    r.keep(&mut o, "Volumes", fields::any_key_set)?;
+    r.keep(&mut o, "Volumes", |r, p, v| {
+        let set = fields::key_set(p, v)?;
+        for target in set.as_object().into_iter().flat_map(|m| m.keys()) {
+            crate::spend_host::mount_target(r.op(), p, target)?;
+        }
+        Ok(set)
+    })?;
     for f in ["Env", "OnBuild", "Shell"] {
         r.keep(&mut o, f, fields::any_str_list)?;
     }

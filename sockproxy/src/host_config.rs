@@ -168,7 +168,7 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
             "Cpuset",
         ],
     )?;
-    resources(&mut r, &mut o, Pids::Create)?;
+    resources(&mut r, &mut o, Pids::Create, &ctx.rules.spend)?;
     r.finish()?;
     Ok(Value::Object(o))
 }
@@ -185,15 +185,21 @@ pub enum Pids {
 /// `container.Resources`: limits are the stack's to set; devices, cgroup parents, block-device
 /// throttles (they name host devices) and switching the OOM killer off are not. Shared by
 /// create and `POST /containers/{id}/update`.
-pub fn resources(r: &mut Reader, o: &mut Map<String, Value>, pids: Pids) -> Result<(), Refusal> {
+pub fn resources(
+    r: &mut Reader,
+    o: &mut Map<String, Value>,
+    pids: Pids,
+    spend: &crate::spend::Spend,
+) -> Result<(), Refusal> {
+    use crate::spend_host;
+    r.keep(o, "CpuShares", |r, p, v| {
+        spend_host::cpu_shares(spend, r, p, v)
+    })?;
     for f in [
-        "CpuShares",
         "Memory",
         "NanoCpus",
         "CpuPeriod",
         "CpuQuota",
-        "CpuRealtimePeriod",
-        "CpuRealtimeRuntime",
         "KernelMemory",
         "KernelMemoryTCP",
         "MemoryReservation",
@@ -201,7 +207,9 @@ pub fn resources(r: &mut Reader, o: &mut Map<String, Value>, pids: Pids) -> Resu
     ] {
         r.keep(o, f, fields::any_int)?;
     }
-    r.keep(o, "BlkioWeight", fields::any_uint)?;
+    r.keep(o, "BlkioWeight", |r, p, v| {
+        spend_host::blkio_weight(spend, r, p, v)
+    })?;
     r.keep(o, "CpusetCpus", fields::any_string)?;
     r.keep(o, "CpusetMems", fields::any_string)?;
     r.keep(o, "MemorySwappiness", fields::any_int)?;
@@ -214,9 +222,9 @@ pub fn resources(r: &mut Reader, o: &mut Map<String, Value>, pids: Pids) -> Resu
         Pids::Update => 1,
     };
     r.keep(o, "PidsLimit", |r, p, v| {
-        int_in(r, p, &v, least, i64::MAX).map(Value::from)
+        spend_host::pids_limit(spend, least, r, p, v)
     })?;
-    r.keep(o, "Ulimits", ulimits)?;
+    r.keep(o, "Ulimits", |r, p, v| ulimits(spend, r, p, v))?;
     r.zero_kept(
         o,
         &[
@@ -231,6 +239,9 @@ pub fn resources(r: &mut Reader, o: &mut Map<String, Value>, pids: Pids) -> Resu
             "DeviceRequests",
             "CpuCount",
             "CpuPercent",
+            // Real-time CPU time runs ahead of every other process on the host.
+            "CpuRealtimePeriod",
+            "CpuRealtimeRuntime",
             "IOMaximumIOps",
             "IOMaximumBandwidth",
         ],
@@ -268,7 +279,12 @@ const ULIMITS: [&str; 12] = [
     "stack",
 ];
 
-fn ulimits(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
+fn ulimits(
+    spend: &crate::spend::Spend,
+    parent: &Reader,
+    path: &str,
+    v: Value,
+) -> Result<Value, Refusal> {
     let Value::Array(list) = v else {
         return Err(Refusal::BadRequest(format!("{path} must be a list")));
     };
@@ -277,8 +293,16 @@ fn ulimits(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal> {
         let mut r = Reader::new(parent.op(), &format!("{path}[{i}]"), u)?;
         let mut o = Map::new();
         r.keep(&mut o, "Name", fields::one_of(&ULIMITS))?;
-        r.keep(&mut o, "Hard", fields::any_int)?;
-        r.keep(&mut o, "Soft", fields::any_int)?;
+        let name = o
+            .get("Name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        for f in ["Hard", "Soft"] {
+            r.keep(&mut o, f, |r, p, v| {
+                crate::spend_host::ulimit_value(spend, &name, r, p, v)
+            })?;
+        }
         r.finish()?;
         out.push(Value::Object(o));
     }
@@ -333,6 +357,18 @@ fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         .is_some_and(|c| !c.is_empty());
     if default_driver && has_options {
         return Err(not_allowed(ctx.op, &format!("{path}.Config")));
+    }
+    if let (Some(driver), Some(config)) = (
+        o.get("Type").and_then(Value::as_str),
+        o.get("Config").and_then(Value::as_object),
+    ) {
+        crate::spend_host::log_options(
+            &ctx.rules.spend,
+            ctx.op,
+            &format!("{path}.Config"),
+            driver,
+            config,
+        )?;
     }
     Ok(Value::Object(o))
 }

@@ -43,6 +43,7 @@ mod resolve;
 pub mod scope;
 pub mod server;
 pub mod spend;
+pub mod spend_host;
 pub mod upstream;
 pub mod watch;
 pub mod write_rules;

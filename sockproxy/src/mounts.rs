@@ -61,7 +61,7 @@ fn tmpfs_option_ok(option: &str) -> bool {
 
 /// Whether `p` is absolute and already clean, as dockerd compares mount destinations as strings
 /// (a `/sys/` is not its `/sys`).
-fn clean_absolute(p: &str) -> bool {
+pub(crate) fn clean_absolute(p: &str) -> bool {
     let path = Path::new(p);
     let clean: PathBuf = path.components().collect();
     path.is_absolute()
@@ -91,6 +91,9 @@ pub fn tmpfs(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         if let Some(bad) = opts.split(',').find(|o| !tmpfs_option_ok(o)) {
             return Err(value_not_allowed(ctx.op, &at, bad, ""));
         }
+    }
+    for dest in m.keys() {
+        crate::spend_host::mount_target(ctx.op, path, dest)?;
     }
     Ok(Value::Object(m))
 }
@@ -182,9 +185,9 @@ pub fn binds(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let list = fields::str_list(path, v)?;
     for bind in &list {
         let parts: Vec<&str> = bind.split(':').collect();
-        let (source, modes) = match parts.as_slice() {
-            [s, _] => (*s, ""),
-            [s, _, m] => (*s, *m),
+        let (source, target, modes) = match parts.as_slice() {
+            [s, t] => (*s, *t, ""),
+            [s, t, m] => (*s, *t, *m),
             _ => {
                 return Err(value_not_allowed(
                     ctx.op,
@@ -204,6 +207,7 @@ pub fn binds(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         } else {
             volume_name(ctx, path, source)?;
         }
+        crate::spend_host::mount_target(ctx.op, path, target)?;
     }
     Ok(Value::from(list))
 }
@@ -261,6 +265,8 @@ pub fn mounts(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
             o.insert("Source".into(), Value::String(source));
         }
         r.finish()?;
+        let target = o.get("Target").and_then(Value::as_str).unwrap_or_default();
+        crate::spend_host::mount_target(ctx.op, &format!("{at}.Target"), target)?;
         out.push(Value::Object(o));
     }
     Ok(Value::Array(out))

@@ -43,6 +43,7 @@ impl Proxy {
             ContainerOp::Update => Some(crate::write_rules::update(
                 body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
                 target.version.as_deref(),
+                &self.create_rules.spend,
             )?),
             // The archive upload's body is the tar stream itself; its head (query parameters:
             // `policy::decide`) is checked.

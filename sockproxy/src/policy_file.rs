@@ -64,6 +64,20 @@ pub struct PolicyFile {
     pub min_host_port: Option<u16>,
     #[serde(default)]
     pub allow_host_port: Vec<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu_shares: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_blkio_weight: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids_limit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_core_ulimit: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_log_size: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_log_files: Option<u64>,
+    #[serde(default)]
+    pub allow_log_opt: Vec<String>,
 }
 
 impl PolicyFile {
@@ -106,6 +120,13 @@ impl PolicyFile {
         sp.max_port_bindings = sp.max_port_bindings.or(self.max_port_bindings);
         sp.min_host_port = sp.min_host_port.or(self.min_host_port);
         sp.allow_host_port.extend(self.allow_host_port);
+        sp.max_cpu_shares = sp.max_cpu_shares.or(self.max_cpu_shares);
+        sp.max_blkio_weight = sp.max_blkio_weight.or(self.max_blkio_weight);
+        sp.max_pids_limit = sp.max_pids_limit.or(self.max_pids_limit);
+        sp.max_core_ulimit = sp.max_core_ulimit.or(self.max_core_ulimit);
+        sp.max_log_size = sp.max_log_size.take().or(self.max_log_size);
+        sp.max_log_files = sp.max_log_files.or(self.max_log_files);
+        sp.allow_log_opt.extend(self.allow_log_opt);
         a
     }
 
@@ -148,6 +169,13 @@ impl PolicyFile {
             max_port_bindings: Some(r.spend.max_port_bindings),
             min_host_port: Some(r.spend.min_host_port),
             allow_host_port: r.spend.allow_host_ports.clone(),
+            max_cpu_shares: Some(r.spend.max_cpu_shares),
+            max_blkio_weight: Some(r.spend.max_blkio_weight),
+            max_pids_limit: Some(r.spend.max_pids_limit),
+            max_core_ulimit: Some(r.spend.max_core_ulimit),
+            max_log_size: Some(r.spend.max_log_size.to_string()),
+            max_log_files: Some(r.spend.max_log_files),
+            allow_log_opt: r.spend.allow_log_opts.clone(),
         }
     }
 }
@@ -216,6 +244,10 @@ mod tests {
                 "80",
                 "--max-stop-timeout",
                 "30",
+                "--max-log-size",
+                "10m",
+                "--allow-log-opt",
+                "json-file:mode",
             ]),
             None,
         )

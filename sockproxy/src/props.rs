@@ -274,7 +274,76 @@ fn within_spend(out: &Value, spend: &crate::spend::Spend) -> Result<(), String> 
             return Err(format!("forwarded HostPort {raw:?}: {out}"));
         }
     }
-    Ok(())
+    within_host_spend(out, spend)
+}
+
+/// The host-side bounds (`spend_host`) on a forwarded create body: CPU and I/O weight, no
+/// real-time CPU time, the pids limit, core dumps, and no working directory or mount target
+/// in `/dev`, `/proc` or `/sys`.
+fn within_host_spend(out: &Value, spend: &crate::spend::Spend) -> Result<(), String> {
+    use crate::spend_host::kernel_fs;
+    let h = &out["HostConfig"];
+    let int = |f: &str| h.get(f).and_then(Value::as_i64).unwrap_or(0);
+    let max_blkio = i64::try_from(spend.max_blkio_weight).unwrap_or(i64::MAX);
+    let bounds = [
+        ("CpuShares", spend.max_cpu_shares),
+        ("BlkioWeight", max_blkio),
+        ("PidsLimit", spend.max_pids_limit),
+        ("CpuRealtimePeriod", 0),
+        ("CpuRealtimeRuntime", 0),
+    ];
+    for (f, max) in bounds {
+        if !(0..=max).contains(&int(f)) {
+            return Err(format!("forwarded HostConfig.{f}: {out}"));
+        }
+    }
+    for u in h
+        .get("Ulimits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if u.get("Name").and_then(Value::as_str) == Some("core") {
+            for f in ["Soft", "Hard"] {
+                let n = u.get(f).and_then(Value::as_i64).unwrap_or(0);
+                if !(0..=spend.max_core_ulimit).contains(&n) {
+                    return Err(format!("forwarded core ulimit {n}: {out}"));
+                }
+            }
+        }
+    }
+    let dir = out.get("WorkingDir").and_then(Value::as_str).unwrap_or("");
+    if kernel_fs(dir).is_some() {
+        return Err(format!("forwarded WorkingDir {dir}: {out}"));
+    }
+    let mut targets: Vec<String> = Vec::new();
+    for b in h
+        .get("Binds")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let parts: Vec<&str> = b.as_str().unwrap_or("").split(':').collect();
+        targets.extend(parts.get(1).map(|t| (*t).to_owned()));
+    }
+    for m in h
+        .get("Mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        targets.extend(m.get("Target").and_then(Value::as_str).map(str::to_owned));
+    }
+    for key in ["Tmpfs"].iter().filter_map(|k| h.get(*k)) {
+        targets.extend(key.as_object().into_iter().flat_map(|m| m.keys().cloned()));
+    }
+    if let Some(v) = out.get("Volumes").and_then(Value::as_object) {
+        targets.extend(v.keys().cloned());
+    }
+    match targets.iter().find(|t| kernel_fs(t).is_some()) {
+        Some(t) => Err(format!("forwarded mount target {t}: {out}")),
+        None => Ok(()),
+    }
 }
 
 /// Input: byte 0's low bit picks networks (else containers), byte 1 is `limit` (0: none); the

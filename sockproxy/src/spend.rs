@@ -39,6 +39,20 @@ pub struct Spend {
     pub min_host_port: u16,
     /// Host ports below `min_host_port` a binding may name all the same (`--allow-host-port`).
     pub allow_host_ports: Vec<u16>,
+    /// Largest `CpuShares`, create and update (`--max-cpu-shares`).
+    pub max_cpu_shares: i64,
+    /// Largest `BlkioWeight`, create and update (`--max-blkio-weight`).
+    pub max_blkio_weight: u64,
+    /// Largest `PidsLimit`, create and update (`--max-pids-limit`).
+    pub max_pids_limit: i64,
+    /// Largest `core` ulimit, soft and hard, in bytes (`--max-core-ulimit`).
+    pub max_core_ulimit: i64,
+    /// Largest log `max-size`, in bytes (`--max-log-size`).
+    pub max_log_size: u64,
+    /// Largest log `max-file` (`--max-log-files`).
+    pub max_log_files: u64,
+    /// `DRIVER:KEY` log options allowed beyond the built-in ones (`--allow-log-opt`).
+    pub allow_log_opts: Vec<String>,
 }
 
 impl Default for Spend {
@@ -51,6 +65,13 @@ impl Default for Spend {
             max_port_bindings: DEFAULT_MAX_PORT_BINDINGS,
             min_host_port: DEFAULT_MIN_HOST_PORT,
             allow_host_ports: vec![],
+            max_cpu_shares: crate::spend_host::DEFAULT_MAX_CPU_SHARES,
+            max_blkio_weight: crate::spend_host::DEFAULT_MAX_BLKIO_WEIGHT,
+            max_pids_limit: crate::spend_host::DEFAULT_MAX_PIDS_LIMIT,
+            max_core_ulimit: crate::spend_host::DEFAULT_MAX_CORE_ULIMIT,
+            max_log_size: crate::spend_host::DEFAULT_MAX_LOG_SIZE,
+            max_log_files: crate::spend_host::DEFAULT_MAX_LOG_FILES,
+            allow_log_opts: vec![],
         }
     }
 }
@@ -351,6 +372,33 @@ pub struct SpendArgs {
         value_delimiter = ','
     )]
     pub allow_host_port: Vec<u16>,
+    /// Largest CpuShares a container may ask for, at create and update [default: 1024].
+    #[arg(long, env = "SOCKPROXY_MAX_CPU_SHARES")]
+    pub max_cpu_shares: Option<i64>,
+    /// Largest BlkioWeight, at create and update [default: 500].
+    #[arg(long, env = "SOCKPROXY_MAX_BLKIO_WEIGHT")]
+    pub max_blkio_weight: Option<u64>,
+    /// Largest PidsLimit, at create and update [default: 32768].
+    #[arg(long, env = "SOCKPROXY_MAX_PIDS_LIMIT")]
+    pub max_pids_limit: Option<i64>,
+    /// Largest `core` ulimit (soft and hard), in bytes [default: 0, no core dumps].
+    #[arg(long, env = "SOCKPROXY_MAX_CORE_ULIMIT")]
+    pub max_core_ulimit: Option<i64>,
+    /// Largest log `max-size` a container may give its logging driver, e.g. 100m
+    /// [default: 100m].
+    #[arg(long, env = "SOCKPROXY_MAX_LOG_SIZE")]
+    pub max_log_size: Option<String>,
+    /// Largest log `max-file` [default: 5].
+    #[arg(long, env = "SOCKPROXY_MAX_LOG_FILES")]
+    pub max_log_files: Option<u64>,
+    /// A log option DRIVER:KEY containers may give an allowed driver, beyond json-file's and
+    /// local's own (repeatable).
+    #[arg(
+        long = "allow-log-opt",
+        env = "SOCKPROXY_ALLOW_LOG_OPT",
+        value_delimiter = ','
+    )]
+    pub allow_log_opt: Vec<String>,
 }
 
 impl SpendArgs {
@@ -388,6 +436,37 @@ impl SpendArgs {
             max_port_bindings: self.max_port_bindings.unwrap_or(d.max_port_bindings),
             min_host_port: self.min_host_port.unwrap_or(d.min_host_port),
             allow_host_ports: self.allow_host_port.clone(),
+            max_cpu_shares: non_negative(
+                "--max-cpu-shares",
+                self.max_cpu_shares,
+                d.max_cpu_shares,
+            )?,
+            max_blkio_weight: self.max_blkio_weight.unwrap_or(d.max_blkio_weight),
+            max_pids_limit: non_negative(
+                "--max-pids-limit",
+                self.max_pids_limit,
+                d.max_pids_limit,
+            )?,
+            max_core_ulimit: non_negative(
+                "--max-core-ulimit",
+                self.max_core_ulimit,
+                d.max_core_ulimit,
+            )?,
+            max_log_size: match &self.max_log_size {
+                Some(raw) => crate::spend_host::ram_in_bytes(raw).ok_or_else(|| {
+                    format!("--max-log-size {raw:?}: expected a size such as 100m")
+                })?,
+                None => d.max_log_size,
+            },
+            max_log_files: self.max_log_files.unwrap_or(d.max_log_files),
+            allow_log_opts: self
+                .allow_log_opt
+                .iter()
+                .map(|o| match o.split_once(':') {
+                    Some((d, k)) if !d.is_empty() && !k.is_empty() => Ok(o.clone()),
+                    _ => Err(format!("--allow-log-opt {o:?}: expected DRIVER:KEY")),
+                })
+                .collect::<Result<_, _>>()?,
         })
     }
 }

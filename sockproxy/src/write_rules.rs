@@ -36,9 +36,10 @@ pub fn exec_create(v: Value) -> Result<Value, Refusal> {
             Ok(Value::Bool(false))
         }
     })?;
-    for f in ["User", "DetachKeys", "WorkingDir"] {
+    for f in ["User", "DetachKeys"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
+    r.keep(&mut o, "WorkingDir", crate::spend_host::working_dir)?;
     for f in [
         "Tty",
         "AttachStdin",
@@ -83,7 +84,11 @@ fn console(_: &Reader, p: &str, v: Value) -> Result<Value, Refusal> {
 
 /// `POST /containers/{id}/update`: `container.UpdateConfig`, resources and restart policy.
 /// `version` is the request's API version, if its path names one.
-pub fn update(v: Value, version: Option<&str>) -> Result<Value, Refusal> {
+pub fn update(
+    v: Value,
+    version: Option<&str>,
+    spend: &crate::spend::Spend,
+) -> Result<Value, Refusal> {
     object(&v)?;
     let mut r = Reader::new("containers.update", "", v)?;
     let mut o = Map::new();
@@ -97,7 +102,7 @@ pub fn update(v: Value, version: Option<&str>) -> Result<Value, Refusal> {
     } else {
         host_config::Pids::Update
     };
-    host_config::resources(&mut r, &mut o, pids)?;
+    host_config::resources(&mut r, &mut o, pids, spend)?;
     // Changing the restart policy is not a resource limit (the CLI sends it empty).
     r.zero_kept(&mut o, &["RestartPolicy"])?;
     r.finish()?;
@@ -250,7 +255,8 @@ mod tests {
 
     #[test]
     fn exec_update_and_network_tables() {
-        let update_now = |v: Value| update(v, None);
+        let spend = crate::spend::Spend::default();
+        let update_now = |v: Value| update(v, None, &spend);
         assert!(exec_create(json!({ "Cmd": ["sh"], "Privileged": false })).is_ok());
         assert_eq!(
             exec_create(json!({ "privileged": true })).map_err(|e| e.to_string()),
@@ -265,14 +271,19 @@ mod tests {
         assert!(update_now(json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
         assert!(update_now(json!({ "Privileged": true })).is_err());
         // An 18.09 client (API 1.39) sends 0 with every update; dockerd drops it there.
-        assert!(update(json!({ "PidsLimit": 0, "Memory": 67108864 }), Some("1.39")).is_ok());
-        assert!(update(json!({ "PidsLimit": 0 }), Some("1.40")).is_err());
+        assert!(update(
+            json!({ "PidsLimit": 0, "Memory": 67108864 }),
+            Some("1.39"),
+            &spend
+        )
+        .is_ok());
+        assert!(update(json!({ "PidsLimit": 0 }), Some("1.40"), &spend).is_err());
         // dockerd reads 0 (and any value below 1) as "unlimited" at update.
         assert!(update_now(json!({ "PidsLimit": 100 })).is_ok());
         for unlimited in [0, -1] {
             assert_eq!(
                 update_now(json!({ "PidsLimit": unlimited })).map_err(|e| e.to_string()),
-                Err(format!("sockproxy: containers.update: PidsLimit {unlimited} is not allowed for this stack (allowed: 1..=9223372036854775807)"))
+                Err(format!("sockproxy: containers.update: PidsLimit {unlimited} is not allowed for this stack (allowed: 1..=32768; --max-pids-limit)"))
             );
         }
         let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);

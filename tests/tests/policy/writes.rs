@@ -121,7 +121,7 @@ fn refused_create_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             ),
             (
                 vec!["--pids-limit", "-1"],
-                "HostConfig.PidsLimit -1 is not allowed for this stack (allowed: 0..=9223372036854775807)",
+                "HostConfig.PidsLimit -1 is not allowed for this stack (allowed: 0..=32768; --max-pids-limit)",
             ),
             (
                 vec!["--shm-size", "64g"],
