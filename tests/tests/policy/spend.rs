@@ -326,3 +326,143 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
         },
     );
 }
+
+/// Issue 37, findings 7 and 8, on what the engine holds afterwards: log options past the
+/// operator's bounds, CPU weight, an unbounded pids limit, unlimited core dumps, a working
+/// directory in `/proc` (create and exec) and a volume at `/dev` make no container, exec or
+/// change; a container within the bounds is made with what it asked for.
+#[test]
+fn host_side_bounds_hold_on_create_update_and_exec() {
+    each_engine(
+        "host_side_bounds_hold_on_create_update_and_exec",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            let held = |name: &str| inspect(&e, "containers", &format!("{name}/json"));
+            let sleep = json!({ "Cmd": ["sleep", "600"] });
+            step("refused creates make no container", || {
+                let rows = [
+                    (
+                        json!({ "HostConfig": { "LogConfig": { "Type": "json-file", "Config": { "max-size": "1000g" } } } }),
+                        "LogConfig.Config.max-size 1000g is not allowed for this stack (allowed: 1 to 104857600 bytes; --max-log-size)",
+                    ),
+                    (
+                        json!({ "HostConfig": { "CpuShares": 262144 } }),
+                        "HostConfig.CpuShares 262144 is not allowed for this stack (allowed: 0..=1024; --max-cpu-shares)",
+                    ),
+                    (
+                        json!({ "HostConfig": { "PidsLimit": i64::MAX } }),
+                        "HostConfig.PidsLimit 9223372036854775807 is not allowed",
+                    ),
+                    (
+                        json!({ "HostConfig": { "Ulimits": [{ "Name": "core", "Soft": -1, "Hard": -1 }] } }),
+                        "--max-core-ulimit",
+                    ),
+                    (
+                        json!({ "WorkingDir": "/proc/self/fd/7" }),
+                        "WorkingDir /proc/self/fd/7 is not allowed",
+                    ),
+                    (
+                        json!({ "HostConfig": { "Binds": [format!("{prefix}vol:/dev")] } }),
+                        "HostConfig.Binds /dev is not allowed for this stack (a mount target at or under /dev",
+                    ),
+                    (
+                        json!({ "Volumes": { "/dev": {} } }),
+                        "Volumes /dev is not allowed",
+                    ),
+                ];
+                for (i, (extra, needle)) in rows.into_iter().enumerate() {
+                    let name = clean.container(&format!("{prefix}sandbox-host{i}"));
+                    let mut body = extra;
+                    if let (Some(b), Some(x)) = (body.as_object_mut(), sleep.as_object()) {
+                        b.extend(x.clone());
+                        b.insert("Image".into(), json!(e.image));
+                    }
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/create?name={name}"),
+                        &body,
+                    );
+                    refused(&r, 403, needle);
+                    assert_eq!(held(&name).status, 404, "{name} not made");
+                }
+                assert_eq!(
+                    inspect(&e, "volumes", &format!("{prefix}vol")).status,
+                    404,
+                    "no volume made"
+                );
+            });
+            step(
+                "within the bounds: made, updated and exec'd as asked",
+                || {
+                    let name = clean.container(&format!("{prefix}sandbox-within"));
+                    let body = json!({
+                        "Image": e.image, "Cmd": ["sleep", "600"], "WorkingDir": "/tmp",
+                        "HostConfig": {
+                            "CpuShares": 512, "PidsLimit": 100,
+                            "LogConfig": { "Type": "json-file", "Config": { "max-size": "10m", "max-file": "2" } },
+                        },
+                    });
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/create?name={name}"),
+                        &body,
+                    );
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    let c = held(&name).json();
+                    assert_eq!(c["HostConfig"]["CpuShares"], 512);
+                    assert_eq!(c["HostConfig"]["PidsLimit"], 100);
+                    assert_eq!(c["HostConfig"]["LogConfig"]["Config"]["max-size"], "10m");
+                    assert_eq!(c["Config"]["WorkingDir"], "/tmp");
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/v1.41/containers/{name}/update"),
+                        &json!({ "CpuShares": 262144 }),
+                    );
+                    refused(&r, 403, "CpuShares 262144 is not allowed");
+                    assert_eq!(
+                        held(&name).json()["HostConfig"]["CpuShares"],
+                        512,
+                        "unchanged"
+                    );
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/v1.41/containers/{name}/update"),
+                        &json!({ "CpuShares": 256 }),
+                    );
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    if !e.is_fake() {
+                        // The fake answers an update without applying it.
+                        assert_eq!(held(&name).json()["HostConfig"]["CpuShares"], 256);
+                    }
+                    let r = raw::request(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/{name}/start"),
+                        None,
+                    )
+                    .expect("start");
+                    assert_eq!(r.status, 204, "{}", r.text());
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/containers/{name}/exec"),
+                        &json!({ "Cmd": ["pwd"], "WorkingDir": "/proc/self/fd/7" }),
+                    );
+                    refused(&r, 403, "WorkingDir /proc/self/fd/7 is not allowed");
+                    let execs = held(&name).json()["ExecIDs"].clone();
+                    assert!(
+                        execs.is_null() || execs == json!([]),
+                        "no exec made: {execs}"
+                    );
+                },
+            );
+        },
+    );
+}
