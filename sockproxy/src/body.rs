@@ -48,8 +48,18 @@ pub async fn read_checked(body: Body, max_keys: usize) -> Result<Value, Refusal>
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Map::new()));
     }
-    parse_checked_with(&bytes, max_keys)
+    if bytes.len() <= PARSE_INLINE_MAX {
+        return parse_checked_with(&bytes, max_keys);
+    }
+    // Off the event loop: a large body takes milliseconds to parse and check, and every other
+    // client on the loop would wait meanwhile.
+    tokio::task::spawn_blocking(move || parse_checked_with(&bytes, max_keys))
+        .await
+        .map_err(|e| Refusal::BadRequest(format!("reading body: {e}")))?
 }
+
+/// Bodies up to this size (every create the docker CLI sends) are parsed in place.
+const PARSE_INLINE_MAX: usize = 128 * 1024;
 
 /// Endpoints that take no body are forwarded with none; a body that says something is a 400
 /// (below API 1.24 a start body would replace the container's HostConfig). Whitespace, `{}` and
