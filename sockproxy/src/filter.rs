@@ -233,8 +233,9 @@ pub fn stack_list(
     }
 }
 
-/// The `filters` a container list is sent to the engine with, so that the engine answers with
-/// the stack's own containers and another stack's cannot fill the list cap (issue 37): the
+/// The `filters` a container or network list is sent to the engine with, so that the engine
+/// answers with the stack's own objects and another stack's cannot fill the list cap (issue
+/// 37; dockerd's network list reads `name` and `label` as its container list does): the
 /// client's filters, and, when they hold no `name` filter of their own (dockerd ORs `name`
 /// values, so one cannot be added to the client's), a `name` filter for the prefix, anchored
 /// (dockerd matches `name` values as regular expressions against `/NAME` and `NAME`); under

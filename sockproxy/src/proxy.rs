@@ -337,19 +337,16 @@ impl Proxy {
             }
             _ => target.query.clone(),
         };
-        let query = match kind {
-            Kind::Container => {
-                let label = self
-                    .create_rules
-                    .require_stack_label
-                    .then_some(self.stack.as_str());
-                let prefix = self.scope.prefix().as_str();
-                match filter::own_list_filters(query.get("filters"), prefix, label) {
-                    Some(own) => query.with("filters", own),
-                    None => query,
-                }
-            }
-            Kind::Network => query,
+        // The engine is asked for the stack's own (a network list shows no predefined network
+        // either, `Scope::visible`), so other stacks' objects do not count against the cap.
+        let label = self
+            .create_rules
+            .require_stack_label
+            .then_some(self.stack.as_str());
+        let prefix = self.scope.prefix().as_str();
+        let query = match filter::own_list_filters(query.get("filters"), prefix, label) {
+            Some(own) => query.with("filters", own),
+            None => query,
         };
         // `limit` applies to the stack's own entries, so it is applied after filtering.
         let path = with_query(target.path(), &query.encode_without(&["limit"]));

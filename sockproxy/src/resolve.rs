@@ -243,7 +243,8 @@ impl Proxy {
     }
 
     /// Every container (all states) the stack sees, or every network it may read (its own and
-    /// the predefined ones); under `--require-stack-label`, only those with its label. Containers are asked for with a name filter for the prefix, which
+    /// the predefined ones); under `--require-stack-label`, only those with its label. Containers are asked for with a name filter for the prefix (and the label
+    /// under the flag), which
     /// keeps the answer small; the engine's `id` filter is no use for prefixes, as it resolves
     /// them the way the engine does (an ambiguity with another stack's ID would empty it).
     pub(crate) async fn own_listed(
@@ -254,9 +255,16 @@ impl Proxy {
         let v = vprefix(version);
         let path = match kind {
             Kind::Container => {
-                // Names are matched as regular expressions against `/NAME`.
+                // Names are matched as regular expressions against `/NAME`; under
+                // `--require-stack-label` the label narrows it too, so another stack's
+                // containers under the same prefix do not count against the list cap.
                 let p = self.scope.prefix().as_str().replace('.', "\\.");
-                let filters = serde_json::json!({ "name": [format!("^/{p}")] }).to_string();
+                let mut filters = serde_json::json!({ "name": [format!("^/{p}")] });
+                if self.create_rules.require_stack_label {
+                    let label = format!("{}={}", crate::create_body::STACK_LABEL, self.stack);
+                    filters["label"] = serde_json::json!([label]);
+                }
+                let filters = filters.to_string();
                 let query = form_urlencoded::Serializer::new(String::new())
                     .append_pair("filters", &filters)
                     .finish();

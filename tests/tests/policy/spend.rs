@@ -315,6 +315,37 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                             raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
                         assert_eq!(names(&r), [format!("/{mine}")], "{q}");
                     }
+                    // Networks alike: another prefix's and another stack's bulky networks.
+                    for (i, (p, stack)) in [(&theirs, "other"), (&ours, "stack-b")]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        for j in 0..2 {
+                            let name = clean.network(&format!("{p}net-bulk{i}{j}"));
+                            let body = json!({
+                                "Name": name,
+                                "Labels": { "bulk": "x".repeat(60_000), "sockproxy.stack": stack },
+                            })
+                            .to_string();
+                            let r = raw::request(
+                                &e.socket,
+                                "POST",
+                                "/networks/create",
+                                Some(body.as_bytes()),
+                            )
+                            .expect("answer");
+                            assert_eq!(r.status, 201, "{}", r.text());
+                        }
+                    }
+                    let whole = raw::get(&e.socket, "/networks").expect("answer");
+                    assert!(
+                        whole.body.len() > 3 * CAP,
+                        "the host's: {}",
+                        whole.body.len()
+                    );
+                    let r = raw::get(p.socket(), "/networks").expect("answer");
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    assert_eq!(r.json(), json!([]), "none of the stack's own");
                     // Without the flag, this prefix's bulky containers are the stack's to list:
                     // over the cap, the list fails closed as before.
                     let loose =
