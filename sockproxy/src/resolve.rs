@@ -270,7 +270,21 @@ impl Proxy {
                     .finish();
                 format!("{v}/containers/json?all=1&{query}")
             }
-            Kind::Network => format!("{v}/networks"),
+            Kind::Network => {
+                // The prefix's networks and the predefined ones, as regular expressions on
+                // the name (dockerd's network `name` filter): another prefix's networks do not
+                // count against the list cap.
+                let p = self.scope.prefix().as_str().replace('.', "\\.");
+                let names = crate::scope::PREDEFINED_NETWORKS
+                    .iter()
+                    .map(|n| format!("|{n}$"))
+                    .collect::<String>();
+                let filters = serde_json::json!({ "name": [format!("^(?:{p}{names})")] });
+                let query = form_urlencoded::Serializer::new(String::new())
+                    .append_pair("filters", &filters.to_string())
+                    .finish();
+                format!("{v}/networks?{query}")
+            }
         };
         let answer = self
             .upstream

@@ -256,6 +256,26 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                 .expect("answer");
                 assert_eq!(r.status, 201, "{}", r.text());
             };
+            let network = |name: &str, stack: &str, bulk: usize| {
+                let body = json!({
+                    "Name": name,
+                    "Labels": { "bulk": "x".repeat(bulk), "sockproxy.stack": stack },
+                })
+                .to_string();
+                let r = raw::request(&e.socket, "POST", "/networks/create", Some(body.as_bytes()))
+                    .expect("answer");
+                assert_eq!(r.status, 201, "{}", r.text());
+                r.json()["Id"].as_str().expect("an ID").to_owned()
+            };
+            let net_names = |r: &raw::RawResponse| -> Vec<String> {
+                assert_eq!(r.status, 200, "{}", r.text());
+                r.json()
+                    .as_array()
+                    .expect("a list")
+                    .iter()
+                    .map(|n| n["Name"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            };
             let names = |r: &raw::RawResponse| -> Vec<String> {
                 assert_eq!(r.status, 200, "{}", r.text());
                 r.json()
@@ -292,6 +312,19 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                     let r = raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
                     assert_eq!(names(&r), [format!("/{mine}")], "{q}");
                 }
+                // Networks: another prefix's bulky ones count neither against a network list
+                // nor against the lookup of the stack's own network by an ID prefix.
+                for j in 0..2 {
+                    let name = clean.network(&format!("{theirs}net-bulk{j}"));
+                    network(&name, "other", 60_000);
+                }
+                let own_net = clean.network(&format!("{ours}net-own"));
+                let id = network(&own_net, "stack-a", 0);
+                let r = raw::get(p.socket(), "/networks").expect("answer");
+                assert_eq!(net_names(&r), [own_net.clone()]);
+                let r = raw::get(p.socket(), &format!("/networks/{}", &id[..12])).expect("answer");
+                assert_eq!(r.status, 200, "{}", r.text());
+                assert_eq!(r.json()["Name"], own_net.as_str());
             });
             step(
                 "under --require-stack-label, another stack's on the same prefix do not count",
@@ -315,27 +348,10 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                             raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
                         assert_eq!(names(&r), [format!("/{mine}")], "{q}");
                     }
-                    // Networks alike: another prefix's and another stack's bulky networks.
-                    for (i, (p, stack)) in [(&theirs, "other"), (&ours, "stack-b")]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        for j in 0..2 {
-                            let name = clean.network(&format!("{p}net-bulk{i}{j}"));
-                            let body = json!({
-                                "Name": name,
-                                "Labels": { "bulk": "x".repeat(60_000), "sockproxy.stack": stack },
-                            })
-                            .to_string();
-                            let r = raw::request(
-                                &e.socket,
-                                "POST",
-                                "/networks/create",
-                                Some(body.as_bytes()),
-                            )
-                            .expect("answer");
-                            assert_eq!(r.status, 201, "{}", r.text());
-                        }
+                    // Networks alike: another stack's bulky networks on this prefix too.
+                    for j in 0..2 {
+                        let name = clean.network(&format!("{ours}net-bulk{j}"));
+                        network(&name, "stack-b", 60_000);
                     }
                     let whole = raw::get(&e.socket, "/networks").expect("answer");
                     assert!(
@@ -344,8 +360,7 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                         whole.body.len()
                     );
                     let r = raw::get(p.socket(), "/networks").expect("answer");
-                    assert_eq!(r.status, 200, "{}", r.text());
-                    assert_eq!(r.json(), json!([]), "none of the stack's own");
+                    assert_eq!(net_names(&r), [format!("{ours}net-own")]);
                     // Without the flag, this prefix's bulky containers are the stack's to list:
                     // over the cap, the list fails closed as before.
                     let loose =
