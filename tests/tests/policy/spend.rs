@@ -321,7 +321,7 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                 let own_net = clean.network(&format!("{ours}net-own"));
                 let id = network(&own_net, "stack-a", 0);
                 let r = raw::get(p.socket(), "/networks").expect("answer");
-                assert_eq!(net_names(&r), [own_net.clone()]);
+                assert_eq!(net_names(&r), std::slice::from_ref(&own_net));
                 let r = raw::get(p.socket(), &format!("/networks/{}", &id[..12])).expect("answer");
                 assert_eq!(r.status, 200, "{}", r.text());
                 assert_eq!(r.json()["Name"], own_net.as_str());
