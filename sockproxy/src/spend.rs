@@ -293,8 +293,8 @@ fn host_ports(raw: &str) -> Option<(u16, u16)> {
 
 /// `PortBindings` after the per-binding checks: at most `--max-port-bindings` bindings in all,
 /// none on a host port below `--min-host-port` unless `--allow-host-port` names it. A range
-/// `LOW-HIGH` is one binding to the engine (it takes one free port of it) and is checked on
-/// its low end.
+/// `LOW-HIGH` is one binding to the engine (it takes one free port of it), so every port of it
+/// below the floor must be named.
 pub fn port_bindings(
     spend: &Spend,
     op: &str,
@@ -307,12 +307,16 @@ pub fn port_bindings(
         for b in list.as_array().into_iter().flatten() {
             count += 1;
             let raw = b.get("HostPort").and_then(Value::as_str).unwrap_or("");
-            let Some((lo, _)) = host_ports(raw) else {
+            let Some((lo, hi)) = host_ports(raw) else {
                 return Err(Refusal::BadRequest(format!(
                     "{at}: HostPort {raw:?} is not a port or a port range"
                 )));
             };
-            if lo != 0 && lo < spend.min_host_port && !spend.allow_host_ports.contains(&lo) {
+            // The engine may take any free port of a range: each one below the floor must be
+            // named, not only the range's low end.
+            let below_unnamed = (lo.max(1)..=hi.min(spend.min_host_port.saturating_sub(1)))
+                .any(|p| !spend.allow_host_ports.contains(&p));
+            if lo != 0 && below_unnamed {
                 return Err(value_not_allowed(
                     op,
                     &format!("{at}.HostPort"),

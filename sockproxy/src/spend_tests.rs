@@ -312,3 +312,33 @@ fn durations_read_as_go_writes_them() {
     );
     assert_eq!(SpendArgs::default().spend(), Ok(Spend::default()));
 }
+
+/// A range is one binding, but the engine may take any free port of it: every port of it below
+/// `--min-host-port` must be named, not only its low end.
+#[test]
+fn a_range_below_the_floor_needs_every_port_named() {
+    let spend = Spend {
+        allow_host_ports: vec![80, 81],
+        ..Spend::default()
+    };
+    let check = |port: &str| {
+        let out = json!({ "80/tcp": [{ "HostIp": "127.0.0.1", "HostPort": port }] });
+        port_bindings(
+            &spend,
+            "containers.create",
+            "HostConfig.PortBindings",
+            out.as_object().expect("map"),
+        )
+        .map_err(|r| r.to_string())
+    };
+    assert_eq!(check("80"), Ok(()));
+    assert_eq!(check("80-81"), Ok(()), "both named");
+    assert_eq!(check("1024-2000"), Ok(()), "above the floor");
+    for bad in ["80-82", "80-1100", "79-81", "1023-1024"] {
+        let e = check(bad).expect_err("refused");
+        assert!(
+            e.contains(&format!("HostPort {bad} is not allowed")),
+            "{bad}: {e}"
+        );
+    }
+}
