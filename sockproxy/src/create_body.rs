@@ -301,3 +301,7 @@ pub fn endpoint_settings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refus
 #[cfg(test)]
 #[path = "create_body_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "create_body_reach_tests.rs"]
+mod reach_tests;
