@@ -388,7 +388,14 @@ mod tests {
         let by_name = ObjRef::Name("bridge".into());
         let read = |access, op| inspected(Kind::Network, access, op, &by_name, &bridge, &rr);
         assert!(read(Access::Read, "networks.inspect").is_ok());
-        assert!(read(Access::Change, "networks.remove").is_err());
+        assert_eq!(
+            read(Access::Change, "networks.remove")
+                .map(|_| ())
+                .map_err(|r| r.to_string()),
+            Err(
+                "sockproxy: networks.remove: bridge is not one of this stack's networks".to_owned()
+            )
+        );
         assert!(inspected(
             Kind::Network,
             Access::Change,

@@ -228,38 +228,38 @@ mod table {
 
     #[test]
     fn create_needs_a_name_in_scope() {
-        let s = scope(false);
-        let with = |n: &str| Query::parse(Some(&format!("name={n}"))).expect("query");
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("deer-flow-sandbox-1"),
-            &s,
-            &[]
-        )
-        .is_ok());
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("/deer-flow-sandbox-1"),
-            &s,
-            &[]
-        )
-        .is_ok());
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("deer-flow-netproxy-1"),
-            &s,
-            &[]
-        )
-        .is_err());
-        assert!(decide(&Endpoint::ContainerCreate, &with("other"), &s, &[]).is_err());
-        assert!(decide(&Endpoint::ContainerCreate, &Query::default(), &s, &[]).is_err());
-        assert!(decide(
-            &Endpoint::ContainerCreate,
-            &with("deer-flow-netproxy-1"),
-            &scope(true),
-            &[]
-        )
-        .is_ok());
+        let create = |raw: Option<&str>, restricted: bool| {
+            let q = match raw {
+                Some(n) => Query::parse(Some(&format!("name={n}"))).expect("query"),
+                None => Query::default(),
+            };
+            decide(&Endpoint::ContainerCreate, &q, &scope(restricted), &[])
+                .map(|p| format!("{p:?}"))
+                .map_err(|r| r.to_string())
+        };
+        let refused = |what: &str| {
+            Err(format!(
+                "sockproxy: containers.create: {what} is not one of this stack's sandboxes"
+            ))
+        };
+        assert_eq!(
+            create(Some("deer-flow-sandbox-1"), false),
+            Ok("CreateContainer".into())
+        );
+        assert_eq!(
+            create(Some("/deer-flow-sandbox-1"), false),
+            Ok("CreateContainer".into())
+        );
+        assert_eq!(
+            create(Some("deer-flow-netproxy-1"), false),
+            refused("deer-flow-netproxy-1")
+        );
+        assert_eq!(create(Some("other"), false), refused("other"));
+        assert_eq!(create(None, false), refused("a container without a name"));
+        assert_eq!(
+            create(Some("deer-flow-netproxy-1"), true),
+            Ok("CreateContainer".into())
+        );
     }
 
     /// A name with an inner `/` is a link alias to dockerd (`/parent/alias`), never a sandbox:

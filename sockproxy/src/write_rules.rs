@@ -268,8 +268,21 @@ mod tests {
             update_now(json!({ "RestartPolicy": { "Name": "always" } })).map_err(|e| e.to_string()),
             Err("sockproxy: containers.update: RestartPolicy is not allowed for this stack".into())
         );
-        assert!(update_now(json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] })).is_err());
-        assert!(update_now(json!({ "Privileged": true })).is_err());
+        for (body, want) in [
+            (
+                json!({ "Devices": [{ "PathOnHost": "/dev/sda" }] }),
+                "sockproxy: containers.update: Devices is not allowed for this stack",
+            ),
+            (
+                json!({ "Privileged": true }),
+                "sockproxy: containers.update: Privileged is not allowed for this stack",
+            ),
+        ] {
+            assert_eq!(
+                update_now(body).map(|_| ()).map_err(|e| e.to_string()),
+                Err(want.to_owned())
+            );
+        }
         // An 18.09 client (API 1.39) sends 0 with every update; dockerd drops it there.
         assert!(update(
             json!({ "PidsLimit": 0, "Memory": 67108864 }),
@@ -277,7 +290,10 @@ mod tests {
             &spend
         )
         .is_ok());
-        assert!(update(json!({ "PidsLimit": 0 }), Some("1.40"), &spend).is_err());
+        assert_eq!(
+            update(json!({ "PidsLimit": 0 }), Some("1.40"), &spend).map(|_| ()).map_err(|e| e.to_string()),
+            Err("sockproxy: containers.update: PidsLimit 0 is not allowed for this stack (allowed: 1..=32768; --max-pids-limit)".to_owned())
+        );
         // dockerd reads 0 (and any value below 1) as "unlimited" at update.
         assert!(update_now(json!({ "PidsLimit": 100 })).is_ok());
         for unlimited in [0, -1] {
@@ -293,7 +309,12 @@ mod tests {
             "atlas"
         )
         .is_ok());
-        assert!(network_create(json!({ "Name": "other" }), &s, "atlas").is_err());
+        assert_eq!(
+            network_create(json!({ "Name": "other" }), &s, "atlas")
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err("sockproxy: networks.create: other is not one of this stack's networks".to_owned())
+        );
         assert_eq!(
             network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.name": "docker0" } }), &s, "atlas")
                 .map_err(|e| e.to_string()),
