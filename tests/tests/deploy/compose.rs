@@ -293,3 +293,60 @@ fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
         text(&out)
     );
 }
+
+/// The restricted overlay's egress rules as an operator writes them (space-separated, each a
+/// netproxy `--allow` rule with its own comma-separated ports) reach lifecycle through
+/// docker-compose and pass its parser; the comma-separated form the overlay once documented is
+/// refused with one line naming the rule.
+#[test]
+fn the_restricted_overlays_egress_rules_pass_lifecycles_parser() {
+    if !have_compose("the_restricted_overlays_egress_rules_pass_lifecycles_parser") {
+        return;
+    }
+    let rules = "pypi.org files.pythonhosted.org:443,8443";
+    let out = Command::new("docker-compose")
+        .arg("-f")
+        .arg(repo().join("deploy/compose.yaml"))
+        .arg("-f")
+        .arg(repo().join("deploy/compose.restricted.yaml"))
+        .arg("config")
+        .env("EGRESS_ALLOW", rules)
+        .output()
+        .expect("docker-compose runs");
+    let config = text(&out);
+    assert!(out.status.success(), "{config}");
+    let allow = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("LIFECYCLE_EGRESS_ALLOW: "))
+        .map(|v| v.trim_matches(|c| c == '\'' || c == '"').to_owned())
+        .expect("the overlay sets LIFECYCLE_EGRESS_ALLOW");
+    assert_eq!(allow, rules);
+    let state = tempfile::tempdir().expect("state");
+    let run = |value: &str| {
+        Command::new(sockproxy_tests::bins::lifecycle())
+            .args(["--docker-host", "unix:///nonexistent/docker.sock"])
+            .args([
+                "--prefix",
+                "deer-flow-",
+                "--mode",
+                "restricted",
+                "--state-dir",
+            ])
+            .arg(state.path())
+            .args(["quarantine", "ls"])
+            .env_remove("DOCKER_HOST")
+            .env("LIFECYCLE_EGRESS_ALLOW", value)
+            .output()
+            .expect("lifecycle runs")
+    };
+    let ok = run(&allow);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let commas = run("pypi.org,files.pythonhosted.org");
+    assert_eq!(commas.status.code(), Some(2), "{}", text(&commas));
+    let stderr = String::from_utf8_lossy(&commas.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--egress-allow \"pypi.org,files.pythonhosted.org\""),
+        "{stderr}"
+    );
+}
