@@ -41,29 +41,70 @@ fn init_logging(format: LogFormat) {
     sockproxy::decision_line::write_directly(plain_file && shown);
 }
 
-fn main() -> anyhow::Result<()> {
+/// A start-up failure and how the process exits with it: 2 for bad configuration (flags, the
+/// policy file), 1 for a failure at run time (the socket, the runtime).
+enum Failure {
+    Config(anyhow::Error),
+    Runtime(anyhow::Error),
+}
+
+fn main() -> std::process::ExitCode {
     // This thread is the first event loop; `serve` starts the others (`--event-loops`, loops.rs),
     // each single-threaded, so the client and engine halves of a request stay on one thread.
     // Large list filtering runs on the blocking pool (proxy.rs). Each loop writes its log lines
     // in batches, about 50 ms after the first (logwrite.rs).
-    let runtime = sockproxy::loops::runtime().context("starting the event loop")?;
-    let result = runtime.block_on(run());
+    let result = match sockproxy::loops::runtime().context("starting the event loop") {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => Err(Failure::Runtime(e)),
+    };
     sockproxy::logwrite::flush();
-    result
+    // One line per failure, never a backtrace: an operator reads it in a journal, where
+    // anyhow's multi-line report repeated each cause.
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(Failure::Config(e)) => {
+            eprintln!("sockproxy: {}", one_line(&e));
+            std::process::ExitCode::from(2)
+        }
+        Err(Failure::Runtime(e)) => {
+            eprintln!("sockproxy: {}", one_line(&e));
+            std::process::ExitCode::from(1)
+        }
+    }
 }
 
-async fn run() -> anyhow::Result<()> {
+/// An error and its causes on one line, joined with ": ", leaving out a cause whose text the
+/// line already holds (an error that prints its source would otherwise say it twice).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+async fn run() -> Result<(), Failure> {
     let args = Args::parse();
     let print_policy = args.print_policy;
     let cfg = Config::from_args(args, std::env::var("DOCKER_HOST").ok())
-        .context("invalid configuration")?;
+        .map_err(|e| Failure::Config(e.into()))?;
     if print_policy {
         let text = sockproxy::policy_file::print(&cfg)
-            .map_err(anyhow::Error::msg)
-            .context("printing the policy")?;
+            .map_err(|e| Failure::Config(anyhow::Error::msg(e).context("printing the policy")))?;
         print!("{text}");
         return Ok(());
     }
+    serve(cfg).await.map_err(Failure::Runtime)
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
     init_logging(cfg.log_format);
     if tokio::net::UnixStream::connect(&cfg.upstream)
         .await

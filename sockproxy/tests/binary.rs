@@ -383,3 +383,59 @@ fn a_policy_file_is_read_printed_and_checked() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown field `allow-privileged`"), "{err}");
 }
+
+/// A start-up error is printed once, as one line, whatever `RUST_BACKTRACE` says: exit 2 for
+/// bad configuration, 1 for a failure at run time.
+#[test]
+fn a_start_up_error_is_one_line_with_its_exit_code() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("s.sock");
+    let not_a_socket = dir.path().join("file");
+    std::fs::write(&not_a_socket, b"x").expect("write");
+    let cases: [(Vec<String>, i32, String); 3] = [
+        (
+            vec!["--listen".into(), sock.display().to_string(), "--prefix".into(), "deer-flow".into()],
+            2,
+            "sockproxy: --prefix: prefix \"deer-flow\" must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]*[-_.]$ (start alphanumeric, end with '-', '_' or '.')".into(),
+        ),
+        (
+            vec![
+                "--listen".into(),
+                sock.display().to_string(),
+                "--prefix".into(),
+                "deer-flow-".into(),
+                "--min-api-version".into(),
+                "1.0".into(),
+            ],
+            2,
+            "sockproxy: --min-api-version \"1.0\": expected MAJOR.MINOR, at least 1.24".into(),
+        ),
+        (
+            vec![
+                "--listen".into(),
+                not_a_socket.display().to_string(),
+                "--prefix".into(),
+                "deer-flow-".into(),
+                "--upstream".into(),
+                format!("unix://{}", dir.path().join("engine.sock").display()),
+            ],
+            1,
+            format!(
+                "sockproxy: cannot listen: {}: exists and is not a socket; refusing to replace it",
+                not_a_socket.display()
+            ),
+        ),
+    ];
+    for (args, code, want) in cases {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .env("SOCKPROXY_LOG", "off")
+            .env_remove("DOCKER_HOST")
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.trim_end(), want, "{args:?}");
+    }
+}
