@@ -236,6 +236,73 @@ fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
 mod tests {
     use super::*;
 
+    /// "Already gone" counts as done, and only that: any other storage error is returned (fail
+    /// closed), never taken for a retired record. Errors are made as root can feel them: a file
+    /// where a directory belongs (ENOTDIR) and a directory where a record belongs (EISDIR).
+    #[test]
+    fn only_already_gone_counts_as_retired() {
+        let state = tempfile::tempdir().expect("dir");
+        let ledger = Ledger::new(state.path(), "deer-flow-");
+        let id = "7d9ac0ff9b98cd06";
+        // Nothing recorded: retiring is done at once, as are entries and generations.
+        assert!(ledger.retire(id).is_ok());
+        assert_eq!(
+            ledger.retire_key(id, &k("gone")).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        assert!(ledger.entries().expect("no ledger dir yet").is_empty());
+        // A record whose name is a directory cannot be removed: an error, kept.
+        ledger.mark(id, "c1").expect("mark");
+        let record = ledger.sandbox_dir(id).join(k("c1"));
+        fs::remove_file(&record).expect("rm");
+        fs::create_dir(&record).expect("a directory in its place");
+        fs::write(record.join("x"), b"").expect("not empty");
+        assert!(
+            ledger.retire_key(id, &k("c1")).is_err(),
+            "EISDIR is no 'already gone'"
+        );
+        assert!(ledger.retire(id).is_err(), "EISDIR is no 'already gone'");
+        // The sandbox's directory is a file: reading its generations fails, loudly.
+        let other = "0123456789abcdef";
+        let dir = ledger.sandbox_dir(other);
+        fs::write(&dir, b"not a directory").expect("file");
+        assert!(
+            ledger.generations(other).is_err(),
+            "ENOTDIR is no 'nothing recorded'"
+        );
+        assert!(ledger.retire(other).is_err());
+        // The ledger's own directory is a file: no entries cannot be claimed.
+        let broken = tempfile::tempdir().expect("dir");
+        fs::create_dir(broken.path().join("sandbox-quarantine")).expect("dir");
+        fs::write(
+            broken.path().join("sandbox-quarantine/ca020af577589f4a"),
+            b"",
+        )
+        .expect("file");
+        let b = Ledger::new(broken.path(), "deer-flow-");
+        assert!(b.entries().is_err(), "a file is no empty ledger");
+    }
+
+    /// Only 16-hex names are generations: the id file, temp files and anything else a
+    /// directory holds are not.
+    #[test]
+    fn only_sixteen_hex_names_are_generations() {
+        let state = tempfile::tempdir().expect("dir");
+        let ledger = Ledger::new(state.path(), "deer-flow-");
+        let id = "7d9ac0ff9b98cd06";
+        ledger.mark(id, "c1").expect("mark");
+        let dir = ledger.sandbox_dir(id);
+        for name in [
+            "0123456789abcdeg",
+            "0123456789abcde",
+            "0123456789abcdef0",
+            ".x.tmp.1",
+        ] {
+            fs::write(dir.join(name), b"").expect("write");
+        }
+        assert_eq!(ledger.generations(id).expect("read"), vec![k("c1")]);
+    }
+
     /// Known answers, written as literals: the record's path is part of the on-disk format
     /// (records survive restarts and upgrades), so it is never recomputed by the code under
     /// test. `k(x)` = the first 16 hex of SHA-256 over `x`.

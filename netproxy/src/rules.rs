@@ -162,6 +162,19 @@ mod tests {
         canonical_host(s).expect("host")
     }
 
+    /// An unbracketed IPv6 literal is refused for what it is, not as a bad port list.
+    #[test]
+    fn unbracketed_ipv6_is_refused_by_name() {
+        for text in ["2600::1", "2600::1:443", "::1"] {
+            let e = Rule::parse(text).expect_err("refused");
+            assert_eq!(e.why, "IPv6 addresses must be in brackets", "{text}");
+        }
+        assert_eq!(
+            Rule::parse("example.com:0").expect_err("refused").why,
+            "ports must be 1-65535"
+        );
+    }
+
     #[test]
     fn matcher_table() {
         let exact = Rule::parse("example.com").expect("rule");
