@@ -281,6 +281,15 @@ mod tests {
         .expect("file");
         let b = Ledger::new(broken.path(), "deer-flow-");
         assert!(b.entries().is_err(), "a file is no empty ledger");
+        // A record whose sandbox-ID file cannot be read (a directory in its place) is an
+        // error, not a record that names no sandbox.
+        let odd = tempfile::tempdir().expect("dir");
+        let o = Ledger::new(odd.path(), "deer-flow-");
+        o.mark(id, "c1").expect("mark");
+        let id_file = o.sandbox_dir(id).join(ID_FILE);
+        fs::remove_file(&id_file).expect("rm");
+        fs::create_dir(&id_file).expect("a directory in its place");
+        assert!(o.entries().is_err(), "EISDIR is no missing ID file");
     }
 
     /// Only 16-hex names are generations: the id file, temp files and anything else a
