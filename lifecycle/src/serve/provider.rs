@@ -62,10 +62,20 @@ pub struct Provider {
     pub api: super::provision::ApiConfig,
 }
 
-/// Ends an acquire's reservation under the cap and its reclaim mark, however it ends.
-struct Planned<'a> {
+/// Ends a create's reservation under the cap and an acquire's reclaim mark, however the step
+/// ends (a committed entry has already taken the reservation over).
+pub(super) struct Planned<'a> {
     p: &'a Provider,
     id: String,
+}
+
+impl<'a> Planned<'a> {
+    pub(super) fn new(p: &'a Provider, id: &str) -> Self {
+        Self {
+            p,
+            id: id.to_owned(),
+        }
+    }
 }
 
 impl Drop for Planned<'_> {
@@ -207,10 +217,7 @@ impl Provider {
         let plan = self.pool().plan_acquire(&id, &scope);
         tracing::info!(sandbox_id = %id, holder, plan = ?plan, "acquire");
         // However this acquire ends, its slot under the cap and its reclaim mark go with it.
-        let _planned = Planned {
-            p: self,
-            id: id.clone(),
-        };
+        let _planned = Planned::new(self, &id);
         let evict = match plan {
             AcquirePlan::Collision => return Err(ServeError::Collision { id }),
             AcquirePlan::Busy => return Err(ServeError::Busy { id }),

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::error::ServeError;
 use super::pool::State;
-use super::provider::Provider;
+use super::provider::{Planned, Provider};
 use super::provision::{self, Bind, Provision};
 use super::store::Claim;
 use crate::create::Extras;
@@ -218,7 +218,7 @@ impl Provider {
                 })
             }
         };
-        let _slot = scopeguard_end_create(self, &plan.sandbox_id);
+        let _slot = Planned::new(self, &id);
         self.evict(evict).await?;
         match self.own.claim(&id).await? {
             Claim::Ours => {}
@@ -325,18 +325,6 @@ impl Provider {
         let count = out.len();
         ok(json!({ "sandboxes": out, "count": count }))
     }
-}
-
-/// Frees a create's slot under the cap however `provision` ends (a committed entry has
-/// already taken it over).
-fn scopeguard_end_create<'a>(p: &'a Provider, id: &'a str) -> impl Drop + 'a {
-    struct EndCreate<'a>(&'a Provider, &'a str);
-    impl Drop for EndCreate<'_> {
-        fn drop(&mut self) {
-            self.0.pool().end_create(self.1);
-        }
-    }
-    EndCreate(p, id)
 }
 
 #[cfg(test)]
