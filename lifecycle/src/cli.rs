@@ -134,7 +134,11 @@ pub enum Command {
     Quarantine(QuarantineCommand),
     /// Absent teardown for every record whose container is confirmed absent.
     Retire,
-    /// Serve the provider's HTTP/JSON API (acquire, release, destroy, list) on a Unix socket.
+    /// Serve the provider's HTTP/JSON API (acquire, release, destroy, list) and deer-flow's
+    /// provisioner API, on a Unix socket or TCP.
+    #[command(
+        after_help = "Needs the global flags before `serve`: lifecycle --docker-host unix:///PATH/stack.sock --prefix P --mode open|restricted --state-dir DIR [--image IMAGE] serve --listen ..."
+    )]
     Serve(Box<crate::serve::cmd::ServeArgs>),
 }
 

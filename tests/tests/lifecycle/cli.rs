@@ -440,3 +440,26 @@ fn retire_keeps_a_record_whose_sandbox_id_file_is_corrupt_and_asks_the_engine_no
         assert!(ledger.is_quarantined(id).expect("read"), "records kept");
     }
 }
+
+/// `lifecycle serve --help` says which global flags it needs and that they come before `serve`
+/// (an operator reading only the subcommand's help could not have known).
+#[test]
+fn serve_help_names_the_global_flags_it_needs() {
+    let out = std::process::Command::new(sockproxy_tests::bins::lifecycle())
+        .args(["serve", "--help"])
+        .output()
+        .expect("runs");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    for want in [
+        "Needs the global flags before `serve`",
+        "--docker-host",
+        "--prefix",
+        "--mode",
+        "--state-dir",
+        "tcp://HOST:PORT",
+        "--api-key-file",
+    ] {
+        assert!(help.contains(want), "{want} in\n{help}");
+    }
+}
