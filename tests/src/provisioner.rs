@@ -163,7 +163,18 @@ impl ApiStack {
         crate::raw::get(&self.engine, path).is_ok_and(|r| r.status == 200)
     }
 
-    /// One request to the API: (status, body as text, the answer's headers).
+    /// `POST /api/sandboxes` of `body` with the test key: (status, body as text).
+    pub async fn create(&self, body: &Value) -> (u16, String) {
+        self.call(
+            "POST",
+            "/api/sandboxes",
+            &[("X-API-Key", KEY)],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// One request to the API: (status, body as text).
     pub async fn call(
         &self,
         method: &str,

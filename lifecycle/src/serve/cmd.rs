@@ -16,7 +16,7 @@ use super::clock::SystemClock;
 use super::limits::{self, LimitError, Limits};
 use super::listen::{Listen, Listener};
 use super::provider::{Provider, ProviderConfig};
-use super::provisioner::ApiConfig;
+use super::provision::ApiConfig;
 use super::redis_store::{default_key_prefix, key_namespace, RedisStore};
 use super::store::{Memory, Ownership, Store};
 use crate::ops::Lifecycle;
@@ -211,8 +211,7 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
 /// The provisioner API's settings, checked at start-up: a key is required on TCP, the key file
 /// must be private, and the mount root must be a directory's real path.
 pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
-    let listen =
-        Listen::parse(&a.listen).map_err(|e| ServeSetupError::Flag("listen", e.to_string()))?;
+    let listen = listen(a)?;
     let api_key = match &a.api_key_file {
         Some(path) => Some(ApiKey::load(path).map_err(|e| ServeSetupError::Api(e.to_string()))?),
         None if listen.is_tcp() => return Err(ServeSetupError::Api(KeyError::Missing.to_string())),
@@ -250,12 +249,15 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     })
 }
 
+/// `--listen`, parsed (the one place its error is worded).
+fn listen(a: &ServeArgs) -> Result<Listen, ServeSetupError> {
+    Listen::parse(&a.listen).map_err(|e| ServeSetupError::Flag("listen", e.to_string()))
+}
+
 /// Binds `--listen`: a TCP address, or the Unix socket with its mode and group (an old socket
 /// file is replaced).
 pub async fn bind(a: &ServeArgs) -> Result<Listener, ServeSetupError> {
-    let path = match Listen::parse(&a.listen)
-        .map_err(|e| ServeSetupError::Flag("listen", e.to_string()))?
-    {
+    let path = match listen(a)? {
         Listen::Tcp(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
@@ -317,7 +319,7 @@ pub async fn run(
     tracing::info!(listen = %shown, owner = %p.own.me, api_key = p.api.api_key.is_some(), mount_root = ?p.api.mount_root, "serving");
     super::http::serve(listener, p.clone(), limits, stop).await;
     let _ = bg.await;
-    if let Ok(Listen::Unix(path)) = Listen::parse(&a.listen) {
+    if let Ok(Listen::Unix(path)) = listen(a) {
         let _ = std::fs::remove_file(path);
     }
     let lines = background::shutdown(&p, a.on_shutdown == OnShutdown::KeepWarm).await;

@@ -184,14 +184,7 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     let body =
         json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
-    let (status, _) = s
-        .call(
-            "POST",
-            "/api/sandboxes",
-            &[("X-API-Key", KEY)],
-            Some(body.to_string().into_bytes()),
-        )
-        .await;
+    let (status, _) = s.create(&body).await;
     assert_eq!(status, 200);
     assert!(s.provider.reap().await.is_empty(), "never reaped");
     lifecycle::serve::background::reconcile(&s.provider).await;
@@ -236,13 +229,6 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
     assert!(s.inspect(&warm) == Value::Null, "the orphan was reaped");
     let other =
         json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-2", "user_id": "user-9"});
-    let (status, text) = s
-        .call(
-            "POST",
-            "/api/sandboxes",
-            &[("X-API-Key", KEY)],
-            Some(other.to_string().into_bytes()),
-        )
-        .await;
+    let (status, text) = s.create(&other).await;
     assert_eq!(status, 409, "{text}");
 }

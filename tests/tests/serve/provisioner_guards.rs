@@ -73,11 +73,8 @@ async fn eight_parallel_creates_of_one_id_make_one_container() {
         json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..8 {
-        let (s, body) = (s.clone(), body.to_string().into_bytes());
-        set.spawn(async move {
-            s.call("POST", "/api/sandboxes", &[("X-API-Key", KEY)], Some(body))
-                .await
-        });
+        let (s, body) = (s.clone(), body.clone());
+        set.spawn(async move { s.create(&body).await });
     }
     let mut urls = Vec::new();
     while let Some(r) = set.join_next().await {
@@ -108,12 +105,8 @@ async fn eight_parallel_creates_of_one_id_make_one_container() {
         })
     };
     let post = {
-        let s = s.clone();
-        let body = body.to_string().into_bytes();
-        tokio::spawn(async move {
-            s.call("POST", "/api/sandboxes", &[("X-API-Key", KEY)], Some(body))
-                .await
-        })
+        let (s, body) = (s.clone(), body.clone());
+        tokio::spawn(async move { s.create(&body).await })
     };
     assert_eq!(del.await.expect("delete").0, 200);
     assert_eq!(post.await.expect("post").0, 200);
@@ -182,14 +175,7 @@ async fn bad_input_is_refused_before_any_engine_call() {
     );
     // deer-flow adds fields over time: unknown ones are ignored.
     let body = json!({"sandbox_id": "s", "required_mount_contract_version": 2, "new_thing": [1]});
-    let (status, text) = s
-        .call(
-            "POST",
-            "/api/sandboxes",
-            &[("X-API-Key", KEY)],
-            Some(body.to_string().into_bytes()),
-        )
-        .await;
+    let (status, text) = s.create(&body).await;
     assert_eq!(status, 200, "{text}");
 }
 
@@ -351,15 +337,7 @@ async fn with_redis_a_create_claims_first_and_a_delete_lets_go() {
     let peer = redis.ownership("peer", ttl);
     let body =
         json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1"});
-    let post = |b: Value| b.to_string().into_bytes();
-    let (status, text) = s
-        .call(
-            "POST",
-            "/api/sandboxes",
-            &[("X-API-Key", KEY)],
-            Some(post(body.clone())),
-        )
-        .await;
+    let (status, text) = s.create(&body).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         peer.value("7d9ac0ff9b98cd06").await.ok(),
@@ -389,14 +367,7 @@ async fn with_redis_a_create_claims_first_and_a_delete_lets_go() {
         f.clear_requests();
     }
     let body = json!({"sandbox_id": other, "thread_id": "elsewhere", "user_id": "user-1"});
-    let (status, text) = s
-        .call(
-            "POST",
-            "/api/sandboxes",
-            &[("X-API-Key", KEY)],
-            Some(post(body)),
-        )
-        .await;
+    let (status, text) = s.create(&body).await;
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("owned by peer"), "{text}");
     assert_eq!(

@@ -9,17 +9,27 @@ use crate::seed::{
     stops_of, str_of,
 };
 
+/// A warm sandbox of `thread` whose destroy fails at its stop and cannot write its quarantine
+/// record either: the destroy's answer, the sandbox as acquired, and its ID and generation.
+async fn destroy_failing_without_a_record(
+    s: &Served,
+    thread: &str,
+) -> (u16, Value, Value, String, String) {
+    let a = s.acquired("user-1", thread, "run").await;
+    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
+    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
+    block_record_write(s, &id);
+    fail_stop_once(s, &cid);
+    let (status, v) = s.destroy(&a["sandbox_id"]).await;
+    (status, v, a, id, cid)
+}
+
 /// Mirrors `test_failed_quarantine_write_keeps_dirty_container_tracked`: a teardown that fails
 /// and cannot even write its quarantine record keeps the container tracked and fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_quarantine_write_keeps_dirty_container_tracked() {
     let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "dirty", "run").await;
-    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
-    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    block_record_write(&s, &id);
-    fail_stop_once(&s, &cid);
-    let (status, v) = s.destroy(&a["sandbox_id"]).await;
+    let (status, v, a, id, cid) = destroy_failing_without_a_record(&s, "dirty").await;
     assert_eq!(status, 502, "{v}");
     assert!(error_of(&v).contains("quarantine ledger"), "{v}");
     assert!(
@@ -125,12 +135,7 @@ async fn get_uses_in_memory_registry_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_destroy_record_write_blocks_cached_reuse_until_retry() {
     let s = Served::start(config(0, 0)).await;
-    let a = s.acquired("user-1", "record", "run").await;
-    assert_eq!(s.release(&a["lease"]).await.1["result"], "warm");
-    let (id, cid) = (str_of(&a["sandbox_id"]), str_of(&a["generation"]));
-    block_record_write(&s, &id);
-    fail_stop_once(&s, &cid);
-    let (status, v) = s.destroy(&a["sandbox_id"]).await;
+    let (status, v, a, id, cid) = destroy_failing_without_a_record(&s, "record").await;
     assert_eq!(status, 502, "{v}");
     let listed = s.listed(&a["sandbox_id"]).await;
     assert_eq!(listed["destroy_pending"], true, "{listed}");
