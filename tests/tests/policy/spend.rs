@@ -130,6 +130,18 @@ fn unbounded_engine_work_is_refused_and_the_controls_still_work() {
                 "StopTimeout -1 is not allowed for this stack (allowed: 0..=300; --max-stop-timeout)",
             ),
             (json!({ "StopSignal": "SIGCONT" }), "StopSignal SIGCONT is not allowed"),
+            // Other spellings dockerd reads the same way: a lower-case name, a number, keys in
+            // any case, and a range that crosses the host-port floor.
+            (json!({ "StopSignal": "cont" }), "StopSignal cont is not allowed"),
+            (json!({ "stopsignal": "18" }), "StopSignal 18 is not allowed"),
+            (
+                json!({ "healthcheck": { "test": ["CMD", "true"], "INTERVAL": 1_000_000 } }),
+                "Healthcheck.Interval 1ms is not allowed",
+            ),
+            (
+                json!({ "HostConfig": { "PortBindings": { "80/tcp": lo("1000-1100") } } }),
+                "HostPort 1000-1100 is not allowed",
+            ),
             (
                 json!({ "HostConfig": { "PortBindings": { "80/tcp": lo("80") } } }),
                 "HostPort 80 is not allowed for this stack (host ports below 1024 only when named; --min-host-port, --allow-host-port)",
