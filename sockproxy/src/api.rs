@@ -175,8 +175,31 @@ impl NetworkOp {
 /// Object kinds that exist on the host but never in a stack's view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewKind {
-    Volume,
     Plugin,
+}
+
+/// What a stack may do to one of its named volumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeOp {
+    Inspect,
+    Remove,
+}
+
+impl VolumeOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Inspect => "volumes.inspect",
+            Self::Remove => "volumes.remove",
+        }
+    }
+
+    /// The query parameters dockerd reads for this operation; anything else is refused.
+    pub fn query_params(self) -> &'static [&'static str] {
+        match self {
+            Self::Inspect => &[],
+            Self::Remove => &["force"],
+        }
+    }
 }
 
 /// One Docker Engine API endpoint, as far as the proxy distinguishes them.
@@ -210,11 +233,18 @@ pub enum Endpoint {
     ImagePull,
     /// `GET /events`: streamed, filtered to the stack's own objects.
     Events,
+    /// `GET /volumes`: filtered to the stack's named volumes.
+    VolumeList,
+    /// Inspect or remove a volume by name (`is_word_ish`).
+    Volume {
+        op: VolumeOp,
+        name: String,
+    },
     /// A known endpoint that is never allowed (host-wide or out of this toolkit's needs).
     Denied {
         op: String,
     },
-    /// Inspect of an object kind a stack never owns (volumes, plugins): absent in its view.
+    /// Inspect of an object kind a stack never owns (plugins): absent in its view.
     NotInView {
         kind: ViewKind,
         name: String,
@@ -245,12 +275,10 @@ impl Endpoint {
             Self::ImageInspect { .. } => "images.inspect".into(),
             Self::ImagePull => "images.pull".into(),
             Self::Events => "system.events".into(),
+            Self::VolumeList => "volumes.list".into(),
+            Self::Volume { op, .. } => op.name().into(),
             Self::Denied { op } | Self::Unknown { op } => op.clone(),
             Self::BadRef { op } => (*op).into(),
-            Self::NotInView {
-                kind: ViewKind::Volume,
-                ..
-            } => "volumes.inspect".into(),
             Self::NotInView {
                 kind: ViewKind::Plugin,
                 ..
@@ -274,12 +302,19 @@ pub fn parse(method: &Method, target: &Target) -> Endpoint {
         ["exec", id, action] => exec(m, id, action).unwrap_or_else(unknown),
         ["networks", rest @ ..] => networks(m, rest).unwrap_or_else(unknown),
         ["images", rest @ ..] => images(m, rest),
+        ["volumes"] if m == "GET" => Endpoint::VolumeList,
+        ["volumes", name] if (m == "GET" || m == "DELETE") && is_word_ish(name) => {
+            Endpoint::Volume {
+                op: if m == "GET" {
+                    VolumeOp::Inspect
+                } else {
+                    VolumeOp::Remove
+                },
+                name: (*name).to_owned(),
+            }
+        }
         // `docker inspect NAME` walks containers, images, networks, volumes, /info, plugins and
-        // goes on only past "not found": answering these two as absent keeps it working.
-        ["volumes", name] if m == "GET" && is_word_ish(name) => Endpoint::NotInView {
-            kind: ViewKind::Volume,
-            name: (*name).to_owned(),
-        },
+        // goes on only past "not found": answering plugins as absent keeps it working.
         ["plugins", name, "json"] if m == "GET" => Endpoint::NotInView {
             kind: ViewKind::Plugin,
             name: (*name).to_owned(),

@@ -92,24 +92,47 @@ fn endpoint_table() {
                 op: "containers.prune".into(),
             },
         ),
-        (
-            "GET",
-            "/volumes",
-            Endpoint::Denied {
-                op: "volumes".into(),
-            },
-        ),
+        ("GET", "/volumes", Endpoint::VolumeList),
         (
             "GET",
             "/volumes/v1",
-            Endpoint::NotInView {
-                kind: ViewKind::Volume,
+            Endpoint::Volume {
+                op: VolumeOp::Inspect,
                 name: "v1".into(),
             },
         ),
         (
             "DELETE",
             "/volumes/v1",
+            Endpoint::Volume {
+                op: VolumeOp::Remove,
+                name: "v1".into(),
+            },
+        ),
+        (
+            "POST",
+            "/volumes/create",
+            Endpoint::Denied {
+                op: "volumes".into(),
+            },
+        ),
+        (
+            "POST",
+            "/volumes/prune",
+            Endpoint::Denied {
+                op: "volumes".into(),
+            },
+        ),
+        (
+            "DELETE",
+            "/volumes/prune",
+            Endpoint::Denied {
+                op: "volumes".into(),
+            },
+        ),
+        (
+            "DELETE",
+            "/volumes/-x",
             Endpoint::Denied {
                 op: "volumes".into(),
             },

@@ -176,6 +176,7 @@ pub fn check(
     stamp_stack_label(&mut r, &mut o, stack)?;
     r.zero_kept(&mut o, &["MacAddress"])?;
     r.finish()?;
+    crate::mounts::no_anonymous_volumes(OP, &o)?;
     Ok(Value::Object(o))
 }
 

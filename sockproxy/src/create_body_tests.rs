@@ -290,10 +290,93 @@ fn named_volumes_are_refused_under_require_stack_label() {
             "{body}"
         );
     }
-    // An anonymous volume (no source) names nothing and still passes.
-    let anon = serde_json::json!({ "HostConfig": { "Mounts": [{ "Type": "volume", "Target": "/data" }] } });
-    let got = check(anon, &scope, &strict, Path::new("/x"), "s");
-    assert!(got.is_ok(), "{got:?}");
+    // A tmpfs names nothing and still passes.
+    let tmpfs = serde_json::json!({ "HostConfig": { "Tmpfs": { "/data": "" } } });
+    let got = check(tmpfs, &scope, &strict, Path::new("/x"), "s").expect("allowed");
+    assert_eq!(
+        got["HostConfig"]["Tmpfs"],
+        serde_json::json!({ "/data": "" })
+    );
+}
+
+/// An anonymous volume is refused in each of its spellings (the engine names it by a random ID
+/// the stack could neither list nor remove), with or without `--require-stack-label`; a
+/// `Volumes` path that a bind or a mount covers is no anonymous volume (docker-py's shape) and
+/// is forwarded as sent.
+#[test]
+fn anonymous_volumes_are_refused() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let hint = "(an anonymous volume, which the stack could not list or remove; no flag allows \
+                one: name a volume that starts with the stack's prefix, or use a tmpfs)";
+    let refused = [
+        (
+            serde_json::json!({ "Volumes": { "/data": {} } }),
+            "Volumes /data",
+        ),
+        (
+            serde_json::json!({ "HostConfig": { "Mounts": [{ "Type": "volume", "Target": "/data" }] } }),
+            "HostConfig.Mounts[0].Target /data",
+        ),
+        (
+            serde_json::json!({ "HostConfig": { "Mounts": [{ "Type": "volume", "Source": "", "Target": "/d" }] } }),
+            "HostConfig.Mounts[0].Target /d",
+        ),
+        // Covered is compared after cleaning, both sides: `/data/x` is not `/data`.
+        (
+            serde_json::json!({ "Volumes": { "/data/x": {} }, "HostConfig": { "Mounts": [{ "Type": "tmpfs", "Target": "/data" }] } }),
+            "Volumes /data/x",
+        ),
+        // A tmpfs is not a mount point dockerd checks before it makes the volume.
+        (
+            serde_json::json!({ "Volumes": { "/t": {} }, "HostConfig": { "Tmpfs": { "/t": "" } } }),
+            "Volumes /t",
+        ),
+    ];
+    for strict in [false, true] {
+        let rules = CreateRules {
+            require_stack_label: strict,
+            ..CreateRules::default()
+        };
+        for (body, why) in &refused {
+            let got = check(body.clone(), &scope, &rules, Path::new("/x"), "s");
+            assert_eq!(
+                got.map_err(|e| e.to_string()),
+                Err(format!(
+                    "sockproxy: containers.create: {why} is not allowed for this stack {hint}"
+                )),
+                "{body}"
+            );
+        }
+    }
+    let covered = [
+        (
+            serde_json::json!({ "Volumes": { "/data": {} }, "HostConfig": { "Binds": ["deer-flow-v:/data:ro"] } }),
+            Some(serde_json::json!({ "/data": {} })),
+        ),
+        (
+            serde_json::json!({ "Volumes": { "/data/": {} }, "HostConfig": { "Mounts": [{ "Type": "volume", "Source": "deer-flow-v", "Target": "/data" }] } }),
+            Some(serde_json::json!({ "/data/": {} })),
+        ),
+        (
+            serde_json::json!({ "Volumes": {} }),
+            Some(serde_json::json!({})),
+        ),
+        (
+            serde_json::json!({ "Volumes": null }),
+            Some(serde_json::Value::Null),
+        ),
+    ];
+    for (body, volumes) in covered {
+        let out = check(
+            body.clone(),
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            "s",
+        )
+        .unwrap_or_else(|e| panic!("{body}: {e}"));
+        assert_eq!(out.get("Volumes"), volumes.as_ref(), "{body}");
+    }
 }
 
 /// A map that may only be empty is forwarded empty even when sent with keys of empty values

@@ -3,12 +3,19 @@
 
 use serde::Deserialize;
 
+use crate::list_query::Names;
 use crate::refusal::Refusal;
 use crate::scope::{Kind, Scope};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("upstream list is not a JSON array of objects: {0}")]
+#[error("upstream list is unreadable: {0}")]
 pub struct FilterError(String);
+
+impl FilterError {
+    pub(crate) fn new(why: String) -> Self {
+        Self(why)
+    }
+}
 
 #[derive(Deserialize)]
 struct ContainerEntry {
@@ -51,14 +58,20 @@ pub(crate) fn stack_label(labels: &Option<StackLabel>) -> Option<&str> {
     labels.as_ref().and_then(|l| l.stack.as_deref())
 }
 
-/// Whether the entry at `pos` is one the stack sees, and the offset just past it.
+/// Whether the entry at `pos` is one the stack sees (and the client's `name` filter keeps),
+/// and the offset just past it.
 fn visible_entry(
     kind: Kind,
     body: &[u8],
     pos: usize,
     scope: &Scope,
+    names: &Names,
 ) -> Result<(bool, usize), FilterError> {
-    let name_visible = |n: Option<&str>| n.is_some_and(|n| scope.visible(n));
+    let kept = |n: &str| match kind {
+        Kind::Container => names.matches_container(n),
+        Kind::Network => names.matches(n),
+    };
+    let name_visible = |n: Option<&str>| n.is_some_and(|n| scope.visible(n) && kept(n));
     Ok(match (kind, scope.requires_label()) {
         (Kind::Container, false) => {
             let (e, end) = entry::<ContainerEntry>(body, pos)?;
@@ -103,6 +116,17 @@ pub fn filter_list(
     scope: &Scope,
     limit: Option<usize>,
 ) -> Result<Vec<u8>, FilterError> {
+    filter_named(kind, body, scope, limit, &Names::default())
+}
+
+/// `filter_list`, keeping also only what the client's own `name` filter matches.
+fn filter_named(
+    kind: Kind,
+    body: &[u8],
+    scope: &Scope,
+    limit: Option<usize>,
+    names: &Names,
+) -> Result<Vec<u8>, FilterError> {
     let bad = |what: &str, at: usize| FilterError(format!("{what} at byte {at}"));
     // JSON is UTF-8 throughout; the parser skips the fields it does not read without checking
     // them, so the whole answer is checked here (a fast scan next to parsing).
@@ -124,7 +148,7 @@ pub fn filter_list(
             if body.get(pos) != Some(&b'{') {
                 return Err(bad("expected an object", pos));
             }
-            let (visible, end) = visible_entry(kind, body, pos, scope)?;
+            let (visible, end) = visible_entry(kind, body, pos, scope, names)?;
             // Every entry is read, even past `limit`: an answer unreadable anywhere is refused.
             if visible && limit.is_none_or(|l| kept < l) {
                 if kept > 0 {
@@ -217,104 +241,22 @@ fn own_endpoints_in_list(
     Ok(out)
 }
 
-/// A list answer as the stack gets it: `filter_list`, and for networks `own_endpoints_in_list`
-/// on what was kept (one place, so a large list does both off the event loop).
+/// A list answer as the stack gets it: `filter_list` with the client's `name` values, and for
+/// networks `own_endpoints_in_list` on what was kept (one place, so a large list does both off
+/// the event loop).
 pub fn stack_list(
     kind: Kind,
     body: &[u8],
     scope: &Scope,
     limit: Option<usize>,
+    names: &Names,
     own: Option<&OwnIds>,
 ) -> Result<Vec<u8>, FilterError> {
-    let kept = filter_list(kind, body, scope, limit)?;
+    let kept = filter_named(kind, body, scope, limit, names)?;
     match kind {
         Kind::Network => own_endpoints_in_list(&kept, scope, own),
         Kind::Container => Ok(kept),
     }
-}
-
-/// The `filters` a container or network list is sent to the engine with, so that the engine
-/// answers with the stack's own objects and another stack's cannot fill the list cap (issue
-/// 37; dockerd's network list reads `name` and `label` as its container list does): the
-/// client's filters, and, when they hold no `name` filter of their own (dockerd ORs `name`
-/// values, so one cannot be added to the client's), a `name` filter for the prefix, anchored
-/// (dockerd matches `name` values as regular expressions against `/NAME` and `NAME`); under
-/// `--require-stack-label` (`stack_label`) also `label=sockproxy.stack=STACK` (dockerd ANDs
-/// `label` values, so it narrows whatever the client asked). Added values take the form the
-/// client's filters use (`{"name":["x"]}`, or `{"name":{"x":true}}`, the docker CLI's and the
-/// one used when the client sent none): dockerd refuses a mix of the two as a whole, so a mix
-/// is written in the map form. `None`: nothing to add, or filters the proxy cannot read as
-/// dockerd's, which go unchanged (the engine answers them). The answer is filtered again
-/// locally in any case (`stack_list`).
-pub fn own_list_filters(
-    raw: Option<&str>,
-    prefix: &str,
-    stack_label: Option<&str>,
-) -> Option<String> {
-    use serde_json::{Map, Value};
-    let given = match raw.filter(|r| !r.is_empty()) {
-        None => Map::new(),
-        Some(r) => match serde_json::from_str::<Value>(r) {
-            Ok(Value::Object(m)) => m,
-            _ => return None,
-        },
-    };
-    let readable = given.values().all(|v| match v {
-        Value::Array(a) => a.iter().all(Value::is_string),
-        Value::Object(m) => m.values().all(Value::is_boolean),
-        _ => false,
-    });
-    if !readable {
-        return None;
-    }
-    let named = given.get("name").is_some_and(|v| match v {
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(m) => !m.is_empty(),
-        _ => false,
-    });
-    let mut added: Vec<(&str, String)> = Vec::new();
-    if !named {
-        added.push(("name", format!("^/?{}", prefix.replace('.', "\\."))));
-    }
-    if let Some(stack) = stack_label {
-        added.push((
-            "label",
-            format!("{}={stack}", crate::create_body::STACK_LABEL),
-        ));
-    }
-    if added.is_empty() {
-        return None;
-    }
-    let arrays = !given.is_empty() && given.values().all(Value::is_array);
-    let mut out = Map::new();
-    for (key, values) in given {
-        let values = match values {
-            Value::Array(a) if !arrays => Value::Object(
-                a.into_iter()
-                    .filter_map(|v| v.as_str().map(|s| (s.to_owned(), Value::Bool(true))))
-                    .collect(),
-            ),
-            other => other,
-        };
-        out.insert(key, values);
-    }
-    for (key, value) in added {
-        let slot = out.entry(key).or_insert_with(|| {
-            if arrays {
-                Value::Array(Vec::new())
-            } else {
-                Value::Object(Map::new())
-            }
-        });
-        match slot {
-            Value::Array(a) => a.push(Value::String(value)),
-            Value::Object(m) => {
-                m.insert(value, Value::Bool(true));
-            }
-            _ => {}
-        }
-    }
-    Some(Value::Object(out).to_string())
 }
 
 /// dockerd reads `limit` as an integer and ignores values below 1.
@@ -389,71 +331,6 @@ pub fn pin_container_refs(raw: &str, own: &[(String, String)]) -> Result<String,
 mod tests {
 
     #[test]
-    fn container_lists_ask_the_engine_for_the_stacks_own() {
-        let f =
-            |raw: Option<&str>, label: Option<&str>| own_list_filters(raw, "deer-flow.x-", label);
-        let name_map = r#""name":{"^/?deer-flow\\.x-":true}"#;
-        let name_list = r#""name":["^/?deer-flow\\.x-"]"#;
-        // No filters of the client's: the map form, as the docker CLI writes it.
-        assert_eq!(f(None, None), Some(format!("{{{name_map}}}")));
-        assert_eq!(f(Some(""), None), Some(format!("{{{name_map}}}")));
-        assert_eq!(f(Some("{}"), None), Some(format!("{{{name_map}}}")));
-        // The client's own filters kept, in their form; a mix in the map form.
-        assert_eq!(
-            f(Some(r#"{"status":["running"]}"#), None),
-            Some(format!(r#"{{{name_list},"status":["running"]}}"#))
-        );
-        assert_eq!(
-            f(Some(r#"{"status":{"running":true}}"#), None),
-            Some(format!(r#"{{{name_map},"status":{{"running":true}}}}"#))
-        );
-        assert_eq!(
-            f(Some(r#"{"status":["running"],"label":{"a=b":true}}"#), None),
-            Some(format!(
-                r#"{{"label":{{"a=b":true}},{name_map},"status":{{"running":true}}}}"#
-            ))
-        );
-        // A name filter of the client's own is left alone (dockerd would OR a second value),
-        // and then nothing is added: the filters go as the client sent them.
-        assert_eq!(f(Some(r#"{"name":["deer-flow.x-sandbox-1"]}"#), None), None);
-        assert_eq!(
-            f(Some(r#"{"name":[]}"#), None),
-            Some(format!("{{{name_list}}}"))
-        );
-        // Under --require-stack-label, the stack's label too, beside the client's labels.
-        assert_eq!(
-            f(Some(r#"{"label":["a"]}"#), Some("atlas")),
-            Some(format!(
-                r#"{{"label":["a","sockproxy.stack=atlas"],{name_list}}}"#
-            ))
-        );
-        assert_eq!(
-            f(Some(r#"{"name":{"x":true}}"#), Some("atlas")),
-            Some(r#"{"label":{"sockproxy.stack=atlas":true},"name":{"x":true}}"#.into())
-        );
-        assert_eq!(
-            f(None, Some("atlas")),
-            Some(format!(
-                r#"{{"label":{{"sockproxy.stack=atlas":true}},{name_map}}}"#
-            ))
-        );
-        // What dockerd would refuse goes as it is.
-        for bad in [
-            "[]",
-            "x",
-            r#"{"name":"x"}"#,
-            r#"{"name":[1]}"#,
-            r#"{"name":{"x":1}}"#,
-        ] {
-            assert_eq!(f(Some(bad), None), None, "{bad}");
-        }
-        // The anchored value matches the stack's names only, as dockerd's regexp reads it.
-        let re = regex::Regex::new("^/?deer-flow\\.x-").expect("regex");
-        assert!(re.is_match("/deer-flow.x-sandbox-1") && re.is_match("deer-flow.x-a"));
-        assert!(!re.is_match("/deer-flowXx-sandbox-1") && !re.is_match("/other-deer-flow.x-a"));
-    }
-
-    #[test]
     fn before_and_since_name_only_own_containers() {
         let own = vec![
             ("aaa111".to_owned(), "deer-flow-sandbox-1".to_owned()),
@@ -515,7 +392,8 @@ mod tests {
             "c2":{"Name":"other-stack-x","IPv4Address":"172.23.0.3/16"}},
             "Peers":[{"Name":"node-2"}]},
             {"Name":"other-net","Id":"n2","Containers":{}}]"#;
-        let out = stack_list(Kind::Network, body, &scope(), None, None).expect("ok");
+        let out =
+            stack_list(Kind::Network, body, &scope(), None, &Names::default(), None).expect("ok");
         let v: Vec<serde_json::Value> = serde_json::from_slice(&out).expect("json");
         assert_eq!(v.len(), 1);
         let containers = v[0]["Containers"].as_object().expect("object");

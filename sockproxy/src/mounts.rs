@@ -1,8 +1,9 @@
 //! What a container may mount (`HostConfig.Binds`, `HostConfig.Mounts`): host paths only from
 //! beneath an allowed bind root, checked on the proxy's own view of the filesystem with no
-//! symbolic link in any component; named volumes only with the stack's prefix; anonymous
-//! volumes freely; tmpfs at clean paths with plain tmpfs options (`HostConfig.Tmpfs`,
-//! `TmpfsOptions.Options`). The engine's socket is never mountable.
+//! symbolic link in any component; named volumes only with the stack's prefix (the stack lists
+//! and removes them as its own); no anonymous volume (the stack could neither list nor remove
+//! it, so each would outlive its sandbox on the host); tmpfs at clean paths with plain tmpfs
+//! options (`HostConfig.Tmpfs`, `TmpfsOptions.Options`). The engine's socket is never mountable.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -212,7 +213,7 @@ pub fn binds(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     Ok(Value::from(list))
 }
 
-/// `HostConfig.Mounts`: bind (as binds), volume (the stack's or anonymous, local driver, no
+/// `HostConfig.Mounts`: bind (as binds), volume (the stack's named ones, local driver, no
 /// driver options) and tmpfs; every other type is refused.
 pub fn mounts(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let Value::Array(list) = v else {
@@ -244,9 +245,11 @@ pub fn mounts(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
                 r.zero_kept(&mut o, &["VolumeOptions", "TmpfsOptions"])?;
             }
             "volume" => {
-                if !source.is_empty() {
-                    volume_name(ctx, &r.path("Source"), &source)?;
+                if source.is_empty() {
+                    let target = o.get("Target").and_then(Value::as_str).unwrap_or_default();
+                    return Err(anonymous(ctx.op, &format!("{at}.Target"), target));
                 }
+                volume_name(ctx, &r.path("Source"), &source)?;
                 r.keep(&mut o, "VolumeOptions", volume_options)?;
                 r.zero_kept(&mut o, &["BindOptions", "TmpfsOptions"])?;
             }
@@ -340,4 +343,57 @@ fn tmpfs_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusal
     })?;
     r.finish()?;
     Ok(Value::Object(o))
+}
+
+/// The refusal of an anonymous volume at `target`. Nothing allows one: the engine names it by a
+/// random ID that carries no prefix and no label, so the stack could never list or remove it.
+fn anonymous(op: &str, path: &str, target: &str) -> Refusal {
+    value_not_allowed(
+        op,
+        path,
+        target,
+        "an anonymous volume, which the stack could not list or remove; no flag allows one: \
+         name a volume that starts with the stack's prefix, or use a tmpfs",
+    )
+}
+
+/// `target` as dockerd compares mount destinations (`filepath.Clean`): `.`, `..` and repeated
+/// or trailing `/` resolved.
+fn clean_target(target: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in target.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// A checked create body's `Volumes` (config): dockerd makes an anonymous volume for each path
+/// no bind or mount of `HostConfig` covers (docker-py lists its binds' targets there; the docker
+/// CLI puts `-v /path` there), so each path must be the target of a `Binds` or `Mounts` entry.
+pub fn no_anonymous_volumes(op: &str, out: &Map<String, Value>) -> Result<(), Refusal> {
+    let Some(paths) = out.get("Volumes").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    let host = out.get("HostConfig");
+    let list = |key: &str| {
+        host.and_then(|h| h.get(key))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+    };
+    let binds = list("Binds")
+        .filter_map(Value::as_str)
+        .filter_map(|b| b.split(':').nth(1));
+    let mounts = list("Mounts").filter_map(|m| m.get("Target").and_then(Value::as_str));
+    let covered: Vec<String> = binds.chain(mounts).map(clean_target).collect();
+    match paths.keys().find(|p| !covered.contains(&clean_target(p))) {
+        Some(p) => Err(anonymous(op, "Volumes", p)),
+        None => Ok(()),
+    }
 }

@@ -38,6 +38,10 @@ pub enum Plan {
     },
     /// Stream the engine's events, keeping only the stack's own.
     Events,
+    /// Forward, then keep only the stack's named volumes.
+    VolumeList,
+    /// Forward a request on one of the stack's named volumes (checked by name).
+    Volume,
     /// Answer `GET /info` for the stack alone.
     Info,
 }
@@ -132,8 +136,22 @@ pub fn decide(
                 access,
             })
         }
+        Endpoint::VolumeList => {
+            known_params(&op, query, &["filters"])?;
+            Ok(Plan::VolumeList)
+        }
+        Endpoint::Volume { op: vop, name } => {
+            known_params(&op, query, vop.query_params())?;
+            // Another stack's volume answers as a missing one does (no existence oracle).
+            // Under --require-stack-label a volume carries no label the stack could have set,
+            // so the stack has none (mounts refuses named volumes there alike).
+            if scope.visible(name) && !scope.requires_label() {
+                Ok(Plan::Volume)
+            } else {
+                Err(Refusal::NoSuchVolume(name.clone()))
+            }
+        }
         Endpoint::NotInView { kind, name } => Err(match kind {
-            ViewKind::Volume => Refusal::NoSuchVolume(name.clone()),
             ViewKind::Plugin => Refusal::NoSuchPlugin(name.clone()),
         }),
         Endpoint::BadRef { .. } => Err(Refusal::BadRequest(format!(

@@ -217,6 +217,50 @@ mod table {
         }
     }
 
+    /// A stack's named volumes (its prefix) may be listed, inspected and removed; another
+    /// stack's answer as missing ones do, and under --require-stack-label the stack has none.
+    #[test]
+    fn volumes_are_decided_by_name() {
+        use crate::api::VolumeOp;
+        let vol = |op, name: &str| Endpoint::Volume {
+            op,
+            name: name.into(),
+        };
+        let run = |ep: &Endpoint, raw: &str, s: &Scope| {
+            let q = Query::parse(Some(raw)).expect("query");
+            decide(ep, &q, s, &[]).map_err(|r| r.to_string())
+        };
+        let open = scope(false);
+        let labelled = scope(false).with_required_label(Some("atlas"));
+        let missing = |n: &str| Err(format!("get {n}: no such volume"));
+        let cases = [
+            (Endpoint::VolumeList, "", &open, Ok(Plan::VolumeList)),
+            (Endpoint::VolumeList, "filters=%7B%7D", &labelled, Ok(Plan::VolumeList)),
+            (vol(VolumeOp::Inspect, "deer-flow-data"), "", &open, Ok(Plan::Volume)),
+            (vol(VolumeOp::Remove, "deer-flow-data"), "force=1", &open, Ok(Plan::Volume)),
+            (vol(VolumeOp::Inspect, "other-data"), "", &open, missing("other-data")),
+            (vol(VolumeOp::Remove, "other-data"), "", &open, missing("other-data")),
+            (vol(VolumeOp::Remove, "Deer-flow-data"), "", &open, missing("Deer-flow-data")),
+            (vol(VolumeOp::Inspect, "deer-flow-data"), "", &labelled, missing("deer-flow-data")),
+            (vol(VolumeOp::Remove, "deer-flow-data"), "", &labelled, missing("deer-flow-data")),
+            (
+                vol(VolumeOp::Inspect, "deer-flow-data"),
+                "force=1",
+                &open,
+                Err("sockproxy: volumes.inspect: query parameter force is not allowed for this stack".into()),
+            ),
+            (
+                Endpoint::VolumeList,
+                "dangling=1",
+                &open,
+                Err("sockproxy: volumes.list: query parameter dangling is not allowed for this stack".into()),
+            ),
+        ];
+        for (ep, raw, s, want) in cases {
+            assert_eq!(run(&ep, raw, s), want, "{ep:?} ?{raw}");
+        }
+    }
+
     #[test]
     fn info_deny_refuses_info() {
         let s = scope(false).with_info(false);

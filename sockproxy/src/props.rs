@@ -135,7 +135,14 @@ fn plan_in_scope(plan: &Plan, target: &Target, scope: &Scope) -> Result<(), Stri
         } => name_ok(Kind::Network, *access, r),
         Plan::CreateNetwork => scope.restricted(),
         Plan::Exec { id, .. } => id.bytes().all(|b| b.is_ascii_hexdigit()),
-        Plan::Forward | Plan::List(_) | Plan::Events | Plan::Info => true,
+        Plan::Forward | Plan::List(_) | Plan::Events | Plan::Info | Plan::VolumeList => true,
+        // The one volume named in the path is the stack's, and never under the label rule.
+        Plan::Volume => {
+            target.segments.len() == 2
+                && target.segments[0] == "volumes"
+                && scope.visible(&target.segments[1])
+                && !scope.requires_label()
+        }
     };
     if ok {
         Ok(())
@@ -340,8 +347,41 @@ fn within_host_spend(out: &Value, spend: &crate::spend::Spend) -> Result<(), Str
     if let Some(v) = out.get("Volumes").and_then(Value::as_object) {
         targets.extend(v.keys().cloned());
     }
-    match targets.iter().find(|t| kernel_fs(t).is_some()) {
-        Some(t) => Err(format!("forwarded mount target {t}: {out}")),
+    if let Some(t) = targets.iter().find(|t| kernel_fs(t).is_some()) {
+        return Err(format!("forwarded mount target {t}: {out}"));
+    }
+    no_anonymous_volume(out)
+}
+
+/// No forwarded body makes an anonymous volume: every volume mount names its source, and every
+/// `Volumes` path is the target of a bind or a mount (compared with trailing `/` trimmed).
+fn no_anonymous_volume(out: &Value) -> Result<(), String> {
+    let h = &out["HostConfig"];
+    let list = |k: &str| {
+        h.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let trim = |t: &str| t.trim_end_matches('/').to_owned();
+    let mut covered: Vec<String> = Vec::new();
+    for b in list("Binds") {
+        covered.extend(b.as_str().and_then(|b| b.split(':').nth(1)).map(trim));
+    }
+    for m in list("Mounts") {
+        let source = m.get("Source").and_then(Value::as_str).unwrap_or("");
+        if m.get("Type").and_then(Value::as_str) == Some("volume") && source.is_empty() {
+            return Err(format!("forwarded an anonymous volume mount: {out}"));
+        }
+        covered.extend(m.get("Target").and_then(Value::as_str).map(trim));
+    }
+    let paths = out.get("Volumes").and_then(Value::as_object);
+    match paths
+        .into_iter()
+        .flat_map(|p| p.keys())
+        .find(|p| !covered.contains(&trim(p)))
+    {
+        Some(p) => Err(format!("forwarded Volumes {p} that nothing covers: {out}")),
         None => Ok(()),
     }
 }

@@ -202,7 +202,7 @@ impl Proxy {
                     Ok(plan) => {
                         let reason = match plan {
                             Plan::Forward => "always_allowed",
-                            Plan::List(_) => "filtered_list",
+                            Plan::List(_) | Plan::VolumeList => "filtered_list",
                             _ => "in_scope",
                         };
                         let result = self
@@ -243,10 +243,14 @@ impl Proxy {
         // the way can drain it and the client sees the refusal rather than a broken pipe.
         let mut take = || body.take().unwrap_or_else(upstream::empty);
         match plan {
-            Plan::Forward => {
+            Plan::Forward | Plan::Volume => {
                 body::no_body(take()).await?;
                 let path = with_query(target.path(), &query);
                 self.forward(&parts, upstream::empty(), path, None).await
+            }
+            Plan::VolumeList => {
+                body::no_body(take()).await?;
+                self.volume_list(parts, target).await
             }
             Plan::CreateContainer => {
                 let checked =
@@ -344,10 +348,12 @@ impl Proxy {
             .require_stack_label
             .then_some(self.stack.as_str());
         let prefix = self.scope.prefix().as_str();
-        let query = match filter::own_list_filters(query.get("filters"), prefix, label) {
+        let ask = crate::list_query::own_list_filters(query.get("filters"), prefix, label);
+        let query = match ask.filters {
             Some(own) => query.with("filters", own),
             None => query,
         };
+        let names = ask.names;
         // `limit` applies to the stack's own entries, so it is applied after filtering.
         let path = with_query(target.path(), &query.encode_without(&["limit"]));
         let req = upstream_request(&parts, path, upstream::empty(), false)?;
@@ -367,7 +373,8 @@ impl Proxy {
             // Off the event loop: a large list takes milliseconds to filter, and every other
             // request on the loop waits meanwhile.
             let (body, scope) = (answer.body.clone(), self.scope.clone());
-            let filter = move || filter::stack_list(kind, &body, &scope, limit, own.as_ref());
+            let filter =
+                move || filter::stack_list(kind, &body, &scope, limit, &names, own.as_ref());
             match self.blocking.get() {
                 Some(first) => first.spawn_blocking(filter),
                 None => tokio::task::spawn_blocking(filter),
@@ -375,7 +382,7 @@ impl Proxy {
             .await
             .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
         } else {
-            filter::stack_list(kind, &answer.body, &self.scope, limit, own.as_ref())
+            filter::stack_list(kind, &answer.body, &self.scope, limit, &names, own.as_ref())
         }
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {

@@ -246,7 +246,7 @@ fn working_directories_and_mounts_stay_out_of_the_kernels_file_systems() {
         format!("sockproxy: containers.create: HostConfig.Mounts[0].Target /proc/sys is not allowed for this stack {}", hint("/proc"))
     );
     assert_eq!(
-        host(json!({ "Mounts": [{ "Type": "volume", "Target": "//dev/" }] })),
+        host(json!({ "Mounts": [{ "Type": "volume", "Source": "deer-flow-v", "Target": "//dev/" }] })),
         format!("sockproxy: containers.create: HostConfig.Mounts[0].Target //dev/ is not allowed for this stack {}", hint("/dev"))
     );
     assert_eq!(
@@ -270,7 +270,7 @@ fn working_directories_and_mounts_stay_out_of_the_kernels_file_systems() {
     );
     assert_eq!(
         decide(
-            json!({ "Image": "img", "Volumes": { "/data": {} }, "HostConfig": { "Binds": ["deer-flow-v:/devices"], "Tmpfs": { "/tmp": "" } } })
+            json!({ "Image": "img", "Volumes": { "/devices": {} }, "HostConfig": { "Binds": ["deer-flow-v:/devices"], "Tmpfs": { "/tmp": "" } } })
         ),
         "allow"
     );

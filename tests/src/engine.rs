@@ -221,6 +221,7 @@ pub struct Cleanup {
     socket: PathBuf,
     containers: Vec<String>,
     networks: Vec<String>,
+    volumes: Vec<String>,
 }
 
 impl Cleanup {
@@ -229,6 +230,7 @@ impl Cleanup {
             socket: socket.to_owned(),
             containers: Vec::new(),
             networks: Vec::new(),
+            volumes: Vec::new(),
         }
     }
 
@@ -239,6 +241,12 @@ impl Cleanup {
 
     pub fn network(&mut self, name: &str) -> String {
         self.networks.push(name.to_owned());
+        name.to_owned()
+    }
+
+    /// A volume removed after the containers (which may hold it).
+    pub fn volume(&mut self, name: &str) -> String {
+        self.volumes.push(name.to_owned());
         name.to_owned()
     }
 }
@@ -255,6 +263,9 @@ impl Drop for Cleanup {
         }
         for n in &self.networks {
             let _ = raw::request(&self.socket, "DELETE", &format!("/networks/{n}"), None);
+        }
+        for v in &self.volumes {
+            let _ = raw::request(&self.socket, "DELETE", &format!("/volumes/{v}"), None);
         }
     }
 }

@@ -22,4 +22,5 @@ mod offline;
 mod restricted;
 mod shared_prefix;
 mod spend;
+mod volumes;
 mod writes;

@@ -105,7 +105,8 @@ fn refusals_are_byte_exact_and_never_forwarded() {
         ("POST", "/images/create?fromImage=busybox", 403, "sockproxy: images.pull: busybox names no tag or digest; pull one tag at a time"),
         ("POST", "/build", 403, "sockproxy: build: not allowed for this stack"),
         ("PUT", "/containers/deer-flow-sandbox-a/archive?path=%2Ftmp&extract=1", 403, "sockproxy: containers.archive: query parameter extract is not allowed for this stack"),
-        ("GET", "/volumes", 403, "sockproxy: volumes: not allowed for this stack"),
+        ("POST", "/volumes/create", 403, "sockproxy: volumes: not allowed for this stack"),
+        ("POST", "/volumes/prune", 403, "sockproxy: volumes: not allowed for this stack"),
         ("POST", "/swarm/init", 403, "sockproxy: swarm.swarm: not allowed for this stack"),
         ("POST", "/containers/prune", 403, "sockproxy: containers.prune: not allowed for this stack"),
         ("POST", "/containers/deer-flow-sandbox-a/rename?name=x", 403, "sockproxy: containers.rename: x is not one of this stack's sandboxes"),
@@ -119,7 +120,8 @@ fn refusals_are_byte_exact_and_never_forwarded() {
         ("POST", "/networks/create", 403, "sockproxy: networks.create: not allowed for this stack"),
         ("DELETE", "/networks/deer-flow-net-1", 403, "sockproxy: networks.remove: not allowed for this stack"),
         ("GET", "/networks/other-net", 403, "sockproxy: networks.inspect: other-net is not one of this stack's networks"),
-        ("GET", "/volumes/deer-flow-x", 404, "get deer-flow-x: no such volume"),
+        ("GET", "/volumes/other-x", 404, "get other-x: no such volume"),
+        ("DELETE", "/volumes/other-x", 404, "get other-x: no such volume"),
         ("GET", "/plugins/deer-flow-x/json", 404, "plugin \"deer-flow-x\" not found"),
     ];
     for (method, target, status, message) in cases {

@@ -324,6 +324,18 @@ fn other_stacks_bulky_containers_do_not_break_this_stacks_list() {
                     let r = raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
                     assert_eq!(names(&r), [format!("/{mine}")], "{q}");
                 }
+                // The client's own name filter is matched by the proxy: one that names the
+                // bulky containers finds none of the stack's, and they still do not count.
+                for (q, want) in [
+                    ("all=1&filters=%7B%22name%22%3A%5B%22bulk%22%5D%7D", vec![]),
+                    (
+                        "all=1&filters=%7B%22name%22%3A%7B%22mine%22%3Atrue%7D%7D",
+                        vec![format!("/{mine}")],
+                    ),
+                ] {
+                    let r = raw::get(p.socket(), &format!("/containers/json?{q}")).expect("answer");
+                    assert_eq!(names(&r), want, "{q}");
+                }
                 // Networks: another prefix's bulky ones count neither against a network list
                 // nor against the lookup of the stack's own network by an ID prefix.
                 for j in 0..2 {
