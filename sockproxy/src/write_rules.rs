@@ -162,6 +162,9 @@ pub fn network_create(v: Value, scope: &Scope, stack: &str) -> Result<Value, Ref
     for f in ["CheckDuplicate", "EnableIPv4", "EnableIPv6", "Internal"] {
         r.keep(&mut o, f, fields::any_bool)?;
     }
+    // Always checked: without it an engine before API 1.44 makes a second network of a name
+    // that exists, and every lookup by that name (another stack's among them) is then ambiguous.
+    o.insert("CheckDuplicate".into(), Value::Bool(true));
     for f in ["Attachable", "Ingress", "ConfigOnly"] {
         r.keep(&mut o, f, fields::false_only)?;
     }
@@ -346,6 +349,13 @@ mod tests {
             bare.map(|v| v["Labels"].clone()),
             Ok(json!({ "sockproxy.stack": "atlas" }))
         );
+        // A name that exists is always checked for (else a pre-1.44 engine makes a second).
+        for sent in [json!({}), json!({ "CheckDuplicate": false }), json!({ "checkduplicate": null })] {
+            let mut body = json!({ "Name": "deer-flow-net-1" });
+            body.as_object_mut().map(|b| b.extend(sent.as_object().cloned().unwrap_or_default()));
+            let made = network_create(body, &s, "atlas").map(|v| v["CheckDuplicate"].clone());
+            assert_eq!(made, Ok(json!(true)), "{sent}");
+        }
         // A sandbox's internal network must be internal; keys are read case-insensitively.
         assert!(network_create(
             json!({ "name": "deer-flow-sandbox-net-a", "internal": true }),

@@ -62,6 +62,29 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
         );
 
         step(
+            "stack B's create of A's network name makes no second one and names no ID",
+            || {
+                // dockerd 20.10 makes a duplicate unless asked to check, and its answer then
+                // carries the existing network's ID: the proxy always asks it to check.
+                for check in [json!(false), json!(null)] {
+                    let body = json!({ "Name": net, "Internal": true, "CheckDuplicate": check });
+                    let r = send(b.socket(), "POST", "/networks/create", &body);
+                    refused(&r, 409, &format!("network with name {net} already exists"));
+                    let held = inspect(&e, "networks", &net);
+                    assert!(!r.text().contains(held.json()["Id"].as_str().unwrap_or("-")));
+                }
+                let same = raw::get(&e.socket, "/networks").expect("answer").json();
+                let named = same
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|n| n["Name"] == json!(net))
+                    .count();
+                assert_eq!(named, 1, "one network of that name on the engine");
+            },
+        );
+
+        step(
             "stack B cannot read A's sandbox or network: not listed, inspected or logged",
             || {
                 let mine = format!("{prefix}sandbox-a");
