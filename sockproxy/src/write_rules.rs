@@ -350,9 +350,15 @@ mod tests {
             Ok(json!({ "sockproxy.stack": "atlas" }))
         );
         // A name that exists is always checked for (else a pre-1.44 engine makes a second).
-        for sent in [json!({}), json!({ "CheckDuplicate": false }), json!({ "checkduplicate": null })] {
+        for sent in [
+            json!({}),
+            json!({ "CheckDuplicate": false }),
+            json!({ "checkduplicate": null }),
+        ] {
             let mut body = json!({ "Name": "deer-flow-net-1" });
-            body.as_object_mut().map(|b| b.extend(sent.as_object().cloned().unwrap_or_default()));
+            if let (Some(b), Some(x)) = (body.as_object_mut(), sent.as_object()) {
+                b.extend(x.clone());
+            }
             let made = network_create(body, &s, "atlas").map(|v| v["CheckDuplicate"].clone());
             assert_eq!(made, Ok(json!(true)), "{sent}");
         }
