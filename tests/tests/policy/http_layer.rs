@@ -291,13 +291,16 @@ fn a_kept_alive_connection_in_use_is_closed_only_after_its_last_answer() {
         first.elapsed() > Duration::from_secs(3),
         "in use for longer than the limit"
     );
+    // The close is waited for, not timed from above: the read timeout (10 s) only keeps a
+    // connection that is never closed from hanging the test (issue 41: no wall-clock upper
+    // bound, which a loaded machine can overrun). A lower bound cannot flake that way.
     let idle_from = Instant::now();
     let closed = conn.read(&mut answer).expect("closed, not timed out");
     let took = idle_from.elapsed();
     assert_eq!(closed, 0, "the proxy closes the connection once idle");
     assert!(
-        took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
-        "closed {took:?} after the last answer, not twice the header timeout"
+        took >= Duration::from_millis(1900),
+        "closed {took:?} after the last answer, before the idle limit counted from it"
     );
 }
 
