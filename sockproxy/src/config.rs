@@ -96,8 +96,9 @@ pub struct Args {
     /// Let containers run with `seccomp=unconfined`.
     #[arg(long, env = "SOCKPROXY_ALLOW_SECCOMP_UNCONFINED")]
     pub allow_seccomp_unconfined: bool,
-    /// SHA-256 (hex) of a custom seccomp profile containers may use, hashed over the profile
-    /// JSON as the client sends it (repeatable).
+    /// A custom seccomp profile containers may use: the profile file's path, or sha256:HEX of
+    /// its canonical JSON (sorted keys, no spaces; --print-policy shows it), so it matches
+    /// however the client formats it (repeatable).
     #[arg(
         long = "allow-seccomp-profile",
         env = "SOCKPROXY_ALLOW_SECCOMP_PROFILE",
@@ -178,8 +179,8 @@ pub enum ConfigError {
     BindRootNotCanonical(PathBuf, PathBuf),
     #[error("--allow-bind-root {0:?}: must be on a mount with nosuid and nodev (its mount allows {1}): a sandbox is root in what it binds and could leave a set-user-ID program or a device node there for the host; e.g. `mount --bind {0:?} {0:?} && mount -o remount,bind,nosuid,nodev {0:?}`")]
     BindRootSuid(PathBuf, String),
-    #[error("--allow-seccomp-profile {0:?}: expected 64 lowercase hex characters (a SHA-256)")]
-    SeccompProfile(String),
+    #[error("--allow-seccomp-profile {0:?}: {1}")]
+    SeccompProfile(String, String),
     #[error("--min-api-version {0:?}: expected MAJOR.MINOR, at least 1.24")]
     MinApiVersion(String),
     #[error("--policy {0:?}: {1}")]
@@ -249,15 +250,14 @@ impl Config {
         for root in &args.allow_bind_root {
             check_bind_root(root)?;
         }
-        for sum in &args.allow_seccomp_profile {
-            if sum.len() != 64
-                || !sum
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            {
-                return Err(ConfigError::SeccompProfile(sum.clone()));
-            }
-        }
+        let seccomp_profiles = args
+            .allow_seccomp_profile
+            .iter()
+            .map(|raw| {
+                crate::seccomp::allowed_digest(raw)
+                    .map_err(|why| ConfigError::SeccompProfile(raw.clone(), why))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let min_raw = args.min_api_version.as_deref().unwrap_or("1.24");
         let min_api_version = crate::canon::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
@@ -295,7 +295,7 @@ impl Config {
                 bind_roots: args.allow_bind_root,
                 public_ports: args.allow_public_ports,
                 allow_seccomp_unconfined: args.allow_seccomp_unconfined,
-                seccomp_profiles: args.allow_seccomp_profile,
+                seccomp_profiles,
                 allow_sysctls: args.allow_sysctl,
                 max_shm_size: args
                     .max_shm_size

@@ -31,8 +31,8 @@ pub struct CreateRules {
     pub public_ports: bool,
     /// `seccomp=unconfined` (`--allow-seccomp-unconfined`).
     pub allow_seccomp_unconfined: bool,
-    /// SHA-256 (lowercase hex) of custom seccomp profiles a stack may send
-    /// (`--allow-seccomp-profile`), hashed over the profile text as sent.
+    /// SHA-256 (lowercase hex) of the canonical JSON of custom seccomp profiles a stack may
+    /// send (`--allow-seccomp-profile`, `seccomp`).
     pub seccomp_profiles: Vec<String>,
     /// Namespaced sysctls a container may set (`--allow-sysctl`).
     pub allow_sysctls: Vec<String>,

@@ -4,7 +4,6 @@
 //! is not listed is refused by name (`fields::Reader::finish`).
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::create_body::Ctx;
 use crate::fields::{self, not_allowed, value_not_allowed, Reader};
@@ -520,16 +519,19 @@ fn port_bindings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
 /// `KEY:VALUE`), keys compared exactly. Only confinement the engine applies by default, or more.
 fn security_opt(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let opts = fields::str_list(path, v)?;
-    for opt in &opts {
-        security_opt_one(ctx, path, opt)?;
+    let mut out = Vec::with_capacity(opts.len());
+    for opt in opts {
+        out.push(security_opt_one(ctx, path, opt)?);
     }
-    Ok(Value::from(opts))
+    Ok(Value::from(out))
 }
 
-fn security_opt_one(ctx: &Ctx, path: &str, opt: &str) -> Result<(), Refusal> {
-    let refuse = |hint: &str| value_not_allowed(ctx.op, path, opt, hint);
+/// One option as it is forwarded: as sent, or for a custom seccomp profile the canonical JSON
+/// that was decided on (`seccomp`).
+fn security_opt_one(ctx: &Ctx, path: &str, opt: String) -> Result<String, Refusal> {
+    let refuse = |hint: &str| value_not_allowed(ctx.op, path, &opt, hint);
     if opt == "no-new-privileges" {
-        return Ok(());
+        return Ok(opt);
     }
     let split = if opt.contains('=') {
         opt.split_once('=')
@@ -540,7 +542,7 @@ fn security_opt_one(ctx: &Ctx, path: &str, opt: &str) -> Result<(), Refusal> {
         // `disable` alone turns SELinux labelling off; anything else the engine refuses.
         return Err(refuse(""));
     };
-    match key {
+    let checked = match key {
         "no-new-privileges" => match value {
             "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(()),
             _ => Err(refuse("")),
@@ -556,22 +558,22 @@ fn security_opt_one(ctx: &Ctx, path: &str, opt: &str) -> Result<(), Refusal> {
         // (`--seccomp-profile`, engine 25 and later), which may be stricter.
         "seccomp" if value == "builtin" => Err(refuse("")),
         "seccomp" => {
-            let sum: String = Sha256::digest(value.as_bytes())
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            if ctx.rules.seccomp_profiles.contains(&sum) {
-                Ok(())
-            } else {
-                Err(value_not_allowed(
-                    ctx.op,
-                    path,
-                    &format!("seccomp profile sha256:{sum}"),
-                    "--allow-seccomp-profile",
-                ))
+            let profile = crate::seccomp::canonical(value).map_err(|why| Refusal::Setting {
+                op: ctx.op.to_owned(),
+                why: format!("{path} seccomp: {why}"),
+            })?;
+            if ctx.rules.seccomp_profiles.contains(&profile.sha256) {
+                return Ok(format!("seccomp={}", profile.json));
             }
+            Err(value_not_allowed(
+                ctx.op,
+                path,
+                &format!("seccomp profile sha256:{}", profile.sha256),
+                "--allow-seccomp-profile",
+            ))
         }
         "apparmor" if value == "docker-default" => Ok(()),
         _ => Err(refuse("")),
-    }
+    };
+    checked.map(|()| opt.clone())
 }

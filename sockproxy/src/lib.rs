@@ -42,6 +42,7 @@ mod quiet;
 pub mod refusal;
 mod resolve;
 pub mod scope;
+pub mod seccomp;
 pub mod server;
 pub mod spend;
 pub mod spend_host;

@@ -149,7 +149,11 @@ impl PolicyFile {
             allow_bind_root: r.bind_roots.clone(),
             allow_public_ports: Some(r.public_ports),
             allow_seccomp_unconfined: Some(r.allow_seccomp_unconfined),
-            allow_seccomp_profile: r.seccomp_profiles.clone(),
+            allow_seccomp_profile: r
+                .seccomp_profiles
+                .iter()
+                .map(|d| format!("sha256:{d}"))
+                .collect(),
             allow_sysctl: r.allow_sysctls.clone(),
             max_shm_size: Some(r.max_shm_size),
             allow_log_driver: r.allow_log_drivers.clone(),

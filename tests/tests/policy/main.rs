@@ -20,6 +20,7 @@ mod lists;
 mod names;
 mod offline;
 mod restricted;
+mod seccomp;
 mod shared_prefix;
 mod spend;
 mod volumes;
