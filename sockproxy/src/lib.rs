@@ -8,6 +8,7 @@
 //! threads its connections are served on, `quiet` how those loops watch each socket, `config`
 //! the flags.
 
+pub mod activation;
 mod answer;
 pub mod api;
 pub mod body;

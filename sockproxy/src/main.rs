@@ -125,7 +125,12 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             "--require-stack-label with the stack named after its prefix (the default): other stacks on this prefix get the same label; give each its own --stack"
         );
     }
-    let listener = server::bind(&cfg).context("cannot listen")?;
+    let bound = server::bind(&cfg).context("cannot listen")?;
+    if !bound.made_here && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
+        tracing::warn!(
+            "--socket-mode and --socket-group are not applied: systemd made the socket (set SocketMode= and SocketGroup= in the .socket unit)"
+        );
+    }
     tracing::info!(
         listen = %cfg.listen.display(),
         upstream = %cfg.upstream.display(),
@@ -133,6 +138,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         restricted = cfg.scope.restricted(),
         stack = %cfg.stack,
         event_loops = cfg.event_loops,
+        socket_activation = !bound.made_here,
         "sockproxy listening"
     );
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -145,9 +151,9 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         tracing::info!("shutting down");
     };
     server::serve(
-        listener,
+        bound.listener,
         server::proxy_for(&cfg),
-        cfg.listen.clone(),
+        bound.made_here.then(|| cfg.listen.clone()),
         cfg.shutdown_grace,
         shutdown,
     )

@@ -32,6 +32,16 @@ pub enum ServerError {
     NotASocket(PathBuf),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Activation(#[from] crate::activation::ActivationError),
+}
+
+/// The proxy's listening socket, and whether the proxy made it (and so removes it at exit) or
+/// systemd passed it (and keeps it for the next start).
+#[derive(Debug)]
+pub struct Bound {
+    pub listener: UnixListener,
+    pub made_here: bool,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
@@ -44,8 +54,18 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
 /// Binds the proxy's socket. A stale socket file is replaced only if nothing answers on it.
 /// The socket is created under the process umask (no group/other write with the usual 022),
 /// then opened up to `socket_mode`, so the window before chmod is never wider than asked.
-pub fn bind(cfg: &Config) -> Result<UnixListener, ServerError> {
+/// With systemd socket activation, the socket systemd passed is used as it is (its mode and
+/// group are the unit's).
+pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     let path = &cfg.listen;
+    if let Some(std) = crate::activation::inherited(path)? {
+        std.set_nonblocking(true).map_err(io_err(path))?;
+        let listener = UnixListener::from_std(std).map_err(io_err(path))?;
+        return Ok(Bound {
+            listener,
+            made_here: false,
+        });
+    }
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             match std::os::unix::net::UnixStream::connect(path) {
@@ -67,7 +87,10 @@ pub fn bind(cfg: &Config) -> Result<UnixListener, ServerError> {
     }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.socket_mode))
         .map_err(io_err(path))?;
-    Ok(listener)
+    Ok(Bound {
+        listener,
+        made_here: true,
+    })
 }
 
 pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
@@ -101,10 +124,11 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
 /// once (new clients are refused), asks every connection to finish gracefully (idle keep-alive
 /// connections close, responses in progress complete) and waits for in-flight work, upgrade
 /// streams included, up to `grace`.
+/// `made`: the socket file to remove at the end (`None` for one systemd passed).
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
-    path: PathBuf,
+    made: Option<PathBuf>,
     grace: std::time::Duration,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -172,8 +196,10 @@ pub async fn serve(
         }
     }
     drop(listener);
-    if let Err(e) = std::fs::remove_file(&path) {
-        tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
+    if let Some(path) = made {
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
+        }
     }
     let _ = stop_tx.send(true);
     let inflight = proxy.inflight.count();
@@ -372,7 +398,7 @@ impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
         // The binary's first event loop (main.rs); `serve` starts the others, as in the binary.
         let runtime = crate::loops::runtime().map_err(io_err(&cfg.listen))?;
-        let listener = {
+        let bound = {
             let _guard = runtime.enter();
             bind(&cfg)?
         };
@@ -384,7 +410,8 @@ impl Background {
         let thread = std::thread::spawn(move || {
             // Tests stop proxies often; a short grace keeps teardown quick.
             let grace = std::time::Duration::from_secs(2);
-            runtime.block_on(serve(listener, thread_proxy, thread_path, grace, async {
+            let made = bound.made_here.then_some(thread_path);
+            runtime.block_on(serve(bound.listener, thread_proxy, made, grace, async {
                 let _ = rx.await;
             }));
             runtime.shutdown_background();

@@ -249,20 +249,84 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     })
 }
 
+/// What `bind` gives `run`: the listener, and whether this process made its socket file (and
+/// so removes it at exit) or systemd passed the socket (which stays for the next start).
+#[derive(Debug)]
+pub struct Bound {
+    pub listener: Listener,
+    pub made_here: bool,
+}
+
 /// `--listen`, parsed (the one place its error is worded).
 fn listen(a: &ServeArgs) -> Result<Listen, ServeSetupError> {
     Listen::parse(&a.listen).map_err(|e| ServeSetupError::Flag("listen", e.to_string()))
 }
 
-/// Binds `--listen`: a TCP address, or the Unix socket with its mode and group (an old socket
-/// file is replaced).
-pub async fn bind(a: &ServeArgs) -> Result<Listener, ServeSetupError> {
-    let path = match listen(a)? {
+/// The socket systemd passed (socket activation), if it passed one: it must be the kind and
+/// the address `--listen` names, so the flag and the unit cannot name two places. `listenfd`
+/// checks `LISTEN_PID` and clears the variables.
+fn inherited(at: &Listen) -> Result<Option<Listener>, ServeSetupError> {
+    let mut fds = listenfd::ListenFd::from_env();
+    if fds.len() == 0 {
+        return Ok(None);
+    }
+    let elsewhere = |got: String| {
+        ServeSetupError::Flag(
+            "listen",
+            format!("systemd passed the socket at {got}, but --listen is {at}: make them the same"),
+        )
+    };
+    if fds.len() > 1 {
+        return Err(elsewhere(format!("{} sockets", fds.len())));
+    }
+    let listener = match at {
+        Listen::Unix(path) => {
+            let l = fds
+                .take_unix_listener(0)?
+                .ok_or_else(|| elsewhere("fd 3".into()))?;
+            let got = l.local_addr()?.as_pathname().map(std::path::Path::to_owned);
+            if got.as_deref() != Some(path.as_path()) {
+                return Err(elsewhere(
+                    got.map_or("an unnamed socket".into(), |p| p.display().to_string()),
+                ));
+            }
+            l.set_nonblocking(true)?;
+            Listener::Unix(tokio::net::UnixListener::from_std(l)?)
+        }
+        Listen::Tcp(addr) => {
+            let l = fds
+                .take_tcp_listener(0)?
+                .ok_or_else(|| elsewhere("fd 3".into()))?;
+            let got = l.local_addr()?;
+            if got != *addr {
+                return Err(elsewhere(format!("tcp://{got}")));
+            }
+            l.set_nonblocking(true)?;
+            Listener::Tcp(tokio::net::TcpListener::from_std(l)?)
+        }
+    };
+    Ok(Some(listener))
+}
+
+/// Binds `--listen`: the socket systemd passed, else a TCP address, or the Unix socket with its
+/// mode and group (a stale socket file is replaced; one that answers is refused).
+pub async fn bind(a: &ServeArgs) -> Result<Bound, ServeSetupError> {
+    let at = listen(a)?;
+    if let Some(listener) = inherited(&at)? {
+        return Ok(Bound {
+            listener,
+            made_here: false,
+        });
+    }
+    let path = match at {
         Listen::Tcp(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| ServeSetupError::Flag("listen", format!("tcp://{addr}: {e}")))?;
-            return Ok(Listener::Tcp(l));
+            return Ok(Bound {
+                listener: Listener::Tcp(l),
+                made_here: true,
+            });
         }
         Listen::Unix(path) => path,
     };
@@ -298,13 +362,16 @@ pub async fn bind(a: &ServeArgs) -> Result<Listener, ServeSetupError> {
             .map_err(|e| ServeSetupError::Io(e.into()))?;
     }
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-    Ok(Listener::Unix(listener))
+    Ok(Bound {
+        listener: Listener::Unix(listener),
+        made_here: true,
+    })
 }
 
 /// Serves until `stop` turns true; returns whether every shutdown teardown succeeded.
 pub async fn run(
     p: Arc<Provider>,
-    listener: Listener,
+    bound: Bound,
     a: &ServeArgs,
     limits: Limits,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -312,14 +379,19 @@ pub async fn run(
     // Checked by `provider` at start-up; the fallback is never reached.
     let tick = tick(a).unwrap_or(Duration::from_secs(10));
     let bg = tokio::spawn(background::run(p.clone(), tick, stop.clone()));
+    let Bound {
+        listener,
+        made_here,
+    } = bound;
     let shown = listener
         .local_tcp()
         .map(|addr| format!("tcp://{addr}"))
         .unwrap_or_else(|| a.listen.clone());
-    tracing::info!(listen = %shown, owner = %p.own.me, api_key = p.api.api_key.is_some(), mount_root = ?p.api.mount_root, "serving");
+    tracing::info!(listen = %shown, owner = %p.own.me, api_key = p.api.api_key.is_some(), mount_root = ?p.api.mount_root, socket_activation = !made_here, "serving");
     super::http::serve(listener, p.clone(), limits, stop).await;
     let _ = bg.await;
-    if let Ok(Listen::Unix(path)) = listen(a) {
+    // A socket systemd passed is systemd's: it stays for the next start.
+    if let (true, Ok(Listen::Unix(path))) = (made_here, listen(a)) {
         let _ = std::fs::remove_file(path);
     }
     let lines = background::shutdown(&p, a.on_shutdown == OnShutdown::KeepWarm).await;
