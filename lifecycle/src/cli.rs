@@ -105,6 +105,7 @@ pub struct Args {
     /// Seconds to wait for a container the engine is already removing to be gone.
     #[arg(long, env = "LIFECYCLE_REMOVAL_WAIT", default_value_t = 30)]
     pub removal_wait: u64,
+    /// Log format of the lines on stderr.
     #[arg(
         long,
         env = "LIFECYCLE_LOG_FORMAT",
@@ -120,13 +121,18 @@ pub struct Args {
 pub enum Command {
     /// Create (or discover) the sandbox of a user's thread; prints one JSON object.
     Create {
+        /// The user's ID: 1 to 128 of A-Z a-z 0-9 _ - (deer-flow's rule).
         #[arg(long, env = "LIFECYCLE_USER")]
         user: String,
+        /// The thread's ID: 1 to 64 of A-Z a-z 0-9 _ - (deer-flow's rule).
         #[arg(long, env = "LIFECYCLE_THREAD")]
         thread: String,
     },
     /// Stop and remove a sandbox (and its restricted resources).
-    Destroy { id: String },
+    Destroy {
+        /// The sandbox ID (16 hex characters, as `create` and `ls` print it).
+        id: String,
+    },
     /// List the stack's sandboxes, one JSON line each.
     Ls,
     /// The quarantine ledger.
@@ -146,7 +152,9 @@ pub enum Command {
 pub enum QuarantineCommand {
     /// Quarantine a sandbox's generation (default: its current container, else `unknown`).
     Mark {
+        /// The sandbox ID (16 hex characters).
         id: String,
+        /// The generation to quarantine: a container ID, or `unknown`.
         #[arg(long, env = "LIFECYCLE_GENERATION")]
         generation: Option<String>,
     },

@@ -34,28 +34,34 @@ pub enum LogFormat {
 #[command(name = "sockproxy", version, about)]
 pub struct Args {
     /// Unix socket to listen on (the stack's DOCKER_HOST).
-    #[arg(long, env = "SOCKPROXY_LISTEN")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_LISTEN")]
     pub listen: PathBuf,
     /// Engine to forward to [default: $DOCKER_HOST, else unix:///var/run/docker.sock].
-    #[arg(long, env = "SOCKPROXY_UPSTREAM")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_UPSTREAM")]
     pub upstream: Option<String>,
     /// The stack's name prefix P, e.g. deer-flow-.
-    #[arg(long, env = "SOCKPROXY_PREFIX")]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_PREFIX")]
     pub prefix: String,
     /// Let the stack change its netproxy sidecars and networks (restricted mode).
-    #[arg(long, env = "SOCKPROXY_RESTRICTED")]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_RESTRICTED")]
     pub restricted: bool,
     /// Stack name, for the logs and the `sockproxy.stack` label [default: the prefix].
-    #[arg(long, env = "SOCKPROXY_STACK")]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_STACK")]
     pub stack: Option<String>,
     /// Permission bits of the socket, in octal.
-    #[arg(long, env = "SOCKPROXY_SOCKET_MODE", default_value = "0660")]
+    #[arg(
+        help_heading = "Listening",
+        long,
+        env = "SOCKPROXY_SOCKET_MODE",
+        default_value = "0660"
+    )]
     pub socket_mode: String,
     /// Group (name or number) that owns the socket.
-    #[arg(long, env = "SOCKPROXY_SOCKET_GROUP")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_SOCKET_GROUP")]
     pub socket_group: Option<String>,
     /// Log format.
     #[arg(
+        help_heading = "Logging",
         long,
         env = "SOCKPROXY_LOG_FORMAT",
         value_enum,
@@ -63,43 +69,64 @@ pub struct Args {
     )]
     pub log_format: LogFormat,
     /// A capability `CapAdd` may name (repeatable).
-    #[arg(long = "allow-cap", env = "SOCKPROXY_ALLOW_CAP", value_delimiter = ',')]
+    #[arg(
+        help_heading = "Create policy",
+        long = "allow-cap",
+        env = "SOCKPROXY_ALLOW_CAP",
+        value_delimiter = ','
+    )]
     pub allow_cap: Vec<String>,
     /// A host directory bind mounts may come from (repeatable; whole path components).
     #[arg(
+        help_heading = "Create policy",
         long = "allow-bind-root",
         env = "SOCKPROXY_ALLOW_BIND_ROOT",
         value_delimiter = ','
     )]
     pub allow_bind_root: Vec<PathBuf>,
     /// Let containers publish ports on addresses other than loopback.
-    #[arg(long, env = "SOCKPROXY_ALLOW_PUBLIC_PORTS")]
+    #[arg(
+        help_heading = "Create policy",
+        long,
+        env = "SOCKPROXY_ALLOW_PUBLIC_PORTS"
+    )]
     pub allow_public_ports: bool,
     /// Treat a container or network without this stack's `sockproxy.stack` label as another
     /// stack's (not listed, inspected, changed or joined; its events dropped), and refuse named
     /// volumes: for stacks that share a prefix.
-    #[arg(long, env = "SOCKPROXY_REQUIRE_STACK_LABEL")]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_REQUIRE_STACK_LABEL")]
     pub require_stack_label: bool,
     /// An image reference (repository[:tag]) the stack may pull (repeatable).
     #[arg(
+        help_heading = "Create policy",
         long = "allow-image",
         env = "SOCKPROXY_ALLOW_IMAGE",
         value_delimiter = ','
     )]
     pub allow_image: Vec<String>,
     /// On SIGTERM/SIGINT: seconds in-flight streams may take to finish after the socket closes.
-    #[arg(long, env = "SOCKPROXY_SHUTDOWN_GRACE", default_value_t = 30)]
+    #[arg(
+        help_heading = "Listening",
+        long,
+        env = "SOCKPROXY_SHUTDOWN_GRACE",
+        default_value_t = 30
+    )]
     pub shutdown_grace: u64,
     /// How `GET /info` is answered: for the stack alone, or refused [default: stack].
-    #[arg(long, env = "SOCKPROXY_INFO", value_enum)]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_INFO", value_enum)]
     pub info: Option<InfoMode>,
     /// Let containers run with `seccomp=unconfined`.
-    #[arg(long, env = "SOCKPROXY_ALLOW_SECCOMP_UNCONFINED")]
+    #[arg(
+        help_heading = "Create policy",
+        long,
+        env = "SOCKPROXY_ALLOW_SECCOMP_UNCONFINED"
+    )]
     pub allow_seccomp_unconfined: bool,
     /// A custom seccomp profile containers may use: the profile file's path, or sha256:HEX of
     /// its canonical JSON (sorted keys, no spaces; --print-policy shows it), so it matches
     /// however the client formats it (repeatable).
     #[arg(
+        help_heading = "Create policy",
         long = "allow-seccomp-profile",
         env = "SOCKPROXY_ALLOW_SECCOMP_PROFILE",
         value_delimiter = ','
@@ -107,16 +134,18 @@ pub struct Args {
     pub allow_seccomp_profile: Vec<String>,
     /// A namespaced sysctl containers may set, e.g. net.ipv4.ip_unprivileged_port_start (repeatable).
     #[arg(
+        help_heading = "Create policy",
         long = "allow-sysctl",
         env = "SOCKPROXY_ALLOW_SYSCTL",
         value_delimiter = ','
     )]
     pub allow_sysctl: Vec<String>,
     /// Largest HostConfig.ShmSize, in bytes [default: 1073741824].
-    #[arg(long, env = "SOCKPROXY_MAX_SHM_SIZE")]
+    #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_MAX_SHM_SIZE")]
     pub max_shm_size: Option<u64>,
     /// A logging driver containers may use (repeatable) [default: json-file, local, none].
     #[arg(
+        help_heading = "Create policy",
         long = "allow-log-driver",
         env = "SOCKPROXY_ALLOW_LOG_DRIVER",
         value_delimiter = ','
@@ -124,38 +153,38 @@ pub struct Args {
     pub allow_log_driver: Vec<String>,
     /// Lowest API version a request may use (`/vX.Y/...`); older ones are refused (400)
     /// [default: 1.24].
-    #[arg(long, env = "SOCKPROXY_MIN_API_VERSION")]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_MIN_API_VERSION")]
     pub min_api_version: Option<String>,
     /// Seconds a client has to send a complete request head [default: 10].
-    #[arg(long, env = "SOCKPROXY_HEADER_TIMEOUT")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
     /// Event-loop threads; each client connection is served on one of them, in turn
     /// [default: the cores the proxy may run on, at most 2].
-    #[arg(long, env = "SOCKPROXY_EVENT_LOOPS")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
     pub event_loops: Option<usize>,
     /// Client connections served at once; more are answered 503 and closed [default: 256].
-    #[arg(long, env = "SOCKPROXY_MAX_CONNECTIONS")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Bytes of list answers buffered at once across all requests; over it a list is 503
     /// [default: 134217728].
-    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES_TOTAL")]
+    #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_LIST_BYTES_TOTAL")]
     pub max_list_bytes_total: Option<usize>,
     /// A TOML file with the same settings as the flags (`sockproxy --print-policy` writes
     /// one); flags add to its lists and switches and override its numbers.
-    #[arg(long, env = "SOCKPROXY_POLICY")]
+    #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_POLICY")]
     pub policy: Option<PathBuf>,
     /// Print the effective policy (name families, every setting) as TOML and exit.
-    #[arg(long)]
+    #[arg(help_heading = "Create policy", long)]
     pub print_policy: bool,
     /// Inspect every named object on every request instead of remembering the stack's own
     /// names and IDs (kept coherent by the engine's events; see README, "Name map").
-    #[arg(long, env = "SOCKPROXY_NO_NAME_CACHE")]
+    #[arg(help_heading = "Scope", long, env = "SOCKPROXY_NO_NAME_CACHE")]
     pub no_name_cache: bool,
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
-    #[arg(long, env = "SOCKPROXY_MAX_LIST_BYTES")]
+    #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_LIST_BYTES")]
     pub max_list_bytes: Option<usize>,
     /// What a request may make the engine spend (`spend`).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Limits")]
     pub spend: crate::spend::SpendArgs,
 }
 

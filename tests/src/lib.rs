@@ -18,6 +18,7 @@ pub mod provisioner;
 pub mod raw;
 pub mod recorder;
 pub mod redis_server;
+pub mod reference;
 pub mod serve;
 pub mod serve_process;
 pub mod skip;

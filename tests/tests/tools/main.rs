@@ -1,6 +1,7 @@
 //! The repository's own tools, kept from rotting: the benchmark run end to end at a tiny size
 //! (`bench_smoke`), and every fuzz corpus file replayed through its property on stable
-//! (`fuzz_corpus`). Run on its own with `cargo test -p sockproxy-tests --test tools`.
+//! (`fuzz_corpus`); and the generated flag references in `docs/reference/` (`reference`). Run on its own with `cargo test -p sockproxy-tests --test tools`.
 
 mod bench_smoke;
 mod fuzz_corpus;
+mod reference;
