@@ -357,9 +357,9 @@ fn anonymous(op: &str, path: &str, target: &str) -> Refusal {
     )
 }
 
-/// `target` as dockerd compares mount destinations (`filepath.Clean`): `.`, `..` and repeated
-/// or trailing `/` resolved.
-fn clean_target(target: &str) -> String {
+/// The components of absolute path `target` as `filepath.Clean` leaves them: `.`, `..` and
+/// repeated or trailing `/` resolved (`..` stops at the root).
+pub fn clean_components(target: &str) -> Vec<&str> {
     let mut parts: Vec<&str> = Vec::new();
     for seg in target.split('/') {
         match seg {
@@ -370,7 +370,12 @@ fn clean_target(target: &str) -> String {
             s => parts.push(s),
         }
     }
-    format!("/{}", parts.join("/"))
+    parts
+}
+
+/// `target` as dockerd compares mount destinations (`filepath.Clean`).
+fn clean_target(target: &str) -> String {
+    format!("/{}", clean_components(target).join("/"))
 }
 
 /// A checked create body's `Volumes` (config): dockerd makes an anonymous volume for each path

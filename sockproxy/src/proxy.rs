@@ -22,6 +22,7 @@ use crate::filter;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
+use crate::list_query::Names;
 use crate::pinning::Pinned;
 use crate::policy::{self, Plan};
 use crate::refusal::Refusal;
@@ -343,28 +344,11 @@ impl Proxy {
         };
         // The engine is asked for the stack's own (a network list shows no predefined network
         // either, `Scope::visible`), so other stacks' objects do not count against the cap.
-        let label = self
-            .create_rules
-            .require_stack_label
-            .then_some(self.stack.as_str());
-        let prefix = self.scope.prefix().as_str();
-        let ask = crate::list_query::own_list_filters(query.get("filters"), prefix, label);
-        let query = match ask.filters {
-            Some(own) => query.with("filters", own),
-            None => query,
-        };
-        let names = ask.names;
         // `limit` applies to the stack's own entries, so it is applied after filtering.
-        let path = with_query(target.path(), &query.encode_without(&["limit"]));
-        let req = upstream_request(&parts, path, upstream::empty(), false)?;
-        let resp = self.upstream.send(req).await.map_err(upstream_err)?;
-        if resp.status() != StatusCode::OK {
-            return Ok(stream_response(resp));
-        }
-        let (answer, _held) =
-            upstream::read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
-                .await
-                .map_err(upstream_err)?;
+        let (answer, names, _held) = match self.own_list(&parts, target, query, &["limit"]).await? {
+            Ok(got) => got,
+            Err(engine) => return Ok(engine),
+        };
         let own = match kind {
             Kind::Network => self.own_ids(target.version.as_deref()).await?,
             Kind::Container => None,
@@ -389,6 +373,40 @@ impl Proxy {
             body: Bytes::from(filtered),
             ..answer
         }))
+    }
+
+    /// A list's answer from the engine, asked for the stack's own objects (`list_query`: its
+    /// anchored name filter, its label under `--require-stack-label`, the client's `name` values
+    /// kept to match here) and read within `--max-list-bytes` and the shared budget (held until
+    /// the `Held` is dropped). `Ok(Err(_))`: the engine's own answer other than 200, as it is.
+    pub(crate) async fn own_list(
+        &self,
+        parts: &Parts,
+        target: &Target,
+        query: canon::Query,
+        drop_params: &[&str],
+    ) -> Result<Result<(Buffered, Names, upstream::Held), Response<Body>>, Refusal> {
+        let label = self
+            .create_rules
+            .require_stack_label
+            .then_some(self.stack.as_str());
+        let prefix = self.scope.prefix().as_str();
+        let ask = crate::list_query::own_list_filters(query.get("filters"), prefix, label);
+        let query = match ask.filters {
+            Some(own) => query.with("filters", own),
+            None => query,
+        };
+        let path = with_query(target.path(), &query.encode_without(drop_params));
+        let req = upstream_request(parts, path, upstream::empty(), false)?;
+        let resp = self.upstream.send(req).await.map_err(upstream_err)?;
+        if resp.status() != StatusCode::OK {
+            return Ok(Err(stream_response(resp)));
+        }
+        let (answer, held) =
+            upstream::read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
+                .await
+                .map_err(upstream_err)?;
+        Ok(Ok((answer, ask.names, held)))
     }
 
     pub(crate) async fn forward(

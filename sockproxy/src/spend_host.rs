@@ -199,17 +199,7 @@ pub fn log_options(
 /// lexically as the engine and runc clean it (`//`, `.` and `..` resolved, a trailing `/`
 /// dropped).
 pub fn kernel_fs(target: &str) -> Option<&'static str> {
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in target.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
-        }
-    }
-    match parts.first() {
+    match crate::mounts::clean_components(target).first() {
         Some(&"dev") => Some("/dev"),
         Some(&"proc") => Some("/proc"),
         Some(&"sys") => Some("/sys"),

@@ -5,16 +5,16 @@
 //! volumes: it cannot make one, and a volume carries no label the stack could have set.
 
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::Response;
 
 use crate::canon::Target;
 use crate::filter::FilterError;
-use crate::forward::{buffered_response, stream_response, upstream_request, with_query};
+use crate::forward::buffered_response;
 use crate::list_query::Names;
-use crate::proxy::{upstream_err, Proxy};
+use crate::proxy::Proxy;
 use crate::refusal::Refusal;
 use crate::scope::Scope;
-use crate::upstream::{self, Body, Buffered};
+use crate::upstream::{Body, Buffered};
 
 /// The engine's volume list answer (`{"Volumes": [...], "Warnings": [...]}`) as the stack gets
 /// it: the entries whose `Name` is the stack's and matches the client's `name` values, byte
@@ -58,27 +58,14 @@ impl Proxy {
         parts: Parts,
         target: &Target,
     ) -> Result<Response<Body>, Refusal> {
-        let label = self
-            .create_rules
-            .require_stack_label
-            .then_some(self.stack.as_str());
-        let prefix = self.scope.prefix().as_str();
-        let ask = crate::list_query::own_list_filters(target.query.get("filters"), prefix, label);
-        let query = match ask.filters {
-            Some(own) => target.query.with("filters", own),
-            None => target.query.clone(),
+        let (answer, names, _held) = match self
+            .own_list(&parts, target, target.query.clone(), &[])
+            .await?
+        {
+            Ok(got) => got,
+            Err(engine) => return Ok(engine),
         };
-        let path = with_query(target.path(), &query.encode_without(&[]));
-        let req = upstream_request(&parts, path, upstream::empty(), false)?;
-        let resp = self.upstream.send(req).await.map_err(upstream_err)?;
-        if resp.status() != StatusCode::OK {
-            return Ok(stream_response(resp));
-        }
-        let (answer, _held) =
-            upstream::read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
-                .await
-                .map_err(upstream_err)?;
-        let kept = stack_volumes(&answer.body, &self.scope, &ask.names)
+        let kept = stack_volumes(&answer.body, &self.scope, &names)
             .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {
             body: bytes::Bytes::from(kept),
