@@ -238,14 +238,23 @@ mod tests {
 
     #[test]
     fn nested_keys_follow_the_rule_too() {
-        assert!(
-            parse_checked(br#"{"HostConfig":{"Privileged":false,"privileged":true}}"#).is_err()
+        let refused = |body: &[u8]| parse_checked(body).map_err(|e| e.to_string());
+        assert_eq!(
+            refused(br#"{"HostConfig":{"Privileged":false,"privileged":true}}"#),
+            Err(
+                "sockproxy: bad request: body keys that name the same field: \"privileged\"".into()
+            )
         );
-        assert!(parse_checked(
-            "{\"HostConfig\":{\"Privileged\":false,\"Privil\u{212a}ged\":true}}".as_bytes()
-        )
-        .is_err());
-        assert!(parse_checked(br#"{"A":[{"b":1,"B":2}]}"#).is_err());
+        assert_eq!(
+            refused(
+                "{\"HostConfig\":{\"Privileged\":false,\"Privil\u{212a}ged\":true}}".as_bytes()
+            ),
+            Err("sockproxy: bad request: body key \"Privil\u{212a}ged\" is not ASCII".into())
+        );
+        assert_eq!(
+            refused(br#"{"A":[{"b":1,"B":2}]}"#),
+            Err("sockproxy: bad request: body keys that name the same field: \"B\"".into())
+        );
         let v = parse_checked(br#"{"Bind\u0073":["/a:/b"]}"#).expect("escapes decode");
         assert_eq!(v["Binds"][0], "/a:/b");
         let e = parse_checked(br#"{"a":1,"A":2}"#)
@@ -295,23 +304,62 @@ mod tests {
         );
         // 2 (a, b) + 2×4999 + 1 (c) = 10,001 keys.
         let e = parse_checked(nested.as_bytes()).expect_err("10,001 keys");
-        assert!(e.to_string().contains("more than 10000 keys"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "sockproxy: bad request: body has more than 10000 keys (--max-json-keys)"
+        );
         let fits = nested.replacen("{\"x\":1,\"y\":2},", "", 1);
-        assert!(parse_checked(fits.as_bytes()).is_ok(), "9,999 keys");
-        assert!(parse_checked(b"{} x").is_err(), "trailing bytes");
+        let v = parse_checked(fits.as_bytes()).expect("9,999 keys");
+        assert_eq!(v["a"].as_array().map(Vec::len), Some(4998));
+        assert_eq!(v["b"], serde_json::json!({ "c": 1 }));
+        assert_eq!(
+            parse_checked(b"{} x").map_err(|e| e.to_string()),
+            Err(
+                "sockproxy: bad request: body is not JSON: trailing characters at line 1 column 4"
+                    .into()
+            ),
+            "trailing bytes"
+        );
     }
 
     #[test]
     fn key_rules() {
         let ok = parse_object(br#"{"name":"a","Driver":"bridge"}"#).expect("ok");
         assert_eq!(string_field(&ok, "Name").expect("ok"), Some("a"));
-        assert!(parse_object(br#"{"Name":"a","name":"b"}"#).is_err());
-        assert!(parse_object(br#"{"Name":"a","Name":"b"}"#).is_err());
-        assert!(parse_object("{\"N\u{0430}me\":\"a\"}".as_bytes()).is_err());
-        assert!(parse_object(br#"{"\u017fecret":1}"#).is_err());
-        assert!(parse_object(b"[]").is_err());
-        assert!(parse_object(b"nope").is_err());
+        for (body, why) in [
+            (
+                &br#"{"Name":"a","name":"b"}"#[..],
+                "body keys that name the same field: \"name\"",
+            ),
+            (
+                br#"{"Name":"a","Name":"b"}"#,
+                "body keys that name the same field: \"Name\"",
+            ),
+            (
+                "{\"N\u{0430}me\":\"a\"}".as_bytes(),
+                "body key \"N\u{0430}me\" is not ASCII",
+            ),
+            (
+                br#"{"\u017fecret":1}"#,
+                "body key \"\u{17f}ecret\" is not ASCII",
+            ),
+            (b"[]", "body is not a JSON object"),
+            (
+                b"nope",
+                "body is not JSON: expected ident at line 1 column 2",
+            ),
+        ] {
+            assert_eq!(
+                parse_object(body),
+                Err(Refusal::BadRequest(why.into())),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
         let num = parse_object(br#"{"Name":1}"#).expect("object");
-        assert!(string_field(&num, "Name").is_err());
+        assert_eq!(
+            string_field(&num, "Name"),
+            Err(Refusal::BadRequest("Name must be a string".into()))
+        );
     }
 }

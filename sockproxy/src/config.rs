@@ -506,16 +506,39 @@ mod tests {
                 .expect("parses"),
             None,
         );
-        assert!(e.is_ok(), "'-' is not a hex digit");
+        assert_eq!(
+            e.map(|c| c.scope.prefix().as_str().to_owned())
+                .map_err(|e| e.to_string()),
+            Ok("abc123-".to_owned()),
+            "'-' is not a hex digit"
+        );
         let e = Config::from_args(
             Args::try_parse_from(["sockproxy", "--listen", "/x", "--prefix", "abc12_"])
                 .expect("parses"),
             None,
         );
-        assert!(e.is_ok());
-        assert!(Config::from_args(args(&["--upstream", "tcp://1.2.3.4:2375"]), None).is_err());
-        assert!(Config::from_args(args(&["--socket-mode", "999"]), None).is_err());
-        assert!(Config::from_args(args(&["--socket-group", "no-such-group-xyz"]), None).is_err());
+        assert_eq!(
+            e.map(|c| c.scope.prefix().as_str().to_owned())
+                .map_err(|e| e.to_string()),
+            Ok("abc12_".to_owned())
+        );
+        let refused = |flags: &[&str]| {
+            Config::from_args(args(flags), None)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            refused(&["--upstream", "tcp://1.2.3.4:2375"]),
+            Err("--upstream \"tcp://1.2.3.4:2375\": only unix:// addresses are supported".into())
+        );
+        assert_eq!(
+            refused(&["--socket-mode", "999"]),
+            Err("--socket-mode \"999\": expected octal permission bits such as 0660".into())
+        );
+        assert_eq!(
+            refused(&["--socket-group", "no-such-group-xyz"]),
+            Err("--socket-group \"no-such-group-xyz\": no such group".into())
+        );
         let c = Config::from_args(
             args(&["--socket-group", "0", "--socket-mode", "0600"]),
             None,

@@ -243,7 +243,10 @@ fn settings_naming_a_container_are_refused_under_require_stack_label() {
             Path::new("/x"),
             "s",
         );
-        assert!(open.is_ok(), "{body}: {open:?}");
+        // Forwarded as sent, with the private cgroup namespace every create gets.
+        let mut sent = body["HostConfig"].clone();
+        sent["CgroupnsMode"] = "private".into();
+        assert_eq!(open.map(|o| o["HostConfig"].clone()), Ok(sent), "{body}");
         let err = check(body.clone(), &scope, &strict, Path::new("/x"), "s").expect_err("refused");
         assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
         assert_eq!(
@@ -281,7 +284,9 @@ fn named_volumes_are_refused_under_require_stack_label() {
             Path::new("/x"),
             "s",
         );
-        assert!(open.is_ok(), "{body}: {open:?}");
+        let mut sent = body["HostConfig"].clone();
+        sent["CgroupnsMode"] = "private".into();
+        assert_eq!(open.map(|o| o["HostConfig"].clone()), Ok(sent), "{body}");
         let err = check(body.clone(), &scope, &strict, Path::new("/x"), "s").expect_err("refused");
         assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
         assert_eq!(
@@ -408,7 +413,10 @@ fn links_are_read_as_the_engine_reads_them() {
         create(serde_json::json!(["deer-flow-sandbox-a:db"])),
         Ok(())
     );
-    assert!(create(serde_json::json!(["other:db"])).is_err());
+    assert_eq!(
+        create(serde_json::json!(["other:db"])),
+        Err("sockproxy: containers.create: HostConfig.Links other is not one of this stack's sandboxes".into())
+    );
     assert_eq!(
         create(serde_json::json!(["deer-flow-sandbox-a:other:db"])),
         Err("sockproxy: containers.create: HostConfig.Links deer-flow-sandbox-a:other:db is not allowed for this stack (a link is NAME or NAME:ALIAS)".into())
@@ -449,7 +457,11 @@ fn every_create_asks_for_a_private_cgroup_namespace() {
     .expect("allowed");
     assert_eq!(out["HostConfig"]["IpcMode"], "private");
     let host = serde_json::json!({ "HostConfig": { "CgroupnsMode": "host" } });
-    assert!(check(host, &scope, &CreateRules::default(), Path::new("/x"), "s").is_err());
+    assert_eq!(
+        check(host, &scope, &CreateRules::default(), Path::new("/x"), "s")
+            .map_err(|e| e.to_string()),
+        Err("sockproxy: containers.create: HostConfig.CgroupnsMode host is not allowed for this stack".into())
+    );
 }
 
 /// deer-flow publishes on 0.0.0.0 when its sandbox host is not loopback (its own compose
@@ -497,6 +509,10 @@ fn public_ports_need_their_flag() {
             Path::new("/x"),
             "s",
         );
-        assert!(out.is_ok(), "{ip}: {out:?}");
+        assert_eq!(
+            out.map(|o| o["HostConfig"]["PortBindings"]["8080/tcp"][0].clone()),
+            Ok(serde_json::json!({ "HostIp": ip, "HostPort": "41234" })),
+            "{ip}: forwarded as sent"
+        );
     }
 }

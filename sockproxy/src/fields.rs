@@ -305,12 +305,26 @@ mod tests {
         let mut out = Map::new();
         r.zero_kept(&mut out, &["A", "B", "C"]).expect("zeros");
         assert_eq!(Value::Object(out), json!({"A": "", "B": [], "C": {}}));
-        assert!(r.zero_kept(&mut Map::new(), &["D"]).is_err());
-        assert!(int("p", &json!(1.5)).is_err());
-        assert!(int("p", &json!(1e3)).is_err());
-        assert!(int("p", &json!(u64::MAX)).is_err());
-        assert!(str_list("p", json!(["a", 1])).is_err());
+        assert_eq!(
+            r.zero_kept(&mut Map::new(), &["D"])
+                .map_err(|e| e.to_string()),
+            Err("sockproxy: o: D is not allowed for this stack".into())
+        );
+        for v in [json!(1.5), json!(1e3), json!(u64::MAX)] {
+            assert_eq!(
+                int("p", &v),
+                Err(Refusal::BadRequest("p must be an integer".into())),
+                "{v}"
+            );
+        }
+        assert_eq!(
+            str_list("p", json!(["a", 1])),
+            Err(Refusal::BadRequest("p must be a list of strings".into()))
+        );
         assert_eq!(str_slice("p", json!("sh")).expect("ok"), json!("sh"));
-        assert!(Reader::new("o", "p", json!([1])).is_err());
+        assert_eq!(
+            Reader::new("o", "p", json!([1])).map(|_| ()),
+            Err(Refusal::BadRequest("p must be an object".into()))
+        );
     }
 }

@@ -357,7 +357,10 @@ mod tests {
                 Err(Refusal::NoSuchContainer(r.to_owned()))
             );
         }
-        assert!(pin_container_refs("nope", &own).is_err());
+        assert_eq!(
+            pin_container_refs("nope", &own),
+            Err(Refusal::BadRequest("filters is not a JSON object".into()))
+        );
     }
 
     use super::*;
@@ -399,7 +402,12 @@ mod tests {
         let containers = v[0]["Containers"].as_object().expect("object");
         assert_eq!(containers.keys().collect::<Vec<_>>(), ["c1"]);
         assert!(v[0].get("Peers").is_none());
-        assert!(own_endpoints_in_list(b"{}", &scope(), None).is_err());
+        assert_eq!(
+            own_endpoints_in_list(b"{}", &scope(), None),
+            Err(FilterError(
+                "invalid type: map, expected a sequence at line 1 column 0".into()
+            ))
+        );
     }
 
     /// Under `--require-stack-label`, an entry under the prefix is listed only with the
@@ -429,7 +437,12 @@ mod tests {
         assert_eq!(names(&out), ["deer-flow-net-a"]);
         // An unreadable label fails closed, as any unreadable entry does.
         let bad = br#"[{"Names":["/deer-flow-a"],"Labels":{"sockproxy.stack":7}}]"#;
-        assert!(filter_list(Kind::Container, bad, &labelled, None).is_err());
+        assert_eq!(
+            filter_list(Kind::Container, bad, &labelled, None),
+            Err(FilterError(
+                "invalid type: integer `7`, expected a string at line 1 column 55".into()
+            ))
+        );
     }
 
     /// Under `--require-stack-label` an endpoint is the stack's only if its container is one
@@ -501,28 +514,45 @@ mod tests {
 
     #[test]
     fn unreadable_lists_fail_closed() {
-        for body in [
-            &b"{}"[..],
-            b"[1]",
-            b"[{\"Names\":\"/x\"}]",
-            b"[",
-            b"null",
-            b"",
-            b"[{}",
-            b"[{},",
-            b"[{},]",
-            b"[{} {}]",
-            b"[{}] x",
-            b"[{}]]",
-            b"[[[\"/deer-flow-x\"]]]",
-            b"[{\"Names\":[\"/deer-flow-x\"],\"Names\":[\"/y\"]}]",
-            b"[{\"Names\":[\"/deer-flow-x\"]},{\"Names\":1}]",
-            b"[{\"Names\":[\"/deer-flow-1\"],\"Labels\":{\"a\":\"\xff\"}}]",
-            b"[{\"Names\":[\"/deer-flow-1\"]}]\xc3",
+        for (body, why) in [
+            (&b"{}"[..], "expected '[' at byte 0"),
+            (b"[1]", "expected an object at byte 1"),
+            (
+                b"[{\"Names\":\"/x\"}]",
+                "invalid type: string \"/x\", expected a sequence at line 1 column 13",
+            ),
+            (b"[", "expected an object at byte 1"),
+            (b"null", "expected '[' at byte 0"),
+            (b"", "expected '[' at byte 0"),
+            (b"[{}", "expected ',' or ']' at byte 3"),
+            (b"[{},", "expected an object at byte 4"),
+            (b"[{},]", "expected an object at byte 4"),
+            (b"[{} {}]", "expected ',' or ']' at byte 4"),
+            (b"[{}] x", "trailing characters at byte 4"),
+            (b"[{}]]", "trailing characters at byte 4"),
+            (b"[[[\"/deer-flow-x\"]]]", "expected an object at byte 1"),
+            (
+                b"[{\"Names\":[\"/deer-flow-x\"],\"Names\":[\"/y\"]}]",
+                "duplicate field `Names` at line 1 column 33",
+            ),
+            (
+                b"[{\"Names\":[\"/deer-flow-x\"]},{\"Names\":1}]",
+                "invalid type: integer `1`, expected a sequence at line 1 column 10",
+            ),
+            (
+                b"[{\"Names\":[\"/deer-flow-1\"],\"Labels\":{\"a\":\"\xff\"}}]",
+                "not UTF-8 at byte 42",
+            ),
+            (
+                b"[{\"Names\":[\"/deer-flow-1\"]}]\xc3",
+                "not UTF-8 at byte 28",
+            ),
         ] {
-            assert!(
-                filter_list(Kind::Container, body, &scope(), None).is_err(),
-                "{body:?}"
+            assert_eq!(
+                filter_list(Kind::Container, body, &scope(), None),
+                Err(FilterError(why.into())),
+                "{}",
+                String::from_utf8_lossy(body)
             );
         }
     }
@@ -530,7 +560,12 @@ mod tests {
     #[test]
     fn an_unreadable_entry_past_the_limit_still_fails_closed() {
         let body = br#"[{"Names":["/deer-flow-1"]},{"Names":5}]"#;
-        assert!(filter_list(Kind::Container, body, &scope(), Some(1)).is_err());
+        assert_eq!(
+            filter_list(Kind::Container, body, &scope(), Some(1)),
+            Err(FilterError(
+                "invalid type: integer `5`, expected a sequence at line 1 column 10".into()
+            ))
+        );
     }
 
     #[test]
@@ -594,6 +629,9 @@ mod tests {
         assert_eq!(parse_limit(Some("3")), Ok(Some(3)));
         assert_eq!(parse_limit(Some("0")), Ok(None));
         assert_eq!(parse_limit(Some("-1")), Ok(None));
-        assert!(parse_limit(Some("x")).is_err());
+        assert_eq!(
+            parse_limit(Some("x")),
+            Err("limit \"x\" is not an integer".into())
+        );
     }
 }

@@ -182,5 +182,8 @@ fn event_lines() {
     ] {
         assert_eq!(ev(quiet).ok().flatten(), None, "{quiet}");
     }
-    assert!(ev("{not json").is_err());
+    assert_eq!(
+        ev("{not json").map_err(|e| e.to_string()),
+        Err("key must be a string at line 1 column 2".into())
+    );
 }

@@ -322,15 +322,18 @@ mod tests {
             ..r
         };
         for access in [Access::Read, Access::Change] {
-            assert!(inspected(
-                Kind::Container,
-                access,
-                "containers.x",
-                &name,
-                &ins(Some("other-stack")),
-                &prefix_only
-            )
-            .is_ok());
+            assert_eq!(
+                inspected(
+                    Kind::Container,
+                    access,
+                    "containers.x",
+                    &name,
+                    &ins(Some("other-stack")),
+                    &prefix_only
+                ),
+                Ok(Pinned(ID.into())),
+                "{access:?}"
+            );
         }
         // Networks too: one without the stack's label is not the stack's to see or change.
         let net = ObjRef::Name("deer-flow-sandbox-net-1".into());
@@ -387,7 +390,10 @@ mod tests {
         };
         let by_name = ObjRef::Name("bridge".into());
         let read = |access, op| inspected(Kind::Network, access, op, &by_name, &bridge, &rr);
-        assert!(read(Access::Read, "networks.inspect").is_ok());
+        assert_eq!(
+            read(Access::Read, "networks.inspect"),
+            Ok(Pinned(ID.into()))
+        );
         assert_eq!(
             read(Access::Change, "networks.remove")
                 .map(|_| ())
@@ -396,15 +402,17 @@ mod tests {
                 "sockproxy: networks.remove: bridge is not one of this stack's networks".to_owned()
             )
         );
-        assert!(inspected(
-            Kind::Network,
-            Access::Change,
-            "networks.connect",
-            &net,
-            &net_ins(Some("atlas")),
-            &rr
-        )
-        .is_ok());
+        assert_eq!(
+            inspected(
+                Kind::Network,
+                Access::Change,
+                "networks.connect",
+                &net,
+                &net_ins(Some("atlas")),
+                &rr
+            ),
+            Ok(Pinned(ID.into()))
+        );
         let hex = ObjRef::Hex("11".into());
         let foreign = Inspected {
             id: ID,
@@ -426,15 +434,17 @@ mod tests {
             id: "11",
             ..ins(Some("atlas"))
         };
-        assert!(inspected(
-            Kind::Container,
-            Access::Change,
-            "containers.stop",
-            &name,
-            &short,
-            &r
-        )
-        .is_err());
+        assert_eq!(
+            inspected(
+                Kind::Container,
+                Access::Change,
+                "containers.stop",
+                &name,
+                &short,
+                &r
+            ),
+            Err(Refusal::Upstream("inspect answer has no full ID".into()))
+        );
     }
 
     #[test]
@@ -455,15 +465,17 @@ mod tests {
             inspect_failed(Kind::Container, &name, StatusCode::NOT_FOUND, b""),
             Ok(())
         );
-        assert!(matches!(
+        assert_eq!(
             inspect_failed(
                 Kind::Container,
                 &name,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 b""
             ),
-            Err(Refusal::Upstream(_))
-        ));
+            Err(Refusal::Upstream(
+                "inspect answered 500 Internal Server Error".into()
+            ))
+        );
         let own = vec![
             ("abc1".to_owned(), "/deer-flow-sandbox-1".to_owned()),
             ("abd2".to_owned(), "/deer-flow-sandbox-2".to_owned()),
@@ -494,7 +506,10 @@ mod tests {
             name: "/deer-flow-sandbox-1",
             stack_label: None,
         };
-        assert!(exec(Access::Change, "e", (ID, ID), &c, &r).is_ok());
+        assert_eq!(
+            exec(Access::Change, "e", (ID, ID), &c, &r),
+            Ok(Pinned(ID.into()))
+        );
         // Under --require-stack-label, an exec of an unlabelled container is not found, for
         // an inspect as for a start.
         let labelled = Rules {
@@ -510,7 +525,11 @@ mod tests {
                 stack_label: Some("atlas"),
                 ..c
             };
-            assert!(exec(access, "e", (ID, ID), &own, &labelled).is_ok());
+            assert_eq!(
+                exec(access, "e", (ID, ID), &own, &labelled),
+                Ok(Pinned(ID.into())),
+                "{access:?}"
+            );
         }
         let other = Inspected {
             name: "/other",

@@ -279,6 +279,24 @@ mod tests {
         assert_eq!(merged.allow_cap, ["FOWNER", "CHOWN"]);
         assert_eq!(merged.max_shm_size, Some(20));
         assert!(merged.restricted);
-        assert!(PolicyFile::parse("allow-everything = true").is_err());
+        assert_eq!(
+            PolicyFile::parse("allow-everything = true"),
+            Err(concat!(
+                "TOML parse error at line 1, column 1\n",
+                "  |\n",
+                "1 | allow-everything = true\n",
+                "  | ^^^^^^^^^^^^^^^^\n",
+                "unknown field `allow-everything`, expected one of ",
+                "`restricted`, `info`, `min-api-version`, `allow-cap`, ",
+                "`allow-bind-root`, `allow-public-ports`, `allow-seccomp-unconfined`, `allow-seccomp-profile`, ",
+                "`allow-sysctl`, `max-shm-size`, `allow-log-driver`, `allow-image`, ",
+                "`require-stack-label`, `header-timeout`, `max-connections`, `max-list-bytes`, ",
+                "`max-list-bytes-total`, `name-cache`, `max-json-keys`, `min-healthcheck-interval`, ",
+                "`max-healthcheck-retries`, `max-stop-timeout`, `max-port-bindings`, `min-host-port`, ",
+                "`allow-host-port`, `max-cpu-shares`, `max-blkio-weight`, `max-pids-limit`, ",
+                "`max-core-ulimit`, `max-log-size`, `max-log-files`, `allow-log-opt`\n",
+            )
+            .into())
+        );
     }
 }

@@ -158,14 +158,28 @@ fn cpu_and_io_weight_pids_and_core_dumps_are_bounded() {
     let update = |v: Value| {
         crate::write_rules::update(v, None, &Spend::default()).map_err(|e| e.to_string())
     };
-    assert!(update(json!({ "CpuShares": 512, "BlkioWeight": 100, "PidsLimit": 100 })).is_ok());
+    assert_eq!(
+        update(json!({ "CpuShares": 512, "BlkioWeight": 100, "PidsLimit": 100 })),
+        Ok(json!({ "CpuShares": 512, "BlkioWeight": 100, "PidsLimit": 100 }))
+    );
     assert_eq!(
         update(json!({ "CpuShares": 262144 })),
         Err("sockproxy: containers.update: CpuShares 262144 is not allowed for this stack (allowed: 0..=1024; --max-cpu-shares)".into())
     );
-    assert!(update(json!({ "BlkioWeight": 1000 })).is_err());
-    assert!(update(json!({ "CpuRealtimeRuntime": 950000 })).is_err());
-    assert!(update(json!({ "PidsLimit": 1_i64 << 40 })).is_err());
+    assert_eq!(
+        update(json!({ "BlkioWeight": 1000 })),
+        Err("sockproxy: containers.update: BlkioWeight 1000 is not allowed for this stack (allowed: 0..=500; --max-blkio-weight)".into())
+    );
+    assert_eq!(
+        update(json!({ "CpuRealtimeRuntime": 950000 })),
+        Err(
+            "sockproxy: containers.update: CpuRealtimeRuntime is not allowed for this stack".into()
+        )
+    );
+    assert_eq!(
+        update(json!({ "PidsLimit": 1_i64 << 40 })),
+        Err("sockproxy: containers.update: PidsLimit 1099511627776 is not allowed for this stack (allowed: 1..=32768; --max-pids-limit)".into())
+    );
     // The operator's own bounds.
     let rules = CreateRules {
         spend: Spend {
@@ -226,13 +240,19 @@ fn working_directories_and_mounts_stay_out_of_the_kernels_file_systems() {
         crate::write_rules::exec_create(json!({ "Cmd": ["sh"], "WorkingDir": d }))
             .map_err(|e| e.to_string())
     };
-    assert!(exec("/work").is_ok());
-    assert!(exec("").is_ok());
+    assert_eq!(
+        exec("/work"),
+        Ok(json!({ "Cmd": ["sh"], "WorkingDir": "/work" }))
+    );
+    assert_eq!(exec(""), Ok(json!({ "Cmd": ["sh"], "WorkingDir": "" })));
     assert_eq!(
         exec("/proc/self/fd/8"),
         Err("sockproxy: containers.exec: WorkingDir /proc/self/fd/8 is not allowed for this stack (a working directory at or under /proc; it stays out of /dev, /proc and /sys)".into())
     );
-    assert!(exec("proc").is_err());
+    assert_eq!(
+        exec("proc"),
+        Err("sockproxy: containers.exec: WorkingDir proc is not allowed for this stack (a working directory is a clean absolute path (no '..', '.', '//' or trailing '/'))".into())
+    );
 
     let hint = |fs: &str| {
         format!("(a mount target at or under {fs}; mounts stay out of /dev, /proc and /sys)")

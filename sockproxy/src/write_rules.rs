@@ -260,13 +260,21 @@ mod tests {
     fn exec_update_and_network_tables() {
         let spend = crate::spend::Spend::default();
         let update_now = |v: Value| update(v, None, &spend);
-        assert!(exec_create(json!({ "Cmd": ["sh"], "Privileged": false })).is_ok());
+        assert_eq!(
+            exec_create(json!({ "Cmd": ["sh"], "Privileged": false })),
+            Ok(json!({ "Cmd": ["sh"], "Privileged": false }))
+        );
         assert_eq!(
             exec_create(json!({ "privileged": true })).map_err(|e| e.to_string()),
             Err("sockproxy: containers.exec: privileged exec is not allowed".into())
         );
         // What `docker update --memory 64m` sends: every resource field, most of them zero.
-        assert!(update_now(json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": { "Name": "", "MaximumRetryCount": 0 } })).is_ok());
+        assert_eq!(
+            update_now(
+                json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": { "Name": "", "MaximumRetryCount": 0 } })
+            ),
+            Ok(json!({ "Memory": 67108864, "CpuShares": 0, "RestartPolicy": {} }))
+        );
         assert_eq!(
             update_now(json!({ "RestartPolicy": { "Name": "always" } })).map_err(|e| e.to_string()),
             Err("sockproxy: containers.update: RestartPolicy is not allowed for this stack".into())
@@ -287,18 +295,23 @@ mod tests {
             );
         }
         // An 18.09 client (API 1.39) sends 0 with every update; dockerd drops it there.
-        assert!(update(
-            json!({ "PidsLimit": 0, "Memory": 67108864 }),
-            Some("1.39"),
-            &spend
-        )
-        .is_ok());
+        assert_eq!(
+            update(
+                json!({ "PidsLimit": 0, "Memory": 67108864 }),
+                Some("1.39"),
+                &spend
+            ),
+            Ok(json!({ "PidsLimit": 0, "Memory": 67108864 }))
+        );
         assert_eq!(
             update(json!({ "PidsLimit": 0 }), Some("1.40"), &spend).map(|_| ()).map_err(|e| e.to_string()),
             Err("sockproxy: containers.update: PidsLimit 0 is not allowed for this stack (allowed: 1..=32768; --max-pids-limit)".to_owned())
         );
         // dockerd reads 0 (and any value below 1) as "unlimited" at update.
-        assert!(update_now(json!({ "PidsLimit": 100 })).is_ok());
+        assert_eq!(
+            update_now(json!({ "PidsLimit": 100 })),
+            Ok(json!({ "PidsLimit": 100 }))
+        );
         for unlimited in [0, -1] {
             assert_eq!(
                 update_now(json!({ "PidsLimit": unlimited })).map_err(|e| e.to_string()),
@@ -306,12 +319,19 @@ mod tests {
             );
         }
         let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
-        assert!(network_create(
-            json!({ "Name": "deer-flow-net-1", "Internal": true }),
-            &s,
-            "atlas"
-        )
-        .is_ok());
+        assert_eq!(
+            network_create(
+                json!({ "Name": "deer-flow-net-1", "Internal": true }),
+                &s,
+                "atlas"
+            ),
+            Ok(json!({
+                "Name": "deer-flow-net-1",
+                "Internal": true,
+                "CheckDuplicate": true,
+                "Labels": { "sockproxy.stack": "atlas" }
+            }))
+        );
         assert_eq!(
             network_create(json!({ "Name": "other" }), &s, "atlas")
                 .map(|_| ())
@@ -323,16 +343,48 @@ mod tests {
                 .map_err(|e| e.to_string()),
             Err("sockproxy: networks.create: option com.docker.network.bridge.name is not allowed for this stack".into())
         );
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Driver": "macvlan", "Options": { "parent": "eth0" } }), &s, "atlas").is_err());
-        assert!(network_create(
-            json!({ "name": "deer-flow-net-1", "driver": "host" }),
-            &s,
-            "atlas"
-        )
-        .is_err());
+        assert_eq!(
+            network_create(json!({ "Name": "deer-flow-net-1", "Driver": "macvlan", "Options": { "parent": "eth0" } }), &s, "atlas")
+                .map_err(|e| e.to_string()),
+            Err("sockproxy: networks.create: driver macvlan is not allowed".into())
+        );
+        assert_eq!(
+            network_create(
+                json!({ "name": "deer-flow-net-1", "driver": "host" }),
+                &s,
+                "atlas"
+            )
+            .map_err(|e| e.to_string()),
+            Err("sockproxy: networks.create: driver host is not allowed".into())
+        );
         // deer-flow's two networks pass as it sends them.
-        assert!(network_create(json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }), &s, "atlas").is_ok());
-        assert!(network_create(json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }), &s, "atlas").is_ok());
+        assert_eq!(
+            network_create(
+                json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }),
+                &s,
+                "atlas"
+            ),
+            Ok(json!({
+                "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4",
+                "Internal": true,
+                "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" },
+                "CheckDuplicate": true,
+                "Labels": { "sockproxy.stack": "atlas" }
+            }))
+        );
+        assert_eq!(
+            network_create(
+                json!({ "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4", "Options": { "com.docker.network.bridge.enable_icc": "false" } }),
+                &s,
+                "atlas"
+            ),
+            Ok(json!({
+                "Name": "deer-flow-sandbox-egress-a39cbf0e8f2eeca4",
+                "Options": { "com.docker.network.bridge.enable_icc": "false" },
+                "CheckDuplicate": true,
+                "Labels": { "sockproxy.stack": "atlas" }
+            }))
+        );
         // The stack's label is stamped over whatever the client said, beside its own labels.
         let made = network_create(
             json!({ "Name": "deer-flow-net-1", "labels": { "sockproxy.stack": "other", "team": "a" } }),
@@ -363,12 +415,19 @@ mod tests {
             assert_eq!(made, Ok(json!(true)), "{sent}");
         }
         // A sandbox's internal network must be internal; keys are read case-insensitively.
-        assert!(network_create(
-            json!({ "name": "deer-flow-sandbox-net-a", "internal": true }),
-            &s,
-            "atlas"
-        )
-        .is_ok());
+        assert_eq!(
+            network_create(
+                json!({ "name": "deer-flow-sandbox-net-a", "internal": true }),
+                &s,
+                "atlas"
+            ),
+            Ok(json!({
+                "Name": "deer-flow-sandbox-net-a",
+                "Internal": true,
+                "CheckDuplicate": true,
+                "Labels": { "sockproxy.stack": "atlas" }
+            }))
+        );
         for body in [
             json!({ "Name": "deer-flow-sandbox-net-a" }),
             json!({ "Name": "deer-flow-sandbox-net-a", "Internal": false }),
@@ -381,9 +440,20 @@ mod tests {
                 "{body}"
             );
         }
-        assert!(network_create(json!({ "Name": "deer-flow-net-egress" }), &s, "atlas").is_ok());
+        assert_eq!(
+            network_create(json!({ "Name": "deer-flow-net-egress" }), &s, "atlas"),
+            Ok(json!({
+                "Name": "deer-flow-net-egress",
+                "CheckDuplicate": true,
+                "Labels": { "sockproxy.stack": "atlas" }
+            }))
+        );
         // Gateway modes that open container addresses to other hosts are refused.
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.gateway_mode_ipv6": "nat" } }), &s, "atlas").is_ok());
+        assert_eq!(
+            network_create(json!({ "Name": "deer-flow-net-1", "Options": { "com.docker.network.bridge.gateway_mode_ipv6": "nat" } }), &s, "atlas")
+                .map(|v| v["Options"].clone()),
+            Ok(json!({ "com.docker.network.bridge.gateway_mode_ipv6": "nat" }))
+        );
         for (family, mode) in [
             ("ipv4", "routed"),
             ("ipv4", "nat-unprotected"),
@@ -424,13 +494,29 @@ mod tests {
             ),
             "sockproxy: networks.create: IPAM.Config is not allowed for this stack"
         );
-        assert!(network_create(json!({ "Name": "deer-flow-net-1", "ConfigFrom": { "Network": "" }, "IPAM": { "Driver": "default", "Config": [], "Options": {} } }), &s, "atlas").is_ok());
+        assert_eq!(
+            network_create(
+                json!({ "Name": "deer-flow-net-1", "ConfigFrom": { "Network": "" }, "IPAM": { "Driver": "default", "Config": [], "Options": {} } }),
+                &s,
+                "atlas"
+            ),
+            Ok(json!({
+                "Name": "deer-flow-net-1",
+                "ConfigFrom": {},
+                "IPAM": { "Driver": "default", "Config": [], "Options": {} },
+                "CheckDuplicate": true,
+                "Labels": { "sockproxy.stack": "atlas" }
+            }))
+        );
         // Exec start and network connect bodies are read the same way.
         assert_eq!(
             exec_start(json!({ "detach": false, "Tty": true })).expect("ok"),
             json!({ "Detach": false, "Tty": true })
         );
-        assert!(exec_start(json!({ "Detach": false, "Privileged": true })).is_err());
+        assert_eq!(
+            exec_start(json!({ "Detach": false, "Privileged": true })).map_err(|e| e.to_string()),
+            Err("sockproxy: exec.start: Privileged is not allowed for this stack".into())
+        );
         let rules = CreateRules::default();
         let (c, body) = network_attach(
             "networks.connect",
