@@ -180,22 +180,37 @@ mod tests {
 
     #[test]
     fn an_existing_network_is_used_only_if_it_is_what_lifecycle_makes() {
-        // (driver, internal, wanted internal, accepted)
+        // (driver, internal, wanted internal, accepted or why not)
         let cases = [
-            ("bridge", true, true, true),
-            ("bridge", false, false, true),
+            ("bridge", true, true, Ok(())),
+            ("bridge", false, false, Ok(())),
             // The finding: a non-internal network under the internal network's name.
-            ("bridge", false, true, false),
-            ("bridge", true, false, false),
-            ("macvlan", true, true, false),
-            ("", true, true, false),
+            (
+                "bridge",
+                false,
+                true,
+                Err("it is not internal (its members would have a default route)"),
+            ),
+            (
+                "bridge",
+                true,
+                false,
+                Err("it is internal (the sidecar could not reach anything)"),
+            ),
+            (
+                "macvlan",
+                true,
+                true,
+                Err("its driver is \"macvlan\", not \"bridge\""),
+            ),
+            ("", true, true, Err("its driver is \"\", not \"bridge\"")),
         ];
-        for (driver, internal, want_internal, ok) in cases {
+        for (driver, internal, want_internal, want) in cases {
             let got = existing_network(driver, internal, want_internal);
             assert_eq!(
-                got.is_ok(),
-                ok,
-                "{driver} {internal} {want_internal}: {got:?}"
+                got,
+                want.map_err(str::to_owned),
+                "{driver} {internal} {want_internal}"
             );
         }
     }

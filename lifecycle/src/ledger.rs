@@ -244,8 +244,10 @@ mod tests {
         let state = tempfile::tempdir().expect("dir");
         let ledger = Ledger::new(state.path(), "deer-flow-");
         let id = "7d9ac0ff9b98cd06";
+        // The path and kind of a storage error: what the caller is told, and why.
+        let failed = |r: Result<(), LedgerError>| r.map_err(|e| (e.path, e.source.kind()));
         // Nothing recorded: retiring is done at once, as are entries and generations.
-        assert!(ledger.retire(id).is_ok());
+        assert_eq!(failed(ledger.retire(id)), Ok(()));
         assert_eq!(
             ledger.retire_key(id, &k("gone")).map_err(|e| e.to_string()),
             Ok(())
@@ -257,20 +259,29 @@ mod tests {
         fs::remove_file(&record).expect("rm");
         fs::create_dir(&record).expect("a directory in its place");
         fs::write(record.join("x"), b"").expect("not empty");
-        assert!(
-            ledger.retire_key(id, &k("c1")).is_err(),
+        assert_eq!(
+            failed(ledger.retire_key(id, &k("c1"))),
+            Err((record.clone(), io::ErrorKind::IsADirectory)),
             "EISDIR is no 'already gone'"
         );
-        assert!(ledger.retire(id).is_err(), "EISDIR is no 'already gone'");
+        assert_eq!(
+            failed(ledger.retire(id)),
+            Err((record, io::ErrorKind::IsADirectory)),
+            "EISDIR is no 'already gone'"
+        );
         // The sandbox's directory is a file: reading its generations fails, loudly.
         let other = "0123456789abcdef";
         let dir = ledger.sandbox_dir(other);
         fs::write(&dir, b"not a directory").expect("file");
-        assert!(
-            ledger.generations(other).is_err(),
+        assert_eq!(
+            failed(ledger.generations(other).map(drop)),
+            Err((dir.clone(), io::ErrorKind::NotADirectory)),
             "ENOTDIR is no 'nothing recorded'"
         );
-        assert!(ledger.retire(other).is_err());
+        assert_eq!(
+            failed(ledger.retire(other)),
+            Err((dir, io::ErrorKind::NotADirectory))
+        );
         // The ledger's own directory is a file: no entries cannot be claimed.
         let broken = tempfile::tempdir().expect("dir");
         fs::create_dir(broken.path().join("sandbox-quarantine")).expect("dir");
@@ -280,7 +291,11 @@ mod tests {
         )
         .expect("file");
         let b = Ledger::new(broken.path(), "deer-flow-");
-        assert!(b.entries().is_err(), "a file is no empty ledger");
+        assert_eq!(
+            failed(b.entries().map(drop)),
+            Err((b.dir().to_owned(), io::ErrorKind::NotADirectory)),
+            "a file is no empty ledger"
+        );
         // A record whose sandbox-ID file cannot be read (a directory in its place) is an
         // error, not a record that names no sandbox.
         let odd = tempfile::tempdir().expect("dir");
@@ -289,7 +304,11 @@ mod tests {
         let id_file = o.sandbox_dir(id).join(ID_FILE);
         fs::remove_file(&id_file).expect("rm");
         fs::create_dir(&id_file).expect("a directory in its place");
-        assert!(o.entries().is_err(), "EISDIR is no missing ID file");
+        assert_eq!(
+            failed(o.entries().map(drop)),
+            Err((o.sandbox_dir(id), io::ErrorKind::IsADirectory)),
+            "EISDIR is no missing ID file"
+        );
     }
 
     /// Only 16-hex names are generations: the id file, temp files and anything else a
@@ -376,17 +395,27 @@ mod tests {
         let entry = |ledger: &Ledger| ledger.entries().expect("entries").remove(0);
         assert_eq!(entry(&ledger).checked_id(), Ok(Some(a.to_owned())));
         let id_file = ledger.dir().join(k(a)).join(ID_FILE);
-        for bad in [
-            "zz/../../x",
-            b,
-            "AAAAAAAAAAAAAAAA",
-            "aaaaaaaaaaaaaaaa\n",
-            "",
+        let not_an_id = |raw: &str| {
+            format!("{ID_FILE}: {raw:?} is not a sandbox ID (16 lowercase hex characters)")
+        };
+        for (bad, why) in [
+            ("zz/../../x", not_an_id("zz/../../x")),
+            (
+                b,
+                format!(
+                    "{ID_FILE} names sandbox {b}, whose records would be under {}, not {}",
+                    k(b),
+                    k(a)
+                ),
+            ),
+            ("AAAAAAAAAAAAAAAA", not_an_id("AAAAAAAAAAAAAAAA")),
+            ("aaaaaaaaaaaaaaaa\n", not_an_id("aaaaaaaaaaaaaaaa\n")),
+            ("", not_an_id("")),
         ] {
             fs::write(&id_file, bad).expect("write");
             let e = entry(&ledger);
             assert_eq!(e.key, k(a));
-            assert!(e.checked_id().is_err(), "{bad:?} accepted");
+            assert_eq!(e.checked_id(), Err(why), "{bad:?} accepted");
         }
         fs::remove_file(&id_file).expect("rm");
         assert_eq!(entry(&ledger).checked_id(), Ok(None));

@@ -153,13 +153,18 @@ mod tests {
         let held = locks.acquire(ID).await.expect("first");
         // Another ID is independent.
         drop(locks.acquire("bbbbbbbbbbbbbbbb").await.expect("other id"));
-        assert!(matches!(
-            locks.acquire(ID).await,
-            Err(LockError::Timeout { .. })
-        ));
+        assert_eq!(
+            locks.acquire(ID).await.map(drop).map_err(|e| e.to_string()),
+            Err(format!("sandbox {ID}: another lifecycle operation on it still holds its lock after 0s; nothing was done"))
+        );
         // A second file description (as another process would open) is refused too.
         let other = File::open(locks.path(ID)).expect("open");
-        assert!(Flock::lock(other, FlockArg::LockExclusiveNonblock).is_err());
+        assert_eq!(
+            Flock::lock(other, FlockArg::LockExclusiveNonblock)
+                .map(drop)
+                .map_err(|(_, e)| e),
+            Err(Errno::EWOULDBLOCK)
+        );
         drop(held);
         drop(
             locks
@@ -173,10 +178,12 @@ mod tests {
         let held = locks.acquire(ID).await.expect("held again");
         let waiter = tokio::spawn(async move { cancellable.acquire(ID).await.map(drop) });
         tx.send(true).expect("send");
-        assert!(matches!(
-            waiter.await.expect("join"),
-            Err(LockError::Interrupted { .. })
-        ));
+        assert_eq!(
+            waiter.await.expect("join").map_err(|e| e.to_string()),
+            Err(format!(
+                "sandbox {ID}: interrupted while waiting for its lock; nothing was done"
+            ))
+        );
         drop(held);
         drop(
             locks

@@ -87,22 +87,34 @@ mod tests {
 
     #[test]
     fn key_files_table() {
-        for (body, mode, ok) in [
-            ("s3cret\n", 0o600, true),
-            ("s3cret", 0o640, true),
-            ("s3cret\r\n", 0o400, true),
-            ("s3cret\n", 0o644, false),
-            ("s3cret\n", 0o660, false),
-            ("s3cret\n", 0o604, false),
-            ("", 0o600, false),
-            ("\n", 0o600, false),
-            ("a\nb\n", 0o600, false),
+        // The refusal a file gets, made from its path; None: the key is loaded.
+        type Why = Option<fn(String, u32) -> KeyError>;
+        let mode: Why = Some(KeyError::Mode);
+        let empty: Why = Some(|p, _| KeyError::Empty(p));
+        let lines: Why = Some(|p, _| KeyError::Lines(p));
+        for (body, m, why) in [
+            ("s3cret\n", 0o600, None),
+            ("s3cret", 0o640, None),
+            ("s3cret\r\n", 0o400, None),
+            ("s3cret\n", 0o644, mode),
+            ("s3cret\n", 0o660, mode),
+            ("s3cret\n", 0o604, mode),
+            ("", 0o600, empty),
+            ("\n", 0o600, empty),
+            ("a\nb\n", 0o600, lines),
         ] {
-            let (_d, p) = file(body, mode);
+            let (_d, p) = file(body, m);
             let got = ApiKey::load(&p);
-            assert_eq!(got.is_ok(), ok, "{body:?} {mode:o}: {got:?}");
-            if let Ok(k) = got {
-                assert!(k.matches(b"s3cret"));
+            match why {
+                None => assert!(
+                    got.as_ref().is_ok_and(|k| k.matches(b"s3cret")),
+                    "{body:?} {m:o}: {got:?}"
+                ),
+                Some(why) => assert_eq!(
+                    got.map(|_| ()),
+                    Err(why(p.display().to_string(), m)),
+                    "{body:?} {m:o}"
+                ),
             }
         }
         let (_d, p) = file("x\n", 0o644);
@@ -111,10 +123,13 @@ mod tests {
             Err(KeyError::Mode(p.display().to_string(), 0o644))
         );
         let missing = Path::new("/nonexistent/key");
-        assert!(matches!(
-            ApiKey::load(missing),
-            Err(KeyError::Unreadable(..))
-        ));
+        assert_eq!(
+            ApiKey::load(missing).map(|_| ()),
+            Err(KeyError::Unreadable(
+                "/nonexistent/key".into(),
+                "No such file or directory (os error 2)".into()
+            ))
+        );
     }
 
     #[test]
