@@ -247,7 +247,10 @@ mod tests {
         assert_eq!(r.expect("connected"), v4);
         // All fail: the error.
         let (r, tried) = scripted(&[v6, v4], &[], &[v6, v4]).await;
-        assert!(r.is_err());
+        assert_eq!(
+            r.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionRefused)
+        );
         assert_eq!(tried.len(), 2);
         // The first one connects: nothing else is tried.
         let (r, tried) = scripted(&[v4, v6], &[], &[]).await;
@@ -260,7 +263,10 @@ mod tests {
             .map(|i| SocketAddr::from(([192, 0, 2, i], 80)))
             .collect();
         let (r, tried) = scripted(&many, &[], &many).await;
-        assert!(r.is_err());
+        assert_eq!(
+            r.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionRefused)
+        );
         assert_eq!(tried, many[..MAX_ATTEMPTS].to_vec());
     }
 

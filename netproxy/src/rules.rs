@@ -209,20 +209,27 @@ mod tests {
                 rule.text
             );
         }
-        for bad in [
-            "",
-            "*.",
-            "*.1.2.3.4",
-            "example.com:0",
-            "example.com:080",
-            "exa mple.com",
-            "*",
-            "2600::1",
-            "[2600::1]:",
-            "[2600::1]x",
-            "[2600::1",
+        for (bad, why) in [
+            ("", "malformed host"),
+            ("*.", "malformed name"),
+            ("*.1.2.3.4", "a wildcard needs a name"),
+            ("example.com:0", "ports must be 1-65535"),
+            ("example.com:080", "ports must be 1-65535"),
+            ("exa mple.com", "malformed host"),
+            ("*", "malformed host"),
+            ("2600::1", "IPv6 addresses must be in brackets"),
+            ("[2600::1]:", "ports must be 1-65535"),
+            ("[2600::1]x", "IPv6 addresses must be in brackets"),
+            ("[2600::1", "IPv6 addresses must be in brackets"),
         ] {
-            assert!(Rule::parse(bad).is_err(), "{bad:?}");
+            assert_eq!(
+                Rule::parse(bad).map(|r| r.text),
+                Err(RuleError {
+                    rule: bad.into(),
+                    why
+                }),
+                "{bad:?}"
+            );
         }
     }
 

@@ -256,7 +256,7 @@ mod tests {
             "[::1",
             "[zz::1]",
         ] {
-            assert!(host(bad).is_err(), "{bad}");
+            assert_eq!(host(bad), Err(TargetError::BadHost), "{bad}");
         }
     }
 
@@ -270,11 +270,11 @@ mod tests {
             "ex\u{e4}mple.com",
             "-x.com",
             "a..b",
-            "",
             ".",
         ] {
-            assert!(host(bad).is_err(), "{bad:?}");
+            assert_eq!(host(bad), Err(TargetError::BadHost), "{bad:?}");
         }
+        assert_eq!(host(""), Err(TargetError::EmptyHost));
     }
 
     #[test]
