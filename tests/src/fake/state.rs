@@ -486,6 +486,6 @@ mod tests {
         assert!(any_regex_matches(&f["name"], &["/a".into()]));
         assert!(any_regex_matches(&["b".into()], &["/abc".into()]));
         assert!(!any_regex_matches(&["^b".into()], &["/abc".into()]));
-        assert!(parse_filters(Some("[1]")).is_err());
+        assert_eq!(parse_filters(Some("[1]")), Err("invalid filter".into()));
     }
 }

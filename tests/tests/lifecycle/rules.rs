@@ -424,8 +424,14 @@ async fn a_storage_error_fails_closed_and_is_returned() {
         s.asked()
     );
     let id = s.id("storage");
-    assert!(
-        lc.ledger.mark(&id, "unknown").is_err(),
+    assert_eq!(
+        lc.ledger
+            .mark(&id, "unknown")
+            .map_err(|e| (e.path, e.source.kind())),
+        Err((
+            lc.ledger.dir().join(lifecycle::naming::k(&id)),
+            std::io::ErrorKind::NotADirectory
+        )),
         "a record that cannot be written is an error"
     );
 }

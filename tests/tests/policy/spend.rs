@@ -200,8 +200,12 @@ fn unbounded_engine_work_is_refused_and_the_controls_still_work() {
             c["NetworkSettings"]
         );
         // The published port answers on the host (docker-proxy accepts the connection).
-        assert!(
-            std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().expect("port"))).is_ok()
+        assert_eq!(
+            std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().expect("port")))
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            Ok(()),
+            "127.0.0.1:{port}"
         );
         // A stop that would never return is refused, and changes nothing.
         for q in ["t=-1", "t=301", "signal=SIGCONT"] {

@@ -65,11 +65,14 @@ async fn real_engine_acquire_release_reclaim_and_shutdown() {
                 assert_eq!(first["source"], "created");
                 let url = first["url"].as_str().unwrap_or_default().to_owned();
                 let addr = url.trim_start_matches("http://").to_owned();
-                let answered =
-                    tokio::task::spawn_blocking(move || std::net::TcpStream::connect(addr).is_ok())
-                        .await
-                        .expect("probe");
-                assert!(answered, "the sandbox serves at {url}");
+                let answered = tokio::task::spawn_blocking(move || {
+                    std::net::TcpStream::connect(addr)
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .expect("probe");
+                assert_eq!(answered, Ok(()), "the sandbox serves at {url}");
                 assert_eq!(serve.release(&first).await.1["result"], "warm");
                 let started = Instant::now();
                 let (status, again) = serve.acquire("user-1", t).await;
