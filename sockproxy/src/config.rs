@@ -14,8 +14,9 @@ const DEFAULT_MAX_LIST_BYTES: usize = 64 << 20;
 /// Lists buffered at once, all requests together.
 const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 128 << 20;
 
-/// What `GET /info` gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// What `GET /info` gets (in a policy file too: `info = "stack"` or `"deny"`, nothing else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum InfoMode {
     /// The engine's description with the stack's own counts and name (DESIGN §2).
     Stack,

@@ -17,7 +17,7 @@ pub struct PolicyFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restricted: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub info: Option<String>,
+    pub info: Option<InfoMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_api_version: Option<String>,
     #[serde(default)]
@@ -98,11 +98,7 @@ impl PolicyFile {
         a.allow_sysctl.extend(self.allow_sysctl);
         a.allow_log_driver.extend(self.allow_log_driver);
         a.allow_image.extend(self.allow_image);
-        a.info = a.info.or(match self.info.as_deref() {
-            Some("deny") => Some(InfoMode::Deny),
-            Some(_) => Some(InfoMode::Stack),
-            None => None,
-        });
+        a.info = a.info.or(self.info);
         a.min_api_version = a.min_api_version.or(self.min_api_version);
         a.max_shm_size = a.max_shm_size.or(self.max_shm_size);
         a.header_timeout = a.header_timeout.or(self.header_timeout);
@@ -136,14 +132,11 @@ impl PolicyFile {
         let (major, minor) = cfg.min_api_version;
         Self {
             restricted: Some(cfg.scope.restricted()),
-            info: Some(
-                if cfg.scope.info_for_stack() {
-                    "stack"
-                } else {
-                    "deny"
-                }
-                .into(),
-            ),
+            info: Some(if cfg.scope.info_for_stack() {
+                InfoMode::Stack
+            } else {
+                InfoMode::Deny
+            }),
             min_api_version: Some(format!("{major}.{minor}")),
             allow_cap: r.allow_caps.clone(),
             allow_bind_root: r.bind_roots.clone(),
@@ -276,6 +269,22 @@ mod tests {
             PolicyFile::parse("allow-cap = [\"CHOWN\"]\nmax-shm-size = 10\nrestricted = true\n")
                 .expect("valid");
         let merged = file.merge_into(args(&["--allow-cap", "FOWNER", "--max-shm-size", "20"]));
+        // An enum setting is read as one: a spelling the flag would refuse is refused, never
+        // taken for the default (`info = "Deny"` once meant `stack`, open).
+        assert_eq!(
+            PolicyFile::parse("info = \"deny\"").map(|f| f.merge_into(args(&[])).info),
+            Ok(Some(InfoMode::Deny))
+        );
+        for bad in ["Deny", "DENY", "off", ""] {
+            let got = PolicyFile::parse(&format!("info = \"{bad}\""));
+            assert_eq!(
+                got.map_err(|e| e.lines().last().map(str::to_owned)),
+                Err(Some(format!(
+                    "unknown variant `{bad}`, expected `stack` or `deny`"
+                ))),
+                "{bad}"
+            );
+        }
         assert_eq!(merged.allow_cap, ["FOWNER", "CHOWN"]);
         assert_eq!(merged.max_shm_size, Some(20));
         assert!(merged.restricted);
