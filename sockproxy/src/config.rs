@@ -34,9 +34,14 @@ pub enum LogFormat {
 #[derive(Debug, Parser)]
 #[command(name = "sockproxy", version, about)]
 pub struct Args {
-    /// Unix socket to listen on (the stack's DOCKER_HOST).
-    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_LISTEN")]
-    pub listen: PathBuf,
+    /// Unix socket to listen on (the stack's DOCKER_HOST); not needed with --print-policy.
+    #[arg(
+        help_heading = "Listening",
+        long,
+        env = "SOCKPROXY_LISTEN",
+        required_unless_present = "print_policy"
+    )]
+    pub listen: Option<PathBuf>,
     /// Engine to forward to [default: $DOCKER_HOST, else unix:///var/run/docker.sock].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_UPSTREAM")]
     pub upstream: Option<String>,
@@ -303,7 +308,8 @@ impl Config {
             .map(|r| normalize_image(r))
             .collect();
         Ok(Self {
-            listen: args.listen,
+            // Clap requires it unless --print-policy, which never listens.
+            listen: args.listen.unwrap_or_default(),
             upstream,
             stack: args.stack.unwrap_or_else(|| prefix.to_string()),
             scope: Scope::new(prefix, args.restricted)

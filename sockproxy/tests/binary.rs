@@ -439,3 +439,36 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
         assert_eq!(err.trim_end(), want, "{args:?}");
     }
 }
+
+/// `--print-policy` needs no `--listen` (it never listens); anything else without it is a usage
+/// error (clap's exit 2), naming the flag.
+#[test]
+fn print_policy_needs_no_listen() {
+    let out = Command::new(BIN)
+        .args(["--prefix", "deer-flow-", "--print-policy"])
+        .env_remove("SOCKPROXY_LISTEN")
+        .env_remove("DOCKER_HOST")
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("info = \"stack\""), "{text}");
+    let out = Command::new(BIN)
+        .args(["--prefix", "deer-flow-"])
+        .env_remove("SOCKPROXY_LISTEN")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "error: the following required arguments were not provided:\n  --listen <LISTEN>"
+        ),
+        "{err}"
+    );
+}
