@@ -162,7 +162,7 @@ pub enum QuarantineCommand {
     Ls,
 }
 
-/// Exit codes (documented in the README).
+/// Exit codes (documented in docs/lifecycle.md).
 const ERROR: u8 = 1;
 const USAGE: u8 = 2;
 /// Teardown not finished; the quarantine record is kept.

@@ -183,7 +183,7 @@ pub struct Args {
     #[arg(help_heading = "Create policy", long)]
     pub print_policy: bool,
     /// Inspect every named object on every request instead of remembering the stack's own
-    /// names and IDs (kept coherent by the engine's events; see README, "Name map").
+    /// names and IDs (kept coherent by the engine's events; see docs/security-model.md, "Name map").
     #[arg(help_heading = "Scope", long, env = "SOCKPROXY_NO_NAME_CACHE")]
     pub no_name_cache: bool,
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].

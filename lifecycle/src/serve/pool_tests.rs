@@ -365,7 +365,7 @@ fn the_reaper_decides_again_under_the_lock() {
 }
 
 /// A failed teardown is retried by the reaper's next pass, with the idle timeout off as well
-/// (the README's promise); a held one waits for its last release.
+/// (docs/lifecycle.md's promise); a held one waits for its last release.
 #[test]
 fn the_reaper_retries_a_failed_teardown_with_or_without_an_idle_timeout() {
     for idle in [Duration::ZERO, 600 * S] {

@@ -1,4 +1,4 @@
-//! `fake-dockerd` started as a program, used with the real docker CLI the way the README shows
+//! `fake-dockerd` started as a program, used with the real docker CLI the way docs/development.md shows
 //! a newcomer: version, ps, run -d, exec -i, logs -f, network create/ls/rm — directly, and with
 //! sockproxy in front of it.
 

@@ -2,7 +2,7 @@
 //! `PATH` (`docker_cli`), bollard (`bollard_client`), docker-py (`docker_py`), deer-flow's gateway's
 //! CLI sequences replayed directly and through the proxy (`deerflow_replay`), the program with
 //! several event loops under concurrent clients and SIGTERM (`event_loops`), and the
-//! `fake-dockerd` program used the way the README shows a newcomer (`fake_dockerd_cli`).
+//! `fake-dockerd` program used the way docs/development.md shows a newcomer (`fake_dockerd_cli`).
 //! Run on its own with `cargo test -p sockproxy-tests --test clients`.
 
 mod bollard_client;
