@@ -3,5 +3,6 @@
 //! (`fuzz_corpus`); and the generated flag references in `docs/reference/` (`reference`). Run on its own with `cargo test -p sockproxy-tests --test tools`.
 
 mod bench_smoke;
+mod docs;
 mod fuzz_corpus;
 mod reference;
