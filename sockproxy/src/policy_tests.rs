@@ -289,6 +289,29 @@ mod table {
         }
     }
 
+    /// An exec's inspect only reads; its start and resize change (the container must be one
+    /// the stack may change, not only see).
+    #[test]
+    fn exec_access_follows_the_operation() {
+        let id = "e".repeat(64);
+        for (op, access) in [
+            (ExecOp::Inspect, Access::Read),
+            (ExecOp::Start, Access::Change),
+            (ExecOp::Resize, Access::Change),
+        ] {
+            let ep = Endpoint::Exec { op, id: id.clone() };
+            assert_eq!(
+                decide(&ep, &Query::default(), &scope(false), &[]),
+                Ok(Plan::Exec {
+                    op,
+                    id: id.clone(),
+                    access
+                }),
+                "{op:?}"
+            );
+        }
+    }
+
     #[test]
     fn info_deny_refuses_info() {
         let s = scope(false).with_info(false);

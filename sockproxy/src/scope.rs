@@ -95,6 +95,36 @@ impl Scope {
 mod tests {
     use super::*;
 
+    /// Under `--require-stack-label` only the stack's label passes, except the engine's
+    /// predefined networks (which carry none), and only as networks.
+    #[test]
+    fn the_label_rule_table() {
+        let p = Prefix::parse("deer-flow-").expect("valid");
+        let loose = Scope::new(p.clone(), false);
+        let strict = Scope::new(p, false).with_required_label(Some("atlas"));
+        let cases = [
+            (Kind::Network, "bridge", None, true),
+            (Kind::Network, "host", Some("other"), true),
+            (Kind::Container, "bridge", None, false),
+            (Kind::Network, "deer-flow-net-1", None, false),
+            (Kind::Network, "deer-flow-net-1", Some("other"), false),
+            (Kind::Network, "deer-flow-net-1", Some("atlas"), true),
+            (Kind::Container, "deer-flow-sandbox-1", Some("atlas"), true),
+            (Kind::Container, "deer-flow-sandbox-1", Some("Atlas"), false),
+        ];
+        for (kind, name, label, want) in cases {
+            assert_eq!(
+                strict.label_allows(kind, name, label),
+                want,
+                "{kind:?} {name} {label:?}"
+            );
+            assert!(
+                loose.label_allows(kind, name, label),
+                "no rule: {kind:?} {name}"
+            );
+        }
+    }
+
     #[test]
     fn scope_table() {
         let open = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
