@@ -105,7 +105,8 @@ pub struct Args {
     /// Seconds to wait for a container the engine is already removing to be gone.
     #[arg(long, env = "LIFECYCLE_REMOVAL_WAIT", default_value_t = 30)]
     pub removal_wait: u64,
-    /// Log format of the lines on stderr.
+    /// Logs on stderr as plain text or JSON objects, one per line; `LIFECYCLE_LOG` filters them
+    /// (an EnvFilter, default `info`).
     #[arg(
         long,
         env = "LIFECYCLE_LOG_FORMAT",
@@ -121,16 +122,16 @@ pub struct Args {
 pub enum Command {
     /// Create (or discover) the sandbox of a user's thread; prints one JSON object.
     Create {
-        /// The user's ID: 1 to 128 of A-Z a-z 0-9 _ - (deer-flow's rule).
+        /// The user's ID: 1 to 128 of A-Z, a-z, 0-9, '_' and '-'.
         #[arg(long, env = "LIFECYCLE_USER")]
         user: String,
-        /// The thread's ID: 1 to 64 of A-Z a-z 0-9 _ - (deer-flow's rule).
+        /// The thread's ID: 1 to 64 of A-Z, a-z, 0-9, '_' and '-'.
         #[arg(long, env = "LIFECYCLE_THREAD")]
         thread: String,
     },
     /// Stop and remove a sandbox (and its restricted resources).
     Destroy {
-        /// The sandbox ID (16 hex characters, as `create` and `ls` print it).
+        /// The sandbox ID, as `create` or `ls` printed it.
         id: String,
     },
     /// List the stack's sandboxes, one JSON line each.
@@ -152,9 +153,10 @@ pub enum Command {
 pub enum QuarantineCommand {
     /// Quarantine a sandbox's generation (default: its current container, else `unknown`).
     Mark {
-        /// The sandbox ID (16 hex characters).
+        /// The sandbox ID, as `create` or `ls` printed it.
         id: String,
-        /// The generation to quarantine: a container ID, or `unknown`.
+        /// The generation to quarantine: a container ID [default: the sandbox's current
+        /// container, else `unknown`].
         #[arg(long, env = "LIFECYCLE_GENERATION")]
         generation: Option<String>,
     },
@@ -162,7 +164,7 @@ pub enum QuarantineCommand {
     Ls,
 }
 
-/// Exit codes (documented in docs/lifecycle.md).
+/// Exit codes (documented in the README).
 const ERROR: u8 = 1;
 const USAGE: u8 = 2;
 /// Teardown not finished; the quarantine record is kept.
@@ -236,7 +238,18 @@ fn check_egress(a: &Args) -> Result<(), String> {
 
 /// The whole program; `main` only calls this.
 pub fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        // One line, as every start-up error (netproxy words clap's refusals the same way).
+        Err(e) => match netproxy::startup::clap_line(&e) {
+            Some(line) => {
+                eprintln!("lifecycle: {line}");
+                return ExitCode::from(USAGE);
+            }
+            // `--help`, `--version`, and the bare command's help: clap prints them.
+            None => e.exit(),
+        },
+    };
     init_logging(args.log_format);
     // The same rule sockproxy enforces (DESIGN §1), from the one place it is written.
     let prefix = match Prefix::parse(&args.prefix) {
@@ -302,7 +315,7 @@ async fn serve_main(
         Ok(v) => v,
         Err(e) => {
             eprintln!("lifecycle serve: {e}");
-            return ExitCode::from(USAGE);
+            return ExitCode::from(if e.is_runtime() { ERROR } else { USAGE });
         }
     };
     let all_done = cmd::run(std::sync::Arc::new(provider), listener, serve, limits, stop).await;

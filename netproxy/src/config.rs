@@ -23,7 +23,7 @@ pub enum LogFormat {
 }
 
 /// Egress sidecar: an HTTP/1.1 forward proxy that lets a sandbox reach only what it is allowed.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "netproxy", version, about)]
 pub struct Args {
     /// Address and port to accept proxy clients on.
@@ -163,10 +163,14 @@ impl PolicyFile {
     }
 }
 
+/// Why a policy was refused. Each message names where the bad value came from (the flag, or the
+/// policy file and its key) and holds no cause of its own, so the start-up line and the reload
+/// warning say it once.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("{0}")]
-    Rule(#[from] RuleError),
+    /// A rule from `--allow` or `--deny`.
+    #[error("{flag} {:?}: {}", .rule.rule, .rule.why)]
+    Rule { flag: &'static str, rule: RuleError },
     #[error("{flag} {value:?}: not a CIDR network")]
     Cidr { flag: &'static str, value: String },
     #[error(
@@ -177,7 +181,7 @@ pub enum PolicyError {
     #[error("policy file {path}: {why}")]
     File { path: String, why: String },
     #[error("--nat64-prefix {0}")]
-    Nat64(#[from] Nat64Error),
+    Nat64(Nat64Error),
 }
 
 /// Each value of `flag` read as a CIDR network (lifecycle checks the sidecar's with it too).
@@ -203,9 +207,9 @@ pub fn cidrs<'a>(
 }
 
 impl Args {
-    /// The flags of this process (exits with usage on error, like `parse`).
-    pub fn load() -> Self {
-        Self::load_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    /// The flags of this process (`--help` and `--version` are errors of clap's to `exit`).
+    pub fn try_load() -> Result<Self, clap::Error> {
+        Self::load_from(std::env::args_os())
     }
 
     /// The flags from `argv` and the environment: a list from an environment variable is split
@@ -236,39 +240,45 @@ impl Args {
 
     /// Flags plus the policy file (if any), validated whole: one bad rule refuses all of it.
     pub fn policy(&self) -> Result<Policy, PolicyError> {
+        let path = self.policy.as_ref().map(|p| p.display().to_string());
+        let in_file = |why: String| PolicyError::File {
+            path: path.clone().unwrap_or_default(),
+            why,
+        };
         let file = match &self.policy {
             None => PolicyFile::default(),
             Some(path) => {
-                let e = |why: String| PolicyError::File {
-                    path: path.display().to_string(),
-                    why,
-                };
-                let text = std::fs::read_to_string(path).map_err(|x| e(x.to_string()))?;
-                PolicyFile::parse(&text).map_err(e)?
+                let text = std::fs::read_to_string(path).map_err(|x| in_file(x.to_string()))?;
+                PolicyFile::parse(&text).map_err(in_file)?
             }
         };
+        // The flag's rules, then the file's key's, each refusal saying which it came from.
+        type Parse = fn(&str) -> Result<Rule, RuleError>;
+        let rules =
+            |parse: Parse, flag: &'static str, flags: &[String], key: &str, from: &[String]| {
+                let mut out = Vec::with_capacity(flags.len() + from.len());
+                for r in flags {
+                    out.push(parse(r).map_err(|rule| PolicyError::Rule { flag, rule })?);
+                }
+                for r in from {
+                    out.push(
+                        parse(r).map_err(|e| in_file(format!("{key} {:?}: {}", e.rule, e.why)))?,
+                    );
+                }
+                Ok::<_, PolicyError>(out)
+            };
         Ok(Policy {
-            allow: self
-                .allow
-                .iter()
-                .chain(&file.allow)
-                .map(|r| Rule::parse(r))
-                .collect::<Result<_, _>>()?,
-            deny: self
-                .deny
-                .iter()
-                .chain(&file.deny)
-                .map(|r| Rule::parse_deny(r))
-                .collect::<Result<_, _>>()?,
+            allow: rules(Rule::parse, "--allow", &self.allow, "allow", &file.allow)?,
+            deny: rules(Rule::parse_deny, "--deny", &self.deny, "deny", &file.deny)?,
             allow_cidrs: cidrs("--allow-cidr", &self.allow_cidr)?
                 .into_iter()
-                .chain(cidrs("policy file allow_cidr", &file.allow_cidr)?)
+                .chain(cidrs("allow_cidr", &file.allow_cidr).map_err(|e| in_file(e.to_string()))?)
                 .collect(),
             own_networks: cidrs("--own-cidr", &self.own_cidr)?,
             nat64_prefixes: self
                 .nat64_prefix
                 .iter()
-                .map(|p| p.parse())
+                .map(|p| p.parse().map_err(PolicyError::Nat64))
                 .collect::<Result<_, _>>()?,
         })
     }

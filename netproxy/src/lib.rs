@@ -6,7 +6,7 @@
 //! Eyeballs) and hands to `tunnel` or `forward`; `connection` what one client connection's requests share; `refusal` says why not; `audit` writes the
 //! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
-//! `config` the flags; `fds` the descriptor limit; `timed_write` the
+//! `config` the flags, `startup` their validated `Config` and the one-line start-up errors; `fds` the descriptor limit; `timed_write` the
 //! limit on a write the client does not take.
 
 pub mod addr;
@@ -31,6 +31,7 @@ pub mod server;
 pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
+pub mod startup;
 pub mod target;
 pub mod timed_write;
 pub mod tunnel;

@@ -1,29 +1,63 @@
-//! The `netproxy` binary: flags → policy and limits, JSON logs, serve until SIGTERM/SIGINT.
+//! The `netproxy` binary: flags → `Config` (startup.rs), JSON logs, serve until SIGTERM/SIGINT.
+//! A start-up error is one line on stderr: exit 2 for bad configuration, 1 at run time.
 
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use netproxy::config::{Args, LogFormat};
 use netproxy::proxy::NetProxy;
 use netproxy::resolve::Stub;
+use netproxy::startup::{clap_line, Config, EXIT_CONFIG, EXIT_RUNTIME};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            // One line, the causes joined by ": " (`{:#}`): no `Caused by:` block, no
-            // backtrace, and nothing printed twice.
-            eprintln!("netproxy: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
+fn main() -> ExitCode {
+    // Bad configuration first, before the runtime or a log line: exit 2.
+    let args = match Args::try_load() {
+        Ok(a) => a,
+        Err(e) => match clap_line(&e) {
+            Some(line) => return fail(EXIT_CONFIG, &line),
+            // `--help` and `--version`: clap prints them and exits 0.
+            None => e.exit(),
+        },
+    };
+    let cfg = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => return fail(EXIT_CONFIG, &e.to_string()),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime");
+    match runtime.and_then(|r| r.block_on(run(cfg))) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(EXIT_RUNTIME, &one_line(&e)),
     }
 }
 
-async fn run() -> anyhow::Result<()> {
-    let args = Args::load();
-    let policy = args.policy().context("invalid policy")?;
+/// The one line a start-up error is (no `Caused by:` block, no backtrace), and its exit status.
+fn fail(code: u8, line: &str) -> ExitCode {
+    eprintln!("netproxy: {line}");
+    ExitCode::from(code)
+}
+
+/// An error and its causes joined with ": ", leaving out a cause whose text the line already
+/// holds (as sockproxy's `one_line`).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
     // Like SOCKPROXY_LOG and LIFECYCLE_LOG: an EnvFilter, default info.
     let filter = tracing_subscriber::EnvFilter::try_from_env("NETPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -33,35 +67,36 @@ async fn run() -> anyhow::Result<()> {
         .with_target(false)
         // Colour codes only on a terminal: a log file or the journal gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match args.log_format {
+    match cfg.log_format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     // Before anything opens a descriptor: the soft limit up to the hard one, and the dial
     // budget kept under it with a reserve (`fds`).
     let limit = netproxy::fds::raise_to_hard().context("reading the descriptor limit")?;
-    let max_dials = netproxy::fds::dial_cap(limit, args.max_dials);
+    let max_dials = netproxy::fds::dial_cap(limit, cfg.max_dials);
     tracing::info!(
         nofile = limit,
         max_dials,
-        max_dials_per_client = args.max_dials_per_client,
+        max_dials_per_client = cfg.max_dials_per_client,
         "descriptor limit"
     );
     let resolver = Arc::new(Stub::from_system_conf().context("reading /etc/resolv.conf")?);
     let proxy = Arc::new(NetProxy {
-        dns_timeout: Duration::from_millis(args.dns_timeout_ms),
-        connect_timeout: Duration::from_millis(args.connect_timeout_ms),
-        tunnel_idle: Duration::from_millis(args.tunnel_idle_timeout_ms),
-        timeouts: args.timeouts(),
+        dns_timeout: cfg.dns_timeout,
+        connect_timeout: cfg.connect_timeout,
+        tunnel_idle: cfg.tunnel_idle,
+        timeouts: cfg.timeouts,
         dials: Arc::new(netproxy::dial::Budget::new(
             max_dials,
-            args.max_dials_per_client,
+            cfg.max_dials_per_client,
         )),
-        ..NetProxy::new(policy, resolver)
+        ..NetProxy::new(cfg.policy, resolver)
     });
     let reload_proxy = proxy.clone();
-    let reload_args = Args::load();
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let reload_args = cfg.args;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("SIGHUP handler")?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             // Validate the whole new policy first; only then swap it in.
@@ -76,12 +111,13 @@ async fn run() -> anyhow::Result<()> {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(listen = %args.listen, "netproxy listening");
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    netproxy::server::serve(listener, proxy, args.limits(), async move {
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    tracing::info!(listen = %cfg.listen, "netproxy listening");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("SIGTERM handler")?;
+    netproxy::server::serve(listener, proxy, cfg.limits, async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

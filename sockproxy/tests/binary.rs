@@ -385,14 +385,25 @@ fn a_policy_file_is_read_printed_and_checked() {
 }
 
 /// A start-up error is printed once, as one line, whatever `RUST_BACKTRACE` says: exit 2 for
-/// bad configuration, 1 for a failure at run time.
+/// bad configuration (clap's refusals too, without their usage text: issue 40), 1 for a failure
+/// at run time.
 #[test]
 fn a_start_up_error_is_one_line_with_its_exit_code() {
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("s.sock");
     let not_a_socket = dir.path().join("file");
     std::fs::write(&not_a_socket, b"x").expect("write");
-    let cases: [(Vec<String>, i32, String); 3] = [
+    let cases: [(Vec<String>, i32, String); 5] = [
+        (
+            vec!["--listen".into(), sock.display().to_string(), "--prefix".into(), "deer-flow-".into(), "--max-connections".into(), "many".into()],
+            2,
+            "sockproxy: invalid value 'many' for '--max-connections <MAX_CONNECTIONS>': invalid digit found in string".into(),
+        ),
+        (
+            vec!["--listen".into(), sock.display().to_string()],
+            2,
+            "sockproxy: the following required arguments were not provided: --prefix <PREFIX>".into(),
+        ),
         (
             vec!["--listen".into(), sock.display().to_string(), "--prefix".into(), "deer-flow".into()],
             2,
@@ -432,11 +443,13 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
             .env("RUST_BACKTRACE", "1")
             .env("SOCKPROXY_LOG", "off")
             .env_remove("DOCKER_HOST")
+            .env_remove("SOCKPROXY_PREFIX")
+            .env_remove("SOCKPROXY_MAX_CONNECTIONS")
             .output()
             .expect("runs");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-        assert_eq!(err.trim_end(), want, "{args:?}");
+        assert_eq!(err, format!("{want}\n"), "{args:?}: byte for byte");
     }
 }
 

@@ -111,6 +111,8 @@ pub struct ServeArgs {
     pub on_shutdown: OnShutdown,
 }
 
+/// Why `serve` did not start. All but `Bind` are bad configuration (exit 2); `Bind` is a
+/// failure at run time (exit 1), as sockproxy's `cannot listen`.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeSetupError {
     #[error("--{0}: {1}")]
@@ -118,9 +120,18 @@ pub enum ServeSetupError {
     #[error("{0}")]
     Limits(#[from] LimitError),
     #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
     Api(String),
+    /// The socket could not be had: the address is taken, another provider serves on it, its
+    /// directory is missing, or its group or mode could not be set.
+    #[error("cannot listen on {0}")]
+    Bind(String),
+}
+
+impl ServeSetupError {
+    /// A failure at run time, not a bad flag or file: exit 1 rather than 2.
+    pub fn is_runtime(&self) -> bool {
+        matches!(self, Self::Bind(_))
+    }
 }
 
 fn secs(flag: &'static str, v: f64) -> Result<Duration, ServeSetupError> {
@@ -276,33 +287,41 @@ fn inherited(at: &Listen) -> Result<Option<Listener>, ServeSetupError> {
             format!("systemd passed the socket at {got}, but --listen is {at}: make them the same"),
         )
     };
+    // A socket systemd passed that cannot be used: a failure at run time, like a bind's.
+    let io = |e: std::io::Error| ServeSetupError::Bind(format!("the socket systemd passed: {e}"));
     if fds.len() > 1 {
         return Err(elsewhere(format!("{} sockets", fds.len())));
     }
     let listener = match at {
         Listen::Unix(path) => {
             let l = fds
-                .take_unix_listener(0)?
+                .take_unix_listener(0)
+                .map_err(io)?
                 .ok_or_else(|| elsewhere("fd 3".into()))?;
-            let got = l.local_addr()?.as_pathname().map(std::path::Path::to_owned);
+            let got = l
+                .local_addr()
+                .map_err(io)?
+                .as_pathname()
+                .map(std::path::Path::to_owned);
             if got.as_deref() != Some(path.as_path()) {
                 return Err(elsewhere(
                     got.map_or("an unnamed socket".into(), |p| p.display().to_string()),
                 ));
             }
-            l.set_nonblocking(true)?;
-            Listener::Unix(tokio::net::UnixListener::from_std(l)?)
+            l.set_nonblocking(true).map_err(io)?;
+            Listener::Unix(tokio::net::UnixListener::from_std(l).map_err(io)?)
         }
         Listen::Tcp(addr) => {
             let l = fds
-                .take_tcp_listener(0)?
+                .take_tcp_listener(0)
+                .map_err(io)?
                 .ok_or_else(|| elsewhere("fd 3".into()))?;
-            let got = l.local_addr()?;
+            let got = l.local_addr().map_err(io)?;
             if got != *addr {
                 return Err(elsewhere(format!("tcp://{got}")));
             }
-            l.set_nonblocking(true)?;
-            Listener::Tcp(tokio::net::TcpListener::from_std(l)?)
+            l.set_nonblocking(true).map_err(io)?;
+            Listener::Tcp(tokio::net::TcpListener::from_std(l).map_err(io)?)
         }
     };
     Ok(Some(listener))
@@ -322,7 +341,7 @@ pub async fn bind(a: &ServeArgs) -> Result<Bound, ServeSetupError> {
         Listen::Tcp(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(|e| ServeSetupError::Flag("listen", format!("tcp://{addr}: {e}")))?;
+                .map_err(|e| ServeSetupError::Bind(format!("tcp://{addr}: {e}")))?;
             return Ok(Bound {
                 listener: Listener::Tcp(l),
                 made_here: true,
@@ -340,28 +359,26 @@ pub async fn bind(a: &ServeArgs) -> Result<Bound, ServeSetupError> {
             )
         })?;
     let gid = a.socket_group.as_deref().map(group).transpose()?;
+    let failed = |why: String| ServeSetupError::Bind(format!("{}: {why}", path.display()));
     if std::fs::symlink_metadata(&path)
         .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
     {
         // A socket that answers is another provider's: taking it would leave that one serving
         // nobody. Only a stale one (nothing listening) is removed.
         if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-            return Err(ServeSetupError::Flag(
-                "listen",
-                format!(
-                    "{}: another process is serving on this socket; refusing to take it",
-                    path.display()
-                ),
+            return Err(failed(
+                "another process is serving on this socket; refusing to take it".into(),
             ));
         }
-        std::fs::remove_file(&path)?;
+        std::fs::remove_file(&path).map_err(|e| failed(e.to_string()))?;
     }
-    let listener = tokio::net::UnixListener::bind(&path)?;
+    let listener = tokio::net::UnixListener::bind(&path).map_err(|e| failed(e.to_string()))?;
     if let Some(gid) = gid {
         nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(gid)))
-            .map_err(|e| ServeSetupError::Io(e.into()))?;
+            .map_err(|e| failed(format!("setting its group to {gid}: {e}")))?;
     }
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| failed(format!("setting its mode to {mode:o}: {e}")))?;
     Ok(Bound {
         listener: Listener::Unix(listener),
         made_here: true,

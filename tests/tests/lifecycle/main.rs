@@ -1,8 +1,9 @@
 //! The `lifecycle` command's rules and its processes: every rule on the fake behind sockproxy
 //! (`rules`), the CLI's output, exit codes and bad input (`cli`), races of two or three processes
 //! (`races`), lock waits with signals (`signals`), SIGKILL at any instant of the ledger's writes
-//! (`ledger_crash`), and the incident end to end on the real engine (`real`). Run on its own with
-//! `cargo test -p sockproxy-tests --test lifecycle`.
+//! (`ledger_crash`), start-up errors and their exit codes (`startup`), and the incident end to
+//! end on the real engine (`real`). Run on its own with `cargo test -p sockproxy-tests --test
+//! lifecycle`.
 
 mod cli;
 mod fences;
@@ -11,3 +12,4 @@ mod races;
 mod real;
 mod rules;
 mod signals;
+mod startup;
