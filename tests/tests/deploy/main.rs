@@ -1,8 +1,12 @@
 //! What `deploy/` ships, as its tools read it: the compose example brought up with
-//! docker-compose on the real engine (`compose`) and the systemd unit as `systemd-analyze verify`
-//! reads it (`systemd`); the images as `docker build` makes them (`images`). Run on its own with `cargo test -p sockproxy-tests --test deploy`.
+//! docker-compose on the real engine (`compose`); the systemd units as `systemd-analyze verify`
+//! reads them and as their system call filters let their programs run (`systemd`, with
+//! `syscalls` reading the filters and strace's record); socket activation as systemd hands a
+//! socket over (`activation`); the images as `docker build` makes them (`images`). Run on its
+//! own with `cargo test -p sockproxy-tests --test deploy`.
 
 mod activation;
 mod compose;
 mod images;
+mod syscalls;
 mod systemd;
