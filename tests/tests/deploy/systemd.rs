@@ -42,6 +42,11 @@ fn local_units(dir: &Path) {
         let local = text.replace(binary, &built.display().to_string());
         std::fs::write(dir.join(unit), local).expect("write");
     }
+    std::fs::copy(
+        repo().join("deploy/systemd/sockproxy@.socket"),
+        dir.join("sockproxy@.socket"),
+    )
+    .expect("socket unit");
 }
 
 /// `systemd-analyze verify` of instance `deer-flow` of `template` (from `local_units`): no
@@ -107,6 +112,29 @@ fn systemd_accepts_the_unit_and_it_is_sandboxed() {
     let env =
         std::fs::read_to_string(repo().join("deploy/systemd/sockproxy.env.example")).expect("env");
     assert!(env.lines().any(|l| l.starts_with("SOCKPROXY_PREFIX=")));
+}
+
+/// The socket unit (socket activation) as systemd reads it, beside the service it starts: the
+/// same path as the service's `--listen`, and the service keeps its runtime directory (where
+/// the socket lives) when it stops.
+#[test]
+fn systemd_accepts_the_socket_unit_at_the_services_path() {
+    unit_lines(
+        "sockproxy@.socket",
+        &[
+            "ListenStream=/run/sockproxy/%i/docker.sock",
+            "SocketMode=0660",
+            "RemoveOnStop=yes",
+        ],
+    );
+    let service =
+        std::fs::read_to_string(repo().join("deploy/systemd/sockproxy@.service")).expect("unit");
+    assert!(service.contains("--listen /run/sockproxy/%i/docker.sock"));
+    assert!(service.lines().any(|l| l == "RuntimeDirectoryPreserve=yes"));
+    verified(
+        "systemd_accepts_the_socket_unit_at_the_services_path",
+        "sockproxy@.socket",
+    );
 }
 
 /// The provisioner unit (`lifecycle serve` on TCP for deer-flow) as systemd reads it.
