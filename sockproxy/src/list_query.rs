@@ -222,6 +222,8 @@ mod tests {
         assert!(!one.matches_container("deer-flow-sandbox-10"));
         let map = names(r#"{"name":{"^/deer-flow-a":true,"b$":false}}"#);
         assert!(map.matches_container("deer-flow-a1"), "/NAME is tried too");
+        let bare = names(r#"{"name":["^deer-flow-a"]}"#);
+        assert!(bare.matches_container("deer-flow-a1"), "and NAME alone");
         assert!(
             map.matches_container("deer-flow-xb"),
             "a false value still counts"

@@ -146,6 +146,7 @@ mod tests {
             ("bridge", Network, Read, true, true),
             ("bridge", Network, Change, false, false),
             ("bridge", Container, Read, false, false),
+            ("other-net", Network, Read, false, false),
             ("deer-flow-sandbox-abc", Network, Change, false, false),
         ];
         for (name, kind, access, in_open, in_restricted) in cases {
