@@ -7,6 +7,7 @@
 #   cargo install cargo-mutants --locked
 #   ci/mutants.sh                 # the whole set (about an hour on two quiet cores)
 #   ci/mutants.sh quick           # stackmodel and lifecycle's smaller pure modules
+#   ci/mutants.sh sockproxy       # sockproxy's pure decision modules
 #   ci/mutants.sh diff            # only mutants in the last commit's diff (--in-diff)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,8 @@ lifecycle_quick=(lifecycle/src/teardown_plan.rs lifecycle/src/naming.rs lifecycl
   lifecycle/src/serve/cap.rs lifecycle/src/serve/provision.rs)
 lifecycle_all=("${lifecycle_quick[@]}" lifecycle/src/ledger.rs lifecycle/src/serve/pool.rs)
 netproxy=(netproxy/src/addr.rs netproxy/src/rules.rs netproxy/src/policy.rs)
+sockproxy=(sockproxy/src/policy.rs sockproxy/src/scope.rs sockproxy/src/list_query.rs
+  sockproxy/src/seccomp.rs)
 
 run() { # crate, files...
   local crate="$1"; shift
@@ -41,6 +44,8 @@ run() { # crate, files...
 mkdir -p "$out"
 case "$mode" in
   quick) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_quick[@]}" ;;
-  all|diff) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_all[@]}"; run netproxy "${netproxy[@]}" ;;
-  *) echo "ci/mutants.sh: unknown mode $mode (all, quick, diff)" >&2; exit 2 ;;
+  sockproxy) run sockproxy "${sockproxy[@]}" ;;
+  all|diff) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_all[@]}"; run netproxy "${netproxy[@]}"
+    run sockproxy "${sockproxy[@]}" ;;
+  *) echo "ci/mutants.sh: unknown mode $mode (all, quick, sockproxy, diff)" >&2; exit 2 ;;
 esac
