@@ -29,40 +29,50 @@ pub enum LogFormat {
 #[command(name = "lifecycle", version, about)]
 pub struct Args {
     /// The stack's sockproxy socket (the only engine address lifecycle uses).
-    #[arg(long, env = "LIFECYCLE_DOCKER_HOST")]
+    #[arg(help_heading = "Stack", long, env = "LIFECYCLE_DOCKER_HOST")]
     pub docker_host: String,
     /// The stack's prefix P (sandboxes are named {P}sandbox-{id}).
-    #[arg(long, env = "LIFECYCLE_PREFIX")]
+    #[arg(help_heading = "Stack", long, env = "LIFECYCLE_PREFIX")]
     pub prefix: String,
     /// The process's network mode.
-    #[arg(long, env = "LIFECYCLE_MODE", value_enum)]
+    #[arg(help_heading = "Stack", long, env = "LIFECYCLE_MODE", value_enum)]
     pub mode: Mode,
     /// Where the quarantine ledger and port reservations live.
-    #[arg(long, env = "LIFECYCLE_STATE_DIR")]
+    #[arg(help_heading = "Stack", long, env = "LIFECYCLE_STATE_DIR")]
     pub state_dir: PathBuf,
     /// Sandbox image (needed by create).
-    #[arg(long, env = "LIFECYCLE_IMAGE")]
+    #[arg(help_heading = "Sandboxes", long, env = "LIFECYCLE_IMAGE")]
     pub image: Option<String>,
     /// Port the sandbox serves HTTP on.
-    #[arg(long, env = "LIFECYCLE_SANDBOX_PORT", default_value_t = 8080)]
+    #[arg(
+        help_heading = "Sandboxes",
+        long,
+        env = "LIFECYCLE_SANDBOX_PORT",
+        default_value_t = 8080
+    )]
     pub sandbox_port: u16,
     /// Host address an open-mode sandbox's port is published on (an IP address). The
     /// default keeps sandboxes reachable from this host only; a gateway in a container needs
     /// an address it can reach (the docker bridge's gateway address, say).
-    #[arg(long, env = "LIFECYCLE_PUBLISH_ADDRESS", default_value = "127.0.0.1", value_parser = publish_address)]
+    #[arg(help_heading = "Sandboxes", long, env = "LIFECYCLE_PUBLISH_ADDRESS", default_value = "127.0.0.1", value_parser = publish_address)]
     pub publish_address: String,
     /// Command for the sandbox, run with `sh -c` [default: the image's].
-    #[arg(long, env = "LIFECYCLE_SANDBOX_CMD")]
+    #[arg(help_heading = "Sandboxes", long, env = "LIFECYCLE_SANDBOX_CMD")]
     pub sandbox_cmd: Option<String>,
     /// Sidecar image (restricted mode).
-    #[arg(long, env = "LIFECYCLE_SIDECAR_IMAGE")]
+    #[arg(
+        help_heading = "Restricted mode",
+        long,
+        env = "LIFECYCLE_SIDECAR_IMAGE"
+    )]
     pub sidecar_image: Option<String>,
     /// Command for the sidecar, run with `sh -c` [default: netproxy arguments from --egress-allow].
-    #[arg(long, env = "LIFECYCLE_SIDECAR_CMD")]
+    #[arg(help_heading = "Restricted mode", long, env = "LIFECYCLE_SIDECAR_CMD")]
     pub sidecar_cmd: Option<String>,
     /// Egress rules passed to the sidecar (repeatable, or space-separated in the env var; a
     /// rule's own ports are comma-separated, `example.com:80,8080`, as netproxy reads them).
     #[arg(
+        help_heading = "Restricted mode",
         long = "egress-allow",
         env = "LIFECYCLE_EGRESS_ALLOW",
         value_delimiter = ' '
@@ -70,6 +80,7 @@ pub struct Args {
     pub egress_allow: Vec<String>,
     /// Special-purpose ranges the sidecar may dial anyway (its --allow-cidr; repeatable).
     #[arg(
+        help_heading = "Restricted mode",
         long = "egress-allow-cidr",
         env = "LIFECYCLE_EGRESS_ALLOW_CIDR",
         value_delimiter = ' '
@@ -78,6 +89,7 @@ pub struct Args {
     /// More networks the sidecar must never dial, such as the Docker host's own addresses (its
     /// --own-cidr; repeatable).
     #[arg(
+        help_heading = "Restricted mode",
         long = "egress-own-cidr",
         env = "LIFECYCLE_EGRESS_OWN_CIDR",
         value_delimiter = ' '
@@ -91,23 +103,49 @@ pub struct Args {
     )]
     pub egress_nat64_prefix: Vec<String>,
     /// Seconds to wait for the sandbox to answer HTTP (0: do not wait).
-    #[arg(long, env = "LIFECYCLE_READY_TIMEOUT", default_value_t = 60)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "LIFECYCLE_READY_TIMEOUT",
+        default_value_t = 60
+    )]
     pub ready_timeout: u64,
     /// Seconds an open-mode absent teardown waits for its listing before keeping strict cleanup.
-    #[arg(long, env = "LIFECYCLE_LIST_TIMEOUT", default_value_t = 10)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "LIFECYCLE_LIST_TIMEOUT",
+        default_value_t = 10
+    )]
     pub list_timeout: u64,
     /// Seconds `stop` gives a container before the engine kills it.
-    #[arg(long, env = "LIFECYCLE_STOP_TIMEOUT", default_value_t = 5)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "LIFECYCLE_STOP_TIMEOUT",
+        default_value_t = 5
+    )]
     pub stop_timeout: i64,
     /// Seconds to wait for another lifecycle operation on the same sandbox ID (exit 5 after).
-    #[arg(long, env = "LIFECYCLE_LOCK_TIMEOUT", default_value_t = 120)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "LIFECYCLE_LOCK_TIMEOUT",
+        default_value_t = 120
+    )]
     pub lock_timeout: u64,
     /// Seconds to wait for a container the engine is already removing to be gone.
-    #[arg(long, env = "LIFECYCLE_REMOVAL_WAIT", default_value_t = 30)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "LIFECYCLE_REMOVAL_WAIT",
+        default_value_t = 30
+    )]
     pub removal_wait: u64,
     /// Logs on stderr as plain text or JSON objects, one per line; `LIFECYCLE_LOG` filters them
     /// (an EnvFilter, default `info`).
     #[arg(
+        help_heading = "Logging",
         long,
         env = "LIFECYCLE_LOG_FORMAT",
         value_enum,
