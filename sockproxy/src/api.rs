@@ -262,30 +262,79 @@ impl Endpoint {
     /// The operation name used in refusal messages and logs.
     pub fn op(&self) -> String {
         match self {
-            Self::Ping => "system.ping".into(),
-            Self::Version => "system.version".into(),
-            Self::Info => "system.info".into(),
-            Self::ContainerList => "containers.list".into(),
-            Self::ContainerCreate => "containers.create".into(),
-            Self::Container { op, .. } => op.name().into(),
-            Self::Exec { op, .. } => op.name().into(),
-            Self::NetworkList => "networks.list".into(),
-            Self::NetworkCreate => "networks.create".into(),
-            Self::Network { op, .. } => op.name().into(),
-            Self::ImageInspect { .. } => "images.inspect".into(),
-            Self::ImagePull => "images.pull".into(),
-            Self::Events => "system.events".into(),
-            Self::VolumeList => "volumes.list".into(),
-            Self::Volume { op, .. } => op.name().into(),
             Self::Denied { op } | Self::Unknown { op } => op.clone(),
-            Self::BadRef { op } => (*op).into(),
+            _ => self.op_label().into(),
+        }
+    }
+
+    /// `op()` as a metric label, always one of a fixed set whatever the client sent: an
+    /// unknown path is `unknown`, a denied operation named after the client's word that is not
+    /// in `DENIED_OPS` is `denied.other`.
+    pub fn op_label(&self) -> &'static str {
+        match self {
+            Self::Ping => "system.ping",
+            Self::Version => "system.version",
+            Self::Info => "system.info",
+            Self::ContainerList => "containers.list",
+            Self::ContainerCreate => "containers.create",
+            Self::Container { op, .. } => op.name(),
+            Self::Exec { op, .. } => op.name(),
+            Self::NetworkList => "networks.list",
+            Self::NetworkCreate => "networks.create",
+            Self::Network { op, .. } => op.name(),
+            Self::ImageInspect { .. } => "images.inspect",
+            Self::ImagePull => "images.pull",
+            Self::Events => "system.events",
+            Self::VolumeList => "volumes.list",
+            Self::Volume { op, .. } => op.name(),
+            Self::Denied { op } => DENIED_OPS
+                .iter()
+                .find(|known| *known == op)
+                .copied()
+                .unwrap_or("denied.other"),
+            Self::Unknown { .. } => "unknown",
+            Self::BadRef { op } => op,
             Self::NotInView {
                 kind: ViewKind::Plugin,
                 ..
-            } => "plugins.inspect".into(),
+            } => "plugins.inspect",
         }
     }
 }
+
+/// The denied operations a metric names as they are (`Endpoint::op_label`): every fixed name
+/// `denied_family`, `containers`, `networks` and `images` give, and the Engine API's own
+/// words for the rest.
+const DENIED_OPS: [&str; 28] = [
+    "containers.prune",
+    "containers.export",
+    "containers.stats",
+    "containers.changes",
+    "containers.pause",
+    "containers.unpause",
+    "networks.prune",
+    "images",
+    "images.list",
+    "images.commit",
+    "system",
+    "system.info",
+    "system.events",
+    "system.auth",
+    "system.df",
+    "swarm.swarm",
+    "swarm.nodes",
+    "swarm.services",
+    "swarm.tasks",
+    "plugins",
+    "secrets",
+    "configs",
+    "volumes",
+    "build",
+    "session",
+    "distribution",
+    "grpc",
+    "containers.checkpoints",
+];
 
 pub fn parse(method: &Method, target: &Target) -> Endpoint {
     let segs: Vec<&str> = target.segments.iter().map(String::as_str).collect();

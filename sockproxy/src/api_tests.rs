@@ -182,3 +182,33 @@ fn refs_from_bodies() {
         Some(ObjRef::Hex("0123abcdef".into()))
     );
 }
+
+/// A metric's `op` label is one of a fixed set: what the client wrote never becomes one.
+#[test]
+fn op_labels_are_bounded() {
+    for (m, t, want) in [
+        ("GET", "/_ping", "system.ping"),
+        ("POST", "/containers/x-1/stop", "containers.stop"),
+        ("POST", "/containers/x-1/pause", "containers.pause"),
+        ("POST", "/containers/x-1/anything_at_all", "denied.other"),
+        ("GET", "/system/df", "system.df"),
+        ("GET", "/system/my_own_word", "denied.other"),
+        ("POST", "/swarm/init", "swarm.swarm"),
+        ("GET", "/no/such/route", "unknown"),
+        ("GET", "/", "unknown"),
+        ("POST", "/exec/not-hex/start", "exec.start"),
+    ] {
+        assert_eq!(ep(m, t).op_label(), want, "{m} {t}");
+    }
+    // Where the name is fixed, the label is the name itself.
+    for (m, t) in [
+        ("POST", "/containers/x-1/pause"),
+        ("POST", "/networks/prune"),
+        ("GET", "/images/json"),
+        ("GET", "/v1.41/volumes"),
+        ("GET", "/plugins/p/json"),
+    ] {
+        let e = ep(m, t);
+        assert_eq!(e.op_label(), e.op(), "{m} {t}");
+    }
+}

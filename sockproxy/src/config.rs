@@ -65,6 +65,10 @@ pub struct Args {
     /// Group (name or number) that owns the socket.
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_SOCKET_GROUP")]
     pub socket_group: Option<String>,
+    /// Serve GET /metrics (Prometheus text) and GET /healthz here: a Unix socket path or
+    /// tcp://HOST:PORT with a numeric address (docs/metrics.md) [default: off].
+    #[arg(help_heading = "Metrics", long, env = "SOCKPROXY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Log format.
     #[arg(
         help_heading = "Logging",
@@ -224,6 +228,8 @@ pub enum ConfigError {
     EventLoops(usize),
     #[error("{0}")]
     Spend(String),
+    #[error("--metrics-listen {0}")]
+    MetricsListen(#[from] scrape::ListenError),
 }
 
 /// More loops than this would only add threads: each is a whole core's worth of work.
@@ -259,6 +265,8 @@ pub struct Config {
     pub name_cache: bool,
     /// Pullable references, normalized (`docker.io/library/` dropped, `:latest` added).
     pub allow_images: Vec<String>,
+    /// Where `/metrics` and `/healthz` are served (`--metrics-listen`); `None`: nowhere.
+    pub metrics_listen: Option<scrape::Listen>,
 }
 
 impl Config {
@@ -302,6 +310,11 @@ impl Config {
             return Err(ConfigError::EventLoops(event_loops));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
+        let metrics_listen = args
+            .metrics_listen
+            .as_deref()
+            .map(scrape::Listen::parse)
+            .transpose()?;
         let allow_images: Vec<String> = args
             .allow_image
             .iter()
@@ -347,6 +360,7 @@ impl Config {
             },
             name_cache: !args.no_name_cache,
             allow_images,
+            metrics_listen,
         })
     }
 }

@@ -6,7 +6,7 @@
 //! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
 //! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
 //! threads its connections are served on, `quiet` how those loops watch each socket, `config`
-//! the flags.
+//! the flags, `metrics` the metric families and what `--metrics-listen` serves.
 
 pub mod activation;
 mod answer;
@@ -30,6 +30,7 @@ pub mod list_query;
 pub mod logfmt;
 pub mod logwrite;
 pub mod loops;
+pub mod metrics;
 pub mod mounts;
 pub mod names;
 pub mod pinning;

@@ -175,6 +175,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         stack = %cfg.stack,
         event_loops = cfg.event_loops,
         socket_activation = !bound.made_here,
+        metrics_listen = cfg.metrics_listen.as_ref().map(|m| m.to_string()),
         "sockproxy listening"
     );
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -190,6 +191,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         bound.listener,
         server::proxy_for(&cfg),
         bound.made_here.then(|| cfg.listen.clone()),
+        bound.metrics,
         cfg.shutdown_grace,
         shutdown,
     )

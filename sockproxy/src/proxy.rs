@@ -65,6 +65,8 @@ pub struct Proxy {
     /// blocking pool, so their buffers come and go on the same few threads (one pool per loop
     /// held a 10,000-container list's buffers on each, and the peak RSS doubled).
     pub blocking: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// How many requests were allowed and refused since start.
@@ -87,9 +89,11 @@ impl Counters {
     }
 }
 
-/// What one request came to, for the decision log line.
+/// What one request came to, for the decision log line and its count.
 struct Outcome {
     op: String,
+    /// `op` as a metric label (`Endpoint::op_label`).
+    label: &'static str,
     reason: &'static str,
     result: Result<Response<Body>, Refusal>,
 }
@@ -114,7 +118,9 @@ impl Proxy {
         let tunnel_framed = method == Method::CONNECT
             || (req.version() == http::Version::HTTP_11
                 && req.headers().contains_key(header::UPGRADE));
-        let outcome = self.process(req, client_upgrade).await;
+        // Until the endpoint is known, an engine round trip (there is none) would be `unknown`.
+        let process = self.process(req, client_upgrade);
+        let outcome = crate::metrics::with_op("unknown", process).await;
         let (decision, reason, mut resp) = match outcome.result {
             Ok(resp) => ("allow", outcome.reason, resp),
             Err(refusal) => ("deny", refusal.reason(), refusal.into_response()),
@@ -127,6 +133,7 @@ impl Proxy {
         }
         self.decided(
             peer,
+            outcome.label,
             Decided {
                 method: method.as_str(),
                 op: &outcome.op,
@@ -140,9 +147,11 @@ impl Proxy {
         Ok(resp)
     }
 
-    /// Counts a decision and writes its one log line (`decision_line`).
-    fn decided(&self, peer: Peer, d: Decided<'_>) {
+    /// Counts a decision (`label`: its op as a metric label) and writes its one log line
+    /// (`decision_line`).
+    pub(crate) fn decided(&self, peer: Peer, label: &'static str, d: Decided<'_>) {
         self.counters.count(d.decision == "allow");
+        self.metrics.decision(label, d.decision, d.reason);
         crate::decision_line::log(&self.stack, peer, &d);
     }
 
@@ -154,6 +163,7 @@ impl Proxy {
         };
         self.decided(
             peer,
+            "bad_request",
             Decided {
                 method: "",
                 op: "bad_request",
@@ -173,10 +183,11 @@ impl Proxy {
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
         let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
-        let (op, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
-            Err(e) => ("bad_request".to_owned(), "", Err(e.into())),
+        let (op, label, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
+            Err(e) => ("bad_request".to_owned(), "bad_request", "", Err(e.into())),
             Ok(target) if self.too_old(&target) => (
                 "bad_request".to_owned(),
+                "bad_request",
                 "",
                 Err(Refusal::BadRequest(format!(
                     "API version {} is older than this proxy's minimum {}.{}",
@@ -188,6 +199,8 @@ impl Proxy {
             Ok(target) => {
                 let ep = api::parse(&parts.method, &target);
                 let op = ep.op();
+                let label = ep.op_label();
+                crate::metrics::set_op(label);
                 let decided = policy::decide(&ep, &target.query, &self.scope, &self.allow_images)
                     .and_then(|plan| {
                         crate::spend::plan_query(
@@ -199,7 +212,7 @@ impl Proxy {
                         .map(|()| plan)
                     });
                 match decided {
-                    Err(r) => (op, "", Err(r)),
+                    Err(r) => (op, label, "", Err(r)),
                     Ok(plan) => {
                         let reason = match plan {
                             Plan::Forward => "always_allowed",
@@ -209,7 +222,7 @@ impl Proxy {
                         let result = self
                             .act(plan, &op, parts, &mut body, &target, upgrade)
                             .await;
-                        (op, reason, result)
+                        (op, label, reason, result)
                     }
                 }
             }
@@ -219,7 +232,12 @@ impl Proxy {
                 drain(unread).await;
             }
         }
-        outcome(&op, reason, result)
+        Outcome {
+            op,
+            label,
+            reason,
+            result,
+        }
     }
 
     /// Below API 1.24 some bodies mean more (a start body replaces the HostConfig).
@@ -402,10 +420,11 @@ impl Proxy {
         if resp.status() != StatusCode::OK {
             return Ok(Err(stream_response(resp)));
         }
-        let (answer, held) =
-            upstream::read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
-                .await
-                .map_err(upstream_err)?;
+        let (answer, held) = self
+            .upstream
+            .read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
+            .await
+            .map_err(upstream_err)?;
         Ok(Ok((answer, ask.names, held)))
     }
 
@@ -634,14 +653,6 @@ pub(crate) fn json_request(
         HeaderValue::from_static("application/json"),
     );
     Ok(req)
-}
-
-fn outcome(op: &str, reason: &'static str, result: Result<Response<Body>, Refusal>) -> Outcome {
-    Outcome {
-        op: op.to_owned(),
-        reason,
-        result,
-    }
 }
 
 pub(crate) fn upstream_err(e: upstream::UpstreamError) -> Refusal {

@@ -159,7 +159,11 @@ impl Proxy {
         op: &str,
         r: &ObjRef,
     ) -> Result<Option<Pinned>, Refusal> {
-        let Some(e) = self.names.lookup(kind, r) else {
+        let found = self.names.lookup(kind, r);
+        if self.name_cache {
+            self.metrics.name_lookup(found.is_some());
+        }
+        let Some(e) = found else {
             return Ok(None);
         };
         pinning::inspected(kind, access, op, r, &e.inspected(), &self.rules()).map(Some)
@@ -195,7 +199,11 @@ impl Proxy {
             ));
         }
         let by_id = ObjRef::Hex(info.container_id.clone());
-        let entry = match self.names.lookup(Kind::Container, &by_id) {
+        let remembered = self.names.lookup(Kind::Container, &by_id);
+        if self.name_cache {
+            self.metrics.name_lookup(remembered.is_some());
+        }
+        let entry = match remembered {
             Some(e) => e,
             None => {
                 let stamp = self.names.stamp();

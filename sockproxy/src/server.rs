@@ -34,14 +34,17 @@ pub enum ServerError {
     Io { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Activation(#[from] crate::activation::ActivationError),
+    #[error("--metrics-listen {0}")]
+    Metrics(#[from] scrape::BindError),
 }
 
 /// The proxy's listening socket, and whether the proxy made it (and so removes it at exit) or
-/// systemd passed it (and keeps it for the next start).
+/// systemd passed it (and keeps it for the next start); and the metrics endpoint's, if asked for.
 #[derive(Debug)]
 pub struct Bound {
     pub listener: UnixListener,
     pub made_here: bool,
+    pub metrics: Option<scrape::Listener>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
@@ -56,7 +59,10 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
 /// then opened up to `socket_mode`, so the window before chmod is never wider than asked.
 /// With systemd socket activation, the socket systemd passed is used as it is (its mode and
 /// group are the unit's).
+/// The metrics endpoint (`--metrics-listen`) is bound here too, first: a start-up failure
+/// either way.
 pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
+    let metrics = cfg.metrics_listen.as_ref().map(scrape::bind).transpose()?;
     let path = &cfg.listen;
     if let Some(std) = crate::activation::inherited(path)? {
         std.set_nonblocking(true).map_err(io_err(path))?;
@@ -64,6 +70,7 @@ pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
         return Ok(Bound {
             listener,
             made_here: false,
+            metrics,
         });
     }
     match std::fs::symlink_metadata(path) {
@@ -90,10 +97,12 @@ pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     Ok(Bound {
         listener,
         made_here: true,
+        metrics,
     })
 }
 
 pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
+    let metrics = Arc::new(crate::metrics::Metrics::default());
     Arc::new(Proxy {
         // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
         // then lets the stack see: lists and events read the label through the scope.
@@ -103,7 +112,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
                 .then_some(cfg.stack.as_str()),
         ),
         stack: cfg.stack.clone(),
-        upstream: Upstream::new(cfg.upstream.clone(), cfg.event_loops),
+        upstream: Upstream::new(cfg.upstream.clone(), cfg.event_loops, metrics.clone()),
         max_list_bytes: cfg.max_list_bytes,
         counters: Default::default(),
         create_rules: cfg.create_rules.clone(),
@@ -117,6 +126,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         names: Default::default(),
         name_cache: cfg.name_cache,
         blocking: Default::default(),
+        metrics,
     })
 }
 
@@ -124,22 +134,33 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
 /// once (new clients are refused), asks every connection to finish gracefully (idle keep-alive
 /// connections close, responses in progress complete) and waits for in-flight work, upgrade
 /// streams included, up to `grace`.
-/// `made`: the socket file to remove at the end (`None` for one systemd passed).
+/// `made`: the socket file to remove at the end (`None` for one systemd passed). `metrics`: the
+/// metrics endpoint's listener, served on this loop until the proxy stops.
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
     made: Option<PathBuf>,
+    metrics: Option<scrape::Listener>,
     grace: std::time::Duration,
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let _metrics = metrics.map(|l| {
+        let exposed = Arc::new(crate::metrics::Exposed(proxy.clone()));
+        AbortOnDrop(tokio::spawn(scrape::serve(
+            l,
+            exposed,
+            std::future::pending(),
+        )))
+    });
     // Ends with this function; until the subscription is up every request inspects.
     let _watch = proxy.name_cache.then(|| {
-        AbortOnDrop(tokio::spawn(crate::watch::run(
+        let watch = crate::watch::run(
             proxy.upstream.clone(),
             proxy.names.clone(),
             proxy.scope.clone(),
-        )))
+        );
+        AbortOnDrop(tokio::spawn(crate::metrics::with_op("watch", watch)))
     });
     let _ = proxy.blocking.set(tokio::runtime::Handle::current());
     // This loop's own; `Loops::start` starts one on each of the others.
@@ -172,6 +193,7 @@ pub async fn serve(
                         let held = Held {
                             peer,
                             slot,
+                            _open: proxy.metrics.connection_opened(),
                             // Counted from here: a connection waiting for its loop to take it
                             // is in flight for the shutdown's wait too.
                             _inflight: proxy.inflight.enter(),
@@ -227,6 +249,8 @@ pub async fn serve(
 struct Held {
     peer: Peer,
     slot: tokio::sync::OwnedSemaphorePermit,
+    /// In `sockproxy_connections_open` until served.
+    _open: crate::metrics::Open,
     _inflight: crate::inflight::Guard,
     proxy: Arc<Proxy>,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -337,6 +361,7 @@ async fn serve_connection(
 
 /// Over `--max-connections`: a 503 in dockerd's shape, then close.
 async fn reject_busy(mut stream: UnixStream, proxy: Arc<Proxy>) {
+    proxy.metrics.connection_refused();
     let refusal = Refusal::Busy("too many connections (--max-connections)".into());
     // The answer must not wait on a client that sends nothing.
     let _ = tokio::time::timeout(
@@ -349,6 +374,9 @@ async fn reject_busy(mut stream: UnixStream, proxy: Arc<Proxy>) {
 /// Answers before hyper is involved, in dockerd's error shape, and closes.
 async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
     proxy.counters.count(false);
+    proxy
+        .metrics
+        .decision("connection", "deny", refusal.reason());
     let status = refusal.status();
     let body = refusal.body();
     let head = format!(
@@ -390,6 +418,7 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
 pub struct Background {
     path: PathBuf,
     proxy: Arc<Proxy>,
+    metrics_tcp: Option<std::net::SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -404,6 +433,7 @@ impl Background {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let path = cfg.listen.clone();
+        let metrics_tcp = bound.metrics.as_ref().and_then(scrape::Listener::local_tcp);
         let proxy = proxy_for(&cfg);
         let thread_proxy = proxy.clone();
         let thread_path = path.clone();
@@ -411,14 +441,23 @@ impl Background {
             // Tests stop proxies often; a short grace keeps teardown quick.
             let grace = std::time::Duration::from_secs(2);
             let made = bound.made_here.then_some(thread_path);
-            runtime.block_on(serve(bound.listener, thread_proxy, made, grace, async {
-                let _ = rx.await;
-            }));
+            let metrics = bound.metrics;
+            runtime.block_on(serve(
+                bound.listener,
+                thread_proxy,
+                made,
+                metrics,
+                grace,
+                async {
+                    let _ = rx.await;
+                },
+            ));
             runtime.shutdown_background();
         });
         Ok(Self {
             path,
             proxy,
+            metrics_tcp,
             stop: Some(tx),
             thread: Some(thread),
         })
@@ -426,6 +465,11 @@ impl Background {
 
     pub fn socket(&self) -> &Path {
         &self.path
+    }
+
+    /// Where the metrics endpoint listens, when it is on TCP (the port chosen for port 0).
+    pub fn metrics_tcp(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_tcp
     }
 
     /// Client connections and upgrade streams in flight.

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -125,14 +125,17 @@ pub struct Upstream {
     /// One per event loop (`loops`): a connection is driven by the loop that opened it, so a
     /// loop reusing another's would have the two wake each other across threads.
     pools: Arc<[Arc<Pool>]>,
+    /// Each round trip's latency or failure, and when the engine last answered.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Upstream {
-    /// The engine at `path`, for a proxy with `loops` event loops.
-    pub fn new(path: PathBuf, loops: usize) -> Self {
+    /// The engine at `path`, for a proxy with `loops` event loops, counted in `metrics`.
+    pub fn new(path: PathBuf, loops: usize, metrics: Arc<crate::metrics::Metrics>) -> Self {
         let path = Arc::new(path);
         Self {
             pools: (0..loops.max(1)).map(|_| Pool::new(path.clone())).collect(),
+            metrics,
         }
     }
 
@@ -148,7 +151,10 @@ impl Upstream {
 
     /// Sends `req`, whose URI is a path and query, to the engine.
     pub async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
-        self.pool().send(req).await
+        let started = Instant::now();
+        let answered = self.pool().send(req).await;
+        self.metrics.engine(started, &answered);
+        answered
     }
 
     /// Sends a request already encoded (`h1::encode_request`), which asks for no upgrade.
@@ -157,7 +163,10 @@ impl Upstream {
         method: &http::Method,
         wire: &[u8],
     ) -> Result<Response<Answer>, UpstreamError> {
-        self.pool().send_wire(method, wire).await
+        let started = Instant::now();
+        let answered = self.pool().send_wire(method, wire).await;
+        self.metrics.engine(started, &answered);
+        answered
     }
 
     /// A bounded GET whose whole answer is read, for inspects and lists.
@@ -168,22 +177,36 @@ impl Upstream {
             .map_err(|e| UpstreamError::Body(e.to_string()))?;
         tokio::time::timeout(INSPECT_TIMEOUT, async {
             let resp = self.send(req).await?;
-            read_capped(resp, cap).await
+            self.read_budgeted(resp, cap, None).await.map(|(b, _)| b)
         })
         .await
-        .map_err(|_| UpstreamError::Timeout(INSPECT_TIMEOUT))?
+        .unwrap_or_else(|_| {
+            let e = UpstreamError::Timeout(INSPECT_TIMEOUT);
+            self.metrics.engine_error(&e);
+            Err(e)
+        })
+    }
+
+    /// Reads a whole answer of at most `cap` bytes (`budget`: holding its blocks for every byte
+    /// buffered); a failure to read it is counted as the engine's.
+    pub async fn read_budgeted(
+        &self,
+        resp: Response<Answer>,
+        cap: usize,
+        budget: Option<&ListBudget>,
+    ) -> Result<(Buffered, Held), UpstreamError> {
+        let read = read_budgeted(resp, cap, budget).await;
+        if let Err(e) = &read {
+            self.metrics.engine_error(e);
+        }
+        read
     }
 }
 
 /// Reads a whole answer of at most `cap` bytes into one buffer, sized up front from
 /// Content-Length when the engine sends one (lists run to megabytes; growing and then joining
-/// chunks copied them twice).
-pub async fn read_capped(resp: Response<Answer>, cap: usize) -> Result<Buffered, UpstreamError> {
-    read_budgeted(resp, cap, None).await.map(|(b, _)| b)
-}
-
-/// Like `read_capped`, holding blocks of `budget` for every byte buffered.
-pub async fn read_budgeted(
+/// chunks copied them twice), holding blocks of `budget` for every byte buffered.
+async fn read_budgeted(
     resp: Response<Answer>,
     cap: usize,
     budget: Option<&ListBudget>,

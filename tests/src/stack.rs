@@ -52,6 +52,7 @@ impl StackProxy {
             create_rules: Default::default(),
             name_cache: true,
             allow_images: vec![],
+            metrics_listen: None,
         };
         let mut cfg = cfg;
         adjust(&mut cfg);
