@@ -14,6 +14,8 @@ pub mod deerflow;
 pub mod engine;
 pub mod fake;
 pub mod lc;
+/// A metrics endpoint scraped and checked (`--metrics-listen`).
+pub mod metrics;
 pub mod provisioner;
 pub mod raw;
 pub mod recorder;
