@@ -37,10 +37,7 @@ pub(super) fn refuse_unauthorized(
         return None;
     }
     tracing::warn!(%method, path, peer, key_given = offered.is_some(), "provisioner API: missing or wrong X-API-Key; 401");
-    p.metrics.inc_labels(
-        "lifecycle_api_requests_total",
-        &labels(route_name(path), 401),
-    );
+    p.metrics.api_request(route_name(path), 401);
     let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized")));
     *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
     r.headers_mut().insert(
@@ -53,10 +50,6 @@ pub(super) fn refuse_unauthorized(
         hyper::header::HeaderValue::from_static("close"),
     );
     Some(r)
-}
-
-fn labels(route: &str, code: u16) -> String {
-    format!("route=\"{route}\",code=\"{code}\"")
 }
 
 /// The route's name in the metric (a template, never the sandbox ID).
@@ -114,10 +107,7 @@ pub(super) async fn dispatch(p: Arc<Provider>, method: &Method, path: &str, body
             None => answer(404, &json!({ "detail": "Not Found" })),
         },
     };
-    p.metrics.inc_labels(
-        "lifecycle_api_requests_total",
-        &labels(route_name(path), r.status().as_u16()),
-    );
+    p.metrics.api_request(route_name(path), r.status().as_u16());
     r
 }
 

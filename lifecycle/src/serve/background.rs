@@ -115,8 +115,7 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         };
         match renewed {
             Ok(r) => {
-                p.metrics
-                    .inc("lifecycle_lease_renewals_total", renew_word(r));
+                p.metrics.lease_renewal(renew_word(r));
                 if r == Renew::Lapsed && !still_ours(p, &id) {
                     // Destroyed (and its claim released) while this renewal was on its way:
                     // the key it just wrote back would hold off everyone for a TTL.
@@ -137,7 +136,7 @@ pub(crate) async fn renew_ownership(p: &Provider) {
                 }
             }
             Err(e) => {
-                p.metrics.inc("lifecycle_lease_renewals_total", "error");
+                p.metrics.lease_renewal("error");
                 tracing::warn!(sandbox_id = %id, error = %e, "renewal failed; still serving it");
             }
         }
@@ -165,7 +164,7 @@ pub(crate) async fn release_lapsed(p: &Provider) {
             None | Some(Err(ServeError::UnknownLease(_))) => continue,
             Some(Err(e)) => ("failed", Some(e.to_string())),
         };
-        p.metrics.inc("lifecycle_leases_lapsed_total", result);
+        p.metrics.lease_lapsed(result);
         tracing::warn!(
             lease,
             sandbox_id,

@@ -146,14 +146,14 @@ impl Provider {
         match self.own.begin_delete(id).await {
             Ok(Claim::Ours) => {}
             Ok(Claim::Owned(owner) | Claim::Deleting(owner)) => {
-                self.metrics.inc("lifecycle_destroys_total", "refused");
+                self.metrics.destroy("refused");
                 return Err(ServeError::Owned {
                     id: id.to_owned(),
                     owner,
                 });
             }
             Err(e) => {
-                self.metrics.inc("lifecycle_destroys_total", "failed");
+                self.metrics.destroy("failed");
                 return Err(e.into());
             }
         }
@@ -177,12 +177,12 @@ impl Provider {
             Err(e) => {
                 // The `del:` claim stays (renewed while tracked) so no one adopts what is half
                 // torn down; the quarantine record fences it on the engine side.
-                self.metrics.inc("lifecycle_destroys_total", "failed");
+                self.metrics.destroy("failed");
                 tracing::warn!(sandbox_id = id, error = %e, "destroy failed; kept fenced for a retry");
                 return Err(e.into());
             }
         };
-        self.metrics.inc("lifecycle_destroys_total", torn.as_str());
+        self.metrics.destroy(torn.as_str());
         let _ = self.own.release(id).await;
         Ok(torn)
     }

@@ -117,22 +117,8 @@ fn list(p: &Provider) -> Value {
 }
 
 fn metrics(p: &Provider) -> String {
-    let (active, warm, destroying) = p.pool().sizes();
-    let quarantined = p.lc.ledger.entries().map(|e| e.len() as u64).unwrap_or(0);
-    p.metrics.render(&[
-        (
-            "lifecycle_pool_sandboxes",
-            "state=\"active\"",
-            active as u64,
-        ),
-        ("lifecycle_pool_sandboxes", "state=\"warm\"", warm as u64),
-        (
-            "lifecycle_pool_sandboxes",
-            "state=\"destroying\"",
-            destroying as u64,
-        ),
-        ("lifecycle_quarantine_records", "", quarantined),
-    ])
+    let quarantined = p.lc.ledger.entries().map(|e| e.len()).unwrap_or(0);
+    p.metrics.render(p.pool().sizes(), quarantined)
 }
 
 async fn route(
@@ -187,7 +173,9 @@ async fn route(
             let mut r = Response::new(Full::new(Bytes::from(metrics(&p))));
             r.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+                hyper::header::HeaderValue::from_static(
+                    prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                ),
             );
             r
         }

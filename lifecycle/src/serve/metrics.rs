@@ -1,132 +1,195 @@
-//! Counters and the acquire-latency histogram behind `GET /metrics` (Prometheus text format).
+//! The metric families behind `GET /metrics` (Prometheus text format, written by
+//! prometheus-client through `scrape::encode`, as both proxies' are): acquires and their latency, failures, destroys,
+//! leases, the provisioner API's requests, and the pool's sizes read at scrape time. Every label
+//! value is one of a fixed set (an outcome word, a route template, a status code).
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 const BUCKETS: [f64; 9] = [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 
-#[derive(Debug, Default)]
-struct Histogram {
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    route: &'static str,
+    code: u16,
+}
+
+type Histograms = Family<SourceLabel, Histogram, fn() -> Histogram>;
+
+fn acquire_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+#[derive(Debug)]
 pub struct Metrics {
-    acquire: Mutex<BTreeMap<&'static str, Histogram>>,
-    counters: Mutex<BTreeMap<(&'static str, String), u64>>,
-    /// Counters whose labels are written whole (`a="x",b="y"`).
-    labelled: Mutex<BTreeMap<(&'static str, String), u64>>,
+    registry: Registry,
+    acquire: Histograms,
+    failures: Family<KindLabel, Counter>,
+    cap_refusals: Family<KindLabel, Counter>,
+    destroys: Family<ResultLabel, Counter>,
+    lease_renewals: Family<ResultLabel, Counter>,
+    leases_lapsed: Family<ResultLabel, Counter>,
+    api_requests: Family<ApiLabels, Counter>,
+    pool: Family<StateLabel, Gauge>,
+    quarantined: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let acquire = Histograms::new_with_constructor(acquire_histogram);
+        registry.register(
+            "lifecycle_acquire_seconds",
+            "Successful acquires, by where the sandbox came from",
+            acquire.clone(),
+        );
+        // Counters are registered without `_total`: the encoder adds it.
+        let failures = Family::default();
+        registry.register(
+            "lifecycle_failures",
+            "Failed acquires, by kind",
+            failures.clone(),
+        );
+        let cap_refusals = Family::default();
+        registry.register(
+            "lifecycle_cap_refusals",
+            "Acquires refused at --max-replicas",
+            cap_refusals.clone(),
+        );
+        let destroys = Family::default();
+        registry.register(
+            "lifecycle_destroys",
+            "Destroys, by result",
+            destroys.clone(),
+        );
+        let lease_renewals = Family::default();
+        registry.register(
+            "lifecycle_lease_renewals",
+            "Ownership renewals, by result",
+            lease_renewals.clone(),
+        );
+        let leases_lapsed = Family::default();
+        registry.register(
+            "lifecycle_leases_lapsed",
+            "Leases released for not being renewed within --lease-timeout, by result",
+            leases_lapsed.clone(),
+        );
+        let api_requests = Family::default();
+        registry.register(
+            "lifecycle_api_requests",
+            "Provisioner API requests, by route template and status code",
+            api_requests.clone(),
+        );
+        let pool = Family::default();
+        registry.register(
+            "lifecycle_pool_sandboxes",
+            "Sandboxes in the pool, by state",
+            pool.clone(),
+        );
+        let quarantined = Gauge::default();
+        registry.register(
+            "lifecycle_quarantine_records",
+            "Records in the quarantine ledger",
+            quarantined.clone(),
+        );
+        Self {
+            registry,
+            acquire,
+            failures,
+            cap_refusals,
+            destroys,
+            lease_renewals,
+            leases_lapsed,
+            api_requests,
+            pool,
+            quarantined,
+        }
+    }
 }
 
 impl Metrics {
     pub fn observe_acquire(&self, source: &'static str, took: Duration) {
-        if let Ok(mut m) = self.acquire.lock() {
-            let h = m.entry(source).or_default();
-            let secs = took.as_secs_f64();
-            for (i, le) in BUCKETS.iter().enumerate() {
-                if secs <= *le {
-                    h.buckets[i] += 1;
-                }
-            }
-            h.count += 1;
-            h.sum += secs;
-        }
+        self.acquire
+            .get_or_create(&SourceLabel { source })
+            .observe(took.as_secs_f64());
     }
 
-    /// Adds one to counter `name` with label value `label` (its label name is fixed per name).
-    pub fn inc(&self, name: &'static str, label: &str) {
-        if let Ok(mut c) = self.counters.lock() {
-            *c.entry((name, label.to_owned())).or_default() += 1;
-        }
+    pub fn failure(&self, kind: &'static str) {
+        self.failures.get_or_create(&KindLabel { kind }).inc();
     }
 
-    /// Adds one to counter `name` with the label set `labels`, written as is (`a="x",b="y"`).
-    pub fn inc_labels(&self, name: &'static str, labels: &str) {
-        if let Ok(mut c) = self.labelled.lock() {
-            *c.entry((name, labels.to_owned())).or_default() += 1;
-        }
+    pub fn cap_refusal(&self) {
+        self.cap_refusals
+            .get_or_create(&KindLabel { kind: "full" })
+            .inc();
     }
 
-    /// The text exposition; `gauges` are (name, label, value) read at scrape time.
-    pub fn render(&self, gauges: &[(&str, &str, u64)]) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "# TYPE lifecycle_acquire_seconds histogram");
-        if let Ok(m) = self.acquire.lock() {
-            for (source, h) in m.iter() {
-                for (i, le) in BUCKETS.iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "lifecycle_acquire_seconds_bucket{{source=\"{source}\",le=\"{le}\"}} {}",
-                        h.buckets[i]
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "lifecycle_acquire_seconds_bucket{{source=\"{source}\",le=\"+Inf\"}} {}",
-                    h.count
-                );
-                let _ = writeln!(
-                    out,
-                    "lifecycle_acquire_seconds_sum{{source=\"{source}\"}} {}",
-                    h.sum
-                );
-                let _ = writeln!(
-                    out,
-                    "lifecycle_acquire_seconds_count{{source=\"{source}\"}} {}",
-                    h.count
-                );
-            }
+    pub fn destroy(&self, result: &'static str) {
+        self.destroys.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    pub fn lease_renewal(&self, result: &'static str) {
+        self.lease_renewals
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    pub fn lease_lapsed(&self, result: &'static str) {
+        self.leases_lapsed
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    /// One provisioner API request: its route template (never the path) and status.
+    pub fn api_request(&self, route: &'static str, code: u16) {
+        self.api_requests
+            .get_or_create(&ApiLabels { route, code })
+            .inc();
+    }
+
+    /// The text exposition, with the pool's (active, warm, destroying) sizes and the ledger's
+    /// record count read now.
+    pub fn render(
+        &self,
+        (active, warm, destroying): (usize, usize, usize),
+        quarantined: usize,
+    ) -> String {
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        for (state, v) in [
+            ("active", active),
+            ("warm", warm),
+            ("destroying", destroying),
+        ] {
+            self.pool.get_or_create(&StateLabel { state }).set(n(v));
         }
-        let label_name = |name: &str| match name {
-            "lifecycle_destroys_total" => "result",
-            "lifecycle_failures_total" => "kind",
-            "lifecycle_lease_renewals_total" => "result",
-            "lifecycle_leases_lapsed_total" => "result",
-            _ => "kind",
-        };
-        if let Ok(c) = self.counters.lock() {
-            let mut last = "";
-            for ((name, label), v) in c.iter() {
-                if *name != last {
-                    let _ = writeln!(out, "# TYPE {name} counter");
-                    last = name;
-                }
-                let _ = writeln!(out, "{name}{{{}=\"{label}\"}} {v}", label_name(name));
-            }
-        }
-        if let Ok(c) = self.labelled.lock() {
-            let mut last = "";
-            for ((name, labels), v) in c.iter() {
-                if *name != last {
-                    let _ = writeln!(out, "# TYPE {name} counter");
-                    last = name;
-                }
-                let _ = writeln!(out, "{name}{{{labels}}} {v}");
-            }
-        }
-        // One TYPE line per name, then all of its series: the text format's parsers
-        // (Prometheus' own, `promtool check metrics`) refuse a second TYPE line for a name.
-        let mut names: Vec<&str> = Vec::new();
-        for (name, _, _) in gauges {
-            if !names.contains(name) {
-                names.push(name);
-            }
-        }
-        for name in names {
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            for (_, label, v) in gauges.iter().filter(|g| g.0 == name) {
-                if label.is_empty() {
-                    let _ = writeln!(out, "{name} {v}");
-                } else {
-                    let _ = writeln!(out, "{name}{{{label}}} {v}");
-                }
-            }
-        }
-        out
+        self.quarantined.set(n(quarantined));
+        scrape::encode(&self.registry)
     }
 }
 
@@ -135,41 +198,37 @@ mod tests {
     use super::Metrics;
 
     #[test]
-    fn every_metric_name_is_typed_once() {
+    fn every_metric_name_is_typed_once_and_keeps_its_name() {
         let m = Metrics::default();
-        m.inc("lifecycle_destroys_total", "destroyed");
-        m.inc("lifecycle_destroys_total", "failed");
-        let text = m.render(&[
-            ("lifecycle_pool_sandboxes", "state=\"active\"", 1),
-            ("lifecycle_pool_sandboxes", "state=\"warm\"", 2),
-            ("lifecycle_quarantine_records", "", 0),
-            ("lifecycle_pool_sandboxes", "state=\"destroying\"", 0),
-        ]);
-        for name in [
-            "lifecycle_pool_sandboxes",
-            "lifecycle_destroys_total",
-            "lifecycle_quarantine_records",
+        m.destroy("destroyed");
+        m.destroy("failed");
+        m.api_request("sandboxes", 401);
+        m.observe_acquire("created", std::time::Duration::from_millis(20));
+        let text = m.render((1, 2, 0), 0);
+        for (name, kind) in [
+            ("lifecycle_pool_sandboxes", "gauge"),
+            ("lifecycle_destroys_total", "counter"),
+            ("lifecycle_quarantine_records", "gauge"),
+            ("lifecycle_api_requests_total", "counter"),
+            ("lifecycle_acquire_seconds", "histogram"),
         ] {
-            let typed = text
+            let typed: Vec<&str> = text
                 .lines()
                 .filter(|l| l.starts_with(&format!("# TYPE {name} ")))
-                .count();
-            assert_eq!(typed, 1, "{name} in\n{text}");
+                .collect();
+            assert_eq!(typed, [format!("# TYPE {name} {kind}")], "{text}");
         }
-        // And its series follow it together.
-        let lines: Vec<&str> = text.lines().collect();
-        let at = lines
-            .iter()
-            .position(|l| *l == "# TYPE lifecycle_pool_sandboxes gauge")
-            .expect("typed");
-        assert_eq!(
-            lines[at + 1..at + 4],
-            [
-                "lifecycle_pool_sandboxes{state=\"active\"} 1",
-                "lifecycle_pool_sandboxes{state=\"warm\"} 2",
-                "lifecycle_pool_sandboxes{state=\"destroying\"} 0",
-            ],
-            "{text}"
-        );
+        for line in [
+            "lifecycle_pool_sandboxes{state=\"active\"} 1",
+            "lifecycle_pool_sandboxes{state=\"warm\"} 2",
+            "lifecycle_pool_sandboxes{state=\"destroying\"} 0",
+            "lifecycle_quarantine_records 0",
+            "lifecycle_destroys_total{result=\"failed\"} 1",
+            "lifecycle_api_requests_total{route=\"sandboxes\",code=\"401\"} 1",
+            "lifecycle_acquire_seconds_bucket{source=\"created\",le=\"0.05\"} 1",
+            "lifecycle_acquire_seconds_count{source=\"created\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
     }
 }

@@ -197,9 +197,7 @@ impl Provider {
             Ok(a) => self
                 .metrics
                 .observe_acquire(a.source.as_str(), started.elapsed()),
-            Err(e) => self
-                .metrics
-                .inc("lifecycle_failures_total", failure_kind(e)),
+            Err(e) => self.metrics.failure(failure_kind(e)),
         }
         result
     }
@@ -222,7 +220,7 @@ impl Provider {
             AcquirePlan::Collision => return Err(ServeError::Collision { id }),
             AcquirePlan::Busy => return Err(ServeError::Busy { id }),
             AcquirePlan::Full => {
-                self.metrics.inc("lifecycle_cap_refusals_total", "full");
+                self.metrics.cap_refusal();
                 return Err(ServeError::Full {
                     max: self.config.max_replicas,
                 });
@@ -347,7 +345,7 @@ impl Provider {
     pub(crate) async fn create_failed(&self, id: &str, scope: &str, e: OpError) -> ServeError {
         match &e {
             OpError::RollbackFailed { generation, .. } => {
-                self.metrics.inc("lifecycle_destroys_total", "failed");
+                self.metrics.destroy("failed");
                 self.pool()
                     .keep_failed_rollback(id, scope, generation, self.now());
                 tracing::warn!(
