@@ -126,6 +126,10 @@ pub struct Args {
     /// (an EnvFilter, default `info`).
     #[arg(long, env = "NETPROXY_LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
+    /// Serve GET /metrics (Prometheus text) and GET /healthz here: a Unix socket path or
+    /// tcp://HOST:PORT with a numeric address (docs/metrics.md) [default: off].
+    #[arg(long, env = "NETPROXY_METRICS_LISTEN", value_parser = scrape::Listen::parse)]
+    pub metrics_listen: Option<scrape::Listen>,
 }
 
 /// The policy file's shape.

@@ -6,8 +6,9 @@
 //! Eyeballs) and hands to `tunnel` or `forward`; `connection` what one client connection's requests share; `refusal` says why not; `audit` writes the
 //! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
-//! `config` the flags, `startup` their validated `Config` and the one-line start-up errors; `fds` the descriptor limit; `timed_write` the
-//! limit on a write the client does not take.
+//! `config` the flags, `startup` their validated `Config` and the one-line start-up errors; `fds`
+//! the descriptor limit; `timed_write` the limit on a write the client does not take; `metrics`
+//! the metric families and what `--metrics-listen` serves.
 
 pub mod addr;
 pub mod audit;
@@ -19,6 +20,7 @@ pub mod fds;
 pub mod forward;
 pub use headguard as framing;
 pub mod idle;
+pub mod metrics;
 pub mod nat64;
 pub mod own;
 pub mod policy;

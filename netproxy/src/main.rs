@@ -94,6 +94,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         ..NetProxy::new(cfg.policy, resolver)
     });
     let reload_proxy = proxy.clone();
+    let metrics_listen = cfg.args.metrics_listen.clone();
     let reload_args = cfg.args;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("SIGHUP handler")?;
@@ -114,7 +115,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    tracing::info!(listen = %cfg.listen, "netproxy listening");
+    if let Some(at) = &metrics_listen {
+        let metrics = scrape::bind(at).with_context(|| format!("--metrics-listen {at}"))?;
+        let exposed = Arc::new(netproxy::metrics::Exposed(proxy.metrics.clone()));
+        tokio::spawn(scrape::serve(metrics, exposed, std::future::pending()));
+    }
+    tracing::info!(listen = %cfg.listen, metrics_listen = metrics_listen.as_ref().map(|m| m.to_string()), "netproxy listening");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("SIGTERM handler")?;
     netproxy::server::serve(listener, proxy, cfg.limits, async move {

@@ -58,6 +58,8 @@ pub struct NetProxy {
     pub timeouts: Timeouts,
     /// Upstream connection attempts in flight, per client and in all (`dial::Budget`).
     pub dials: Arc<crate::dial::Budget>,
+    /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Upstream connection attempts in flight, in all and per client, unless configured.
@@ -90,6 +92,7 @@ impl NetProxy {
                 DEFAULT_MAX_DIALS,
                 DEFAULT_MAX_DIALS_PER_CLIENT,
             )),
+            metrics: Arc::default(),
         }
     }
 
@@ -195,6 +198,8 @@ impl NetProxy {
             }
             None => self.clone().process(req, &mut trace).await,
         };
+        self.metrics
+            .request(connect, result.as_ref().err().map(|r| &r.reason));
         Ok(match result {
             Ok(resp) => resp,
             Err(r) => {
@@ -273,8 +278,13 @@ impl NetProxy {
             };
             let idle = self.tunnel_idle;
             let revoked = self.revoked(t, chosen, changes);
+            let metrics = self.metrics.clone();
             tokio::spawn(async move {
-                crate::tunnel::tunnel(on_upgrade, stream, who, idle, revoked).await;
+                let open = metrics.tunnel_opened();
+                let (up, down) =
+                    crate::tunnel::tunnel(on_upgrade, stream, who, idle, revoked).await;
+                drop(open);
+                metrics.tunnel_closed(up, down);
                 // The connection's share of the limits is held until the tunnel closes.
                 drop(hold);
             });
@@ -338,14 +348,21 @@ impl NetProxy {
         let answers = match &t.host {
             Host::Ip(ip) => vec![*ip],
             Host::Name(name) => {
-                match tokio::time::timeout(self.dns_timeout, self.resolver.lookup(name)).await {
-                    Err(_) => return Err(Refusal::new(Reason::DnsTimeout, shown)),
-                    Ok(Err(_)) => return Err(Refusal::new(Reason::DnsFailure, shown)),
-                    Ok(Ok(a)) if a.is_empty() => {
-                        return Err(Refusal::new(Reason::DnsNoAnswer, shown))
+                use crate::metrics::Lookup;
+                let started = std::time::Instant::now();
+                let looked =
+                    tokio::time::timeout(self.dns_timeout, self.resolver.lookup(name)).await;
+                let (how, answer) = match looked {
+                    Err(_) => (Lookup::Timeout, Err(Reason::DnsTimeout)),
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                        (Lookup::NoAddresses, Err(Reason::DnsFailure))
                     }
-                    Ok(Ok(a)) => a,
-                }
+                    Ok(Err(_)) => (Lookup::Failed, Err(Reason::DnsFailure)),
+                    Ok(Ok(a)) if a.is_empty() => (Lookup::NoAddresses, Err(Reason::DnsNoAnswer)),
+                    Ok(Ok(a)) => (Lookup::Answered, Ok(a)),
+                };
+                self.metrics.lookup(started, how);
+                answer.map_err(|r| Refusal::new(r, shown.clone()))?
             }
         };
         trace.resolved.clone_from(&answers);

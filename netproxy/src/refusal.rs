@@ -86,6 +86,38 @@ impl Reason {
         }
     }
 
+    /// The reason as one of a fixed set of words, for a metric's label: `text()` where that is
+    /// fixed, the family where it carries detail (a head's or a target's fault, the special
+    /// range an address is in).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Head(_) => "bad_head",
+            Self::Version => "version",
+            Self::DuplicateHost => "duplicate_host",
+            Self::Target(_) => "bad_target",
+            Self::BadHeader => "bad_header",
+            Self::HostHeaderMismatch => "host_header_mismatch",
+            Self::Name(n) => n.as_str(),
+            Self::Address(crate::addr::AddrRefusal::OwnNetwork) => "proxy_network",
+            Self::Address(crate::addr::AddrRefusal::Special(_)) => "special_address",
+            Self::DnsTimeout => "dns_timeout",
+            Self::DnsFailure => "dns_failure",
+            Self::DnsNoAnswer => "dns_no_answer",
+            Self::ConnectTimeout => "connect_timeout",
+            Self::ConnectFailed => "connect_failed",
+            Self::UpstreamHandshake => "upstream_handshake",
+            Self::UpstreamFailed => "upstream_failed",
+            Self::UpstreamResponseTimeout => "upstream_response_timeout",
+            Self::RequestBodyTimeout => "request_body_timeout",
+            Self::RequestTimeout => "request_timeout",
+            Self::ConnectionLimit => "connection_limit",
+            Self::ClientConnectionLimit => "client_connection_limit",
+            Self::FdLimit => "fd_limit",
+            Self::OwnNetworksUnknown => "own_networks_unknown",
+            Self::Revoked => "revoked",
+        }
+    }
+
     /// What `X-Netproxy-Error`, the JSON body and the logs say.
     pub fn text(&self) -> String {
         match self {

@@ -34,7 +34,17 @@ impl Resolve for Stub {
         // Fully qualified: search domains never turn an allowed name into another one.
         let fqdn = format!("{name}.");
         Box::pin(async move {
-            let answer = resolver.lookup_ip(fqdn).await.map_err(io::Error::other)?;
+            let answer = resolver.lookup_ip(fqdn).await.map_err(|e| {
+                // The resolver answered that the name has no addresses (NXDOMAIN, no
+                // records): `NotFound`, told apart from no answer for the metrics and
+                // `/healthz` (the refusal is `dns_failure` either way).
+                let kind = if e.is_no_records_found() {
+                    io::ErrorKind::NotFound
+                } else {
+                    io::ErrorKind::Other
+                };
+                io::Error::new(kind, e)
+            })?;
             Ok(answer.iter().collect())
         })
     }

@@ -77,7 +77,7 @@ pub async fn serve(
                                 // Once per episode, not per client: a flood must not flood the log.
                                 tracing::warn!(error = %e, "at the file descriptor limit: answering 503");
                             }
-                            if spare.answer_one(&listener).await {
+                            if spare.answer_one(&listener, &proxy.metrics).await {
                                 // A client was answered: that is progress, not a spin.
                                 continue;
                             }
@@ -89,17 +89,21 @@ pub async fn serve(
                     }
                 };
                 let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
-                    tokio::spawn(busy(stream, peer, Reason::ClientConnectionLimit));
+                    let m = proxy.metrics.clone();
+                    tokio::spawn(async move { busy(stream, peer, Reason::ClientConnectionLimit, &m).await });
                     continue;
                 };
                 match permits.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let proxy = proxy.clone();
-                        let hold = ConnectionHold(Arc::new((permit, slot)));
+                        // Counted open as long as the limits hold it: a tunnel keeps it.
+                        let open = proxy.metrics.connection_opened();
+                        let hold = ConnectionHold(Arc::new((permit, slot, open)));
                         tokio::spawn(connection(stream, peer, proxy, limits, hold));
                     }
                     Err(_) => {
-                        tokio::spawn(busy(stream, peer, Reason::ConnectionLimit));
+                        let m = proxy.metrics.clone();
+                        tokio::spawn(async move { busy(stream, peer, Reason::ConnectionLimit, &m).await });
                     }
                 }
             }
@@ -133,7 +137,11 @@ impl Spare {
     }
 
     /// Whether a waiting client was answered.
-    async fn answer_one(&mut self, listener: &TcpListener) -> bool {
+    async fn answer_one(
+        &mut self,
+        listener: &TcpListener,
+        metrics: &crate::metrics::Metrics,
+    ) -> bool {
         if self.0.take().is_none() {
             return false;
         }
@@ -141,7 +149,7 @@ impl Spare {
         let answered =
             match tokio::time::timeout(Duration::from_millis(100), listener.accept()).await {
                 Ok(Ok((stream, peer))) => {
-                    busy(stream, peer, Reason::FdLimit).await;
+                    busy(stream, peer, Reason::FdLimit, metrics).await;
                     true
                 }
                 _ => false,
@@ -191,7 +199,13 @@ impl Drop for ClientSlot {
 
 /// A 503 at a cap, with its decision line (one per refused connection: nothing of the
 /// request is read, so the line has the client and the reason).
-async fn busy(mut stream: TcpStream, peer: SocketAddr, reason: Reason) {
+async fn busy(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    reason: Reason,
+    metrics: &crate::metrics::Metrics,
+) {
+    metrics.connection_refused(&reason);
     let refusal = Refusal::new(reason, "");
     Trace {
         client: Some(peer),

@@ -43,7 +43,7 @@ pub type Revoked = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send
 const TUNNEL_BUFFER: usize = 64 * 1024;
 
 /// Carries a tunnel until both directions end, an error, or `idle` without a byte either way;
-/// then logs one `tunnel closed` line. On Linux the client's socket is taken back out of hyper
+/// then logs one `tunnel closed` line and answers (bytes up, bytes down). On Linux the client's socket is taken back out of hyper
 /// and the bytes are spliced (`splice`); if that cannot be done (the upgraded connection is not
 /// ours, or no pipes can be made) they are copied through 64 KiB buffers.
 pub async fn tunnel(
@@ -52,19 +52,19 @@ pub async fn tunnel(
     who: Who,
     idle: Duration,
     mut revoked: Revoked,
-) {
+) -> (u64, u64) {
     let start = Instant::now();
     let Ok(upgraded) = on_upgrade.await else {
         // The client went away before the 200 reached it: still one end line.
         who.closed(0, 0, "client_gone", "none", start);
-        return;
+        return (0, 0);
     };
     let clock = Clock::new();
     #[cfg(any(target_os = "linux", target_os = "android"))]
     let upgraded = match spliced(upgraded, &upstream, &clock, idle, &mut revoked).await {
         Ok((up, down, ended)) => {
             who.closed(up, down, ended, "splice", start);
-            return;
+            return (up, down);
         }
         Err(upgraded) => upgraded,
     };
@@ -84,6 +84,7 @@ pub async fn tunnel(
         () = &mut revoked => (0, 0, "revoked"),
     };
     who.closed(up, down, ended, "copy", start);
+    (up, down)
 }
 
 /// The spliced tunnel: `(bytes_up, bytes_down, ended)` once it is over, or the upgraded

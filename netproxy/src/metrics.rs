@@ -1,0 +1,296 @@
+//! The sidecar's metric families (one registry per `NetProxy`: in the binary, one per process)
+//! and what `--metrics-listen` answers (`Exposed`, served by `scrape`). docs/metrics.md lists
+//! every family and what to alert on. Every label value is one of a fixed set
+//! (`Reason::kind`, the words below): never a host, an address or a client.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::refusal::Reason;
+
+/// Name lookups: a cached answer takes microseconds, a resolver abroad a few hundred
+/// milliseconds; the default `--dns-timeout-ms` is 5 s.
+const DNS_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// `/healthz` answers 503 while lookups failed (no answer from the resolver) within this long
+/// and none has been answered since.
+pub const FAILING_WITHIN: Duration = Duration::from_secs(60);
+
+/// How a name lookup ended, for `netproxy_dns_lookups_total{result}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Addresses.
+    Answered,
+    /// The resolver answered that the name has no addresses (NXDOMAIN, no records, empty).
+    NoAddresses,
+    /// No answer within `--dns-timeout-ms`.
+    Timeout,
+    /// No answer: the resolver could not be asked, or failed.
+    Failed,
+}
+
+impl Lookup {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::NoAddresses => "no_addresses",
+            Self::Timeout => "timeout",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Whether the resolver answered at all.
+    fn answered(self) -> bool {
+        matches!(self, Self::Answered | Self::NoAddresses)
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    op: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+/// The families, and when the resolver last answered and last failed.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    refusals: Family<ReasonLabel, Counter>,
+    dns_seconds: Histogram,
+    dns_lookups: Family<ResultLabel, Counter>,
+    tunnels_open: Gauge,
+    tunnel_bytes: Family<DirectionLabel, Counter>,
+    connections_open: Gauge,
+    connections_refused: Family<ReasonLabel, Counter>,
+    started: Instant,
+    /// Milliseconds from `started`, plus one; 0 for never.
+    dns_answered: AtomicU64,
+    dns_failed: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::default();
+        registry.register(
+            "netproxy_requests",
+            "Requests, by op (connect, http) and outcome (carried, refused)",
+            requests.clone(),
+        );
+        let refusals = Family::default();
+        registry.register(
+            "netproxy_refusals",
+            "Refusals answered, by reason (the X-Netproxy-Error kinds)",
+            refusals.clone(),
+        );
+        let dns_seconds = Histogram::new(DNS_BUCKETS);
+        registry.register(
+            "netproxy_dns_lookup_duration_seconds",
+            "Name lookups, answered or not",
+            dns_seconds.clone(),
+        );
+        let dns_lookups = Family::<ResultLabel, Counter>::default();
+        for l in [
+            Lookup::Answered,
+            Lookup::NoAddresses,
+            Lookup::Timeout,
+            Lookup::Failed,
+        ] {
+            let _ = dns_lookups.get_or_create(&ResultLabel { result: l.label() });
+        }
+        registry.register(
+            "netproxy_dns_lookups",
+            "Name lookups, by result (answered, no_addresses, timeout, failed)",
+            dns_lookups.clone(),
+        );
+        let tunnels_open = Gauge::default();
+        registry.register(
+            "netproxy_tunnels_open",
+            "CONNECT tunnels open",
+            tunnels_open.clone(),
+        );
+        let tunnel_bytes = Family::<DirectionLabel, Counter>::default();
+        for direction in ["up", "down"] {
+            let _ = tunnel_bytes.get_or_create(&DirectionLabel { direction });
+        }
+        registry.register(
+            "netproxy_tunnel_bytes",
+            "Bytes carried by tunnels, counted as each closes (up: client to upstream)",
+            tunnel_bytes.clone(),
+        );
+        let connections_open = Gauge::default();
+        registry.register(
+            "netproxy_connections_open",
+            "Client connections open, tunnels included",
+            connections_open.clone(),
+        );
+        let connections_refused = Family::<ReasonLabel, Counter>::default();
+        for reason in ["connection_limit", "client_connection_limit", "fd_limit"] {
+            let _ = connections_refused.get_or_create(&ReasonLabel { reason });
+        }
+        registry.register(
+            "netproxy_connections_refused",
+            "Client connections answered 503 at a cap, by reason",
+            connections_refused.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            refusals,
+            dns_seconds,
+            dns_lookups,
+            tunnels_open,
+            tunnel_bytes,
+            connections_open,
+            connections_refused,
+            started: Instant::now(),
+            dns_answered: AtomicU64::new(0),
+            dns_failed: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Something counted open (a connection, a tunnel) until it is dropped.
+#[derive(Debug)]
+pub struct Open(Gauge);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Metrics {
+    /// One request's outcome: `refused` with the refusal's reason, else carried.
+    pub fn request(&self, connect: bool, refused: Option<&Reason>) {
+        let op = if connect { "connect" } else { "http" };
+        let outcome = if refused.is_some() {
+            "refused"
+        } else {
+            "carried"
+        };
+        self.requests
+            .get_or_create(&RequestLabels { op, outcome })
+            .inc();
+        if let Some(r) = refused {
+            self.refusal(r);
+        }
+    }
+
+    /// A refusal answered, a connection's at a cap included.
+    pub fn refusal(&self, r: &Reason) {
+        self.refusals
+            .get_or_create(&ReasonLabel { reason: r.kind() })
+            .inc();
+    }
+
+    /// A connection answered 503 at a cap (`reason`: which).
+    pub fn connection_refused(&self, r: &Reason) {
+        self.connections_refused
+            .get_or_create(&ReasonLabel { reason: r.kind() })
+            .inc();
+        self.refusal(r);
+    }
+
+    /// A name lookup that began at `started`.
+    pub fn lookup(&self, started: Instant, how: Lookup) {
+        self.dns_seconds.observe(started.elapsed().as_secs_f64());
+        self.dns_lookups
+            .get_or_create(&ResultLabel {
+                result: how.label(),
+            })
+            .inc();
+        let at = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let when = if how.answered() {
+            &self.dns_answered
+        } else {
+            &self.dns_failed
+        };
+        when.store(at, Ordering::Relaxed);
+    }
+
+    pub fn connection_opened(&self) -> Open {
+        self.connections_open.inc();
+        Open(self.connections_open.clone())
+    }
+
+    pub fn tunnel_opened(&self) -> Open {
+        self.tunnels_open.inc();
+        Open(self.tunnels_open.clone())
+    }
+
+    pub fn tunnel_closed(&self, up: u64, down: u64) {
+        for (direction, n) in [("up", up), ("down", down)] {
+            self.tunnel_bytes
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(n);
+        }
+    }
+
+    fn ago(&self, at: &AtomicU64) -> Option<Duration> {
+        match at.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(
+                self.started
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(ms - 1)),
+            ),
+        }
+    }
+
+    /// 200 unless lookups failed within `FAILING_WITHIN` and none was answered since: a
+    /// sidecar nobody has asked lately is healthy (there is nothing to judge the resolver on).
+    pub fn health(&self) -> scrape::Health {
+        let answered = self.ago(&self.dns_answered);
+        let failed = self.ago(&self.dns_failed);
+        let failing = failed.is_some_and(|f| f <= FAILING_WITHIN && answered.is_none_or(|a| a > f));
+        scrape::Health {
+            ok: !failing,
+            body: serde_json::json!({
+                "status": if failing { "resolver_failing" } else { "ok" },
+                "resolver_answered_secs_ago": answered.map(|a| a.as_secs()),
+                "resolver_failed_secs_ago": failed.map(|f| f.as_secs()),
+            }),
+        }
+    }
+}
+
+/// What `--metrics-listen` serves for a proxy.
+#[derive(Debug)]
+pub struct Exposed(pub Arc<Metrics>);
+
+impl scrape::Exposition for Exposed {
+    fn metrics(&self) -> String {
+        scrape::encode(&self.0.registry)
+    }
+
+    async fn health(&self) -> scrape::Health {
+        self.0.health()
+    }
+}
