@@ -72,13 +72,29 @@ async fn acquire(p: Arc<Provider>, body: AcquireBody) -> Answer {
             let _ = task.release(&acquired.lease).await;
         }
     });
-    match rx.await {
+    // Dropped unanswered when hyper drops this request, its client gone: counted, so an
+    // operator (and a test) sees the acquire was abandoned and its lease is being released.
+    let mut waiting = Abandoned(&p.metrics, true);
+    let got = rx.await;
+    waiting.1 = false;
+    match got {
         Ok(Ok(a)) => answer(200, &json!(a)),
         Ok(Err(e)) => error(&e),
         Err(_) => answer(
             500,
             &json!({ "error": "acquire task ended without an answer" }),
         ),
+    }
+}
+
+/// Counts an acquire as abandoned if dropped while still waiting (`.1`).
+struct Abandoned<'a>(&'a super::metrics::Metrics, bool);
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.acquire_abandoned();
+        }
     }
 }
 

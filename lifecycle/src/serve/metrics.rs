@@ -58,6 +58,7 @@ pub struct Metrics {
     api_requests: Family<ApiLabels, Counter>,
     pool: Family<StateLabel, Gauge>,
     quarantined: Gauge,
+    abandoned: Counter,
 }
 
 impl Default for Metrics {
@@ -100,6 +101,12 @@ impl Default for Metrics {
             "Leases released for not being renewed within --lease-timeout, by result",
             leases_lapsed.clone(),
         );
+        let abandoned = Counter::default();
+        registry.register(
+            "lifecycle_acquires_abandoned",
+            "Acquires whose client left before the answer (what they got is released)",
+            abandoned.clone(),
+        );
         let api_requests = Family::default();
         registry.register(
             "lifecycle_api_requests",
@@ -129,6 +136,7 @@ impl Default for Metrics {
             api_requests,
             pool,
             quarantined,
+            abandoned,
         }
     }
 }
@@ -164,6 +172,11 @@ impl Metrics {
         self.leases_lapsed
             .get_or_create(&ResultLabel { result })
             .inc();
+    }
+
+    /// An acquire whose client left before its answer (hyper dropped the request).
+    pub fn acquire_abandoned(&self) {
+        self.abandoned.inc();
     }
 
     /// One provisioner API request: its route template (never the path) and status.
@@ -204,6 +217,7 @@ mod tests {
         m.destroy("failed");
         m.api_request("sandboxes", 401);
         m.observe_acquire("created", std::time::Duration::from_millis(20));
+        m.acquire_abandoned();
         let text = m.render((1, 2, 0), 0);
         for (name, kind) in [
             ("lifecycle_pool_sandboxes", "gauge"),
@@ -211,6 +225,7 @@ mod tests {
             ("lifecycle_quarantine_records", "gauge"),
             ("lifecycle_api_requests_total", "counter"),
             ("lifecycle_acquire_seconds", "histogram"),
+            ("lifecycle_acquires_abandoned_total", "counter"),
         ] {
             let typed: Vec<&str> = text
                 .lines()
@@ -227,6 +242,7 @@ mod tests {
             "lifecycle_api_requests_total{route=\"sandboxes\",code=\"401\"} 1",
             "lifecycle_acquire_seconds_bucket{source=\"created\",le=\"0.05\"} 1",
             "lifecycle_acquire_seconds_count{source=\"created\"} 1",
+            "lifecycle_acquires_abandoned_total 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -383,6 +383,18 @@ async fn acquire_async_cancellation_cancels_queued_reclaim_before_it_runs() {
     });
     gate.arrived().await;
     drop(client.join().expect("client"));
+    // The server learns that its client left only when it reads the connection's end: wait
+    // for that (the acquire counted as abandoned) before the reclaim may finish, or the answer
+    // can be written into a socket whose reader is gone, with nobody left to release the lease.
+    let mut noticed = false;
+    for _ in 0..600 {
+        if counter(&s, "lifecycle_acquires_abandoned_total").await == 1 {
+            noticed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(noticed, "the server saw its client leave");
     gate.release();
     let reclaimed = "lifecycle_acquire_seconds_count{source=\"warm\"}";
     let mut listed = Value::Null;
