@@ -72,10 +72,16 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
     let mut proxy = Proxy(child);
     wait_for("the socket", Duration::from_secs(20), || sock.exists());
 
-    let threads = thread_names(proxy.0.id());
-    for loop_thread in ["sp-loop-1", "sp-loop-2"] {
-        assert!(threads.iter().any(|t| t == loop_thread), "{threads:?}");
-    }
+    // The socket is bound before the loops start: wait for them, then check there are two more.
+    let pid = proxy.0.id();
+    let loops = || {
+        let threads = thread_names(pid);
+        ["sp-loop-1", "sp-loop-2"]
+            .iter()
+            .all(|l| threads.iter().any(|t| t == l))
+    };
+    wait_for("the event-loop threads", Duration::from_secs(20), loops);
+    let threads = thread_names(pid);
     assert!(!threads.iter().any(|t| t == "sp-loop-3"), "{threads:?}");
 
     // Six clients at once, three kept-alive pings each: connections take the loops in turn.
