@@ -27,25 +27,38 @@ pub enum LogFormat {
 #[command(name = "netproxy", version, about)]
 pub struct Args {
     /// Address and port to accept proxy clients on.
-    #[arg(long, env = "NETPROXY_LISTEN", default_value = "0.0.0.0:3128")]
+    #[arg(
+        help_heading = "Listening",
+        long,
+        env = "NETPROXY_LISTEN",
+        default_value = "0.0.0.0:3128"
+    )]
     pub listen: SocketAddr,
     /// Allowed destination: example.com, *.example.com (subdomains only), [2600::1], optional
     /// :PORT[,PORT] (default 80,443). Repeat the flag; the env var is whitespace-separated.
-    #[arg(long, env = "NETPROXY_ALLOW")]
+    #[arg(help_heading = "Egress rules", long, env = "NETPROXY_ALLOW")]
     pub allow: Vec<String>,
     /// Denied destination (wins over --allow; without ports every port). Repeatable.
-    #[arg(long, env = "NETPROXY_DENY")]
+    #[arg(help_heading = "Egress rules", long, env = "NETPROXY_DENY")]
     pub deny: Vec<String>,
     /// A JSON policy file `{"allow":[…],"deny":[…],"allow_cidr":[…]}`, added to the flags'
     /// rules; SIGHUP re-reads it (a bad file is refused and the running policy stays).
-    #[arg(long, env = "NETPROXY_POLICY")]
+    #[arg(help_heading = "Egress rules", long, env = "NETPROXY_POLICY")]
     pub policy: Option<std::path::PathBuf>,
     /// A special-purpose range the operator trusts (e.g. 127.0.0.1/32 for tests). Never
     /// trusts the sidecar's own networks. Repeatable.
-    #[arg(long = "allow-cidr", env = "NETPROXY_ALLOW_CIDR")]
+    #[arg(
+        help_heading = "Egress rules",
+        long = "allow-cidr",
+        env = "NETPROXY_ALLOW_CIDR"
+    )]
     pub allow_cidr: Vec<String>,
     /// More networks never to dial, besides the sidecar's interfaces. Repeatable.
-    #[arg(long = "own-cidr", env = "NETPROXY_OWN_CIDR")]
+    #[arg(
+        help_heading = "Egress rules",
+        long = "own-cidr",
+        env = "NETPROXY_OWN_CIDR"
+    )]
     pub own_cidr: Vec<String>,
     /// The network's own NAT64 translator prefix (RFC 6052: /32, /40, /48, /56, /64 or /96),
     /// as its DNS64 resolver synthesizes with: the IPv4 an address in it carries is judged too.
@@ -53,18 +66,34 @@ pub struct Args {
     #[arg(long = "nat64-prefix", env = "NETPROXY_NAT64_PREFIX")]
     pub nat64_prefix: Vec<String>,
     /// How long a name lookup may take (504 `dns_timeout`).
-    #[arg(long, env = "NETPROXY_DNS_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "NETPROXY_DNS_TIMEOUT_MS",
+        default_value_t = 5000
+    )]
     pub dns_timeout_ms: u64,
     /// How long the whole Happy Eyeballs race over the vetted addresses may take (504
     /// `connect_timeout`).
-    #[arg(long, env = "NETPROXY_CONNECT_TIMEOUT_MS", default_value_t = 10000)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "NETPROXY_CONNECT_TIMEOUT_MS",
+        default_value_t = 10000
+    )]
     pub connect_timeout_ms: u64,
     /// Client connections open at once, tunnels included (over it: 503 `connection_limit`).
-    #[arg(long, env = "NETPROXY_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        env = "NETPROXY_MAX_CONNECTIONS",
+        default_value_t = 1024
+    )]
     pub max_connections: usize,
     /// Client connections open at once from one client IP, tunnels included (over it: 503
     /// `client_connection_limit`).
     #[arg(
+        help_heading = "Limits",
         long,
         env = "NETPROXY_MAX_CONNECTIONS_PER_CLIENT",
         default_value_t = 64
@@ -73,6 +102,7 @@ pub struct Args {
     /// Upstream connection attempts in flight for one client IP; more wait (within the
     /// connect timeout) for one to finish.
     #[arg(
+        help_heading = "Limits",
         long,
         env = "NETPROXY_MAX_DIALS_PER_CLIENT",
         default_value_t = crate::proxy::DEFAULT_MAX_DIALS_PER_CLIENT
@@ -80,10 +110,11 @@ pub struct Args {
     pub max_dials_per_client: usize,
     /// Upstream connection attempts in flight in all (lowered at start-up to what the
     /// descriptor limit leaves after a reserve).
-    #[arg(long, env = "NETPROXY_MAX_DIALS", default_value_t = crate::proxy::DEFAULT_MAX_DIALS)]
+    #[arg(help_heading = "Limits", long, env = "NETPROXY_MAX_DIALS", default_value_t = crate::proxy::DEFAULT_MAX_DIALS)]
     pub max_dials: usize,
     /// A tunnel with no bytes either way for this long is closed.
     #[arg(
+        help_heading = "Timeouts",
         long,
         env = "NETPROXY_TUNNEL_IDLE_TIMEOUT_MS",
         default_value_t = 300_000
@@ -92,6 +123,7 @@ pub struct Args {
     /// An absolute-form request whose body from the client stalls this long between bytes is
     /// cut off (504 `request_body_timeout` if no answer has started).
     #[arg(
+        help_heading = "Timeouts",
         long,
         env = "NETPROXY_REQUEST_BODY_IDLE_TIMEOUT_MS",
         default_value_t = 30_000
@@ -100,6 +132,7 @@ pub struct Args {
     /// How long the upstream may take to start its answer once the request is sent whole
     /// (504 `upstream_response_timeout`).
     #[arg(
+        help_heading = "Timeouts",
         long,
         env = "NETPROXY_UPSTREAM_RESPONSE_TIMEOUT_MS",
         default_value_t = 60_000
@@ -107,28 +140,59 @@ pub struct Args {
     pub upstream_response_timeout_ms: u64,
     /// The most an absolute-form request may take, answer included (504 `request_timeout`
     /// before the answer starts; cut off after).
-    #[arg(long, env = "NETPROXY_REQUEST_TIMEOUT_MS", default_value_t = 600_000)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "NETPROXY_REQUEST_TIMEOUT_MS",
+        default_value_t = 600_000
+    )]
     pub request_timeout_ms: u64,
     /// How long one write to a client may wait for the client to take bytes; past it the
     /// connection is dropped and the exchange ends with `write_timeout`.
-    #[arg(long, env = "NETPROXY_WRITE_TIMEOUT_MS", default_value_t = 60_000)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "NETPROXY_WRITE_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
     pub write_timeout_ms: u64,
     /// Header lines a request head may have (431 `too many headers`).
-    #[arg(long, env = "NETPROXY_MAX_HEADERS", default_value_t = 100)]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        env = "NETPROXY_MAX_HEADERS",
+        default_value_t = 100
+    )]
     pub max_headers: usize,
     /// Bytes a request head may have (431 `request head too large`).
-    #[arg(long, env = "NETPROXY_MAX_HEADER_BYTES", default_value_t = 16384)]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        env = "NETPROXY_MAX_HEADER_BYTES",
+        default_value_t = 16384
+    )]
     pub max_header_bytes: usize,
     /// How long a request head may take to arrive once begun (408 `request head too slow`).
-    #[arg(long, env = "NETPROXY_HEADER_TIMEOUT_MS", default_value_t = 10000)]
+    #[arg(
+        help_heading = "Timeouts",
+        long,
+        env = "NETPROXY_HEADER_TIMEOUT_MS",
+        default_value_t = 10000
+    )]
     pub header_timeout_ms: u64,
     /// Log lines as JSON objects (one per line) or plain text; `NETPROXY_LOG` filters them
     /// (an EnvFilter, default `info`).
-    #[arg(long, env = "NETPROXY_LOG_FORMAT", value_enum, default_value = "json")]
+    #[arg(
+        help_heading = "Logging",
+        long,
+        env = "NETPROXY_LOG_FORMAT",
+        value_enum,
+        default_value = "json"
+    )]
     pub log_format: LogFormat,
     /// Serve GET /metrics (Prometheus text) and GET /healthz here: a Unix socket path or
     /// tcp://HOST:PORT with a numeric address (docs/metrics.md) [default: off].
-    #[arg(long, env = "NETPROXY_METRICS_LISTEN", value_parser = scrape::Listen::parse)]
+    #[arg(help_heading = "Metrics", long, env = "NETPROXY_METRICS_LISTEN", value_parser = scrape::Listen::parse)]
     pub metrics_listen: Option<scrape::Listen>,
 }
 
