@@ -8,9 +8,10 @@ use serde_json::json;
 use sockproxy_tests::fake::{Fault, FaultRule};
 use sockproxy_tests::lc::LcStack;
 
-/// `filters={"name":["NAME"]}`, URL-encoded as bollard sends it.
-fn lifecycle_filter(name: &str) -> String {
-    format!("filters=%7B%22name%22%3A%5B%22{name}%22%5D%7D")
+/// `filters={"name":["^/?PREFIX"]}`, URL-encoded: what the proxy asks the engine for in place
+/// of a client's own name filter (test prefixes hold no `.` to escape).
+fn stack_filter(prefix: &str) -> String {
+    format!("filters=%7B%22name%22%3A%5B%22%5E%2F%3F{prefix}%22%5D%7D")
 }
 
 fn refusal(s: &LcStack, id: &str) -> String {
@@ -141,10 +142,9 @@ async fn an_open_process_lists_once_refuses_nothing_and_retires() {
         asked[0].starts_with("GET /containers/json?all=true"),
         "{asked:?}"
     );
-    assert!(
-        asked[0].contains(&lifecycle_filter(&s.names(&id).sidecar)),
-        "{asked:?}"
-    );
+    // lifecycle asks for its sidecar by name; the proxy sends the engine the stack's anchored
+    // prefix instead (dockerd ORs name values) and matches lifecycle's name itself.
+    assert!(asked[0].contains(&stack_filter(&s.prefix)), "{asked:?}");
     assert_eq!(s.proxy.decisions().1, denied_before, "no refused call");
     assert!(!s.ledger().is_quarantined(&id).expect("read"));
     assert_eq!(s.port(&id, "unknown"), None);
