@@ -354,7 +354,8 @@ fn within_host_spend(out: &Value, spend: &crate::spend::Spend) -> Result<(), Str
 }
 
 /// No forwarded body makes an anonymous volume: every volume mount names its source, and every
-/// `Volumes` path is the target of a bind or a mount (compared with trailing `/` trimmed).
+/// `Volumes` path is the target of a bind or a mount (compared as `filepath.Clean` leaves them,
+/// written here again rather than borrowed from the code under test).
 fn no_anonymous_volume(out: &Value) -> Result<(), String> {
     let h = &out["HostConfig"];
     let list = |k: &str| {
@@ -363,7 +364,19 @@ fn no_anonymous_volume(out: &Value) -> Result<(), String> {
             .cloned()
             .unwrap_or_default()
     };
-    let trim = |t: &str| t.trim_end_matches('/').to_owned();
+    let trim = |t: &str| {
+        let mut kept: Vec<&str> = Vec::new();
+        for part in t.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    kept.pop();
+                }
+                p => kept.push(p),
+            }
+        }
+        kept.join("/")
+    };
     let mut covered: Vec<String> = Vec::new();
     for b in list("Binds") {
         covered.extend(b.as_str().and_then(|b| b.split(':').nth(1)).map(trim));
