@@ -1,6 +1,6 @@
-//! Where the metrics endpoint listens (`--metrics-listen`): a Unix socket path, or
-//! `tcp://HOST:PORT` with a numeric IPv4 or bracketed IPv6 address, read the way `lifecycle
-//! serve --listen` reads its address. Parsed once at start-up; bound by `bind`.
+//! An address to serve on, as every listening flag reads it (`--metrics-listen` of both proxies,
+//! `lifecycle serve --listen`): a Unix socket path, or `tcp://HOST:PORT` with a numeric IPv4 or
+//! bracketed IPv6 address. Parsed once at start-up; the metrics endpoint is bound by `bind`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::{TcpListener, UnixListener};
 
-/// A parsed `--metrics-listen`.
+/// A parsed listening address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
     Unix(PathBuf),
@@ -18,7 +18,7 @@ pub enum Listen {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ListenError {
-    #[error("{0:?}: expected tcp://HOST:PORT with a numeric IPv4 address or a bracketed IPv6 one (e.g. tcp://127.0.0.1:9101, tcp://[::1]:9101)")]
+    #[error("{0:?}: expected tcp://HOST:PORT with a numeric IPv4 address or a bracketed IPv6 one (e.g. tcp://127.0.0.1:8002, tcp://[::1]:8002)")]
     Tcp(String),
     #[error("{0:?}: a TCP address is written tcp://{0}; without tcp:// it would be a Unix socket's file name")]
     BareTcp(String),
@@ -46,6 +46,12 @@ impl Listen {
             return Err(ListenError::BareTcp(raw.to_owned()));
         }
         Ok(Listen::Unix(PathBuf::from(raw)))
+    }
+}
+
+impl Listen {
+    pub fn is_tcp(&self) -> bool {
+        matches!(self, Listen::Tcp(_))
     }
 }
 
@@ -161,11 +167,18 @@ mod tests {
             "tcp://[::1]:9101",
             Listen::Tcp("[::1]:9101".parse().expect("addr")),
         );
+        ok(
+            "tcp://0.0.0.0:8002",
+            Listen::Tcp("0.0.0.0:8002".parse().expect("addr")),
+        );
         for bad in [
             "tcp://localhost:9101",
+            "tcp://::1:8002",
             "tcp://127.0.0.1",
             "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:99999",
             "tcp://",
+            "tcp://[::1]",
         ] {
             assert_eq!(
                 Listen::parse(bad),

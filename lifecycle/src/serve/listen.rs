@@ -1,63 +1,19 @@
 //! Where `lifecycle serve` listens: a Unix socket path, or `tcp://HOST:PORT` (IPv4 or a
-//! bracketed IPv6 address, for a gateway in another container that can hold no socket). Parsed
-//! once at start-up; the accept loop sees one `Listener` and one `Conn` type either way, so
-//! every limit (timeouts, connection cap, slow clients) is the same for both.
+//! bracketed IPv6 address, for a gateway in another container that can hold no socket), parsed
+//! once at start-up by `scrape::Listen` (the toolkit's one reading of a listening address); the
+//! accept loop sees one `Listener` and one `Conn` type either way, so every limit (timeouts,
+//! connection cap, slow clients) is the same for both.
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
-/// A parsed `--listen`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Listen {
-    Unix(PathBuf),
-    Tcp(SocketAddr),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ListenError {
-    #[error("{0:?}: expected tcp://HOST:PORT with a numeric IPv4 address or a bracketed IPv6 one (e.g. tcp://127.0.0.1:8002, tcp://[::1]:8002)")]
-    Tcp(String),
-    #[error("{0:?}: expected a Unix socket path or tcp://HOST:PORT")]
-    Empty(String),
-}
-
-impl Listen {
-    pub fn parse(raw: &str) -> Result<Self, ListenError> {
-        if let Some(rest) = raw.strip_prefix("tcp://") {
-            // `SocketAddr` takes exactly `a.b.c.d:port` and `[v6]:port`: no names (a name
-            // would be resolved at bind time, and an operator should see what is exposed).
-            return rest
-                .parse::<SocketAddr>()
-                .ok()
-                .filter(|a| a.port() != 0)
-                .map(Listen::Tcp)
-                .ok_or_else(|| ListenError::Tcp(raw.to_owned()));
-        }
-        if raw.is_empty() {
-            return Err(ListenError::Empty(raw.to_owned()));
-        }
-        Ok(Listen::Unix(PathBuf::from(raw)))
-    }
-
-    pub fn is_tcp(&self) -> bool {
-        matches!(self, Listen::Tcp(_))
-    }
-}
-
-impl std::fmt::Display for Listen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Listen::Unix(p) => write!(f, "{}", p.display()),
-            Listen::Tcp(a) => write!(f, "tcp://{a}"),
-        }
-    }
-}
+/// A parsed `--listen`: the address type every listening flag of the toolkit shares.
+pub use scrape::{Listen, ListenError};
 
 /// A bound listener of either kind.
 #[derive(Debug)]
@@ -149,45 +105,5 @@ impl AsyncWrite for Conn {
             Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_table() {
-        let ok = |raw: &str, want: Listen| assert_eq!(Listen::parse(raw), Ok(want), "{raw}");
-        ok("/run/x.sock", Listen::Unix("/run/x.sock".into()));
-        ok("rel.sock", Listen::Unix("rel.sock".into()));
-        ok(
-            "tcp://127.0.0.1:8002",
-            Listen::Tcp("127.0.0.1:8002".parse().expect("addr")),
-        );
-        ok(
-            "tcp://0.0.0.0:8002",
-            Listen::Tcp("0.0.0.0:8002".parse().expect("addr")),
-        );
-        ok(
-            "tcp://[::1]:8002",
-            Listen::Tcp("[::1]:8002".parse().expect("addr")),
-        );
-        for bad in [
-            "tcp://localhost:8002",
-            "tcp://::1:8002",
-            "tcp://127.0.0.1",
-            "tcp://127.0.0.1:0",
-            "tcp://127.0.0.1:99999",
-            "tcp://",
-            "tcp://[::1]",
-        ] {
-            assert_eq!(
-                Listen::parse(bad),
-                Err(ListenError::Tcp(bad.to_owned())),
-                "{bad}"
-            );
-        }
-        assert_eq!(Listen::parse(""), Err(ListenError::Empty(String::new())));
     }
 }
