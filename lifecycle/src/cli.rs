@@ -279,7 +279,7 @@ pub fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
         // One line, as every start-up error (netproxy words clap's refusals the same way).
-        Err(e) => match netproxy::startup::clap_line(&e) {
+        Err(e) => match scrape::startup::clap_line(&e) {
             Some(line) => {
                 eprintln!("lifecycle: {line}");
                 return ExitCode::from(USAGE);

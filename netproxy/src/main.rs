@@ -8,7 +8,8 @@ use anyhow::Context;
 use netproxy::config::{Args, LogFormat};
 use netproxy::proxy::NetProxy;
 use netproxy::resolve::Stub;
-use netproxy::startup::{clap_line, Config, EXIT_CONFIG, EXIT_RUNTIME};
+use netproxy::startup::{Config, EXIT_CONFIG, EXIT_RUNTIME};
+use scrape::startup::clap_line;
 
 fn main() -> ExitCode {
     // Bad configuration first, before the runtime or a log line: exit 2.
@@ -30,7 +31,7 @@ fn main() -> ExitCode {
         .context("starting the runtime");
     match runtime.and_then(|r| r.block_on(run(cfg))) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(EXIT_RUNTIME, &one_line(&e)),
+        Err(e) => fail(EXIT_RUNTIME, &scrape::startup::error_line(e.as_ref())),
     }
 }
 
@@ -38,23 +39,6 @@ fn main() -> ExitCode {
 fn fail(code: u8, line: &str) -> ExitCode {
     eprintln!("netproxy: {line}");
     ExitCode::from(code)
-}
-
-/// An error and its causes joined with ": ", leaving out a cause whose text the line already
-/// holds (as sockproxy's `one_line`).
-fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
 }
 
 async fn run(cfg: Config) -> anyhow::Result<()> {

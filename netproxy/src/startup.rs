@@ -56,34 +56,7 @@ impl Config {
     }
 }
 
-/// A clap refusal as one line: its first paragraph without clap's `error: `, the lines of it
-/// joined (a list of missing flags stays), and any `tip:` kept; the usage and "For more
-/// information" lines are left out. `None` for what clap prints itself (`clap::Error::exit`):
-/// `--help`, `--version`, and the help a bare command with a subcommand to choose gets.
-pub fn clap_line(e: &clap::Error) -> Option<String> {
-    if !e.use_stderr()
-        || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    {
-        return None;
-    }
-    // Display of the rendered text is plain: no colour codes, whatever the terminal.
-    let text = e.render().to_string();
-    let mut parts: Vec<String> = Vec::new();
-    for (i, paragraph) in text.split("\n\n").enumerate() {
-        let joined = paragraph
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
-        if i == 0 {
-            parts.push(joined.strip_prefix("error: ").unwrap_or(&joined).to_owned());
-        } else if joined.starts_with("tip: ") {
-            parts.push(joined);
-        }
-    }
-    Some(parts.join("; "))
-}
+pub use scrape::startup::clap_line;
 
 #[cfg(test)]
 mod tests {

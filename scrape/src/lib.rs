@@ -2,10 +2,13 @@
 //! default). `listen` reads the address (a Unix socket path or `tcp://HOST:PORT`) and binds it;
 //! `serve` answers `GET /metrics` with the process's Prometheus text exposition and `GET
 //! /healthz` with its health. The metric families themselves are each program's own (their
-//! `metrics` modules); `encode` writes a registry in the classic text format.
+//! `metrics` modules); `encode` writes a registry in the classic text format. `listen`'s address
+//! is every listening flag's (`lifecycle serve --listen` too), and `startup` is how each program
+//! reports a start-up error, on one line.
 
 pub mod listen;
 pub mod serve;
+pub mod startup;
 
 pub use listen::{bind, BindError, Listen, ListenError, Listener};
 pub use serve::{serve, Exposition, Health};

@@ -63,66 +63,20 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {
-            eprintln!("sockproxy: {}", one_line(&e));
+            eprintln!("sockproxy: {}", scrape::startup::error_line(e.as_ref()));
             std::process::ExitCode::from(2)
         }
         Err(Failure::Runtime(e)) => {
-            eprintln!("sockproxy: {}", one_line(&e));
+            eprintln!("sockproxy: {}", scrape::startup::error_line(e.as_ref()));
             std::process::ExitCode::from(1)
         }
     }
 }
 
-/// An error and its causes on one line, joined with ": ", leaving out a cause whose text the
-/// line already holds (an error that prints its source would otherwise say it twice).
-fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
-}
-
-/// A clap refusal as one line: its first paragraph without clap's `error: `, its lines joined
-/// (a list of missing flags stays), any `tip:` kept, the usage text left out; `None` for what
-/// clap prints itself (`--help`, `--version`). The same wording as netproxy's and lifecycle's
-/// (netproxy's `startup::clap_line`; netproxy is not a dependency of this crate).
-fn clap_line(e: &clap::Error) -> Option<String> {
-    if !e.use_stderr()
-        || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    {
-        return None;
-    }
-    // Display of the rendered text is plain: no colour codes, whatever the terminal.
-    let text = e.render().to_string();
-    let mut parts: Vec<String> = Vec::new();
-    for (i, paragraph) in text.split("\n\n").enumerate() {
-        let joined = paragraph
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
-        if i == 0 {
-            parts.push(joined.strip_prefix("error: ").unwrap_or(&joined).to_owned());
-        } else if joined.starts_with("tip: ") {
-            parts.push(joined);
-        }
-    }
-    Some(parts.join("; "))
-}
-
 async fn run() -> Result<(), Failure> {
     let args = match Args::try_parse() {
         Ok(a) => a,
-        Err(e) => match clap_line(&e) {
+        Err(e) => match scrape::startup::clap_line(&e) {
             Some(line) => return Err(Failure::Config(anyhow::Error::msg(line))),
             // `--help` and `--version`: clap prints them and exits 0.
             None => e.exit(),
