@@ -19,6 +19,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use scrape::labels::{KindLabel, ResultLabel};
 
 use crate::proxy::Proxy;
 use crate::upstream::UpstreamError;
@@ -78,16 +79,6 @@ struct DecisionLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabel {
     op: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    result: &'static str,
 }
 
 type Histograms = Family<OpLabel, Histogram, fn() -> Histogram>;
