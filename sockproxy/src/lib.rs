@@ -17,6 +17,7 @@ pub mod config;
 pub mod create_body;
 pub mod decision_line;
 pub mod events;
+pub mod exposed;
 pub mod fields;
 pub mod filter;
 mod forward;

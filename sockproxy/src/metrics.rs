@@ -10,7 +10,6 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -20,9 +19,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use scrape::labels::{KindLabel, ResultLabel};
-
-use crate::proxy::Proxy;
-use crate::upstream::UpstreamError;
 
 tokio::task_local! {
     /// The operation of the request a task is serving, for its engine round trips.
@@ -50,9 +46,9 @@ const ENGINE_BUCKETS: [f64; 14] = [
 ];
 
 /// `/healthz` asks the engine itself (`GET /_ping`) when nothing else has for this long...
-const PROBE_AFTER: Duration = Duration::from_secs(10);
+pub const PROBE_AFTER: Duration = Duration::from_secs(10);
 /// ...giving it this long to answer...
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// ...and answers 503 when the engine's last answer is older than this.
 pub const HEALTHY_WITHIN: Duration = Duration::from_secs(10);
 
@@ -60,7 +56,7 @@ pub const HEALTHY_WITHIN: Duration = Duration::from_secs(10);
 /// over 5 s; the request or the answer's head failed on the connection (reset, closed,
 /// unreadable); an inspect or list got no whole answer within 30 s; an answer over the
 /// proxy's cap; an answer's body broke off.
-const ENGINE_ERROR_KINDS: [&str; 6] = [
+pub const ENGINE_ERROR_KINDS: [&str; 6] = [
     "connect",
     "connect_timeout",
     "exchange",
@@ -201,33 +197,25 @@ impl Metrics {
     }
 
     /// An engine round trip that began at `started`: its latency and the engine's liveness
-    /// when it answered, its kind when it failed.
-    pub fn engine<T>(&self, started: Instant, result: &Result<T, UpstreamError>) {
-        match result {
-            Ok(_) => {
+    /// when it answered (`failed` is `None`), its kind when it failed.
+    pub fn engine(&self, started: Instant, failed: Option<Option<&'static str>>) {
+        match failed {
+            None => {
                 self.engine_seconds
                     .get_or_create(&OpLabel { op: current_op() })
                     .observe(started.elapsed().as_secs_f64());
                 self.engine_answered_now();
             }
-            Err(e) => self.engine_error(e),
+            Some(kind) => self.engine_error(kind),
         }
     }
 
-    /// An engine failure after the answer's head (reading its body), or a round trip that
-    /// timed out as a whole.
-    pub fn engine_error(&self, e: &UpstreamError) {
-        let kind = ENGINE_ERROR_KINDS[match e {
-            UpstreamError::Connect { .. } => 0,
-            UpstreamError::ConnectTimeout(_) => 1,
-            UpstreamError::Client(_) => 2,
-            UpstreamError::Timeout(_) => 3,
-            UpstreamError::TooLarge(_) => 4,
-            UpstreamError::Body(_) => 5,
-            // The proxy's own list budget, not the engine: counted as a `busy` decision.
-            UpstreamError::Busy => return,
-        }];
-        self.engine_errors.get_or_create(&KindLabel { kind }).inc();
+    /// An engine failure of `kind` (one of `ENGINE_ERROR_KINDS`, from
+    /// `UpstreamError::engine_kind`; `None`: not the engine's, counted nowhere here).
+    pub fn engine_error(&self, kind: Option<&'static str>) {
+        if let Some(kind) = kind {
+            self.engine_errors.get_or_create(&KindLabel { kind }).inc();
+        }
     }
 
     fn engine_answered_now(&self) {
@@ -263,45 +251,15 @@ impl Metrics {
     }
 
     /// The text exposition, with the name map's state read now.
-    pub fn render(&self, names: &crate::names::Names) -> String {
-        let (containers, networks) = names.len();
-        self.name_map_live.set(i64::from(names.is_live()));
+    /// The text exposition, with the name map's state read now: whether it is live, and the
+    /// containers and networks it holds.
+    pub fn render(&self, live: bool, (containers, networks): (usize, usize)) -> String {
+        self.name_map_live.set(i64::from(live));
         for (kind, n) in [("container", containers), ("network", networks)] {
             self.name_map_entries
                 .get_or_create(&KindLabel { kind })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         scrape::encode(&self.registry)
-    }
-}
-
-/// What `--metrics-listen` serves for a proxy.
-#[derive(Debug)]
-pub struct Exposed(pub Arc<Proxy>);
-
-impl scrape::Exposition for Exposed {
-    fn metrics(&self) -> String {
-        self.0.metrics.render(&self.0.names)
-    }
-
-    /// 200 while the engine has answered within `HEALTHY_WITHIN`, any request's round trip
-    /// counting; when none has lately, a `GET /_ping` of its own asks. 503 otherwise. The
-    /// proxy's own liveness is that this answers at all (on the first event loop).
-    async fn health(&self) -> scrape::Health {
-        let (proxy, m) = (&self.0, &self.0.metrics);
-        if m.engine_answered_ago().is_none_or(|ago| ago > PROBE_AFTER) {
-            let probe = with_op("health_probe", proxy.upstream.get("/_ping", 4096));
-            let _ = tokio::time::timeout(PROBE_TIMEOUT, probe).await;
-        }
-        let ago = m.engine_answered_ago();
-        let ok = ago.is_some_and(|a| a <= HEALTHY_WITHIN);
-        scrape::Health {
-            ok,
-            body: serde_json::json!({
-                "status": if ok { "ok" } else { "engine_unreachable" },
-                "engine_answered_secs_ago": ago.map(|a| a.as_secs()),
-                "name_map_live": proxy.names.is_live(),
-            }),
-        }
     }
 }

@@ -146,7 +146,7 @@ pub async fn serve(
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let _metrics = metrics.map(|l| {
-        let exposed = Arc::new(crate::metrics::Exposed(proxy.clone()));
+        let exposed = Arc::new(crate::exposed::Exposed(proxy.clone()));
         AbortOnDrop(tokio::spawn(scrape::serve(
             l,
             exposed,

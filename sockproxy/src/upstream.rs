@@ -73,6 +73,23 @@ pub enum UpstreamError {
     Busy,
 }
 
+impl UpstreamError {
+    /// The `kind` `sockproxy_engine_errors_total` counts this under (`metrics`), or `None` for
+    /// the proxy's own list budget (`Busy`), counted as a `busy` decision instead.
+    pub fn engine_kind(&self) -> Option<&'static str> {
+        let i = match self {
+            Self::Connect { .. } => 0,
+            Self::ConnectTimeout(_) => 1,
+            Self::Client(_) => 2,
+            Self::Timeout(_) => 3,
+            Self::TooLarge(_) => 4,
+            Self::Body(_) => 5,
+            Self::Busy => return None,
+        };
+        crate::metrics::ENGINE_ERROR_KINDS.get(i).copied()
+    }
+}
+
 /// The bytes of list answers all requests may hold at once (`--max-list-bytes-total`), in
 /// 64 KiB blocks: a list that would go over is refused instead of growing the proxy's memory.
 #[derive(Debug)]
@@ -153,7 +170,10 @@ impl Upstream {
     pub async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
         let started = Instant::now();
         let answered = self.pool().send(req).await;
-        self.metrics.engine(started, &answered);
+        self.metrics.engine(
+            started,
+            answered.as_ref().err().map(UpstreamError::engine_kind),
+        );
         answered
     }
 
@@ -165,7 +185,10 @@ impl Upstream {
     ) -> Result<Response<Answer>, UpstreamError> {
         let started = Instant::now();
         let answered = self.pool().send_wire(method, wire).await;
-        self.metrics.engine(started, &answered);
+        self.metrics.engine(
+            started,
+            answered.as_ref().err().map(UpstreamError::engine_kind),
+        );
         answered
     }
 
@@ -182,7 +205,7 @@ impl Upstream {
         .await
         .unwrap_or_else(|_| {
             let e = UpstreamError::Timeout(INSPECT_TIMEOUT);
-            self.metrics.engine_error(&e);
+            self.metrics.engine_error(e.engine_kind());
             Err(e)
         })
     }
@@ -197,7 +220,7 @@ impl Upstream {
     ) -> Result<(Buffered, Held), UpstreamError> {
         let read = read_budgeted(resp, cap, budget).await;
         if let Err(e) = &read {
-            self.metrics.engine_error(e);
+            self.metrics.engine_error(e.engine_kind());
         }
         read
     }
