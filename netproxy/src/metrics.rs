@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use scrape::labels::ResultLabel;
+use scrape::labels::{counters_at_zero, registered};
 
 use crate::refusal::Reason;
 
@@ -93,67 +94,63 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let requests = Family::default();
-        registry.register(
+        let requests = registered(
+            &mut registry,
             "netproxy_requests",
             "Requests, by op (connect, http) and outcome (carried, refused)",
-            requests.clone(),
+            Family::default(),
         );
-        let refusals = Family::default();
-        registry.register(
+        let refusals = registered(
+            &mut registry,
             "netproxy_refusals",
             "Refusals answered, by reason (the X-Netproxy-Error kinds)",
-            refusals.clone(),
+            Family::default(),
         );
-        let dns_seconds = Histogram::new(DNS_BUCKETS);
-        registry.register(
+        let dns_seconds = registered(
+            &mut registry,
             "netproxy_dns_lookup_duration_seconds",
             "Name lookups, answered or not",
-            dns_seconds.clone(),
+            Histogram::new(DNS_BUCKETS),
         );
-        let dns_lookups = Family::<ResultLabel, Counter>::default();
-        for l in [
-            Lookup::Answered,
-            Lookup::NoAddresses,
-            Lookup::Timeout,
-            Lookup::Failed,
-        ] {
-            let _ = dns_lookups.get_or_create(&ResultLabel { result: l.label() });
-        }
-        registry.register(
+        let dns_lookups = counters_at_zero(
+            &mut registry,
             "netproxy_dns_lookups",
             "Name lookups, by result (answered, no_addresses, timeout, failed)",
-            dns_lookups.clone(),
+            [
+                Lookup::Answered,
+                Lookup::NoAddresses,
+                Lookup::Timeout,
+                Lookup::Failed,
+            ]
+            .map(|l| ResultLabel { result: l.label() }),
         );
-        let tunnels_open = Gauge::default();
-        registry.register(
+        let tunnels_open = registered(
+            &mut registry,
             "netproxy_tunnels_open",
             "CONNECT tunnels open",
-            tunnels_open.clone(),
+            Gauge::default(),
         );
-        let tunnel_bytes = Family::<DirectionLabel, Counter>::default();
-        for direction in ["up", "down"] {
-            let _ = tunnel_bytes.get_or_create(&DirectionLabel { direction });
-        }
-        registry.register(
+        let tunnel_bytes = counters_at_zero(
+            &mut registry,
             "netproxy_tunnel_bytes",
             "Bytes carried by tunnels, counted as each closes (up: client to upstream)",
-            tunnel_bytes.clone(),
+            ["up", "down"]
+                .into_iter()
+                .map(|direction| DirectionLabel { direction }),
         );
-        let connections_open = Gauge::default();
-        registry.register(
+        let connections_open = registered(
+            &mut registry,
             "netproxy_connections_open",
             "Client connections open, tunnels included",
-            connections_open.clone(),
+            Gauge::default(),
         );
-        let connections_refused = Family::<ReasonLabel, Counter>::default();
-        for reason in ["connection_limit", "client_connection_limit", "fd_limit"] {
-            let _ = connections_refused.get_or_create(&ReasonLabel { reason });
-        }
-        registry.register(
+        let connections_refused = counters_at_zero(
+            &mut registry,
             "netproxy_connections_refused",
             "Client connections answered 503 at a cap, by reason",
-            connections_refused.clone(),
+            ["connection_limit", "client_connection_limit", "fd_limit"]
+                .into_iter()
+                .map(|reason| ReasonLabel { reason }),
         );
         Self {
             registry,

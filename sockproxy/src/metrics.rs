@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use scrape::labels::{counters_at_zero, registered};
 use scrape::labels::{KindLabel, ResultLabel};
 
 tokio::task_local! {
@@ -103,60 +104,57 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        registry.register(
+        let decisions = registered(
+            &mut registry,
             "sockproxy_decisions",
             "Requests decided, by operation, decision (allow, deny) and reason",
-            decisions.clone(),
+            Family::<DecisionLabels, Counter>::default(),
         );
-        let engine_seconds = Histograms::new_with_constructor(engine_histogram);
-        registry.register(
+        let engine_seconds = registered(
+            &mut registry,
             "sockproxy_engine_request_duration_seconds",
             "Engine round trips, request to answer head, by the operation they were made for",
-            engine_seconds.clone(),
+            Histograms::new_with_constructor(engine_histogram),
         );
-        let engine_errors = Family::<KindLabel, Counter>::default();
-        // Every kind written from the start, at 0: an alert on `increase()` sees the first one.
-        for kind in ENGINE_ERROR_KINDS {
-            let _ = engine_errors.get_or_create(&KindLabel { kind });
-        }
-        registry.register(
+        let engine_errors = counters_at_zero(
+            &mut registry,
             "sockproxy_engine_errors",
             "Engine round trips that failed, by kind",
-            engine_errors.clone(),
+            ENGINE_ERROR_KINDS
+                .into_iter()
+                .map(|kind| KindLabel { kind }),
         );
-        let name_map = Family::<ResultLabel, Counter>::default();
-        for result in ["hit", "miss"] {
-            let _ = name_map.get_or_create(&ResultLabel { result });
-        }
-        registry.register(
+        let name_map = counters_at_zero(
+            &mut registry,
             "sockproxy_name_map_lookups",
             "Name map lookups (hit: no inspect needed; miss: the proxy inspected)",
-            name_map.clone(),
+            ["hit", "miss"]
+                .into_iter()
+                .map(|result| ResultLabel { result }),
         );
-        let name_map_live = Gauge::default();
-        registry.register(
+        let name_map_live = registered(
+            &mut registry,
             "sockproxy_name_map_live",
             "1 while the engine event subscription keeping the name map coherent is up",
-            name_map_live.clone(),
+            Gauge::default(),
         );
-        let name_map_entries = Family::<KindLabel, Gauge>::default();
-        registry.register(
+        let name_map_entries = registered(
+            &mut registry,
             "sockproxy_name_map_entries",
             "Objects the name map holds, by kind",
-            name_map_entries.clone(),
+            Family::<KindLabel, Gauge>::default(),
         );
-        let connections_open = Gauge::default();
-        registry.register(
+        let connections_open = registered(
+            &mut registry,
             "sockproxy_connections_open",
             "Client connections being served",
-            connections_open.clone(),
+            Gauge::default(),
         );
-        let connections_refused = Counter::default();
-        registry.register(
+        let connections_refused = registered(
+            &mut registry,
             "sockproxy_connections_refused",
             "Client connections answered 503 at --max-connections",
-            connections_refused.clone(),
+            Counter::default(),
         );
         Self {
             registry,

@@ -11,6 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use scrape::labels::registered;
 use scrape::labels::{KindLabel, ResultLabel};
 
 const BUCKETS: [f64; 9] = [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
@@ -55,66 +56,66 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let acquire = Histograms::new_with_constructor(acquire_histogram);
-        registry.register(
+        let acquire = registered(
+            &mut registry,
             "lifecycle_acquire_seconds",
             "Successful acquires, by where the sandbox came from",
-            acquire.clone(),
+            Histograms::new_with_constructor(acquire_histogram),
         );
         // Counters are registered without `_total`: the encoder adds it.
-        let failures = Family::default();
-        registry.register(
+        let failures = registered(
+            &mut registry,
             "lifecycle_failures",
             "Failed acquires, by kind",
-            failures.clone(),
+            Family::default(),
         );
-        let cap_refusals = Family::default();
-        registry.register(
+        let cap_refusals = registered(
+            &mut registry,
             "lifecycle_cap_refusals",
             "Acquires refused at --max-replicas",
-            cap_refusals.clone(),
+            Family::default(),
         );
-        let destroys = Family::default();
-        registry.register(
+        let destroys = registered(
+            &mut registry,
             "lifecycle_destroys",
             "Destroys, by result",
-            destroys.clone(),
+            Family::default(),
         );
-        let lease_renewals = Family::default();
-        registry.register(
+        let lease_renewals = registered(
+            &mut registry,
             "lifecycle_lease_renewals",
             "Ownership renewals, by result",
-            lease_renewals.clone(),
+            Family::default(),
         );
-        let leases_lapsed = Family::default();
-        registry.register(
+        let leases_lapsed = registered(
+            &mut registry,
             "lifecycle_leases_lapsed",
             "Leases released for not being renewed within --lease-timeout, by result",
-            leases_lapsed.clone(),
+            Family::default(),
         );
-        let abandoned = Counter::default();
-        registry.register(
+        let abandoned = registered(
+            &mut registry,
             "lifecycle_acquires_abandoned",
             "Acquires whose client left before the answer (what they got is released)",
-            abandoned.clone(),
+            Counter::default(),
         );
-        let api_requests = Family::default();
-        registry.register(
+        let api_requests = registered(
+            &mut registry,
             "lifecycle_api_requests",
             "Provisioner API requests, by route template and status code",
-            api_requests.clone(),
+            Family::default(),
         );
-        let pool = Family::default();
-        registry.register(
+        let pool = registered(
+            &mut registry,
             "lifecycle_pool_sandboxes",
             "Sandboxes in the pool, by state",
-            pool.clone(),
+            Family::default(),
         );
-        let quarantined = Gauge::default();
-        registry.register(
+        let quarantined = registered(
+            &mut registry,
             "lifecycle_quarantine_records",
             "Records in the quarantine ledger",
-            quarantined.clone(),
+            Gauge::default(),
         );
         Self {
             registry,

@@ -83,11 +83,21 @@ fn a_refusal_moves_exactly_its_own_decision_series_and_healthz_says_ok() {
         []
     );
     assert_eq!(after.moved(&before, "sockproxy_engine_errors_total"), []);
+    // The client's connection is counted closed once the proxy has seen it end, a moment after
+    // the answer: waited for (a hang guard bounds it), not read once.
+    let mut open = Scrape::take(at);
+    for _ in 0..500 {
+        if open.value("sockproxy_connections_open") == 0.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        open = Scrape::take(at);
+    }
     assert_eq!(
-        after.value("sockproxy_connections_open"),
+        open.value("sockproxy_connections_open"),
         0.0,
         "{}",
-        after.text
+        open.text
     );
     promtool_check(
         "a_refusal_moves_exactly_its_own_decision_series_and_healthz_says_ok",
