@@ -21,7 +21,8 @@ stackmodel=(stackmodel/src/lib.rs)
 lifecycle_quick=(lifecycle/src/teardown_plan.rs lifecycle/src/naming.rs lifecycle/src/decide.rs
   lifecycle/src/serve/cap.rs lifecycle/src/serve/provision.rs)
 lifecycle_all=("${lifecycle_quick[@]}" lifecycle/src/ledger.rs lifecycle/src/serve/pool.rs)
-netproxy=(netproxy/src/addr.rs netproxy/src/rules.rs netproxy/src/policy.rs)
+netproxy=(netproxy/src/addr.rs netproxy/src/policy.rs)
+egress=(egress/src/rules.rs)
 sockproxy=(sockproxy/src/policy.rs sockproxy/src/scope.rs sockproxy/src/list_query.rs
   sockproxy/src/seccomp.rs)
 
@@ -45,7 +46,7 @@ mkdir -p "$out"
 case "$mode" in
   quick) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_quick[@]}" ;;
   sockproxy) run sockproxy "${sockproxy[@]}" ;;
-  all|diff) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_all[@]}"; run netproxy "${netproxy[@]}"
+  all|diff) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_all[@]}"; run netproxy "${netproxy[@]}"; run egress "${egress[@]}"
     run sockproxy "${sockproxy[@]}" ;;
   *) echo "ci/mutants.sh: unknown mode $mode (all, quick, sockproxy, diff)" >&2; exit 2 ;;
 esac

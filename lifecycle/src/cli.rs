@@ -258,17 +258,17 @@ fn init_logging(format: LogFormat) {
 /// every restricted sandbox's sidecar as it starts, and exit it, leaving the sandbox no way out.
 fn check_egress(a: &Args) -> Result<(), String> {
     for rule in &a.egress_allow {
-        netproxy::rules::Rule::parse(rule).map_err(|e| format!("--egress-allow {rule:?}: {e}"))?;
+        egress::rules::Rule::parse(rule).map_err(|e| format!("--egress-allow {rule:?}: {e}"))?;
     }
     for (flag, list) in [
         ("--egress-allow-cidr", &a.egress_allow_cidr),
         ("--egress-own-cidr", &a.egress_own_cidr),
     ] {
-        netproxy::config::cidrs(flag, list).map_err(|e| e.to_string())?;
+        egress::cidr::cidrs(flag, list).map_err(|e| e.to_string())?;
     }
     for prefix in &a.egress_nat64_prefix {
         prefix
-            .parse::<netproxy::nat64::Nat64Prefix>()
+            .parse::<egress::nat64::Nat64Prefix>()
             .map_err(|e| format!("--egress-nat64-prefix {e}"))?;
     }
     Ok(())

@@ -46,25 +46,7 @@ pub fn fold(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// A configured network as addresses are judged: one inside IPv4-mapped space
-/// (`::ffff:0:0/96`) as the IPv4 network it means, since addresses are `fold`ed before any
-/// check and a mapped-form network would never match; `None` for one that covers part of
-/// mapped space without being inside it (`::ffff:0:0/95` and the like, but not `::/0`, which
-/// names all of IPv6 and is read as that).
-pub fn unmapped_net(net: IpNet) -> Option<IpNet> {
-    let IpNet::V6(v6) = net else {
-        return Some(net);
-    };
-    let len = v6.prefix_len();
-    if let (Some(v4), true) = (v6.network().to_ipv4_mapped(), len >= 96) {
-        return ipnet::Ipv4Net::new(v4, len - 96).ok().map(IpNet::V4);
-    }
-    let mapped = ipnet::Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96).ok()?;
-    if len > 0 && v6.contains(&mapped) {
-        return None;
-    }
-    Some(net)
-}
+pub use egress::cidr::unmapped_net;
 
 /// The IPv4 addresses an IPv6 address embeds: Teredo's server and client, the one a declared
 /// NAT64 prefix (`nat64`) puts in it, and so on.

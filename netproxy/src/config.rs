@@ -252,26 +252,15 @@ pub enum PolicyError {
     Nat64(Nat64Error),
 }
 
-/// Each value of `flag` read as a CIDR network (lifecycle checks the sidecar's with it too).
-/// Addresses are folded from IPv4-mapped to IPv4 before they are judged, so a network written
-/// in mapped form (`::ffff:11.0.0.0/120`) is read as the IPv4 one it means (`11.0.0.0/24`);
-/// one that only partly covers mapped space is refused (`addr::unmapped_net`).
+/// The networks `list` names for `flag` (`egress::cidr::cidrs`), refused as a policy error.
 pub fn cidrs<'a>(
     flag: &'static str,
     list: impl IntoIterator<Item = &'a String>,
 ) -> Result<Vec<IpNet>, PolicyError> {
-    list.into_iter()
-        .map(|v| {
-            let net: IpNet = v.parse().map_err(|_| PolicyError::Cidr {
-                flag,
-                value: v.clone(),
-            })?;
-            crate::addr::unmapped_net(net).ok_or_else(|| PolicyError::MappedCidr {
-                flag,
-                value: v.clone(),
-            })
-        })
-        .collect()
+    egress::cidr::cidrs(flag, list).map_err(|e| match e {
+        egress::cidr::CidrError::Unparsed { flag, value } => PolicyError::Cidr { flag, value },
+        egress::cidr::CidrError::Mapped { flag, value } => PolicyError::MappedCidr { flag, value },
+    })
 }
 
 impl Args {

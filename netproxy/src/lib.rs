@@ -11,6 +11,8 @@
 //! the metric families and what `--metrics-listen` serves.
 
 pub mod addr;
+// The rule language lives in `egress` (lifecycle reads it too); its paths stay as they were.
+pub use egress::{nat64, rules, target};
 pub mod audit;
 mod client;
 pub mod config;
@@ -21,19 +23,16 @@ pub mod forward;
 pub use headguard as framing;
 pub mod idle;
 pub mod metrics;
-pub mod nat64;
 pub mod own;
 pub mod policy;
 pub mod props;
 pub mod proxy;
 pub mod refusal;
 pub mod resolve;
-pub mod rules;
 pub mod server;
 pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
 pub mod startup;
-pub mod target;
 pub mod timed_write;
 pub mod tunnel;
