@@ -1,0 +1,126 @@
+//! Unit tests of `config`.
+use super::*;
+
+fn args(extra: &[&str]) -> Args {
+    let mut argv = vec![
+        "sockproxy",
+        "--listen",
+        "/tmp/x.sock",
+        "--prefix",
+        "deer-flow-",
+    ];
+    argv.extend_from_slice(extra);
+    Args::try_parse_from(argv).expect("parses")
+}
+
+#[test]
+fn bind_roots_need_nosuid_and_nodev_mounts() {
+    use nix::sys::statvfs::FsFlags;
+    assert_eq!(
+        bind_root_mount(FsFlags::ST_NOSUID | FsFlags::ST_NODEV),
+        Ok(())
+    );
+    let both = FsFlags::ST_NOSUID | FsFlags::ST_NODEV | FsFlags::ST_RDONLY;
+    assert_eq!(bind_root_mount(both), Ok(()));
+    assert_eq!(bind_root_mount(FsFlags::ST_NOSUID), Err("dev".into()));
+    assert_eq!(bind_root_mount(FsFlags::ST_NODEV), Err("suid".into()));
+    assert_eq!(bind_root_mount(FsFlags::empty()), Err("suid,dev".into()));
+    // The root file system always allows set-user-ID programs (sudo, su live there).
+    let e = Config::from_args(args(&["--allow-bind-root", "/"]), None)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+        .expect_err("refused");
+    assert!(
+        e.starts_with("--allow-bind-root \"/\": must be on a mount with nosuid and nodev"),
+        "{e}"
+    );
+}
+
+#[test]
+fn defaults_and_upstream_fallbacks() {
+    let c = Config::from_args(args(&[]), None).expect("ok");
+    assert_eq!(c.upstream, PathBuf::from("/var/run/docker.sock"));
+    assert_eq!(c.socket_mode, 0o660);
+    assert_eq!(c.stack, "deer-flow-");
+    let c = Config::from_args(args(&[]), Some("unix:///run/d.sock".into())).expect("ok");
+    assert_eq!(c.upstream, PathBuf::from("/run/d.sock"));
+    let c = Config::from_args(
+        args(&["--upstream", "unix:///a.sock"]),
+        Some("unix:///b.sock".into()),
+    )
+    .expect("ok");
+    assert_eq!(c.upstream, PathBuf::from("/a.sock"));
+}
+
+#[test]
+fn invalid_settings_are_refused_with_the_rule() {
+    let e = Config::from_args(
+        Args::try_parse_from(["sockproxy", "--listen", "/x", "--prefix", "abc"]).expect("parses"),
+        None,
+    )
+    .expect_err("bad prefix");
+    assert!(
+        e.to_string().contains("^[a-zA-Z0-9][a-zA-Z0-9_.-]*[-_.]$"),
+        "{e}"
+    );
+    let e = Config::from_args(
+        Args::try_parse_from(["sockproxy", "--listen", "/x", "--prefix", "abc123-"])
+            .expect("parses"),
+        None,
+    );
+    assert_eq!(
+        e.map(|c| c.scope.prefix().as_str().to_owned())
+            .map_err(|e| e.to_string()),
+        Ok("abc123-".to_owned()),
+        "'-' is not a hex digit"
+    );
+    let e = Config::from_args(
+        Args::try_parse_from(["sockproxy", "--listen", "/x", "--prefix", "abc12_"])
+            .expect("parses"),
+        None,
+    );
+    assert_eq!(
+        e.map(|c| c.scope.prefix().as_str().to_owned())
+            .map_err(|e| e.to_string()),
+        Ok("abc12_".to_owned())
+    );
+    let refused = |flags: &[&str]| {
+        Config::from_args(args(flags), None)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        refused(&["--upstream", "tcp://1.2.3.4:2375"]),
+        Err("--upstream \"tcp://1.2.3.4:2375\": only unix:// addresses are supported".into())
+    );
+    assert_eq!(
+        refused(&["--socket-mode", "999"]),
+        Err("--socket-mode \"999\": expected octal permission bits such as 0660".into())
+    );
+    assert_eq!(
+        refused(&["--socket-group", "no-such-group-xyz"]),
+        Err("--socket-group \"no-such-group-xyz\": no such group".into())
+    );
+    let c = Config::from_args(
+        args(&["--socket-group", "0", "--socket-mode", "0600"]),
+        None,
+    )
+    .expect("ok");
+    assert_eq!((c.socket_gid, c.socket_mode), (Some(0), 0o600));
+}
+
+#[test]
+fn event_loops_default_to_the_cores_at_most_two_and_are_bounded() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let c = Config::from_args(args(&[]), None).expect("ok");
+    assert_eq!(c.event_loops, cores.min(2));
+    let c = Config::from_args(args(&["--event-loops", "4"]), None).expect("ok");
+    assert_eq!(c.event_loops, 4);
+    for bad in ["0", "65"] {
+        let e = Config::from_args(args(&["--event-loops", bad]), None).expect_err(bad);
+        assert_eq!(
+            e.to_string(),
+            format!("--event-loops {bad}: expected 1 to 64")
+        );
+    }
+}
