@@ -28,6 +28,7 @@ pub mod host_config;
 pub mod inflight;
 pub mod info;
 pub mod list_query;
+mod lists;
 pub mod logfmt;
 pub mod logwrite;
 pub mod loops;

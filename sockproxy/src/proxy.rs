@@ -22,7 +22,6 @@ use crate::filter;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
-use crate::list_query::Names;
 use crate::pinning::Pinned;
 use crate::policy::{self, Plan};
 use crate::refusal::Refusal;
@@ -97,10 +96,6 @@ struct Outcome {
     reason: &'static str,
     result: Result<Response<Body>, Refusal>,
 }
-
-/// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
-/// millisecond; larger ones on the blocking pool.
-const FILTER_INLINE_MAX: usize = 128 * 1024;
 
 impl Proxy {
     pub async fn handle(
@@ -343,91 +338,6 @@ impl Proxy {
         }
     }
 
-    async fn list(
-        &self,
-        kind: Kind,
-        parts: Parts,
-        target: &Target,
-    ) -> Result<Response<Body>, Refusal> {
-        let limit = filter::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
-        let query = match target.query.get("filters") {
-            Some(raw) if kind == Kind::Container && filter::names_containers(raw) => {
-                let own = self
-                    .own_objects(Kind::Container, target.version.as_deref())
-                    .await?;
-                let pinned = filter::pin_container_refs(raw, &own)?;
-                target.query.replaced("filters", pinned)
-            }
-            _ => target.query.clone(),
-        };
-        // The engine is asked for the stack's own (a network list shows no predefined network
-        // either, `Scope::visible`), so other stacks' objects do not count against the cap.
-        // `limit` applies to the stack's own entries, so it is applied after filtering.
-        let (answer, names, _held) = match self.own_list(&parts, target, query, &["limit"]).await? {
-            Ok(got) => got,
-            Err(engine) => return Ok(engine),
-        };
-        let own = match kind {
-            Kind::Network => self.own_ids(target.version.as_deref()).await?,
-            Kind::Container => None,
-        };
-        let filtered = if answer.body.len() > FILTER_INLINE_MAX {
-            // Off the event loop: a large list takes milliseconds to filter, and every other
-            // request on the loop waits meanwhile.
-            let (body, scope) = (answer.body.clone(), self.scope.clone());
-            let filter =
-                move || filter::stack_list(kind, &body, &scope, limit, &names, own.as_ref());
-            match self.blocking.get() {
-                Some(first) => first.spawn_blocking(filter),
-                None => tokio::task::spawn_blocking(filter),
-            }
-            .await
-            .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
-        } else {
-            filter::stack_list(kind, &answer.body, &self.scope, limit, &names, own.as_ref())
-        }
-        .map_err(|e| Refusal::Upstream(e.to_string()))?;
-        Ok(buffered_response(Buffered {
-            body: Bytes::from(filtered),
-            ..answer
-        }))
-    }
-
-    /// A list's answer from the engine, asked for the stack's own objects (`list_query`: its
-    /// anchored name filter, its label under `--require-stack-label`, the client's `name` values
-    /// kept to match here) and read within `--max-list-bytes` and the shared budget (held until
-    /// the `Held` is dropped). `Ok(Err(_))`: the engine's own answer other than 200, as it is.
-    pub(crate) async fn own_list(
-        &self,
-        parts: &Parts,
-        target: &Target,
-        query: canon::Query,
-        drop_params: &[&str],
-    ) -> Result<Result<(Buffered, Names, upstream::Held), Response<Body>>, Refusal> {
-        let label = self
-            .create_rules
-            .require_stack_label
-            .then_some(self.stack.as_str());
-        let prefix = self.scope.prefix().as_str();
-        let ask = crate::list_query::own_list_filters(query.get("filters"), prefix, label);
-        let query = match ask.filters {
-            Some(own) => query.with("filters", own),
-            None => query,
-        };
-        let path = with_query(target.path(), &query.encode_without(drop_params));
-        let req = upstream_request(parts, path, upstream::empty(), false)?;
-        let resp = self.upstream.send(req).await.map_err(upstream_err)?;
-        if resp.status() != StatusCode::OK {
-            return Ok(Err(stream_response(resp)));
-        }
-        let (answer, held) = self
-            .upstream
-            .read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
-            .await
-            .map_err(upstream_err)?;
-        Ok(Ok((answer, ask.names, held)))
-    }
-
     pub(crate) async fn forward(
         &self,
         parts: &Parts,
@@ -572,7 +482,10 @@ impl Proxy {
     /// Under `--require-stack-label`, the full IDs of the stack's own (labelled) containers,
     /// which a network's endpoints are checked against (one list from the engine); `None`
     /// without the flag, where an endpoint's name decides.
-    async fn own_ids(&self, version: Option<&str>) -> Result<Option<filter::OwnIds>, Refusal> {
+    pub(crate) async fn own_ids(
+        &self,
+        version: Option<&str>,
+    ) -> Result<Option<filter::OwnIds>, Refusal> {
         if !self.scope.requires_label() {
             return Ok(None);
         }
