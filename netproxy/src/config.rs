@@ -239,13 +239,8 @@ pub enum PolicyError {
     /// A rule from `--allow` or `--deny`.
     #[error("{flag} {:?}: {}", .rule.rule, .rule.why)]
     Rule { flag: &'static str, rule: RuleError },
-    #[error("{flag} {value:?}: not a CIDR network")]
-    Cidr { flag: &'static str, value: String },
-    #[error(
-        "{flag} {value:?}: reaches into IPv4-mapped space (::ffff:0:0/96) without being inside \
-         it; addresses are judged as IPv4 there, so write the IPv4 network itself"
-    )]
-    MappedCidr { flag: &'static str, value: String },
+    #[error(transparent)]
+    Cidr(#[from] egress::cidr::CidrError),
     #[error("policy file {path}: {why}")]
     File { path: String, why: String },
     #[error("--nat64-prefix {0}")]
@@ -257,10 +252,7 @@ pub fn cidrs<'a>(
     flag: &'static str,
     list: impl IntoIterator<Item = &'a String>,
 ) -> Result<Vec<IpNet>, PolicyError> {
-    egress::cidr::cidrs(flag, list).map_err(|e| match e {
-        egress::cidr::CidrError::Unparsed { flag, value } => PolicyError::Cidr { flag, value },
-        egress::cidr::CidrError::Mapped { flag, value } => PolicyError::MappedCidr { flag, value },
-    })
+    Ok(egress::cidr::cidrs(flag, list)?)
 }
 
 impl Args {
