@@ -6,6 +6,7 @@
 //! is every listening flag's (`lifecycle serve --listen` too), and `startup` is how each program
 //! reports a start-up error, on one line.
 
+pub mod activation;
 pub mod labels;
 pub mod listen;
 pub mod serve;

@@ -8,7 +8,6 @@
 //! threads its connections are served on, `quiet` how those loops watch each socket, `config`
 //! the flags, `metrics` the metric families and what `--metrics-listen` serves.
 
-pub mod activation;
 mod answer;
 pub mod api;
 pub mod body;

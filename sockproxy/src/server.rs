@@ -33,7 +33,7 @@ pub enum ServerError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error(transparent)]
-    Activation(#[from] crate::activation::ActivationError),
+    Activation(#[from] scrape::activation::ActivationError),
     #[error("--metrics-listen {0}")]
     Metrics(#[from] scrape::BindError),
 }
@@ -64,8 +64,8 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
 pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     let metrics = cfg.metrics_listen.as_ref().map(scrape::bind).transpose()?;
     let path = &cfg.listen;
-    if let Some(std) = crate::activation::inherited(path)? {
-        std.set_nonblocking(true).map_err(io_err(path))?;
+    let at = scrape::Listen::Unix(path.clone());
+    if let Some(scrape::activation::Inherited::Unix(std)) = scrape::activation::inherited(&at)? {
         let listener = UnixListener::from_std(std).map_err(io_err(path))?;
         return Ok(Bound {
             listener,

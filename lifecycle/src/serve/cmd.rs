@@ -273,58 +273,27 @@ fn listen(a: &ServeArgs) -> Result<Listen, ServeSetupError> {
     Listen::parse(&a.listen).map_err(|e| ServeSetupError::Flag("listen", e.to_string()))
 }
 
-/// The socket systemd passed (socket activation), if it passed one: it must be the kind and
-/// the address `--listen` names, so the flag and the unit cannot name two places. `listenfd`
-/// checks `LISTEN_PID` and clears the variables.
+/// The socket systemd passed (socket activation, `scrape::activation`), as a listener: a
+/// disagreement with `--listen` is bad configuration, an unusable socket a failure at run time.
 fn inherited(at: &Listen) -> Result<Option<Listener>, ServeSetupError> {
-    let mut fds = listenfd::ListenFd::from_env();
-    if fds.len() == 0 {
-        return Ok(None);
-    }
-    let elsewhere = |got: String| {
-        ServeSetupError::Flag(
-            "listen",
-            format!("systemd passed the socket at {got}, but --listen is {at}: make them the same"),
-        )
-    };
-    // A socket systemd passed that cannot be used: a failure at run time, like a bind's.
-    let io = |e: std::io::Error| ServeSetupError::Bind(format!("the socket systemd passed: {e}"));
-    if fds.len() > 1 {
-        return Err(elsewhere(format!("{} sockets", fds.len())));
-    }
-    let listener = match at {
-        Listen::Unix(path) => {
-            let l = fds
-                .take_unix_listener(0)
-                .map_err(io)?
-                .ok_or_else(|| elsewhere("fd 3".into()))?;
-            let got = l
-                .local_addr()
-                .map_err(io)?
-                .as_pathname()
-                .map(std::path::Path::to_owned);
-            if got.as_deref() != Some(path.as_path()) {
-                return Err(elsewhere(
-                    got.map_or("an unnamed socket".into(), |p| p.display().to_string()),
-                ));
-            }
-            l.set_nonblocking(true).map_err(io)?;
-            Listener::Unix(tokio::net::UnixListener::from_std(l).map_err(io)?)
+    use scrape::activation::Inherited;
+    let failed = |why: String| ServeSetupError::Bind(format!("the socket systemd passed: {why}"));
+    let socket = scrape::activation::inherited(at).map_err(|e| {
+        if e.is_configuration() {
+            ServeSetupError::Flag("listen", e.to_string())
+        } else {
+            failed(e.to_string())
         }
-        Listen::Tcp(addr) => {
-            let l = fds
-                .take_tcp_listener(0)
-                .map_err(io)?
-                .ok_or_else(|| elsewhere("fd 3".into()))?;
-            let got = l.local_addr().map_err(io)?;
-            if got != *addr {
-                return Err(elsewhere(format!("tcp://{got}")));
-            }
-            l.set_nonblocking(true).map_err(io)?;
-            Listener::Tcp(tokio::net::TcpListener::from_std(l).map_err(io)?)
-        }
-    };
-    Ok(Some(listener))
+    })?;
+    Ok(match socket {
+        None => None,
+        Some(Inherited::Unix(l)) => Some(Listener::Unix(
+            tokio::net::UnixListener::from_std(l).map_err(|e| failed(e.to_string()))?,
+        )),
+        Some(Inherited::Tcp(l)) => Some(Listener::Tcp(
+            tokio::net::TcpListener::from_std(l).map_err(|e| failed(e.to_string()))?,
+        )),
+    })
 }
 
 /// Binds `--listen`: the socket systemd passed, else a TCP address, or the Unix socket with its
