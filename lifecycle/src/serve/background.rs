@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::claims::{Claim, Renew};
 use super::error::renew_word;
 use super::pool::State;
 use super::provider::{Provider, ServeError};
-use super::store::{Claim, Renew};
 use crate::naming;
 
 /// Runs the ownership heartbeat on its own task, and the reaper and reconciliation every

@@ -5,10 +5,10 @@
 //! stop half way (a panic, a runtime shutting down), `Unfinished` puts the entry where the
 //! reaper retries it instead of leaving it `Destroying` for ever.
 
+use super::claims::Claim;
 use super::error::ServeError;
 use super::pool::DestroyPlan;
 use super::provider::Provider;
-use super::store::Claim;
 use crate::naming;
 use crate::ops::{GenerationTeardown, OpError};
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::store::{Renew, StoreError};
+use super::claims::{Renew, StoreError};
 use crate::naming::{self, IdError};
 use crate::ops::OpError;
 

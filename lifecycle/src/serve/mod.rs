@@ -1,6 +1,6 @@
 //! `lifecycle serve`: the sandbox provider a gateway calls (DESIGN §4b). `pool` is the pure
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `clock` the injectable
-//! monotonic clock; `store` the ownership trait (memory) with its pure rule, `redis_store` the
+//! monotonic clock; `claims` the pure ownership rule, `store` the ownership store (memory), `redis_store` the
 //! shared one; `error` the provider's errors and identity rule; `cap` the replica cap (pure, on
 //! the pool); `provider` does the I/O around the pool (acquire; `release` the releases), `destroy` its
 //! teardowns and the reaper's pass; `reclaim` where a handed-out sandbox came from; `listen`
@@ -15,6 +15,7 @@ pub mod api_http;
 pub mod apikey;
 pub mod background;
 pub mod cap;
+pub mod claims;
 pub mod clock;
 pub mod cmd;
 pub mod destroy;

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::claims::{Claim, Renew};
 use super::clock::Clock;
 pub use super::error::ServeError;
 use super::error::{self, failure_kind};
 use super::metrics::Metrics;
 use super::pool::{reclaim_probe, AcquirePlan, Pool, Source};
-use super::store::{Claim, Ownership, Renew};
+use super::store::Ownership;
 use crate::decide::{self, Discovery};
 use crate::ops::{Lifecycle, OpError};
 use crate::{naming, ready};

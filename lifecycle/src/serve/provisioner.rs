@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::claims::Claim;
 use super::error::ServeError;
 use super::pool::State;
 use super::provider::{Planned, Provider};
 use super::provision::{self, Bind, Provision};
-use super::store::Claim;
 use crate::create::Extras;
 use crate::decide::Mode;
 use crate::engine::Container;

@@ -1,5 +1,5 @@
 //! The shared ownership store on Redis (`--ownership redis://…` or `unix:///…/redis.sock`).
-//! Every change is one Lua script implementing `store::decide`, so a read and the write that
+//! Every change is one Lua script implementing `claims::decide`, so a read and the write that
 //! depends on it are atomic on the server; every call is bounded by a timeout, and any failure
 //! is returned as `Unavailable` so the caller fails closed (no adopt, no destroy of another's).
 
@@ -8,9 +8,9 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Mutex;
 
-use super::store::{Op, StoreError};
+use super::claims::{Op, StoreError};
 
-/// `store::decide` in Lua. KEYS[1] the sandbox key; ARGV: op, owner, ttl in ms.
+/// `claims::decide` in Lua. KEYS[1] the sandbox key; ARGV: op, owner, ttl in ms.
 /// Returns {answer, value before the change or ""}.
 const SCRIPT: &str = r#"
 local cur = redis.call('GET', KEYS[1])
@@ -65,7 +65,7 @@ fn op_name(op: Op) -> &'static str {
     }
 }
 
-/// The static answers `store::decide` gives, so the script's words map back to `&'static str`.
+/// The static answers `claims::decide` gives, so the script's words map back to `&'static str`.
 fn intern(answer: &str) -> Option<&'static str> {
     [
         "ours", "owned", "deleting", "renewed", "lapsed", "lost", "released", "not-ours",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lifecycle::naming;
 use lifecycle::serve::background::{self, reconcile};
-use lifecycle::serve::store::Claim;
+use lifecycle::serve::claims::Claim;
 use serde_json::{json, Value};
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::serve::{config, Served};

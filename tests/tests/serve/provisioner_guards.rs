@@ -361,7 +361,7 @@ async fn with_redis_a_create_claims_first_and_a_delete_lets_go() {
     let other = hex(&Sha256::digest(b"user-1:elsewhere"))[..16].to_owned();
     assert_eq!(
         peer.claim(&other).await.ok(),
-        Some(lifecycle::serve::store::Claim::Ours)
+        Some(lifecycle::serve::claims::Claim::Ours)
     );
     if let Some(f) = e.fake.as_ref() {
         f.clear_requests();

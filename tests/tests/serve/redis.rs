@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use lifecycle::serve::claims::{Claim, Renew};
 use lifecycle::serve::redis_store::RedisStore;
-use lifecycle::serve::store::{Claim, Ownership, Renew, Store};
+use lifecycle::serve::store::{Ownership, Store};
 use serde_json::{json, Value};
 use sockproxy_tests::lc::LcStack;
 use sockproxy_tests::redis_server::RedisServer;

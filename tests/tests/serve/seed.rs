@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use lifecycle::naming;
 use lifecycle::serve::background::{self, reconcile};
-use lifecycle::serve::store::{Claim, Memory, Ownership, Store};
+use lifecycle::serve::claims::Claim;
+use lifecycle::serve::store::{Memory, Ownership, Store};
 use serde_json::{json, Value};
 use sockproxy_tests::fake::{Fault, FaultRule};
 use sockproxy_tests::raw;
