@@ -11,11 +11,9 @@
 //!   checking it again (as bytes, the way the engine will read it) gives the same body.
 //! - `list_filter`: `filter::filter_list` keeps a subset of the input entries, in order,
 //!   verbatim, all visible to the scope, and every visible one up to `limit`.
-//! - `engine_answer`: `h1::parse_head` takes a whole head off the front of what the engine
-//!   sent or leaves every byte alone; what it frames is consistent; a chunked body read from
-//!   what follows yields no empty piece and no more data than it consumed; and
-//!   `heads::LastHead` reads the same bytes exactly as the parse does, both before it keeps a
-//!   head and from the head it kept.
+//! - `engine_answer`: whatever the engine sends, the proxy's upstream path (hyper's HTTP/1
+//!   client and `upstream`'s bounded read of a whole answer) neither panics nor hangs, and
+//!   never hands on more than the cap.
 
 use std::path::Path;
 
@@ -512,83 +510,62 @@ fn visible(kind: Kind, entry: &RawValue, scope: &Scope) -> bool {
     name.is_some_and(|n| n.starts_with(PREFIX) && scope.visible(&n))
 }
 
-/// `raw` read by `h1::parse_head` and by a `LastHead`, twice (the second time from the head
-/// the first kept, if it kept one): the same heads, errors and leftovers each time.
-fn kept_heads_agree(raw: &[u8], method: &Method) -> Result<(), String> {
-    type Seen = Result<Option<(u16, bool, String, Vec<(String, Vec<u8>)>)>, String>;
-    let read = |head: Result<Option<crate::h1::Head>, crate::h1::H1Error>| -> Seen {
-        head.map(|h| {
-            h.map(|h| {
-                let fields = h.headers.iter();
-                let fields = fields.map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()));
-                let shape = format!("{:?} {:?}", h.version, h.framing);
-                (h.status.as_u16(), h.reusable, shape, fields.collect())
-            })
-        })
-        .map_err(|e| e.to_string())
-    };
-    let mut plain = bytes::BytesMut::from(raw);
-    let want = read(crate::h1::parse_head(&mut plain, method));
-    let mut last = crate::heads::LastHead::default();
-    for round in ["first", "second"] {
-        let mut buf = bytes::BytesMut::from(raw);
-        let got = read(last.parse(&mut buf, method));
-        if got != want || buf != plain {
-            return Err(format!(
-                "the {round} read through LastHead gave {got:?} leaving {} bytes, the parse {want:?} leaving {}",
-                buf.len(),
-                plain.len()
-            ));
-        }
-    }
-    Ok(())
-}
+/// Most of an answer's body `engine_answer` buffers: small, so that fuzzed answers go over it.
+pub const ANSWER_CAP: usize = 64;
 
 /// `engine_answer`: the first byte picks the request's method (`H` HEAD, anything else GET);
 /// the rest is what the engine sent on the connection.
 pub fn engine_answer(data: &[u8]) -> Result<(), String> {
-    use crate::h1::{self, Chunked, Framing};
     let Some((&m, rest)) = data.split_first() else {
         return Ok(());
     };
     let method = if m == b'H' { Method::HEAD } else { Method::GET };
-    kept_heads_agree(rest, &method)?;
-    let mut buf = bytes::BytesMut::from(rest);
-    let head = match h1::parse_head(&mut buf, &method) {
-        Ok(Some(head)) => head,
-        Ok(None) | Err(_) if buf.len() == rest.len() => return Ok(()),
-        Ok(None) | Err(_) => return Err("a partial or refused head consumed bytes".into()),
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    // Every byte is there at once and then the end: an answer that is not whole by then is an
+    // error, never a wait.
+    let within = std::time::Duration::from_secs(10);
+    let read = rt.block_on(tokio::time::timeout(within, read_answer(rest, method)));
+    match read {
+        Err(_) => Err(format!("no outcome within {within:?}")),
+        Ok(Ok(n)) if n > ANSWER_CAP => Err(format!("{n} bytes read, over the cap {ANSWER_CAP}")),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Sends `method /_ping` on a hyper HTTP/1 client connection (the kind `engine`'s pooled
+/// client holds, with its settings) whose other end answers `raw` and closes, and reads the
+/// answer as `Upstream::get` does: the body's length, or why it was not read.
+async fn read_answer(raw: &[u8], method: Method) -> Result<usize, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (ours, mut engine) = tokio::io::duplex(16 * 1024);
+    let engine = async move {
+        // A write cut short by the client hanging up is the client's to report.
+        let _ = engine.write_all(raw).await;
+        let _ = engine.shutdown().await;
+        let _ = engine.read_to_end(&mut Vec::new()).await;
     };
-    if buf.len() >= rest.len() {
-        return Err("a head was taken without consuming a byte".into());
-    }
-    if head.reusable && head.framing == Framing::Close {
-        return Err("an answer that ends with the connection left it reusable".into());
-    }
-    if let Framing::Length(n) = head.framing {
-        let lengths: Vec<Option<u64>> = head
-            .headers
-            .get_all(http::header::CONTENT_LENGTH)
-            .iter()
-            .map(|v| v.to_str().ok().and_then(|s| s.trim().parse().ok()))
-            .collect();
-        if lengths.is_empty() || lengths.iter().any(|l| *l != Some(n)) {
-            return Err(format!("Length({n}) framed without Content-Length {n}"));
-        }
-    }
-    if head.framing == Framing::Chunked {
-        let before = buf.len();
-        let mut state = Chunked::Size;
-        let mut out = 0;
-        while let Ok(Some(piece)) = h1::decode_chunked(&mut state, &mut buf) {
-            if piece.is_empty() {
-                return Err("an empty piece of a chunked body".into());
-            }
-            out += piece.len();
-        }
-        if out > before - buf.len() {
-            return Err("more chunked data than bytes consumed".into());
-        }
-    }
-    Ok(())
+    let io = hyper_util::rt::TokioIo::new(ours);
+    let (mut send, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = async move {
+        let req = http::Request::builder()
+            .method(method)
+            .uri("/_ping")
+            .header(http::header::HOST, "docker")
+            .body(crate::upstream::empty())
+            .map_err(|e| e.to_string())?;
+        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+        let budget = crate::upstream::ListBudget::new(ANSWER_CAP);
+        let resp = resp.map(crate::upstream::Answer::new);
+        let read = crate::upstream::read_budgeted(resp, ANSWER_CAP, Some(&budget)).await;
+        read.map(|(answer, _)| answer.body.len())
+            .map_err(|e| e.to_string())
+    };
+    let (read, _, ()) = tokio::join!(client, conn, engine);
+    read
 }

@@ -345,31 +345,6 @@ impl Proxy {
         path_and_query: String,
         client_upgrade: Option<OnUpgrade>,
     ) -> Result<Response<Body>, Refusal> {
-        if crate::pool::goes_whole(client_upgrade.is_some(), &body) {
-            // Written straight from the client's head: no second request, URI or header map.
-            let body = body
-                .collect()
-                .await
-                .map_err(|e| Refusal::BadRequest(format!("reading body: {e}")))?
-                .to_bytes();
-            let mut wire = bytes::BytesMut::new();
-            let skip = |n: &header::HeaderName| crate::forward::request_hop(n, false);
-            crate::h1::encode_request(
-                &parts.method,
-                &path_and_query,
-                &parts.headers,
-                skip,
-                &body,
-                &mut wire,
-            )
-            .map_err(|e| Refusal::BadRequest(e.to_string()))?;
-            let resp = self
-                .upstream
-                .send_wire(&parts.method, &wire)
-                .await
-                .map_err(upstream_err)?;
-            return Ok(stream_response(resp));
-        }
         let req = upstream_request(parts, path_and_query, body, client_upgrade.is_some())?;
         self.send_forwarded(req, client_upgrade).await
     }

@@ -28,6 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
+#[cfg(test)]
 use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -39,7 +40,7 @@ thread_local! {
     static BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH].into_boxed_slice());
 }
 
-/// A whole stream: the engine connections (`h1conn`).
+/// A whole stream, split into its halves by the connections `server` serves.
 #[derive(Debug)]
 pub struct QuietStream {
     fd: Arc<AsyncFd<UnixStream>>,
@@ -88,7 +89,9 @@ impl QuietStream {
         )
     }
 
-    /// Appends what the socket has to `buf` (up to 64 KiB); `Ok(0)` at its end.
+    /// Appends what the socket has to `buf` (up to 64 KiB); `Ok(0)` at its end. Only the tests
+    /// read a whole stream now that engine connections are hyper's.
+    #[cfg(test)]
     pub fn poll_fill(&self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
         // Room for a whole read first, as the connection's reads into `buf` itself reserved
         // before: a long answer then lands in one region per read, not regrown piece by piece.

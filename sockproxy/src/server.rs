@@ -112,7 +112,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
                 .then_some(cfg.stack.as_str()),
         ),
         stack: cfg.stack.clone(),
-        upstream: Upstream::new(cfg.upstream.clone(), cfg.event_loops, metrics.clone()),
+        upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         max_list_bytes: cfg.max_list_bytes,
         counters: Default::default(),
         create_rules: cfg.create_rules.clone(),

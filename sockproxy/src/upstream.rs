@@ -1,8 +1,7 @@
-//! The client side: requests to the engine's Unix socket, on the kept-alive connections of
-//! `pool` (a connection returns only once its answer is read to the end; streams and upgrades
-//! hold their own), bounded reads of whole answers, and the budget that bounds list buffering.
-//! A dockerd restart needs no proxy restart: closed connections leave the pool, and a request
-//! that a closing connection never sent is tried again on another.
+//! The client side: requests to the engine on the one pooled HTTP/1 client (`engine`),
+//! bounded reads of whole answers, and the budget that bounds list buffering. A dockerd restart
+//! needs no proxy restart: closed connections leave the pool, and a request that a closing
+//! connection never sent is tried again on another.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,11 +12,10 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty};
 
-pub use crate::pool::Answer;
-use crate::pool::Pool;
+pub use crate::engine::Answer;
+use crate::engine::EngineClient;
 
-/// What a body can fail with: hyper's errors on the client's side and on upgrades and uploads,
-/// `h1`'s and the socket's on the engine's own connections. A type of its own, not a bare
+/// What a body can fail with: hyper's errors, on the client's side and toward the engine. A type of its own, not a bare
 /// `Box<dyn Error>`: hyper's server must see the error convert into its box, and rustc cannot
 /// prove that for a boxed trait object inside the connection futures.
 #[derive(Debug)]
@@ -139,37 +137,31 @@ pub struct Buffered {
 
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// One per event loop (`loops`): a connection is driven by the loop that opened it, so a
-    /// loop reusing another's would have the two wake each other across threads.
-    pools: Arc<[Arc<Pool>]>,
+    client: EngineClient,
+    path: Arc<PathBuf>,
     /// Each round trip's latency or failure, and when the engine last answered.
     metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Upstream {
-    /// The engine at `path`, for a proxy with `loops` event loops, counted in `metrics`.
-    pub fn new(path: PathBuf, loops: usize, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    /// The engine at `path`, counted in `metrics`.
+    pub fn new(path: PathBuf, metrics: Arc<crate::metrics::Metrics>) -> Self {
         let path = Arc::new(path);
         Self {
-            pools: (0..loops.max(1)).map(|_| Pool::new(path.clone())).collect(),
+            client: crate::engine::client(path.clone()),
+            path,
             metrics,
         }
     }
 
-    /// This event loop's pool; a thread that is not one of the loops uses the first.
-    fn pool(&self) -> &Arc<Pool> {
-        let i = crate::loops::index();
-        self.pools.get(i).unwrap_or(&self.pools[0])
-    }
-
     pub fn path(&self) -> &std::path::Path {
-        self.pools[0].path()
+        &self.path
     }
 
     /// Sends `req`, whose URI is a path and query, to the engine.
     pub async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
         let started = Instant::now();
-        let answered = self.pool().send(req).await;
+        let answered = self.round_trip(req).await;
         self.metrics.engine(
             started,
             answered.as_ref().err().map(UpstreamError::engine_kind),
@@ -177,24 +169,20 @@ impl Upstream {
         answered
     }
 
-    /// Sends a request already encoded (`h1::encode_request`), which asks for no upgrade.
-    pub(crate) async fn send_wire(
-        &self,
-        method: &http::Method,
-        wire: &[u8],
-    ) -> Result<Response<Answer>, UpstreamError> {
-        let started = Instant::now();
-        let answered = self.pool().send_wire(method, wire).await;
-        self.metrics.engine(
-            started,
-            answered.as_ref().err().map(UpstreamError::engine_kind),
-        );
-        answered
+    async fn round_trip(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
+        let (mut parts, body) = req.into_parts();
+        parts.uri = crate::engine::on_engine(parts.uri)?;
+        let resp = self
+            .client
+            .request(Request::from_parts(parts, body))
+            .await
+            .map_err(|e| crate::engine::client_error(&e))?;
+        Ok(resp.map(Answer::new))
     }
 
     /// A bounded GET whose whole answer is read, for inspects and lists.
     pub async fn get(&self, path_and_query: &str, cap: usize) -> Result<Buffered, UpstreamError> {
-        // Host is the pool's to add.
+        // Host is the client's to add (`engine`).
         let req = Request::get(path_and_query)
             .body(empty())
             .map_err(|e| UpstreamError::Body(e.to_string()))?;
@@ -229,7 +217,7 @@ impl Upstream {
 /// Reads a whole answer of at most `cap` bytes into one buffer, sized up front from
 /// Content-Length when the engine sends one (lists run to megabytes; growing and then joining
 /// chunks copied them twice), holding blocks of `budget` for every byte buffered.
-async fn read_budgeted(
+pub(crate) async fn read_budgeted(
     resp: Response<Answer>,
     cap: usize,
     budget: Option<&ListBudget>,
