@@ -1,8 +1,9 @@
 //! sockproxy: a per-stack Docker Engine API proxy. A request is canonicalized (`canon`), typed
 //! (`api`), decided without I/O (`policy`, `scope`), then resolved, pinned and forwarded
-//! (`proxy`, `upstream`); list answers are filtered (`filter`); refusals look like dockerd's
-//! errors (`refusal`). What a stack may write is read field by field (`fields`) and decided by
-//! `create_body`, `host_config`, `mounts` and `write_rules`;
+//! (`proxy`, `upstream`, on `engine`'s one HTTP/1 client, hyper-util's); list answers are
+//! filtered (`filter`); refusals look like dockerd's errors (`refusal`). What a stack may write
+//! is read field by field (`fields`) and decided by `create_body`, `host_config`, `mounts` and
+//! `write_rules`;
 //! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
 //! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
 //! threads its connections are served on, `quiet` how those loops watch each socket, `config`
