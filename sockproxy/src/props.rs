@@ -527,7 +527,7 @@ pub fn engine_answer(data: &[u8]) -> Result<(), String> {
     // Every byte is there at once and then the end: an answer that is not whole by then is an
     // error, never a wait.
     let within = std::time::Duration::from_secs(10);
-    let read = rt.block_on(tokio::time::timeout(within, read_answer(rest, method)));
+    let read = rt.block_on(async { tokio::time::timeout(within, read_answer(rest, method)).await });
     match read {
         Err(_) => Err(format!("no outcome within {within:?}")),
         Ok(Ok(n)) if n > ANSWER_CAP => Err(format!("{n} bytes read, over the cap {ANSWER_CAP}")),
@@ -569,3 +569,7 @@ async fn read_answer(raw: &[u8], method: Method) -> Result<usize, String> {
     let (read, _, ()) = tokio::join!(client, conn, engine);
     read
 }
+
+#[cfg(test)]
+#[path = "props_tests.rs"]
+mod tests;
