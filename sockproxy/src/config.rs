@@ -1,9 +1,11 @@
-//! Command-line flags (each with a `SOCKPROXY_*` environment fallback) and their validation
-//! into a `Config`, once, at start-up.
+//! The settings, each written once in `Args`: a flag with a `SOCKPROXY_*` environment
+//! fallback (clap) and, for the policy settings, a key of the policy file (serde; `policy_file`
+//! reads the file under the flags); and their validation into a `Config`, once, at start-up.
 
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
 
 use crate::create_body::CreateRules;
 use crate::scope::{Prefix, PrefixError, Scope};
@@ -15,7 +17,7 @@ const DEFAULT_MAX_LIST_BYTES: usize = 64 << 20;
 const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 128 << 20;
 
 /// What `GET /info` gets (in a policy file too: `info = "stack"` or `"deny"`, nothing else).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InfoMode {
     /// The engine's description with the stack's own counts and name (DESIGN §2).
@@ -24,15 +26,19 @@ pub enum InfoMode {
     Deny,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    #[default]
     Plain,
     Json,
 }
 
 /// Per-stack Docker Engine API proxy: a stack sees and changes only its own containers.
-#[derive(Debug, Parser)]
+#[derive(Debug, Default, Parser, Serialize, Deserialize)]
 #[command(name = "sockproxy", version, about)]
+// Every setting is a flag and, unless `skip`ped here, a key of the policy file (`--policy`): the
+// flag's name without `--`. A key the proxy does not know is an error, not ignored.
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Args {
     /// Unix socket to listen on (the stack's DOCKER_HOST); not needed with --print-policy.
     #[arg(
@@ -41,18 +47,22 @@ pub struct Args {
         env = "SOCKPROXY_LISTEN",
         required_unless_present = "print_policy"
     )]
+    #[serde(skip)]
     pub listen: Option<PathBuf>,
     /// Engine to forward to [default: $DOCKER_HOST, else unix:///var/run/docker.sock].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_UPSTREAM")]
+    #[serde(skip)]
     pub upstream: Option<String>,
     /// The stack's name prefix P, e.g. deer-flow-.
     #[arg(help_heading = "Scope", long, env = "SOCKPROXY_PREFIX")]
+    #[serde(skip)]
     pub prefix: String,
     /// Let the stack change its netproxy sidecars and networks (restricted mode).
     #[arg(help_heading = "Scope", long, env = "SOCKPROXY_RESTRICTED")]
     pub restricted: bool,
     /// Stack name, for the logs and the `sockproxy.stack` label [default: the prefix].
     #[arg(help_heading = "Scope", long, env = "SOCKPROXY_STACK")]
+    #[serde(skip)]
     pub stack: Option<String>,
     /// Permission bits of the socket, in octal.
     #[arg(
@@ -61,13 +71,16 @@ pub struct Args {
         env = "SOCKPROXY_SOCKET_MODE",
         default_value = "0660"
     )]
+    #[serde(skip)]
     pub socket_mode: String,
     /// Group (name or number) that owns the socket.
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_SOCKET_GROUP")]
+    #[serde(skip)]
     pub socket_group: Option<String>,
     /// Serve GET /metrics (Prometheus text) and GET /healthz here: a Unix socket path or
     /// tcp://HOST:PORT with a numeric address (docs/metrics.md) [default: off].
     #[arg(help_heading = "Metrics", long, env = "SOCKPROXY_METRICS_LISTEN")]
+    #[serde(skip)]
     pub metrics_listen: Option<String>,
     /// Log format.
     #[arg(
@@ -77,6 +90,7 @@ pub struct Args {
         value_enum,
         default_value = "plain"
     )]
+    #[serde(skip)]
     pub log_format: LogFormat,
     /// A capability `CapAdd` may name (repeatable).
     #[arg(
@@ -121,6 +135,7 @@ pub struct Args {
         env = "SOCKPROXY_SHUTDOWN_GRACE",
         default_value_t = 30
     )]
+    #[serde(skip)]
     pub shutdown_grace: u64,
     /// How `GET /info` is answered: for the stack alone, or refused [default: stack].
     #[arg(help_heading = "Scope", long, env = "SOCKPROXY_INFO", value_enum)]
@@ -171,6 +186,7 @@ pub struct Args {
     /// Event-loop threads; each client connection is served on one of them, in turn
     /// [default: the cores the proxy may run on, at most 2].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
+    #[serde(skip)]
     pub event_loops: Option<usize>,
     /// Client connections served at once; more are answered 503 and closed [default: 256].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_MAX_CONNECTIONS")]
@@ -182,20 +198,36 @@ pub struct Args {
     /// A TOML file with the same settings as the flags (`sockproxy --print-policy` writes
     /// one); flags add to its lists and switches and override its numbers.
     #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_POLICY")]
+    #[serde(skip)]
     pub policy: Option<PathBuf>,
     /// Print the effective policy (name families, every setting) as TOML and exit.
     #[arg(help_heading = "Create policy", long)]
+    #[serde(skip)]
     pub print_policy: bool,
     /// Inspect every named object on every request instead of remembering the stack's own
     /// names and IDs (kept coherent by the engine's events; see docs/security-model.md, "Name map").
     #[arg(help_heading = "Scope", long, env = "SOCKPROXY_NO_NAME_CACHE")]
+    // In the file, the switch says what is kept: `name-cache = false`.
+    #[serde(rename = "name-cache", with = "turned_off")]
     pub no_name_cache: bool,
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
     #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_LIST_BYTES")]
     pub max_list_bytes: Option<usize>,
     /// What a request may make the engine spend (`spend`).
     #[command(flatten, next_help_heading = "Limits")]
+    #[serde(flatten)]
     pub spend: crate::spend::SpendArgs,
+}
+
+/// `--no-name-cache`, which the file writes as what is kept (`name-cache = false`).
+mod turned_off {
+    pub fn serialize<S: serde::Serializer>(off: &bool, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(!off)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        <bool as serde::Deserialize>::deserialize(d).map(|on| !on)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -270,18 +302,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// `args` are the settings with the policy file read into them (`policy_file::merged`);
     /// `docker_host` is `$DOCKER_HOST`, passed in so validation stays free of the environment.
     pub fn from_args(args: Args, docker_host: Option<String>) -> Result<Self, ConfigError> {
-        let args = match &args.policy {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError::PolicyFile(path.clone(), e.to_string()))?;
-                let file = crate::policy_file::PolicyFile::parse(&text)
-                    .map_err(|e| ConfigError::PolicyFile(path.clone(), e))?;
-                file.merge_into(args)
-            }
-            None => args,
-        };
+        if let Some(path) = args.policy {
+            // Settings straight from clap: the file's would be missing without a word.
+            return Err(ConfigError::PolicyFile(
+                path,
+                "not read: policy_file::merged reads it into the settings first".into(),
+            ));
+        }
         let prefix = Prefix::parse(&args.prefix)?;
         let upstream_raw = args
             .upstream

@@ -124,3 +124,19 @@ fn event_loops_default_to_the_cores_at_most_two_and_are_bounded() {
         );
     }
 }
+
+/// Settings straight from clap with `--policy` still unread are refused, not taken without the
+/// file's settings (`policy_file::merged` reads it first, as the binary does).
+#[test]
+fn an_unread_policy_file_is_refused() {
+    let e = Config::from_args(args(&["--policy", "/etc/sockproxy/x.toml"]), None)
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    assert_eq!(
+        e,
+        Err(
+            "--policy \"/etc/sockproxy/x.toml\": not read: policy_file::merged reads it into the settings first"
+                .into()
+        )
+    );
+}

@@ -83,7 +83,8 @@ async fn run() -> Result<(), Failure> {
         },
     };
     let print_policy = args.print_policy;
-    let cfg = Config::from_args(args, std::env::var("DOCKER_HOST").ok())
+    let settings = sockproxy::policy_file::merged(args).map_err(|e| Failure::Config(e.into()))?;
+    let cfg = Config::from_args(settings, std::env::var("DOCKER_HOST").ok())
         .map_err(|e| Failure::Config(e.into()))?;
     if print_policy {
         let text = sockproxy::policy_file::print(&cfg)

@@ -1,162 +1,216 @@
-//! `--policy FILE`: the stack's policy as TOML, the same settings as the flags, and
-//! `--print-policy`, which writes the effective policy in that form (with the name families
-//! as comments), so an operator can see and keep exactly what the proxy enforces.
-//! Flags add to the file's lists, turn on its switches and override its numbers.
+//! `--policy FILE` and `--print-policy`: the stack's policy as TOML. The file's keys are the
+//! policy settings of `config::Args`, each its flag's name without `--` (`name-cache = false` is
+//! `--no-name-cache`); `merged` reads the file under the flags, and `print` writes the effective
+//! policy in that form (with the name families as comments), so an operator can see and keep
+//! exactly what the proxy enforces. Flags add to the file's lists, turn on its switches and
+//! override its numbers.
 
-use std::path::PathBuf;
+use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use figment::providers::Serialized;
+use figment::value::{Dict, Value};
+use figment::Figment;
+use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
+use serde::Deserialize;
 use stackmodel::{ChangedIn, FAMILIES};
 
-use crate::config::{Args, Config, InfoMode};
+use crate::config::{Args, Config, ConfigError, InfoMode};
+use crate::spend::SpendArgs;
 
-/// Every policy setting; a key the proxy does not know is an error, not ignored.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct PolicyFile {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restricted: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub info: Option<InfoMode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_api_version: Option<String>,
-    #[serde(default)]
-    pub allow_cap: Vec<String>,
-    #[serde(default)]
-    pub allow_bind_root: Vec<PathBuf>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_public_ports: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_seccomp_unconfined: Option<bool>,
-    #[serde(default)]
-    pub allow_seccomp_profile: Vec<String>,
-    #[serde(default)]
-    pub allow_sysctl: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_shm_size: Option<u64>,
-    #[serde(default)]
-    pub allow_log_driver: Vec<String>,
-    #[serde(default)]
-    pub allow_image: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub require_stack_label: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header_timeout: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_connections: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_list_bytes: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_list_bytes_total: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name_cache: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_json_keys: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_healthcheck_interval: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_healthcheck_retries: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_stop_timeout: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_port_bindings: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_host_port: Option<u16>,
-    #[serde(default)]
-    pub allow_host_port: Vec<u16>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_cpu_shares: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_blkio_weight: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_pids_limit: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_core_ulimit: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_log_size: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_log_files: Option<u64>,
-    #[serde(default)]
-    pub allow_log_opt: Vec<String>,
+/// The flags with the policy file they name (`--policy`), if any, read into them: the settings
+/// `Config::from_args` takes.
+pub fn merged(mut flags: Args) -> Result<Args, ConfigError> {
+    let Some(path) = flags.policy.take() else {
+        return Ok(flags);
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError::PolicyFile(path.clone(), e.to_string()))?;
+    over(flags, &text).map_err(|e| ConfigError::PolicyFile(path, e))
 }
 
-impl PolicyFile {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+/// `flags` over the policy file `text`, in one merge (figment's `adjoin`): the flags' lists,
+/// then the file's; a switch on if either turns it on; a number from the flags where they give
+/// one, else from the file. The flag-only settings (`#[serde(skip)]`) are the flags'.
+pub fn over(flags: Args, text: &str) -> Result<Args, String> {
+    let file = read(text)?;
+    let both: Args = Figment::from(Serialized::defaults(given(&flags)?))
+        .adjoin(Serialized::defaults(file))
+        .extract()
+        .map_err(|e| e.to_string())?;
+    Ok(Args {
+        listen: flags.listen,
+        upstream: flags.upstream,
+        prefix: flags.prefix,
+        stack: flags.stack,
+        socket_mode: flags.socket_mode,
+        socket_group: flags.socket_group,
+        metrics_listen: flags.metrics_listen,
+        log_format: flags.log_format,
+        shutdown_grace: flags.shutdown_grace,
+        event_loops: flags.event_loops,
+        policy: flags.policy,
+        print_policy: flags.print_policy,
+        ..both
+    })
+}
+
+/// `args`'s policy settings by key (the flag-only ones are not serialized).
+fn settings(args: &Args) -> Result<Dict, String> {
+    Value::serialize(args)
+        .map(|v| v.into_dict().unwrap_or_default())
+        .map_err(|e| e.to_string())
+}
+
+/// The policy settings `flags` give. One that no flag or variable gave is as in
+/// `Args::default()` (a switch off, a list empty, a number open: no policy setting has a clap
+/// default, a test checks it) and is left out so that the file's stands; a switch the flags
+/// leave off, in particular, must not turn off the file's.
+fn given(flags: &Args) -> Result<Dict, String> {
+    let unset = settings(&Args::default())?;
+    let mut given = settings(flags)?;
+    given.retain(|key, value| unset.get(key) != Some(value));
+    Ok(given)
+}
+
+/// The file's settings. Each entry is first read on its own, so that a mistake in one (a key
+/// the proxy does not know, a value of the wrong type, a spelling the flag would refuse such
+/// as `info = "Deny"`) is reported at its line and column: read whole, a mistake in a key of
+/// `SpendArgs` (serde's `flatten`) would be reported at the top of the file.
+fn read(text: &str) -> Result<Args, String> {
+    let keys: Vec<String> = settings(&Args::default())?.into_keys().collect();
+    toml::Deserializer::parse(text)
+        .and_then(|doc| doc.deserialize_map(Entries(&keys)))
+        .map_err(|e| e.to_string())?;
+    toml::from_str(text).map_err(|e| e.to_string())
+}
+
+/// The file's entries, each read as a setting of its own.
+struct Entries<'a>(&'a [String]);
+
+impl<'de> Visitor<'de> for Entries<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a table of policy settings")
     }
 
-    /// The flags, with this file's settings where the flags leave them open.
-    pub fn merge_into(self, mut a: Args) -> Args {
-        a.restricted |= self.restricted.unwrap_or(false);
-        a.allow_public_ports |= self.allow_public_ports.unwrap_or(false);
-        a.allow_seccomp_unconfined |= self.allow_seccomp_unconfined.unwrap_or(false);
-        a.require_stack_label |= self.require_stack_label.unwrap_or(false);
-        a.no_name_cache |= self.name_cache == Some(false);
-        a.allow_cap.extend(self.allow_cap);
-        a.allow_bind_root.extend(self.allow_bind_root);
-        a.allow_seccomp_profile.extend(self.allow_seccomp_profile);
-        a.allow_sysctl.extend(self.allow_sysctl);
-        a.allow_log_driver.extend(self.allow_log_driver);
-        a.allow_image.extend(self.allow_image);
-        a.info = a.info.or(self.info);
-        a.min_api_version = a.min_api_version.or(self.min_api_version);
-        a.max_shm_size = a.max_shm_size.or(self.max_shm_size);
-        a.header_timeout = a.header_timeout.or(self.header_timeout);
-        a.max_connections = a.max_connections.or(self.max_connections);
-        a.max_list_bytes = a.max_list_bytes.or(self.max_list_bytes);
-        a.max_list_bytes_total = a.max_list_bytes_total.or(self.max_list_bytes_total);
-        let sp = &mut a.spend;
-        sp.max_json_keys = sp.max_json_keys.or(self.max_json_keys);
-        sp.min_healthcheck_interval = sp
-            .min_healthcheck_interval
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key_seed(Key(self.0))? {
+            map.next_value_seed(Setting(key))?;
+        }
+        Ok(())
+    }
+}
+
+/// A key, refused where it stands unless it names a setting.
+struct Key<'a>(&'a [String]);
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        let key = String::deserialize(d)?;
+        if self.0.contains(&key) {
+            return Ok(key);
+        }
+        let expected: Vec<String> = self.0.iter().map(|k| format!("`{k}`")).collect();
+        Err(de::Error::custom(format_args!(
+            "unknown field `{key}`, expected one of {}",
+            expected.join(", ")
+        )))
+    }
+}
+
+/// A value, read as `Args` reads its key's, so that its mistake is reported where it stands.
+struct Setting(String);
+
+impl<'de> DeserializeSeed<'de> for Setting {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, value: D) -> Result<(), D::Error> {
+        Args::deserialize(OneEntry {
+            key: Some(self.0),
+            value: Some(value),
+        })
+        .map(drop)
+    }
+}
+
+/// A table of one entry whose value is still to be read: what `Setting` gives `Args`.
+struct OneEntry<D> {
+    key: Option<String>,
+    value: Option<D>,
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for OneEntry<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        visitor.visit_map(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}
+
+impl<'de, D: Deserializer<'de>> MapAccess<'de> for OneEntry<D> {
+    type Error = D::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, D::Error> {
+        self.key
             .take()
-            .or(self.min_healthcheck_interval);
-        sp.max_healthcheck_retries = sp.max_healthcheck_retries.or(self.max_healthcheck_retries);
-        sp.max_stop_timeout = sp.max_stop_timeout.or(self.max_stop_timeout);
-        sp.max_port_bindings = sp.max_port_bindings.or(self.max_port_bindings);
-        sp.min_host_port = sp.min_host_port.or(self.min_host_port);
-        sp.allow_host_port.extend(self.allow_host_port);
-        sp.max_cpu_shares = sp.max_cpu_shares.or(self.max_cpu_shares);
-        sp.max_blkio_weight = sp.max_blkio_weight.or(self.max_blkio_weight);
-        sp.max_pids_limit = sp.max_pids_limit.or(self.max_pids_limit);
-        sp.max_core_ulimit = sp.max_core_ulimit.or(self.max_core_ulimit);
-        sp.max_log_size = sp.max_log_size.take().or(self.max_log_size);
-        sp.max_log_files = sp.max_log_files.or(self.max_log_files);
-        sp.allow_log_opt.extend(self.allow_log_opt);
-        a
+            .map(|key| seed.deserialize(IntoDeserializer::<D::Error>::into_deserializer(key)))
+            .transpose()
     }
 
-    /// The effective policy of a validated configuration.
-    pub fn of(cfg: &Config) -> Self {
-        let r = &cfg.create_rules;
-        let (major, minor) = cfg.min_api_version;
-        Self {
-            restricted: Some(cfg.scope.restricted()),
-            info: Some(if cfg.scope.info_for_stack() {
-                InfoMode::Stack
-            } else {
-                InfoMode::Deny
-            }),
-            min_api_version: Some(format!("{major}.{minor}")),
-            allow_cap: r.allow_caps.clone(),
-            allow_bind_root: r.bind_roots.clone(),
-            allow_public_ports: Some(r.public_ports),
-            allow_seccomp_unconfined: Some(r.allow_seccomp_unconfined),
-            allow_seccomp_profile: r
-                .seccomp_profiles
-                .iter()
-                .map(|d| format!("sha256:{d}"))
-                .collect(),
-            allow_sysctl: r.allow_sysctls.clone(),
-            max_shm_size: Some(r.max_shm_size),
-            allow_log_driver: r.allow_log_drivers.clone(),
-            allow_image: cfg.allow_images.clone(),
-            require_stack_label: Some(r.require_stack_label),
-            header_timeout: Some(cfg.header_timeout.as_secs()),
-            max_connections: Some(cfg.max_connections),
-            max_list_bytes: Some(cfg.max_list_bytes),
-            max_list_bytes_total: Some(cfg.max_list_bytes_total),
-            name_cache: Some(cfg.name_cache),
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, D::Error> {
+        let value = self
+            .value
+            .take()
+            .ok_or_else(|| de::Error::custom("a value without a key"))?;
+        seed.deserialize(value)
+    }
+}
+
+/// The effective policy of a validated configuration, as the settings that give it: every
+/// policy-file setting given, the flag-only ones left at their defaults (not printed).
+pub fn effective(cfg: &Config) -> Args {
+    let r = &cfg.create_rules;
+    let (major, minor) = cfg.min_api_version;
+    Args {
+        restricted: cfg.scope.restricted(),
+        info: Some(if cfg.scope.info_for_stack() {
+            InfoMode::Stack
+        } else {
+            InfoMode::Deny
+        }),
+        min_api_version: Some(format!("{major}.{minor}")),
+        allow_cap: r.allow_caps.clone(),
+        allow_bind_root: r.bind_roots.clone(),
+        allow_public_ports: r.public_ports,
+        allow_seccomp_unconfined: r.allow_seccomp_unconfined,
+        allow_seccomp_profile: r
+            .seccomp_profiles
+            .iter()
+            .map(|d| format!("sha256:{d}"))
+            .collect(),
+        allow_sysctl: r.allow_sysctls.clone(),
+        max_shm_size: Some(r.max_shm_size),
+        allow_log_driver: r.allow_log_drivers.clone(),
+        allow_image: cfg.allow_images.clone(),
+        require_stack_label: r.require_stack_label,
+        header_timeout: Some(cfg.header_timeout.as_secs()),
+        max_connections: Some(cfg.max_connections),
+        max_list_bytes: Some(cfg.max_list_bytes),
+        max_list_bytes_total: Some(cfg.max_list_bytes_total),
+        no_name_cache: !cfg.name_cache,
+        spend: SpendArgs {
             max_json_keys: Some(r.spend.max_json_keys),
             min_healthcheck_interval: Some(crate::spend::show_duration(
                 r.spend.min_healthcheck_interval_ns,
@@ -173,7 +227,8 @@ impl PolicyFile {
             max_log_size: Some(r.spend.max_log_size.to_string()),
             max_log_files: Some(r.spend.max_log_files),
             allow_log_opt: r.spend.allow_log_opts.clone(),
-        }
+        },
+        ..Args::default()
     }
 }
 
@@ -202,14 +257,14 @@ pub fn print(cfg: &Config) -> Result<String, String> {
         ));
     }
     out.push_str("#   networks bridge, host, none: read only\n");
-    out.push_str(&toml::to_string(&PolicyFile::of(cfg)).map_err(|e| e.to_string())?);
+    out.push_str(&toml::to_string(&effective(cfg)).map_err(|e| e.to_string())?);
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
     fn args(extra: &[&str]) -> Args {
         let mut argv = vec![
@@ -258,27 +313,32 @@ mod tests {
             printed.contains("deer-flow-sandbox-egress-*  open: no"),
             "{printed}"
         );
-        let file = PolicyFile::parse(&printed).expect("the printed policy is a policy file");
-        let again = Config::from_args(file.clone().merge_into(args(&[])), None).expect("valid");
-        assert_eq!(PolicyFile::of(&again), file);
+        let file = read(&printed).expect("the printed policy is a policy file");
+        let again =
+            Config::from_args(over(args(&[]), &printed).expect("merged"), None).expect("valid");
+        assert_eq!(settings(&effective(&again)), settings(&file));
+        assert_eq!(print(&again), Ok(printed));
     }
 
     #[test]
     fn flags_add_to_the_file_and_override_its_numbers() {
-        let file =
-            PolicyFile::parse("allow-cap = [\"CHOWN\"]\nmax-shm-size = 10\nrestricted = true\n")
-                .expect("valid");
-        let merged = file.merge_into(args(&["--allow-cap", "FOWNER", "--max-shm-size", "20"]));
+        let file = "allow-cap = [\"CHOWN\"]\nmax-shm-size = 10\nrestricted = true\n";
+        let merged = over(
+            args(&["--allow-cap", "FOWNER", "--max-shm-size", "20"]),
+            file,
+        )
+        .expect("valid");
         // An enum setting is read as one: a spelling the flag would refuse is refused, never
         // taken for the default (`info = "Deny"` once meant `stack`, open).
         assert_eq!(
-            PolicyFile::parse("info = \"deny\"").map(|f| f.merge_into(args(&[])).info),
+            over(args(&[]), "info = \"deny\"").map(|a| a.info),
             Ok(Some(InfoMode::Deny))
         );
         for bad in ["Deny", "DENY", "off", ""] {
-            let got = PolicyFile::parse(&format!("info = \"{bad}\""));
+            let got = over(args(&[]), &format!("info = \"{bad}\""));
             assert_eq!(
-                got.map_err(|e| e.lines().last().map(str::to_owned)),
+                got.map(|_| ())
+                    .map_err(|e| e.lines().last().map(str::to_owned)),
                 Err(Some(format!(
                     "unknown variant `{bad}`, expected `stack` or `deny`"
                 ))),
@@ -289,23 +349,132 @@ mod tests {
         assert_eq!(merged.max_shm_size, Some(20));
         assert!(merged.restricted);
         assert_eq!(
-            PolicyFile::parse("allow-everything = true"),
+            over(args(&[]), "allow-everything = true").map(|_| ()),
             Err(concat!(
                 "TOML parse error at line 1, column 1\n",
                 "  |\n",
                 "1 | allow-everything = true\n",
                 "  | ^^^^^^^^^^^^^^^^\n",
                 "unknown field `allow-everything`, expected one of ",
-                "`restricted`, `info`, `min-api-version`, `allow-cap`, ",
-                "`allow-bind-root`, `allow-public-ports`, `allow-seccomp-unconfined`, `allow-seccomp-profile`, ",
-                "`allow-sysctl`, `max-shm-size`, `allow-log-driver`, `allow-image`, ",
-                "`require-stack-label`, `header-timeout`, `max-connections`, `max-list-bytes`, ",
-                "`max-list-bytes-total`, `name-cache`, `max-json-keys`, `min-healthcheck-interval`, ",
-                "`max-healthcheck-retries`, `max-stop-timeout`, `max-port-bindings`, `min-host-port`, ",
-                "`allow-host-port`, `max-cpu-shares`, `max-blkio-weight`, `max-pids-limit`, ",
-                "`max-core-ulimit`, `max-log-size`, `max-log-files`, `allow-log-opt`\n",
+                "`allow-bind-root`, `allow-cap`, `allow-host-port`, `allow-image`, ",
+                "`allow-log-driver`, `allow-log-opt`, `allow-public-ports`, ",
+                "`allow-seccomp-profile`, `allow-seccomp-unconfined`, `allow-sysctl`, ",
+                "`header-timeout`, `info`, `max-blkio-weight`, `max-connections`, ",
+                "`max-core-ulimit`, `max-cpu-shares`, `max-healthcheck-retries`, ",
+                "`max-json-keys`, `max-list-bytes`, `max-list-bytes-total`, `max-log-files`, ",
+                "`max-log-size`, `max-pids-limit`, `max-port-bindings`, `max-shm-size`, ",
+                "`max-stop-timeout`, `min-api-version`, `min-healthcheck-interval`, ",
+                "`min-host-port`, `name-cache`, `require-stack-label`, `restricted`\n",
             )
             .into())
+        );
+    }
+
+    #[test]
+    fn a_switch_is_on_if_the_flags_or_the_file_turn_it_on() {
+        let on = |flags: &[&str], file: &str| {
+            over(args(flags), file)
+                .map(|a| (a.restricted, a.no_name_cache))
+                .expect("valid")
+        };
+        assert_eq!(on(&[], ""), (false, false));
+        assert_eq!(
+            on(&[], "restricted = true\nname-cache = false"),
+            (true, true)
+        );
+        assert_eq!(
+            on(
+                &["--restricted", "--no-name-cache"],
+                "restricted = false\nname-cache = true"
+            ),
+            (true, true)
+        );
+        assert_eq!(
+            on(&[], "restricted = false\nname-cache = true"),
+            (false, false)
+        );
+    }
+
+    /// Every flag and variable is kept when a file is read, whatever the merge does with the
+    /// file's settings: the flag-only ones are put back by name in `over`, and a new one
+    /// forgotten there would be lost without a word.
+    #[test]
+    fn every_flag_is_kept_over_an_empty_file() {
+        let mut argv = vec!["sockproxy".to_owned()];
+        for a in Args::command().get_arguments() {
+            let (Some(long), false) = (
+                a.get_long(),
+                ["help", "version"].contains(&a.get_id().as_str()),
+            ) else {
+                continue;
+            };
+            argv.push(format!("--{long}"));
+            if a.get_action().takes_values() {
+                let value = a
+                    .get_possible_values()
+                    .first()
+                    .map_or("1".to_owned(), |v| v.get_name().to_owned());
+                argv.push(value);
+            }
+        }
+        let flags = Args::try_parse_from(&argv).expect("every flag parses");
+        let want = format!("{flags:?}");
+        assert!(
+            want.contains("no_name_cache: true") && want.contains("allow_cap: [\"1\"]"),
+            "{want}"
+        );
+        assert_eq!(format!("{:?}", over(flags, "").expect("merged")), want);
+    }
+
+    /// The file's keys are the flags' names, and none has a clap default: an unset flag must be
+    /// told from a set one (`given`).
+    #[test]
+    fn the_file_keys_are_flags_without_defaults() {
+        let keys = settings(&Args::default()).expect("serializes");
+        assert_eq!(keys.len(), 32);
+        let cmd = Args::command();
+        for key in keys.keys() {
+            let long = if key == "name-cache" {
+                "no-name-cache"
+            } else {
+                key
+            };
+            let flag = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap_or_else(|| panic!("{key}: no flag --{long}"));
+            assert_eq!(flag.get_default_values(), [] as [&str; 0], "{key}");
+        }
+    }
+
+    #[test]
+    fn a_mistake_is_reported_where_it_stands() {
+        let e = over(
+            args(&[]),
+            "allow-cap = [\"CHOWN\"]\nmax-json-keys = \"many\"\n",
+        )
+        .map(|_| ())
+        .expect_err("refused");
+        assert_eq!(
+            e,
+            concat!(
+                "TOML parse error at line 2, column 17\n",
+                "  |\n",
+                "2 | max-json-keys = \"many\"\n",
+                "  |                 ^^^^^^\n",
+                "invalid type: string \"many\", expected usize\n",
+            )
+        );
+        let e = over(args(&[]), "info = \"deny\"\nlisten = \"/x\"\n")
+            .map(|_| ())
+            .expect_err("refused");
+        assert!(
+            e.starts_with("TOML parse error at line 2, column 1\n"),
+            "{e}"
+        );
+        assert!(
+            e.contains("unknown field `listen`, expected one of `allow-bind-root`"),
+            "{e}"
         );
     }
 }

@@ -347,7 +347,8 @@ mod tests;
 
 /// The flags that set `Spend` (each with a `SOCKPROXY_*` fallback); absent ones keep the
 /// defaults above.
-#[derive(Debug, Default, Clone, clap::Args)]
+#[derive(Debug, Default, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
 pub struct SpendArgs {
     /// Object keys a request body may hold, counted at every depth [default: 10000].
     #[arg(long, env = "SOCKPROXY_MAX_JSON_KEYS")]
