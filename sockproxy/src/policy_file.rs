@@ -11,7 +11,7 @@ use figment::providers::Serialized;
 use figment::value::{Dict, Value};
 use figment::Figment;
 use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use stackmodel::{ChangedIn, FAMILIES};
 
 use crate::config::{Args, Config, ConfigError, InfoMode};
@@ -54,8 +54,8 @@ pub fn over(flags: Args, text: &str) -> Result<Args, String> {
     })
 }
 
-/// `args`'s policy settings by key (the flag-only ones are not serialized).
-fn settings(args: &Args) -> Result<Dict, String> {
+/// The policy settings by key (the flag-only ones are not serialized).
+fn settings(args: &impl Serialize) -> Result<Dict, String> {
     Value::serialize(args)
         .map(|v| v.into_dict().unwrap_or_default())
         .map_err(|e| e.to_string())
@@ -78,14 +78,24 @@ fn given(flags: &Args) -> Result<Dict, String> {
 /// `SpendArgs` (serde's `flatten`) would be reported at the top of the file.
 fn read(text: &str) -> Result<Args, String> {
     let keys: Vec<String> = settings(&Args::default())?.into_keys().collect();
+    let spend: Vec<String> = settings(&SpendArgs::default())?.into_keys().collect();
     toml::Deserializer::parse(text)
-        .and_then(|doc| doc.deserialize_map(Entries(&keys)))
+        .and_then(|doc| {
+            doc.deserialize_map(Entries {
+                keys: &keys,
+                spend: &spend,
+            })
+        })
         .map_err(|e| e.to_string())?;
     toml::from_str(text).map_err(|e| e.to_string())
 }
 
-/// The file's entries, each read as a setting of its own.
-struct Entries<'a>(&'a [String]);
+/// The file's entries, each read as a setting of its own: `keys` are every setting's,
+/// `spend` those of `SpendArgs`.
+struct Entries<'a> {
+    keys: &'a [String],
+    spend: &'a [String],
+}
 
 impl<'de> Visitor<'de> for Entries<'_> {
     type Value = ();
@@ -95,8 +105,9 @@ impl<'de> Visitor<'de> for Entries<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key_seed(Key(self.0))? {
-            map.next_value_seed(Setting(key))?;
+        while let Some(key) = map.next_key_seed(Key(self.keys))? {
+            let spend = self.spend.contains(&key);
+            map.next_value_seed(Setting { key, spend })?;
         }
         Ok(())
     }
@@ -122,17 +133,26 @@ impl<'de> DeserializeSeed<'de> for Key<'_> {
 }
 
 /// A value, read as `Args` reads its key's, so that its mistake is reported where it stands.
-struct Setting(String);
+/// A key of `SpendArgs` is read by it directly: through `Args`'s `flatten` the value would be
+/// buffered first, and a mistake inside a list reported at the list.
+struct Setting {
+    key: String,
+    spend: bool,
+}
 
 impl<'de> DeserializeSeed<'de> for Setting {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, value: D) -> Result<(), D::Error> {
-        Args::deserialize(OneEntry {
-            key: Some(self.0),
+        let entry = OneEntry {
+            key: Some(self.key),
             value: Some(value),
-        })
-        .map(drop)
+        };
+        if self.spend {
+            SpendArgs::deserialize(entry).map(drop)
+        } else {
+            Args::deserialize(entry).map(drop)
+        }
     }
 }
 
@@ -464,6 +484,13 @@ mod tests {
                 "  |                 ^^^^^^\n",
                 "invalid type: string \"many\", expected usize\n",
             )
+        );
+        let e = over(args(&[]), "allow-host-port = [80, \"x\"]")
+            .map(|_| ())
+            .expect_err("refused");
+        assert!(
+            e.starts_with("TOML parse error at line 1, column 24\n"),
+            "{e}"
         );
         let e = over(args(&[]), "info = \"deny\"\nlisten = \"/x\"\n")
             .map(|_| ())
