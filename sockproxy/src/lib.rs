@@ -27,8 +27,6 @@ pub mod inflight;
 pub mod info;
 pub mod list_query;
 mod lists;
-pub mod logfmt;
-pub mod logwrite;
 pub mod loops;
 pub mod metrics;
 pub mod mounts;

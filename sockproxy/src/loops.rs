@@ -39,10 +39,9 @@ async fn keep_a_timer_pending() {
     }
 }
 
-/// What every loop runs beside its connections: the pending timer and the batched log writer
-/// (`logwrite`). Never ends.
+/// What every loop runs beside its connections: the pending timer. Never ends.
 pub async fn housekeeping() {
-    tokio::join!(keep_a_timer_pending(), crate::logwrite::write_in_batches());
+    keep_a_timer_pending().await;
 }
 
 /// A single-threaded runtime for one event loop.

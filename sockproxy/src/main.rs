@@ -13,32 +13,33 @@ use tokio::signal::unix::{signal, SignalKind};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn init_logging(format: LogFormat) {
+/// Logs through tracing-subscriber's `fmt` layer, plain or JSON, to stderr by way of
+/// tracing-appender's non-blocking writer: a line is handed to the writer's own thread, so a slow
+/// stderr (a full pipe, the journal) does not stall a request. The guard writes out what is
+/// still queued when it is dropped, at the end of `main`.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SOCKPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Not lossy: at the queue's limit (128,000 lines) a request waits for the writer rather
+    // than its decision line being dropped; the decision lines are the proxy's audit trail, and
+    // a stderr that slow would hold up the requests either way.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("sp-log")
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Each event loop batches its lines and writes them at most 50 ms later (logwrite.rs).
-        .with_writer(sockproxy::logwrite::Batched)
+        .with_writer(writer)
         // The decision line has a `target` field of its own (the request path).
         .with_target(false)
         // Colour codes only on a terminal: a log file or the journal gets plain text.
-        .with_ansi(terminal)
-        // The same text as the default timer, formatted once per second (logfmt.rs).
-        .with_timer(sockproxy::logfmt::Timestamp);
+        .with_ansi(terminal);
     match format {
-        // On a terminal the default fields (field names in italics); elsewhere the same text
-        // as the default, with less work per line (logfmt.rs).
-        LogFormat::Plain if terminal => builder.init(),
-        LogFormat::Plain => builder.fmt_fields(sockproxy::logfmt::Fields).init(),
+        LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
-    // The same text, without the trip through tracing, where the filter lets the line through
-    // (the filter is read once: SOCKPROXY_LOG is fixed at start-up).
-    let plain_file = format == LogFormat::Plain && !terminal;
-    let shown = tracing::enabled!(target: "sockproxy::proxy", tracing::Level::INFO);
-    sockproxy::decision_line::write_directly(plain_file && shown);
+    guard
 }
 
 /// A start-up failure and how the process exits with it: 2 for bad configuration (flags, the
@@ -49,15 +50,7 @@ enum Failure {
 }
 
 fn main() -> std::process::ExitCode {
-    // This thread is the first event loop; `serve` starts the others (`--event-loops`, loops.rs),
-    // each single-threaded, so the client and engine halves of a request stay on one thread.
-    // Large list filtering runs on the blocking pool (proxy.rs). Each loop writes its log lines
-    // in batches, about 50 ms after the first (logwrite.rs).
-    let result = match sockproxy::loops::runtime().context("starting the event loop") {
-        Ok(runtime) => runtime.block_on(run()),
-        Err(e) => Err(Failure::Runtime(e)),
-    };
-    sockproxy::logwrite::flush();
+    let result = run();
     // One line per failure, never a backtrace: an operator reads it in a journal, where
     // anyhow's multi-line report repeated each cause.
     match result {
@@ -73,7 +66,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run() -> Result<(), Failure> {
+fn run() -> Result<(), Failure> {
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => match scrape::startup::clap_line(&e) {
@@ -92,11 +85,15 @@ async fn run() -> Result<(), Failure> {
         print!("{text}");
         return Ok(());
     }
-    serve(cfg).await.map_err(Failure::Runtime)
+    // Dropped last, after the runtime: the lines of the last tasks are written out too.
+    let _log = init_logging(cfg.log_format);
+    let runtime = sockproxy::loops::runtime()
+        .context("starting the event loop")
+        .map_err(Failure::Runtime)?;
+    runtime.block_on(serve(cfg)).map_err(Failure::Runtime)
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {
-    init_logging(cfg.log_format);
     if tokio::net::UnixStream::connect(&cfg.upstream)
         .await
         .is_err()

@@ -11,13 +11,28 @@ pub fn rfc3339(secs: Option<i64>) -> String {
         return "0001-01-01T00:00:00Z".into();
     };
     let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = sockproxy::logfmt::civil_from_days(secs.div_euclid(86_400));
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian: the days-from-civil
+/// algorithm run backwards (H. Hinnant, "chrono-compatible low-level date algorithms").
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
 }
 
 fn labels(l: &std::collections::BTreeMap<String, String>) -> Value {
@@ -270,4 +285,54 @@ pub fn event(kind: &str, action: &str, id: &str, name: &str) -> Value {
         "time": now,
         "timeNano": now * 1_000_000_000,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    /// The date counted a year and a month at a time.
+    fn counted(secs: i64) -> String {
+        let mut days = secs / 86_400;
+        let mut year = 1970i64;
+        let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        while days >= if leap(year) { 366 } else { 365 } {
+            days -= if leap(year) { 366 } else { 365 };
+            year += 1;
+        }
+        let feb = if leap(year) { 29 } else { 28 };
+        let mut month = 1;
+        for l in [31, feb, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31] {
+            if days < l {
+                break;
+            }
+            days -= l;
+            month += 1;
+        }
+        let rem = secs % 86_400;
+        format!(
+            "{year:04}-{month:02}-{:02}T{:02}:{:02}:{:02}Z",
+            days + 1,
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
+    #[test]
+    fn dates_match_a_day_by_day_count() {
+        // 1970, leap days, a century rule, the end of a year, today.
+        for secs in [
+            0i64,
+            951_782_400,
+            951_868_799,
+            4_107_542_399,
+            1_709_164_800,
+            1_798_761_599,
+            1_796_025_332,
+        ] {
+            assert_eq!(rfc3339(Some(secs)), counted(secs), "{secs}");
+        }
+        assert_eq!(rfc3339(None), "0001-01-01T00:00:00Z");
+    }
 }
