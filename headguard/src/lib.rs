@@ -18,6 +18,21 @@
 //! that just arrived, never by searching the whole buffer again). The size limit applies to the
 //! head itself, however its bytes arrive.
 //!
+//! headguard only judges heads: it refuses one or lets it through unchanged, and never decides
+//! what is forwarded (the proxies' policies do). Why hyper's own limits (hyper 1,
+//! `server::conn::http1::Builder`) do not do its job:
+//! - Shape: hyper answers a head over `max_header_size`/`max_buf_size` or over `max_headers`
+//!   with a bare "431 Request Header Fields Too Large", and one it cannot parse with a bare 400
+//!   (no body, `on_error` in its h1 role), where the proxies must answer in their own shape
+//!   (dockerd's JSON error for sockproxy). Its limits are set wider here, as a backstop.
+//! - Time: hyper's `header_read_timeout` is armed when it starts waiting for a head, so it
+//!   covers an idle kept-alive connection and a slow head as one span, and on expiry it closes
+//!   the connection without an answer: there is no per-head limit apart from the idle one. The
+//!   scanner times each head (the first from the connection's start, later ones from their
+//!   first byte) and refuses a late one in the proxy's shape; the idle wait is `idle`'s.
+//! - Framing: hyper accepts a bare LF line ending and a leading empty line, which a guard that
+//!   knows only CRLF would frame differently; headguard refuses them instead.
+//!
 //! `judge` holds what a head is (pure), `scanner` the framing of the stream and the reader hyper
 //! is given, `idle` the limit on a kept-alive connection with nothing to do.
 

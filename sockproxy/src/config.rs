@@ -183,8 +183,8 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
-    /// Event-loop threads; each client connection is served on one of them, in turn
-    /// [default: the cores the proxy may run on, at most 2].
+    /// Worker threads of the runtime that serves client connections, any on any (threads
+    /// sp-loop-0…) [default: the cores the proxy may run on, at most 2].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
     #[serde(skip)]
     pub event_loops: Option<usize>,
@@ -264,10 +264,10 @@ pub enum ConfigError {
     MetricsListen(#[from] scrape::ListenError),
 }
 
-/// More loops than this would only add threads: each is a whole core's worth of work.
+/// More workers than this would only add threads: each is a whole core's worth of work.
 pub const MAX_EVENT_LOOPS: usize = 64;
 
-/// One loop per core the proxy may run on, at most two: past two, a per-stack proxy's own
+/// One worker per core the proxy may run on, at most two: past two, a per-stack proxy's own
 /// threads would compete with the engine and the sandboxes for the host's cores.
 fn default_event_loops() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
@@ -288,7 +288,7 @@ pub struct Config {
     pub min_api_version: (u32, u32),
     pub header_timeout: std::time::Duration,
     pub max_connections: usize,
-    /// Event-loop threads serving client connections (`loops`).
+    /// Worker threads of the runtime serving client connections (`server::runtime`).
     pub event_loops: usize,
     pub shutdown_grace: std::time::Duration,
     /// What creates may ask for, and `--require-stack-label` (which pinning reads too).

@@ -5,9 +5,12 @@
 //! is read field by field (`fields`) and decided by `create_body`, `host_config`, `mounts` and
 //! `write_rules`;
 //! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
-//! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
-//! threads its connections are served on, `quiet` how those loops watch each socket, `config`
-//! the flags, `metrics` the metric families and what `--metrics-listen` serves.
+//! coherent by `watch`'s event subscription. `server` owns the socket, the runtime (tokio's
+//! multi-thread one, `--event-loops` workers) and a task per connection behind headguard's
+//! scanner; `config` the flags, `metrics` the metric families and what `--metrics-listen`
+//! serves. Log lines, the decision line (`decision_line`) among them, go through
+//! tracing-subscriber's `fmt` layer and tracing-appender's non-blocking writer (the binary's
+//! `main`).
 
 mod answer;
 pub mod api;
@@ -27,7 +30,6 @@ pub mod inflight;
 pub mod info;
 pub mod list_query;
 mod lists;
-pub mod loops;
 pub mod metrics;
 pub mod mounts;
 pub mod names;
@@ -37,7 +39,6 @@ pub mod policy;
 pub mod policy_file;
 pub mod props;
 pub mod proxy;
-mod quiet;
 pub mod refusal;
 mod resolve;
 pub mod scope;

@@ -87,10 +87,16 @@ fn run() -> Result<(), Failure> {
     }
     // Dropped last, after the runtime: the lines of the last tasks are written out too.
     let _log = init_logging(cfg.log_format);
-    let runtime = sockproxy::loops::runtime()
-        .context("starting the event loop")
+    // tokio's multi-thread runtime, `--event-loops` workers; large bodies and lists are parsed
+    // and filtered on its blocking pool.
+    let runtime = server::runtime(cfg.event_loops)
+        .context("starting the runtime")
         .map_err(Failure::Runtime)?;
-    runtime.block_on(serve(cfg)).map_err(Failure::Runtime)
+    let served = runtime.block_on(serve(cfg)).map_err(Failure::Runtime);
+    // What is still running is past its grace: dropped, with a second for it to go (a blocking
+    // task past it is left to the process's exit).
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {

@@ -50,8 +50,6 @@ pub struct Proxy {
     pub min_api_version: (u32, u32),
     /// Bytes all buffered lists may hold together.
     pub list_budget: upstream::ListBudget,
-    /// Event-loop threads serving client connections (`--event-loops`).
-    pub event_loops: usize,
     /// Client connections served at once (`--max-connections`).
     pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Time a client has to send a whole request head (`--header-timeout`).
@@ -60,9 +58,10 @@ pub struct Proxy {
     pub names: Arc<crate::names::Names>,
     /// Whether `names` is kept at all (`--no-name-cache` turns it off).
     pub name_cache: bool,
-    /// The first event loop's runtime, set by `serve`: every loop filters large lists on its
-    /// blocking pool, so their buffers come and go on the same few threads (one pool per loop
-    /// held a 10,000-container list's buffers on each, and the peak RSS doubled).
+    /// The proxy's runtime, set by `serve`: large lists are filtered on its blocking pool, so
+    /// their buffers come and go on the same few threads (one pool per event loop, before the
+    /// proxy moved to tokio's multi-thread runtime, held a 10,000-container list's buffers on
+    /// each, and the peak RSS doubled).
     pub blocking: std::sync::OnceLock<tokio::runtime::Handle>,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,

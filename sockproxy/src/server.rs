@@ -1,11 +1,13 @@
-//! The listening side: the Unix socket (mode, group, stale-file handling), the accept loop with
-//! peer credentials, and a background handle for embedding the proxy in tests and tools.
+//! The listening side: the Unix socket (mode, group, stale-file handling), the runtime the proxy
+//! runs on, the accept loop with peer credentials (one task per connection, headguard's scanner
+//! in front of hyper's server), and a background handle for embedding the proxy in tests and
+//! tools.
 
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
@@ -18,9 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::answer::Answer;
 use crate::config::Config;
-use crate::loops::{Loops, Worker};
 use crate::proxy::{Peer, Proxy};
-use crate::quiet::QuietStream;
 use crate::refusal::Refusal;
 use crate::upstream::Upstream;
 
@@ -120,7 +120,6 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         inflight: Default::default(),
         min_api_version: cfg.min_api_version,
         list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
-        event_loops: cfg.event_loops,
         connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         header_timeout: cfg.header_timeout,
         names: Default::default(),
@@ -135,7 +134,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
 /// connections close, responses in progress complete) and waits for in-flight work, upgrade
 /// streams included, up to `grace`.
 /// `made`: the socket file to remove at the end (`None` for one systemd passed). `metrics`: the
-/// metrics endpoint's listener, served on this loop until the proxy stops.
+/// metrics endpoint's listener, served until the proxy stops.
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
@@ -163,9 +162,6 @@ pub async fn serve(
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("watch", watch)))
     });
     let _ = proxy.blocking.set(tokio::runtime::Handle::current());
-    // This loop's own; `Loops::start` starts one on each of the others.
-    let _tick = AbortOnDrop(tokio::spawn(crate::loops::housekeeping()));
-    let mut loops = Loops::start(proxy.event_loops, serve_handed);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -181,29 +177,15 @@ pub async fn serve(
                                 pid: c.pid(),
                             })
                             .unwrap_or_default();
-                        // Off tokio's watch (readable and writable) before a loop watches it
-                        // its own way (`quiet`).
-                        let stream = match stream.into_std() {
-                            Ok(s) => s,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "could not take an accepted connection");
-                                continue;
-                            }
-                        };
                         let held = Held {
                             peer,
                             slot,
                             _open: proxy.metrics.connection_opened(),
-                            // Counted from here: a connection waiting for its loop to take it
-                            // is in flight for the shutdown's wait too.
                             _inflight: proxy.inflight.enter(),
                             proxy: proxy.clone(),
                             stop: stop_rx.clone(),
                         };
-                        match loops.next_turn() {
-                            None => drop(tokio::spawn(held.serve(stream))),
-                            Some(other) => hand_over(other, stream, held),
-                        }
+                        drop(tokio::spawn(held.serve(stream)));
                     }
                     Err(_) => {
                         tokio::spawn(reject_busy(stream, proxy.clone()));
@@ -241,7 +223,6 @@ pub async fn serve(
             );
         }
     }
-    loops.stop();
 }
 
 /// An accepted connection's slot under `--max-connections`, its place among the work a
@@ -257,28 +238,10 @@ struct Held {
 }
 
 impl Held {
-    /// Serves `stream` on the loop running this.
-    async fn serve(self, stream: StdUnixStream) {
-        match QuietStream::new(stream) {
-            Ok(s) => serve_connection(s, self.peer, self.proxy, self.stop).await,
-            Err(e) => tracing::warn!(error = %e, "an event loop could not take a connection"),
-        }
+    async fn serve(self, stream: UnixStream) {
+        serve_connection(stream, self.peer, self.proxy, self.stop).await;
         drop(self.slot);
     }
-}
-
-/// A connection on its way to another event loop: a socket that no loop watches yet.
-type Handed = (StdUnixStream, Held);
-
-/// Gives a connection to `to`, which watches it from then on; here if that loop has gone.
-fn hand_over(to: &Worker<Handed>, stream: StdUnixStream, held: Held) {
-    if let Err(job) = to.send((stream, held)) {
-        tokio::spawn(serve_handed(job));
-    }
-}
-
-async fn serve_handed((stream, held): Handed) {
-    held.serve(stream).await;
 }
 
 /// Stops a background task when its owner goes.
@@ -296,7 +259,7 @@ const HEAD_MAX_BYTES: usize = 256 * 1024;
 const HEAD_MAX_HEADERS: usize = 100;
 
 async fn serve_connection(
-    stream: QuietStream,
+    stream: UnixStream,
     peer: Peer,
     proxy: Arc<Proxy>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -413,6 +376,23 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
     let _ = tokio::time::timeout(std::time::Duration::from_millis(500), drain).await;
 }
 
+/// The multi-thread runtime the proxy runs on: `workers` worker threads (`--event-loops`),
+/// named `sp-loop-0`, `sp-loop-1`…, and the blocking pool's threads (large bodies and lists),
+/// `sp-blocking`. tokio starts its workers as it builds the runtime, before any blocking
+/// thread, so the first `workers` names are theirs.
+pub fn runtime(workers: usize) -> io::Result<tokio::runtime::Runtime> {
+    let workers = workers.max(1);
+    let named = AtomicUsize::new(0);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name_fn(move || match named.fetch_add(1, Ordering::Relaxed) {
+            n if n < workers => format!("sp-loop-{n}"),
+            _ => "sp-blocking".to_owned(),
+        })
+        .enable_all()
+        .build()
+}
+
 /// A proxy running on its own thread and runtime; dropping the handle stops it.
 #[derive(Debug)]
 pub struct Background {
@@ -425,8 +405,8 @@ pub struct Background {
 
 impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
-        // The binary's first event loop (main.rs); `serve` starts the others, as in the binary.
-        let runtime = crate::loops::runtime().map_err(io_err(&cfg.listen))?;
+        // As the binary's (main.rs).
+        let runtime = runtime(cfg.event_loops).map_err(io_err(&cfg.listen))?;
         let bound = {
             let _guard = runtime.enter();
             bind(&cfg)?
