@@ -5,8 +5,6 @@
 
 use http::StatusCode;
 
-use crate::proxy::Peer;
-
 /// The fields of a decision's line besides the stack and the peer.
 #[derive(Debug, Clone, Copy)]
 pub struct Decided<'a> {
@@ -26,13 +24,14 @@ pub fn millis(d: std::time::Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }
 
-/// Logs the line of one decision. An absent peer field is left out of the line.
-pub fn log(stack: &str, peer: Peer, d: &Decided<'_>) {
+/// Logs the line of one decision. The peer's uid and pid (`proxy::Peer`, taken apart so this
+/// file does not import `proxy`, which imports it): a field that is `None` is left out.
+pub fn log(stack: &str, peer_uid: Option<u32>, peer_pid: Option<i32>, d: &Decided<'_>) {
     tracing::info!(
         target: "sockproxy::proxy",
         stack = stack,
-        peer_uid = peer.uid,
-        peer_pid = peer.pid,
+        peer_uid = peer_uid,
+        peer_pid = peer_pid,
         method = d.method,
         op = d.op,
         target = d.target,
@@ -67,7 +66,7 @@ mod tests {
         }
     }
 
-    fn line(json: bool, peer: Peer) -> String {
+    fn line(json: bool, peer: (Option<u32>, Option<i32>)) -> String {
         let buf = Buf::default();
         let out = buf.clone();
         let b = tracing_subscriber::fmt()
@@ -85,9 +84,10 @@ mod tests {
         };
         if json {
             let sub = b.json().flatten_event(true).finish();
-            tracing::subscriber::with_default(sub, || log("deer-flow-", peer, &d));
+            tracing::subscriber::with_default(sub, || log("deer-flow-", peer.0, peer.1, &d));
         } else {
-            tracing::subscriber::with_default(b.finish(), || log("deer-flow-", peer, &d));
+            let sub = b.finish();
+            tracing::subscriber::with_default(sub, || log("deer-flow-", peer.0, peer.1, &d));
         }
         let bytes = buf.0.lock().map(|b| b.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
@@ -97,11 +97,7 @@ mod tests {
     /// quoted, an absent peer field left out.
     #[test]
     fn the_plain_line_has_every_field_in_order() {
-        let peer = Peer {
-            uid: Some(1000),
-            pid: None,
-        };
-        let text = line(false, peer);
+        let text = line(false, (Some(1000), None));
         let (time, rest) = text.split_at(27);
         assert!(time.ends_with('Z') && time.as_bytes()[19] == b'.', "{text}");
         assert_eq!(
@@ -117,11 +113,7 @@ mod tests {
     /// The JSON line: one object with the same fields at its top level.
     #[test]
     fn the_json_line_has_the_same_fields() {
-        let peer = Peer {
-            uid: Some(0),
-            pid: Some(4307),
-        };
-        let text = line(true, peer);
+        let text = line(true, (Some(0), Some(4307)));
         let v: serde_json::Value = serde_json::from_str(text.trim_end()).expect("one JSON line");
         assert_eq!(v["message"], "decision");
         assert_eq!(v["level"], "INFO");

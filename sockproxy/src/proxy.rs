@@ -146,7 +146,7 @@ impl Proxy {
     pub(crate) fn decided(&self, peer: Peer, label: &'static str, d: Decided<'_>) {
         self.counters.count(d.decision == "allow");
         self.metrics.decision(label, d.decision, d.reason);
-        crate::decision_line::log(&self.stack, peer, &d);
+        crate::decision_line::log(&self.stack, peer.uid, peer.pid, &d);
     }
 
     /// Answers the stand-in request hyper is given for a head `headguard` refused.
