@@ -183,7 +183,7 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
-    /// Worker threads of the runtime that serves client connections, any on any (threads
+    /// Worker threads of the multi-thread runtime that serves client connections (threads
     /// sp-loop-0…) [default: the cores the proxy may run on, at most 2].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
     #[serde(skip)]

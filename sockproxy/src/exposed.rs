@@ -21,7 +21,7 @@ impl scrape::Exposition for Exposed {
 
     /// 200 while the engine has answered within `HEALTHY_WITHIN`, any request's round trip
     /// counting; when none has lately, a `GET /_ping` of its own asks. 503 otherwise. The
-    /// proxy's own liveness is that this answers at all (on the first event loop).
+    /// proxy's own liveness is that this answers at all (on the proxy's runtime).
     async fn health(&self) -> scrape::Health {
         let (proxy, m) = (&self.0, &self.0.metrics);
         if m.engine_answered_ago().is_none_or(|ago| ago > PROBE_AFTER) {

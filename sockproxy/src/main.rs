@@ -16,7 +16,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Logs through tracing-subscriber's `fmt` layer, plain or JSON, to stderr by way of
 /// tracing-appender's non-blocking writer: a line is handed to the writer's own thread, so a slow
 /// stderr (a full pipe, the journal) does not stall a request. The guard writes out what is
-/// still queued when it is dropped, at the end of `main`.
+/// still queued when it is dropped, at the end of `run`.
 fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SOCKPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -46,7 +46,7 @@ impl StackProxy {
             min_api_version: (1, 24),
             header_timeout: std::time::Duration::from_secs(10),
             max_connections: 256,
-            // What the binary runs on CI's two cores: connections take turns between two loops.
+            // What the binary runs on CI's two cores: two runtime workers.
             event_loops: 2,
             shutdown_grace: std::time::Duration::from_secs(2),
             create_rules: Default::default(),

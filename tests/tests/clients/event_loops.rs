@@ -1,7 +1,7 @@
-//! The sockproxy program with several event loops (`--event-loops`), as its clients and its
-//! operator see it: the loops are threads of their own, clients at once are all served, and on
-//! SIGTERM a stream on every loop keeps flowing through the grace period while every decision
-//! line reaches the log (each loop's batch while it runs, the rest at exit).
+//! The sockproxy program with several runtime workers (`--event-loops`), as its clients and its
+//! operator see it: the workers are threads of their own, clients at once are all served, and
+//! on SIGTERM every stream keeps flowing through the grace period while every decision line
+//! reaches the log (as it runs, and what is queued at exit).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -72,7 +72,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
     let mut proxy = Proxy(child);
     wait_for("the socket", Duration::from_secs(20), || sock.exists());
 
-    // The socket is bound before the loops start: wait for them, then check there are two more.
+    // The workers are named sp-loop-0…: there are three, no fourth.
     let pid = proxy.0.id();
     let loops = || {
         let threads = thread_names(pid);
@@ -84,7 +84,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
     let threads = thread_names(pid);
     assert!(!threads.iter().any(|t| t == "sp-loop-3"), "{threads:?}");
 
-    // Six clients at once, three kept-alive pings each: connections take the loops in turn.
+    // Six clients at once, three kept-alive pings each.
     let ping = b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n";
     let last = b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n";
     let mut three = ping.repeat(2);
@@ -103,7 +103,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
         }
     }
 
-    // Each loop writes its batch of decision lines soon after, with no shutdown to flush it.
+    // The decision lines reach the log soon after, with no shutdown to flush them.
     let decision_lines = || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
@@ -117,7 +117,7 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
         || decision_lines() == 6 * 3,
     );
 
-    // One event stream per loop (three connections in a row take the three loops).
+    // Three event streams at once.
     let mut streams: Vec<raw::Conn> = (0..3)
         .map(|_| {
             let c = raw::Conn::open(&sock, b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n")
