@@ -7,12 +7,6 @@ use sockproxy::config::{Args, Config, LogFormat};
 use sockproxy::server;
 use tokio::signal::unix::{signal, SignalKind};
 
-// mimalloc: per request, hyper's read buffers (8 KiB, past glibc's thread cache) and the
-// frees of memory another loop allocated cost glibc's allocator more (see the commit). Built
-// with `no_thp`: with transparent huge pages its RSS doubled.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Logs through tracing-subscriber's `fmt` layer, plain or JSON, to stderr by way of
 /// tracing-appender's non-blocking writer: a line is handed to the writer's own thread, so a slow
 /// stderr (a full pipe, the journal) does not stall a request. The guard writes out what is
