@@ -22,7 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::UnixStream;
 
-use crate::upstream::{Body, BoxError, UpstreamError};
+use crate::wire::{Body, BoxError, UpstreamError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle connections kept for reuse; more may be open while busy, these are what stays.
@@ -148,7 +148,7 @@ impl HttpBody for Answer {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         Pin::new(&mut self.0)
             .poll_frame(cx)
-            .map(|f| f.map(|r| r.map_err(crate::upstream::boxed_error)))
+            .map(|f| f.map(|r| r.map_err(crate::wire::boxed_error)))
     }
 
     fn is_end_stream(&self) -> bool {

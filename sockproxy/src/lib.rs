@@ -49,4 +49,5 @@ pub mod spend_host;
 pub mod upstream;
 pub mod volumes;
 pub mod watch;
+pub mod wire;
 pub mod write_rules;
