@@ -8,10 +8,10 @@ use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::canon::Target;
-use crate::pinning::Pinned;
-use crate::refusal::Refusal;
 use crate::upstream::{self, Body, Buffered};
+use sockproxy_policy::canon::Target;
+use sockproxy_policy::pinning::Pinned;
+use sockproxy_policy::refusal::Refusal;
 
 /// Most a refusal reads of a body it will never forward, and for how long.
 const DRAIN_CAP: usize = 1 << 20;

@@ -7,14 +7,15 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Response, StatusCode};
 
-use crate::canon::{self, Target};
-use crate::filter;
 use crate::forward::{buffered_response, stream_response, upstream_request, with_query};
-use crate::list_query::Names;
 use crate::proxy::{upstream_err, Proxy};
-use crate::refusal::Refusal;
-use crate::scope::Kind;
 use crate::upstream::{self, Body, Buffered};
+use sockproxy_policy::canon::{self, Target};
+use sockproxy_policy::filter;
+use sockproxy_policy::list_query::Names;
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::Kind;
+use sockproxy_policy::volumes::stack_volumes;
 
 /// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
 /// millisecond; larger ones on the blocking pool.
@@ -87,7 +88,8 @@ impl Proxy {
             .require_stack_label
             .then_some(self.stack.as_str());
         let prefix = self.scope.prefix().as_str();
-        let ask = crate::list_query::own_list_filters(query.get("filters"), prefix, label);
+        let ask =
+            sockproxy_policy::list_query::own_list_filters(query.get("filters"), prefix, label);
         let query = match ask.filters {
             Some(own) => query.with("filters", own),
             None => query,
@@ -104,5 +106,28 @@ impl Proxy {
             .await
             .map_err(upstream_err)?;
         Ok(Ok((answer, ask.names, held)))
+    }
+}
+
+impl Proxy {
+    /// `GET /volumes`: the engine asked for the stack's own, the answer kept to them.
+    pub(crate) async fn volume_list(
+        &self,
+        parts: Parts,
+        target: &Target,
+    ) -> Result<Response<Body>, Refusal> {
+        let (answer, names, _held) = match self
+            .own_list(&parts, target, target.query.clone(), &[])
+            .await?
+        {
+            Ok(got) => got,
+            Err(engine) => return Ok(engine),
+        };
+        let kept = stack_volumes(&answer.body, &self.scope, &names)
+            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        Ok(buffered_response(Buffered {
+            body: bytes::Bytes::from(kept),
+            ..answer
+        }))
     }
 }

@@ -25,9 +25,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::api::ObjRef;
-use crate::pinning::{is_full_id, Inspected};
-use crate::scope::{Kind, Scope};
+use sockproxy_policy::api::is_full_id;
+use sockproxy_policy::api::ObjRef;
+use sockproxy_policy::pinning::Inspected;
+use sockproxy_policy::scope::{Kind, Scope};
 
 /// Objects remembered per kind; past this, fills are dropped (lookups then inspect).
 const MAX_ENTRIES: usize = 65_536;

@@ -7,16 +7,16 @@ use http::StatusCode;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::api::{ContainerOp, ExecOp, NetworkOp, ObjRef};
 use crate::body;
-use crate::canon::Target;
 use crate::forward::{buffered_response, pinned, with_query};
-use crate::pinning::Pinned;
-use crate::policy;
 use crate::proxy::{in_client_words, json_request, Proxy};
-use crate::refusal::Refusal;
-use crate::scope::{Access, Kind};
 use crate::upstream::{self, Body, Buffered};
+use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp, ObjRef};
+use sockproxy_policy::canon::Target;
+use sockproxy_policy::pinning::Pinned;
+use sockproxy_policy::policy;
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::{Access, Kind};
 
 type Answer = Result<http::Response<Body>, Refusal>;
 
@@ -37,10 +37,10 @@ impl Proxy {
         let upload = cop == ContainerOp::Archive && parts.method == http::Method::PUT;
         // Bodies are decided before anything is asked of the engine.
         let checked = match cop {
-            ContainerOp::ExecCreate => Some(crate::write_rules::exec_create(
+            ContainerOp::ExecCreate => Some(sockproxy_policy::write_rules::exec_create(
                 body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
             )?),
-            ContainerOp::Update => Some(crate::write_rules::update(
+            ContainerOp::Update => Some(sockproxy_policy::write_rules::update(
                 body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
                 target.version.as_deref(),
                 &self.create_rules.spend,
@@ -87,7 +87,7 @@ impl Proxy {
         }
         if cop == ContainerOp::Archive {
             let api = inspected.headers.get("api-version");
-            crate::pinning::archive_on(api.and_then(|v| v.to_str().ok()))?;
+            sockproxy_policy::pinning::archive_on(api.and_then(|v| v.to_str().ok()))?;
         }
         let resp = match stale {
             // The same object: the engine's 404 was about the request, not the name.
@@ -148,7 +148,7 @@ impl Proxy {
     ) -> Answer {
         let raw = body.take().unwrap_or_else(upstream::empty);
         let checked = if eop == ExecOp::Start {
-            Some(crate::write_rules::exec_start(
+            Some(sockproxy_policy::write_rules::exec_start(
                 body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
             )?)
         } else {
@@ -231,7 +231,7 @@ impl Proxy {
             }
             return Ok(in_client_words(resp, &id, r.as_str()).await);
         }
-        let (container, mut map) = crate::write_rules::network_attach(
+        let (container, mut map) = sockproxy_policy::write_rules::network_attach(
             op,
             body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
             &self.scope,
@@ -295,7 +295,7 @@ impl Proxy {
         if !self.create_rules.require_stack_label {
             return Ok(None);
         }
-        for name in crate::create_body::joined_networks(out) {
+        for name in sockproxy_policy::create_body::joined_networks(out) {
             let r = ObjRef::parse(&name).ok_or_else(|| {
                 Refusal::BadRequest(format!("{op}: network {name:?} is not a reference"))
             })?;

@@ -158,7 +158,7 @@ impl PolicyFile {
             max_list_bytes_total: Some(cfg.max_list_bytes_total),
             name_cache: Some(cfg.name_cache),
             max_json_keys: Some(r.spend.max_json_keys),
-            min_healthcheck_interval: Some(crate::spend::show_duration(
+            min_healthcheck_interval: Some(sockproxy_policy::spend::show_duration(
                 r.spend.min_healthcheck_interval_ns,
             )),
             max_healthcheck_retries: Some(r.spend.max_healthcheck_retries),

@@ -14,19 +14,20 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::api;
 use crate::body;
-use crate::canon::{self, Target};
 use crate::decision_line::Decided;
-use crate::filter;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
-use crate::pinning::Pinned;
-use crate::policy::{self, Plan};
-use crate::refusal::Refusal;
-use crate::scope::{Kind, Scope};
+use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
+use sockproxy_policy::api;
+use sockproxy_policy::canon::{self, Target};
+use sockproxy_policy::filter;
+use sockproxy_policy::pinning::Pinned;
+use sockproxy_policy::policy::{self, Plan};
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::{Kind, Scope};
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,7 +43,7 @@ pub struct Proxy {
     pub upstream: Upstream,
     pub max_list_bytes: usize,
     pub counters: Counters,
-    pub create_rules: crate::create_body::CreateRules,
+    pub create_rules: sockproxy_policy::create_rules::CreateRules,
     pub allow_images: Vec<String>,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
@@ -198,7 +199,7 @@ impl Proxy {
                 crate::metrics::set_op(label);
                 let decided = policy::decide(&ep, &target.query, &self.scope, &self.allow_images)
                     .and_then(|plan| {
-                        crate::spend::plan_query(
+                        sockproxy_policy::spend::plan_query(
                             &self.create_rules.spend,
                             &plan,
                             &op,
@@ -269,11 +270,12 @@ impl Proxy {
             Plan::CreateContainer => {
                 let checked =
                     body::read_checked(take(), self.create_rules.spend.max_json_keys).await?;
-                let out = crate::create_body::check(
+                let out = sockproxy_policy::create_body::check(
                     checked,
                     &self.scope,
                     &self.create_rules,
                     self.upstream.path(),
+                    &crate::host_paths::ProxyView,
                     &self.stack,
                 )?;
                 if let Some(engine) = self
@@ -297,7 +299,7 @@ impl Proxy {
                 }
                 let (mut rparts, body) = resp.into_parts();
                 rparts.headers.remove(header::CONTENT_LENGTH);
-                let filtered = crate::events::Filtered::new(body, self.scope.clone());
+                let filtered = crate::event_stream::Filtered::new(body, self.scope.clone());
                 Ok(Response::from_parts(rparts, filtered.boxed()))
             }
             Plan::List(kind) => self.list(kind, parts, target).await,
@@ -322,7 +324,7 @@ impl Proxy {
                     .await
             }
             Plan::CreateNetwork => {
-                let v = crate::write_rules::network_create(
+                let v = sockproxy_policy::write_rules::network_create(
                     body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
                     &self.scope,
                     &self.stack,
@@ -430,7 +432,7 @@ impl Proxy {
             return Refusal::Upstream("unreadable conflict answer".into()).into_response();
         };
         let mut out = serde_json::to_vec(&serde_json::json!({
-            "message": crate::pinning::conflict_names_only(&message)
+            "message": sockproxy_policy::pinning::conflict_names_only(&message)
         }))
         .unwrap_or_default();
         out.push(b'\n');
@@ -461,14 +463,18 @@ impl Proxy {
         }
         let engine: Value = serde_json::from_slice(&answer.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
-        let own: Vec<crate::info::State> = self
+        let own: Vec<sockproxy_policy::info::State> = self
             .own_listed(Kind::Container, version)
             .await?
             .iter()
-            .map(|o| crate::info::State::parse(&o.state))
+            .map(|o| sockproxy_policy::info::State::parse(&o.state))
             .collect();
-        let mut out = serde_json::to_vec(&crate::info::for_stack(&engine, &self.stack, &own))
-            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        let mut out = serde_json::to_vec(&sockproxy_policy::info::for_stack(
+            &engine,
+            &self.stack,
+            &own,
+        ))
+        .map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         let mut headers = answer.headers;
         headers.remove(header::CONTENT_LENGTH);

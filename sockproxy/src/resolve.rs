@@ -5,14 +5,14 @@
 use http::StatusCode;
 use serde::Deserialize;
 
-use crate::api::ObjRef;
 use crate::forward::vprefix;
 use crate::names::Entry;
-use crate::pinning::{self, Inspected, Pinned, Rules};
 use crate::proxy::Proxy;
-use crate::refusal::Refusal;
-use crate::scope::{Access, Kind};
 use crate::upstream::Buffered;
+use sockproxy_policy::api::ObjRef;
+use sockproxy_policy::pinning::{self, Inspected, Pinned, Rules};
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::{Access, Kind};
 
 /// Cap on one inspect answer (a network with many endpoints is the largest we read).
 const MAX_INSPECT: usize = 8 << 20;
@@ -54,7 +54,7 @@ impl Named {
                 .as_ref()
                 .and_then(|c| c.labels.as_ref())
                 .or(self.labels.as_ref())
-                .and_then(|l| l.get(crate::create_body::STACK_LABEL))
+                .and_then(|l| l.get(sockproxy_policy::scope::STACK_LABEL))
                 .map(String::as_str),
         }
     }
@@ -81,7 +81,7 @@ struct Listed {
     state: String,
     /// Only the `sockproxy.stack` label is read.
     #[serde(rename = "Labels", default)]
-    labels: Option<crate::filter::StackLabel>,
+    labels: Option<sockproxy_policy::filter::StackLabel>,
 }
 
 /// One of the stack's own objects, from a list.
@@ -116,7 +116,7 @@ impl Proxy {
         version: Option<&str>,
     ) -> Result<Resolved, Refusal> {
         let full = match r {
-            ObjRef::Hex(prefix) if !pinning::is_full_id(prefix) => {
+            ObjRef::Hex(prefix) if !sockproxy_policy::api::is_full_id(prefix) => {
                 let own = self.own_objects(kind, version).await?;
                 pinning::own_prefix(kind, prefix, &own)?
             }
@@ -193,7 +193,7 @@ impl Proxy {
         }
         let info: ExecInfo =
             serde_json::from_slice(&answer.body).map_err(|e| unreadable("exec inspect", e))?;
-        if !pinning::is_full_id(&info.container_id) {
+        if !sockproxy_policy::api::is_full_id(&info.container_id) {
             return Err(Refusal::Upstream(
                 "exec inspect answer has no full IDs".into(),
             ));
@@ -269,7 +269,7 @@ impl Proxy {
                 let p = self.scope.prefix().as_str().replace('.', "\\.");
                 let mut filters = serde_json::json!({ "name": [format!("^/{p}")] });
                 if self.create_rules.require_stack_label {
-                    let label = format!("{}={}", crate::create_body::STACK_LABEL, self.stack);
+                    let label = format!("{}={}", sockproxy_policy::scope::STACK_LABEL, self.stack);
                     filters["label"] = serde_json::json!([label]);
                 }
                 let filters = filters.to_string();
@@ -283,7 +283,7 @@ impl Proxy {
                 // the name (dockerd's network `name` filter): another prefix's networks do not
                 // count against the list cap.
                 let p = self.scope.prefix().as_str().replace('.', "\\.");
-                let names = crate::scope::PREDEFINED_NETWORKS
+                let names = sockproxy_policy::scope::PREDEFINED_NETWORKS
                     .iter()
                     .map(|n| format!("|{n}$"))
                     .collect::<String>();
@@ -319,7 +319,7 @@ impl Proxy {
                         .to_owned(),
                     Kind::Network => l.name,
                 };
-                let label = crate::filter::stack_label(&l.labels);
+                let label = sockproxy_policy::filter::stack_label(&l.labels);
                 let seen = self.scope.allows(kind, Access::Read, &name)
                     && self.scope.label_allows(kind, &name, label);
                 seen.then_some(Own {

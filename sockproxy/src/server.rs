@@ -21,8 +21,8 @@ use crate::config::Config;
 use crate::loops::{Loops, Worker};
 use crate::proxy::{Peer, Proxy};
 use crate::quiet::QuietStream;
-use crate::refusal::Refusal;
 use crate::upstream::Upstream;
+use sockproxy_policy::refusal::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

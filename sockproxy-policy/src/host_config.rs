@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::create_body::Ctx;
+use crate::create_rules::Ctx;
 use crate::fields::{self, not_allowed, value_not_allowed, Reader};
 use crate::mounts;
 use crate::refusal::Refusal;

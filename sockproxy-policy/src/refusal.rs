@@ -1,8 +1,9 @@
 //! Refusals: every answer the proxy gives instead of the engine's, in dockerd's error shape
-//! (`{"message": …}` with `Content-Type: application/json`), so every Docker client prints it.
+//! (`{"message": …}`, which the transport sends with `Content-Type: application/json`), so every
+//! Docker client prints it.
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::StatusCode;
 
 /// Why the proxy answered instead of forwarding. `Display` is the exact `message` field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,16 +96,6 @@ impl Refusal {
         let mut out = msg.to_string().into_bytes();
         out.push(b'\n');
         Bytes::from(out)
-    }
-
-    pub fn into_response(self) -> Response<crate::upstream::Body> {
-        let mut resp = Response::new(crate::upstream::full(self.body()));
-        *resp.status_mut() = self.status();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        resp
     }
 }
 

@@ -2,9 +2,12 @@
 //! the decision it must get (`allow`, or the exact refusal message), for a `--restricted` stack
 //! with prefix `deer-flow-`, `--allow-cap NET_BIND_SERVICE` and `--allow-bind-root /srv/sandboxes`.
 
+use std::path::PathBuf;
+
 use super::*;
-use crate::body::parse_checked;
-use crate::scope::Prefix;
+use crate::create_rules::{CreateRules, Disk};
+use crate::json::parse_checked;
+use crate::scope::{Prefix, STACK_LABEL};
 
 #[derive(serde::Deserialize)]
 struct Case {
@@ -41,7 +44,9 @@ fn decide(body: &str) -> String {
         ..CreateRules::default()
     };
     let engine = Path::new("/run/custom/docker.sock");
-    match parse_checked(body.as_bytes()).and_then(|v| check(v, &scope, &rules, engine, "atlas")) {
+    match parse_checked(body.as_bytes())
+        .and_then(|v| check(v, &scope, &rules, engine, &Disk, "atlas"))
+    {
         Ok(out) => {
             assert_eq!(
                 out["Labels"][STACK_LABEL], "atlas",
@@ -82,6 +87,7 @@ fn refused_status_is_403_and_the_engine_socket_is_always_refused() {
         &scope,
         &rules,
         Path::new("/run/custom/docker.sock"),
+        &Disk,
         "s",
     )
     .expect_err("refused");
@@ -101,6 +107,7 @@ fn a_client_label_cannot_claim_another_stack() {
         &scope,
         &CreateRules::default(),
         Path::new("/x"),
+        &Disk,
         "atlas",
     )
     .expect("allowed");
@@ -189,7 +196,7 @@ mod properties {
             let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
             let rules = CreateRules { bind_roots: vec![bind_root().to_owned()], ..CreateRules::default() };
             let engine = Path::new("/run/docker.sock");
-            if let Ok(out) = check(Value::Object(dedup(kv)), &scope, &rules, engine, "s") {
+            if let Ok(out) = check(Value::Object(dedup(kv)), &scope, &rules, engine, &Disk, "s") {
                 let top = out.as_object().expect("object");
                 for k in top.keys() {
                     prop_assert!(TOP.contains(&k.as_str()), "top-level {k}");
@@ -200,7 +207,7 @@ mod properties {
                         prop_assert!(k != "Privileged" || h[k] == Value::Bool(false));
                     }
                 }
-                let again = check(out.clone(), &scope, &rules, engine, "s");
+                let again = check(out.clone(), &scope, &rules, engine, &Disk, "s");
                 prop_assert_eq!(again.ok(), Some(out));
             }
         }
@@ -241,13 +248,15 @@ fn settings_naming_a_container_are_refused_under_require_stack_label() {
             &scope,
             &CreateRules::default(),
             Path::new("/x"),
+            &Disk,
             "s",
         );
         // Forwarded as sent, with the private cgroup namespace every create gets.
         let mut sent = body["HostConfig"].clone();
         sent["CgroupnsMode"] = "private".into();
         assert_eq!(open.map(|o| o["HostConfig"].clone()), Ok(sent), "{body}");
-        let err = check(body.clone(), &scope, &strict, Path::new("/x"), "s").expect_err("refused");
+        let err =
+            check(body.clone(), &scope, &strict, Path::new("/x"), &Disk, "s").expect_err("refused");
         assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
         assert_eq!(
             err.to_string(),
@@ -282,12 +291,14 @@ fn named_volumes_are_refused_under_require_stack_label() {
             &scope,
             &CreateRules::default(),
             Path::new("/x"),
+            &Disk,
             "s",
         );
         let mut sent = body["HostConfig"].clone();
         sent["CgroupnsMode"] = "private".into();
         assert_eq!(open.map(|o| o["HostConfig"].clone()), Ok(sent), "{body}");
-        let err = check(body.clone(), &scope, &strict, Path::new("/x"), "s").expect_err("refused");
+        let err =
+            check(body.clone(), &scope, &strict, Path::new("/x"), &Disk, "s").expect_err("refused");
         assert_eq!(err.status(), http::StatusCode::FORBIDDEN);
         assert_eq!(
             err.to_string(),
@@ -297,7 +308,7 @@ fn named_volumes_are_refused_under_require_stack_label() {
     }
     // A tmpfs names nothing and still passes.
     let tmpfs = serde_json::json!({ "HostConfig": { "Tmpfs": { "/data": "" } } });
-    let got = check(tmpfs, &scope, &strict, Path::new("/x"), "s").expect("allowed");
+    let got = check(tmpfs, &scope, &strict, Path::new("/x"), &Disk, "s").expect("allowed");
     assert_eq!(
         got["HostConfig"]["Tmpfs"],
         serde_json::json!({ "/data": "" })
@@ -343,7 +354,7 @@ fn anonymous_volumes_are_refused() {
             ..CreateRules::default()
         };
         for (body, why) in &refused {
-            let got = check(body.clone(), &scope, &rules, Path::new("/x"), "s");
+            let got = check(body.clone(), &scope, &rules, Path::new("/x"), &Disk, "s");
             assert_eq!(
                 got.map_err(|e| e.to_string()),
                 Err(format!(
@@ -377,6 +388,7 @@ fn anonymous_volumes_are_refused() {
             &scope,
             &CreateRules::default(),
             Path::new("/x"),
+            &Disk,
             "s",
         )
         .unwrap_or_else(|e| panic!("{body}: {e}"));
@@ -392,7 +404,15 @@ fn zero_only_maps_are_forwarded_empty() {
     let body = serde_json::json!({
         "HostConfig": { "Annotations": { "io.example.x": "" }, "StorageOpt": { "size": "" } }
     });
-    let out = check(body, &scope, &CreateRules::default(), Path::new("/x"), "s").expect("allowed");
+    let out = check(
+        body,
+        &scope,
+        &CreateRules::default(),
+        Path::new("/x"),
+        &Disk,
+        "s",
+    )
+    .expect("allowed");
     assert_eq!(out["HostConfig"]["Annotations"], serde_json::json!({}));
     assert_eq!(out["HostConfig"]["StorageOpt"], serde_json::json!({}));
 }
@@ -404,9 +424,16 @@ fn links_are_read_as_the_engine_reads_them() {
     let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
     let create = |links: serde_json::Value| {
         let body = serde_json::json!({ "HostConfig": { "Links": links } });
-        check(body, &scope, &CreateRules::default(), Path::new("/x"), "s")
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        check(
+            body,
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            &Disk,
+            "s",
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     };
     assert_eq!(create(serde_json::json!(["deer-flow-sandbox-a"])), Ok(()));
     assert_eq!(
@@ -441,8 +468,15 @@ fn every_create_asks_for_a_private_cgroup_namespace() {
     ];
     for body in bodies {
         let shown = body.to_string();
-        let out = check(body, &scope, &CreateRules::default(), Path::new("/x"), "s")
-            .unwrap_or_else(|e| panic!("{shown}: {e:?}"));
+        let out = check(
+            body,
+            &scope,
+            &CreateRules::default(),
+            Path::new("/x"),
+            &Disk,
+            "s",
+        )
+        .unwrap_or_else(|e| panic!("{shown}: {e:?}"));
         assert_eq!(out["HostConfig"]["CgroupnsMode"], "private", "{shown}");
     }
     // A HostConfig the proxy adds keeps the daemon's IPC default, which 20.10 would otherwise
@@ -452,13 +486,14 @@ fn every_create_asks_for_a_private_cgroup_namespace() {
         &scope,
         &CreateRules::default(),
         Path::new("/x"),
+        &Disk,
         "s",
     )
     .expect("allowed");
     assert_eq!(out["HostConfig"]["IpcMode"], "private");
     let host = serde_json::json!({ "HostConfig": { "CgroupnsMode": "host" } });
     assert_eq!(
-        check(host, &scope, &CreateRules::default(), Path::new("/x"), "s")
+        check(host, &scope, &CreateRules::default(), Path::new("/x"), &Disk, "s")
             .map_err(|e| e.to_string()),
         Err("sockproxy: containers.create: HostConfig.CgroupnsMode host is not allowed for this stack".into())
     );
@@ -486,6 +521,7 @@ fn public_ports_need_their_flag() {
             &scope,
             &CreateRules::default(),
             Path::new("/x"),
+            &Disk,
             "s",
         )
         .expect_err("refused by default");
@@ -494,7 +530,7 @@ fn public_ports_need_their_flag() {
                 .ends_with("is not allowed for this stack (loopback only; --allow-public-ports)"),
             "{ip}: {err}"
         );
-        let out = check(body(ip), &scope, &public, Path::new("/x"), "s").expect("allowed");
+        let out = check(body(ip), &scope, &public, Path::new("/x"), &Disk, "s").expect("allowed");
         assert_eq!(
             out["HostConfig"]["PortBindings"]["8080/tcp"][0],
             serde_json::json!({ "HostIp": ip, "HostPort": "41234" }),
@@ -507,6 +543,7 @@ fn public_ports_need_their_flag() {
             &scope,
             &CreateRules::default(),
             Path::new("/x"),
+            &Disk,
             "s",
         );
         assert_eq!(

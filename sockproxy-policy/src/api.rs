@@ -504,6 +504,14 @@ fn is_word(s: &str) -> bool {
     !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// A full 64-hex engine ID, as dockerd writes them (lowercase).
+pub fn is_full_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 #[path = "api_tests.rs"]
 mod tests;

@@ -10,21 +10,6 @@ use crate::fields::{self, value_not_allowed, Reader};
 use crate::refusal::Refusal;
 use crate::spend::Spend;
 
-/// `--max-cpu-shares`'s default: the engine's default weight (a stack may lower its share,
-/// not raise it above another stack's).
-pub const DEFAULT_MAX_CPU_SHARES: i64 = 1024;
-/// `--max-blkio-weight`'s default: the engine's default block I/O weight.
-pub const DEFAULT_MAX_BLKIO_WEIGHT: u64 = 500;
-/// `--max-pids-limit`'s default.
-pub const DEFAULT_MAX_PIDS_LIMIT: i64 = 32_768;
-/// `--max-core-ulimit`'s default: no core dumps (each one is written into the container's
-/// writable layer, on the host's disk).
-pub const DEFAULT_MAX_CORE_ULIMIT: i64 = 0;
-/// `--max-log-size`'s default: 100 MiB a log file.
-pub const DEFAULT_MAX_LOG_SIZE: u64 = 100 << 20;
-/// `--max-log-files`'s default.
-pub const DEFAULT_MAX_LOG_FILES: u64 = 5;
-
 /// Log options each built-in driver may be given (dockerd's `ValidateLogOpt` of each): the
 /// file drivers' size, count, compression and the attributes taken from the container's own
 /// labels and environment. `--allow-log-opt DRIVER:KEY` adds to these.
@@ -193,58 +178,6 @@ pub fn log_options(
         }
     }
     Ok(())
-}
-
-/// The kernel file system a container path is at or under (`/dev`, `/proc`, `/sys`), read
-/// lexically as the engine and runc clean it (`//`, `.` and `..` resolved, a trailing `/`
-/// dropped).
-pub fn kernel_fs(target: &str) -> Option<&'static str> {
-    match crate::mounts::clean_components(target).first() {
-        Some(&"dev") => Some("/dev"),
-        Some(&"proc") => Some("/proc"),
-        Some(&"sys") => Some("/sys"),
-        _ => None,
-    }
-}
-
-/// A mount, volume or tmpfs target: never at or under `/dev`, `/proc` or `/sys` (a volume
-/// there is the precondition of CVE-2025-31133 and CVE-2025-52565 on an older runc).
-pub fn mount_target(op: &str, path: &str, target: &str) -> Result<(), Refusal> {
-    match kernel_fs(target) {
-        Some(fs) => Err(value_not_allowed(
-            op,
-            path,
-            target,
-            &format!("a mount target at or under {fs}; mounts stay out of /dev, /proc and /sys"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// `WorkingDir` of a create or an exec: empty (the image's), or a clean absolute path outside
-/// `/dev`, `/proc` and `/sys` (`/proc/self/fd/N` is CVE-2024-21626's way out of the container).
-pub fn working_dir(r: &Reader, p: &str, v: Value) -> Result<Value, Refusal> {
-    let dir = fields::string(p, v)?;
-    if dir.is_empty() {
-        return Ok(Value::String(dir));
-    }
-    if !crate::mounts::clean_absolute(&dir) {
-        return Err(value_not_allowed(
-            r.op(),
-            p,
-            &dir,
-            "a working directory is a clean absolute path (no '..', '.', '//' or trailing '/')",
-        ));
-    }
-    if let Some(fs) = kernel_fs(&dir) {
-        return Err(value_not_allowed(
-            r.op(),
-            p,
-            &dir,
-            &format!("a working directory at or under {fs}; it stays out of /dev, /proc and /sys"),
-        ));
-    }
-    Ok(Value::String(dir))
 }
 
 #[cfg(test)]

@@ -5,12 +5,13 @@
 //! it, so each would outlive its sandbox on the host); tmpfs at clean paths with plain tmpfs
 //! options (`HostConfig.Tmpfs`, `TmpfsOptions.Options`). The engine's socket is never mountable.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::create_body::Ctx;
+use crate::create_rules::{Ctx, HostPaths};
 use crate::fields::{self, value_not_allowed, Reader};
+use crate::paths::{clean_absolute, clean_components};
 use crate::refusal::Refusal;
 
 /// Bind options dockerd's Linux parser accepts that do not reach beyond the container:
@@ -60,18 +61,6 @@ fn tmpfs_option_ok(option: &str) -> bool {
     }
 }
 
-/// Whether `p` is absolute and already clean, as dockerd compares mount destinations as strings
-/// (a `/sys/` is not its `/sys`).
-pub(crate) fn clean_absolute(p: &str) -> bool {
-    let path = Path::new(p);
-    let clean: PathBuf = path.components().collect();
-    path.is_absolute()
-        && clean.as_os_str() == path.as_os_str()
-        && !path
-            .components()
-            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-}
-
 /// `HostConfig.Tmpfs`: destination → comma-separated options.
 pub fn tmpfs(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let m = fields::str_map(path, v)?;
@@ -94,7 +83,7 @@ pub fn tmpfs(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         }
     }
     for dest in m.keys() {
-        crate::spend_host::mount_target(ctx.op, path, dest)?;
+        crate::paths::mount_target(ctx.op, path, dest)?;
     }
     Ok(Value::Object(m))
 }
@@ -129,24 +118,24 @@ pub fn bind_source(ctx: &Ctx, path: &str, source: &str) -> Result<(), Refusal> {
             "is not under an allowed bind root (--allow-bind-root)",
         ));
     }
-    no_symlinks(p).map_err(|why| refuse(&why))
+    no_symlinks(ctx.host, p).map_err(|why| refuse(&why))
 }
 
 /// Walks `path` from `/`, one component at a time without following links: every component
 /// must exist and none may be a symbolic link (a sandbox that can write beneath a bind root
 /// could otherwise plant `escape -> /` and have it bound). The remaining window between this
 /// walk and the engine's own mount is documented in deploy/README.md.
-fn no_symlinks(path: &Path) -> Result<(), String> {
+fn no_symlinks(host: &dyn HostPaths, path: &Path) -> Result<(), String> {
     let mut at = PathBuf::from("/");
     for c in path.components().skip(1) {
         at.push(c);
-        let meta = std::fs::symlink_metadata(&at).map_err(|e| {
+        let link = host.is_symlink(&at).map_err(|e| {
             format!(
                 "cannot be checked on the proxy's view ({}: {e})",
                 at.display()
             )
         })?;
-        if meta.file_type().is_symlink() {
+        if link {
             return Err(format!(
                 "goes through a symbolic link ({}), which is not allowed",
                 at.display()
@@ -208,7 +197,7 @@ pub fn binds(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         } else {
             volume_name(ctx, path, source)?;
         }
-        crate::spend_host::mount_target(ctx.op, path, target)?;
+        crate::paths::mount_target(ctx.op, path, target)?;
     }
     Ok(Value::from(list))
 }
@@ -269,7 +258,7 @@ pub fn mounts(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         }
         r.finish()?;
         let target = o.get("Target").and_then(Value::as_str).unwrap_or_default();
-        crate::spend_host::mount_target(ctx.op, &format!("{at}.Target"), target)?;
+        crate::paths::mount_target(ctx.op, &format!("{at}.Target"), target)?;
         out.push(Value::Object(o));
     }
     Ok(Value::Array(out))
@@ -355,22 +344,6 @@ fn anonymous(op: &str, path: &str, target: &str) -> Refusal {
         "an anonymous volume, which the stack could not list or remove; no flag allows one: \
          name a volume that starts with the stack's prefix, or use a tmpfs",
     )
-}
-
-/// The components of absolute path `target` as `filepath.Clean` leaves them: `.`, `..` and
-/// repeated or trailing `/` resolved (`..` stops at the root).
-pub fn clean_components(target: &str) -> Vec<&str> {
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in target.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
-        }
-    }
-    parts
 }
 
 /// `target` as dockerd compares mount destinations (`filepath.Clean`).

@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Map, Value};
 
-use crate::create_body::{check, CreateRules};
+use crate::create_body::check;
+use crate::create_rules::{CreateRules, Disk};
 use crate::scope::{Prefix, Scope};
 
 fn root() -> &'static Path {
@@ -106,7 +107,7 @@ fn accepted_bodies_carry_each_checked_field_and_keep_its_rule() {
         ..Config::default()
     });
     let result = runner.run(&body(), |b| {
-        let Ok(out) = check(b, &scope, &rules, engine, "s") else {
+        let Ok(out) = check(b, &scope, &rules, engine, &Disk, "s") else {
             counts
                 .borrow_mut()
                 .entry("refused")

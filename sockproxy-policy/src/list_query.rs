@@ -97,10 +97,7 @@ pub fn own_list_filters(raw: Option<&str>, prefix: &str, stack_label: Option<&st
     let mut added: Vec<(&str, String)> =
         vec![("name", format!("^/?{}", prefix.replace('.', "\\.")))];
     if let Some(stack) = stack_label {
-        added.push((
-            "label",
-            format!("{}={stack}", crate::create_body::STACK_LABEL),
-        ));
+        added.push(("label", format!("{}={stack}", crate::scope::STACK_LABEL)));
     }
     let mut out = Map::new();
     for (key, values) in given {

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::create_body::{endpoint_settings, stamp_stack_label, CreateRules, Ctx};
+use crate::create_body::{endpoint_settings, stamp_stack_label};
+use crate::create_rules::{CreateRules, Ctx, NoPaths};
 use crate::fields::{self, Reader};
 use crate::host_config;
 use crate::refusal::Refusal;
@@ -39,7 +40,7 @@ pub fn exec_create(v: Value) -> Result<Value, Refusal> {
     for f in ["User", "DetachKeys"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
-    r.keep(&mut o, "WorkingDir", crate::spend_host::working_dir)?;
+    r.keep(&mut o, "WorkingDir", crate::paths::working_dir)?;
     for f in [
         "Tty",
         "AttachStdin",
@@ -239,6 +240,7 @@ pub fn network_attach(
             scope,
             rules,
             engine_socket: Path::new("/"),
+            host: &NoPaths,
         };
         r.keep(&mut o, "EndpointConfig", |_, p, v| {
             endpoint_settings(&ctx, p, v)

@@ -16,7 +16,7 @@ pub struct Canonical {
 
 /// `text` as the proxy knows a profile: an error says why it is no profile.
 pub fn canonical(text: &str) -> Result<Canonical, String> {
-    let value = crate::body::parse_checked(text.as_bytes()).map_err(|r| match r {
+    let value = crate::json::parse_checked(text.as_bytes()).map_err(|r| match r {
         crate::refusal::Refusal::BadRequest(why) => why.replace("body ", "profile "),
         other => other.to_string(),
     })?;
@@ -29,29 +29,6 @@ pub fn canonical(text: &str) -> Result<Canonical, String> {
         .map(|b| format!("{b:02x}"))
         .collect();
     Ok(Canonical { json, sha256 })
-}
-
-/// One `--allow-seccomp-profile` value as a digest: `sha256:HEX` (the canonical JSON's digest,
-/// as `--print-policy` shows it), or the path of a profile file, read and canonicalized now.
-pub fn allowed_digest(raw: &str) -> Result<String, String> {
-    if let Some(hex) = raw.strip_prefix("sha256:") {
-        let ok = hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        return if ok {
-            Ok(hex.to_owned())
-        } else {
-            Err("expected sha256: and 64 lowercase hex characters".into())
-        };
-    }
-    match std::fs::read_to_string(raw) {
-        Ok(text) => canonical(&text).map(|c| c.sha256),
-        Err(e) => Err(format!(
-            "not a readable profile file ({e}); give a file path or sha256:HEX, the SHA-256 of the \
-             profile's canonical JSON (sockproxy --print-policy shows it for a file)"
-        )),
-    }
 }
 
 #[cfg(test)]
@@ -102,35 +79,5 @@ mod tests {
         }
         let cut = canonical("{").expect_err("cut short");
         assert!(cut.starts_with("profile is not JSON: "), "{cut}");
-    }
-
-    #[test]
-    fn allowed_values_are_a_digest_or_a_file() {
-        let dir = tempfile::tempdir().expect("dir");
-        let file = dir.path().join("profile.json");
-        std::fs::write(&file, PROFILE).expect("write");
-        let digest = canonical(PROFILE).expect("a profile").sha256;
-        assert_eq!(
-            allowed_digest(&file.display().to_string()),
-            Ok(digest.clone())
-        );
-        assert_eq!(
-            allowed_digest(&format!("sha256:{digest}")),
-            Ok(digest.clone())
-        );
-        assert_eq!(
-            allowed_digest(&format!("sha256:{}", digest.to_uppercase())),
-            Err("expected sha256: and 64 lowercase hex characters".into())
-        );
-        let missing = allowed_digest(&digest).expect_err("a bare digest is no file");
-        assert!(
-            missing.starts_with("not a readable profile file ("),
-            "{missing}"
-        );
-        std::fs::write(&file, "{\"a\":1,\"A\":2}").expect("write");
-        assert_eq!(
-            allowed_digest(&file.display().to_string()),
-            Err(r#"profile keys that name the same field: "A""#.into())
-        );
     }
 }

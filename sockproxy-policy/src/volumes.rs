@@ -4,17 +4,9 @@
 //! and remove are decided by name in `policy`. Under `--require-stack-label` a stack has no
 //! volumes: it cannot make one, and a volume carries no label the stack could have set.
 
-use http::request::Parts;
-use http::Response;
-
-use crate::canon::Target;
 use crate::filter::FilterError;
-use crate::forward::buffered_response;
 use crate::list_query::Names;
-use crate::proxy::Proxy;
-use crate::refusal::Refusal;
 use crate::scope::Scope;
-use crate::upstream::{Body, Buffered};
 
 /// The engine's volume list answer (`{"Volumes": [...], "Warnings": [...]}`) as the stack gets
 /// it: the entries whose `Name` is the stack's and matches the client's `name` values, byte
@@ -49,29 +41,6 @@ pub fn stack_volumes(body: &[u8], scope: &Scope, names: &Names) -> Result<Vec<u8
     }
     bytes.extend_from_slice(b"],\"Warnings\":null}\n");
     Ok(bytes)
-}
-
-impl Proxy {
-    /// `GET /volumes`: the engine asked for the stack's own, the answer kept to them.
-    pub(crate) async fn volume_list(
-        &self,
-        parts: Parts,
-        target: &Target,
-    ) -> Result<Response<Body>, Refusal> {
-        let (answer, names, _held) = match self
-            .own_list(&parts, target, target.query.clone(), &[])
-            .await?
-        {
-            Ok(got) => got,
-            Err(engine) => return Ok(engine),
-        };
-        let kept = stack_volumes(&answer.body, &self.scope, &names)
-            .map_err(|e| Refusal::Upstream(e.to_string()))?;
-        Ok(buffered_response(Buffered {
-            body: bytes::Bytes::from(kept),
-            ..answer
-        }))
-    }
 }
 
 #[cfg(test)]

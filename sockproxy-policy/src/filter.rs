@@ -12,7 +12,7 @@ use crate::scope::{Kind, Scope};
 pub struct FilterError(String);
 
 impl FilterError {
-    pub(crate) fn new(why: String) -> Self {
+    pub fn new(why: String) -> Self {
         Self(why)
     }
 }
@@ -30,8 +30,8 @@ struct NetworkEntry {
 }
 
 /// An entry's `sockproxy.stack` label (the only one read; the others are skipped unread).
-#[derive(Deserialize)]
-pub(crate) struct StackLabel {
+#[derive(Debug, Deserialize)]
+pub struct StackLabel {
     #[serde(rename = "sockproxy.stack", default)]
     stack: Option<String>,
 }
@@ -54,7 +54,7 @@ struct LabelledNetwork {
     labels: Option<StackLabel>,
 }
 
-pub(crate) fn stack_label(labels: &Option<StackLabel>) -> Option<&str> {
+pub fn stack_label(labels: &Option<StackLabel>) -> Option<&str> {
     labels.as_ref().and_then(|l| l.stack.as_deref())
 }
 

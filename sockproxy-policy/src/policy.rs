@@ -250,7 +250,7 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
         Some(tag) => format!("{from}:{tag}"),
         None => from.to_owned(),
     };
-    if !from.is_empty() && allow_images.contains(&crate::config::normalize_image(&reference)) {
+    if !from.is_empty() && allow_images.contains(&crate::images::normalize_image(&reference)) {
         Ok(Plan::Forward)
     } else {
         Err(Refusal::Setting {
@@ -269,12 +269,12 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
 fn image_inspect(reference: &str, allow_images: &[String]) -> Result<Plan, Refusal> {
     let hex = reference.strip_prefix("sha256:").unwrap_or(reference);
     if allow_images.is_empty()
-        || crate::pinning::is_full_id(hex)
-        || allow_images.contains(&crate::config::normalize_image(reference))
+        || crate::api::is_full_id(hex)
+        || allow_images.contains(&crate::images::normalize_image(reference))
     {
         Ok(Plan::Forward)
     } else {
-        Err(Refusal::NoSuchImage(crate::config::normalize_image(
+        Err(Refusal::NoSuchImage(crate::images::normalize_image(
             reference,
         )))
     }

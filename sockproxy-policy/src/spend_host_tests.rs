@@ -6,12 +6,21 @@ use std::path::Path;
 use serde_json::json;
 
 use super::*;
-use crate::create_body::{check, CreateRules};
+use crate::create_body::check;
+use crate::create_rules::{CreateRules, Disk};
+use crate::paths::kernel_fs;
 use crate::scope::{Prefix, Scope};
 
 fn decide_with(rules: &CreateRules, body: Value) -> String {
     let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
-    match check(body, &scope, rules, Path::new("/run/docker.sock"), "s") {
+    match check(
+        body,
+        &scope,
+        rules,
+        Path::new("/run/docker.sock"),
+        &Disk,
+        "s",
+    ) {
         Ok(_) => "allow".into(),
         Err(r) => r.to_string(),
     }
@@ -301,7 +310,7 @@ fn working_directories_and_mounts_stay_out_of_the_kernels_file_systems() {
 
 #[test]
 fn images_are_named_as_dockerd_names_them() {
-    use crate::config::normalize_image;
+    use crate::images::normalize_image;
     for (given, want) in [
         ("busybox", "busybox:latest"),
         ("library/busybox", "busybox:latest"),

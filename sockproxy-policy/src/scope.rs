@@ -3,6 +3,9 @@
 
 pub use stackmodel::{Kind, Prefix, PrefixError};
 
+/// The label every created container carries.
+pub const STACK_LABEL: &str = "sockproxy.stack";
+
 /// Networks every engine has; a stack may read them, never change them.
 pub const PREDEFINED_NETWORKS: [&str; 3] = ["bridge", "host", "none"];
 

@@ -4,83 +4,15 @@
 //! allowlist, and the value forwarded is rebuilt from what was checked, with the
 //! `sockproxy.stack` label stamped on it. A field outside the allowlist is refused by name.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use crate::create_rules::{CreateRules, Ctx, HostPaths};
 use crate::fields::{self, value_not_allowed, Reader};
 use crate::host_config;
 use crate::refusal::Refusal;
-use crate::scope::Scope;
-
-/// The label every created container carries.
-pub const STACK_LABEL: &str = "sockproxy.stack";
-
-/// Default cap on `HostConfig.ShmSize` (1 GiB).
-pub const DEFAULT_MAX_SHM: u64 = 1 << 30;
-
-/// Operator choices about what a stack's creates may ask for: doors the defaults keep shut,
-/// and `--require-stack-label`, which shuts one more (pinning reads it too).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateRules {
-    /// Capabilities `CapAdd` may name (`--allow-cap`).
-    pub allow_caps: Vec<String>,
-    /// Host directories bind mounts may come from (`--allow-bind-root`), canonical paths.
-    pub bind_roots: Vec<PathBuf>,
-    /// Publish ports on addresses other than loopback (`--allow-public-ports`).
-    pub public_ports: bool,
-    /// `seccomp=unconfined` (`--allow-seccomp-unconfined`).
-    pub allow_seccomp_unconfined: bool,
-    /// SHA-256 (lowercase hex) of the canonical JSON of custom seccomp profiles a stack may
-    /// send (`--allow-seccomp-profile`, `seccomp`).
-    pub seccomp_profiles: Vec<String>,
-    /// Namespaced sysctls a container may set (`--allow-sysctl`).
-    pub allow_sysctls: Vec<String>,
-    /// Largest `ShmSize` in bytes (`--max-shm-size`).
-    pub max_shm_size: u64,
-    /// Logging drivers `LogConfig.Type` may name (`--allow-log-driver`).
-    pub allow_log_drivers: Vec<String>,
-    /// When not empty, the only images a container may be created from (`--allow-image`),
-    /// normalized as `config::normalize_image` does.
-    pub allow_images: Vec<String>,
-    /// `--require-stack-label`: a container another setting names (`VolumesFrom`, `Links`,
-    /// `container:` modes) cannot be checked for the label here, so such settings are refused.
-    pub require_stack_label: bool,
-    /// Bounds on what a request may make the engine and the proxy spend (DESIGN §4d).
-    pub spend: crate::spend::Spend,
-}
-
-impl Default for CreateRules {
-    fn default() -> Self {
-        Self {
-            allow_caps: vec![],
-            bind_roots: vec![],
-            public_ports: false,
-            allow_seccomp_unconfined: false,
-            seccomp_profiles: vec![],
-            allow_sysctls: vec![],
-            max_shm_size: DEFAULT_MAX_SHM,
-            allow_log_drivers: default_log_drivers(),
-            allow_images: vec![],
-            require_stack_label: false,
-            spend: crate::spend::Spend::default(),
-        }
-    }
-}
-
-/// `json-file`, `local`, `none`: drivers that keep the output on the host, or drop it.
-pub fn default_log_drivers() -> Vec<String> {
-    ["json-file", "local", "none"].map(String::from).to_vec()
-}
-
-/// What the field rules need to know about the stack.
-#[derive(Debug, Clone, Copy)]
-pub struct Ctx<'a> {
-    pub op: &'a str,
-    pub scope: &'a Scope,
-    pub rules: &'a CreateRules,
-    pub engine_socket: &'a Path,
-}
+use crate::scope::{Scope, STACK_LABEL};
 
 const OP: &str = "containers.create";
 
@@ -90,6 +22,7 @@ pub fn check(
     scope: &Scope,
     rules: &CreateRules,
     engine_socket: &Path,
+    host: &dyn HostPaths,
     stack: &str,
 ) -> Result<Value, Refusal> {
     let ctx = Ctx {
@@ -97,6 +30,7 @@ pub fn check(
         scope,
         rules,
         engine_socket,
+        host,
     };
     if !body.is_object() {
         return Err(Refusal::BadRequest("body is not a JSON object".into()));
@@ -132,7 +66,7 @@ pub fn check(
     for f in ["Hostname", "Domainname", "User"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
-    r.keep(&mut o, "WorkingDir", crate::spend_host::working_dir)?;
+    r.keep(&mut o, "WorkingDir", crate::paths::working_dir)?;
     r.keep(&mut o, "StopSignal", crate::spend::stop_signal)?;
     for f in [
         "AttachStdin",
@@ -150,7 +84,7 @@ pub fn check(
     r.keep(&mut o, "Volumes", |r, p, v| {
         let set = fields::key_set(p, v)?;
         for target in set.as_object().into_iter().flat_map(|m| m.keys()) {
-            crate::spend_host::mount_target(r.op(), p, target)?;
+            crate::paths::mount_target(r.op(), p, target)?;
         }
         Ok(set)
     })?;
@@ -167,7 +101,7 @@ pub fn check(
     })?;
     r.keep(&mut o, "Image", |r, p, v| {
         let image = fields::string(p, v)?;
-        let normalized = crate::config::normalize_image(&image);
+        let normalized = crate::images::normalize_image(&image);
         if !rules.allow_images.is_empty() && !rules.allow_images.contains(&normalized) {
             return Err(value_not_allowed(r.op(), p, &image, "--allow-image"));
         }

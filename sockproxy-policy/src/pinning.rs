@@ -5,7 +5,7 @@
 
 use http::StatusCode;
 
-use crate::api::ObjRef;
+use crate::api::{is_full_id, ObjRef};
 use crate::policy::{absent, check_exec, check_resolved};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope, PREDEFINED_NETWORKS};
@@ -35,13 +35,6 @@ pub struct Inspected<'a> {
     pub name: &'a str,
     /// The `sockproxy.stack` label, when the object has one.
     pub stack_label: Option<&'a str>,
-}
-
-pub fn is_full_id(id: &str) -> bool {
-    id.len() == 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// An inspect the engine did not answer with 200: an ID (or ID prefix) that is absent or
