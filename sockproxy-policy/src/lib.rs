@@ -13,6 +13,7 @@ pub mod api;
 pub mod canon;
 pub mod create_body;
 pub mod create_rules;
+pub mod evaluate;
 pub mod events;
 pub mod fields;
 pub mod filter;

@@ -53,7 +53,7 @@ impl Proxy {
         let filtered = if answer.body.len() > FILTER_INLINE_MAX {
             // Off the event loop: a large list takes milliseconds to filter, and every other
             // request on the loop waits meanwhile.
-            let (body, scope) = (answer.body.clone(), self.scope.clone());
+            let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
             let filter =
                 move || filter::stack_list(kind, &body, &scope, limit, &names, own.as_ref());
             match self.blocking.get() {
@@ -63,7 +63,14 @@ impl Proxy {
             .await
             .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
         } else {
-            filter::stack_list(kind, &answer.body, &self.scope, limit, &names, own.as_ref())
+            filter::stack_list(
+                kind,
+                &answer.body,
+                &self.policy.scope,
+                limit,
+                &names,
+                own.as_ref(),
+            )
         }
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {
@@ -84,10 +91,11 @@ impl Proxy {
         drop_params: &[&str],
     ) -> Result<Result<(Buffered, Names, upstream::Held), Response<Body>>, Refusal> {
         let label = self
+            .policy
             .create_rules
             .require_stack_label
-            .then_some(self.stack.as_str());
-        let prefix = self.scope.prefix().as_str();
+            .then_some(self.policy.stack.as_str());
+        let prefix = self.policy.scope.prefix().as_str();
         let ask =
             sockproxy_policy::list_query::own_list_filters(query.get("filters"), prefix, label);
         let query = match ask.filters {
@@ -123,7 +131,7 @@ impl Proxy {
             Ok(got) => got,
             Err(engine) => return Ok(engine),
         };
-        let kept = stack_volumes(&answer.body, &self.scope, &names)
+        let kept = stack_volumes(&answer.body, &self.policy.scope, &names)
             .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {
             body: bytes::Bytes::from(kept),

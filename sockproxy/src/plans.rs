@@ -38,12 +38,12 @@ impl Proxy {
         // Bodies are decided before anything is asked of the engine.
         let checked = match cop {
             ContainerOp::ExecCreate => Some(sockproxy_policy::write_rules::exec_create(
-                body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
+                body::read_checked(take(), self.policy.create_rules.spend.max_json_keys).await?,
             )?),
             ContainerOp::Update => Some(sockproxy_policy::write_rules::update(
-                body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
+                body::read_checked(take(), self.policy.create_rules.spend.max_json_keys).await?,
                 target.version.as_deref(),
-                &self.create_rules.spend,
+                &self.policy.create_rules.spend,
             )?),
             // The archive upload's body is the tar stream itself; its head (query parameters:
             // `policy::decide`) is checked.
@@ -149,7 +149,7 @@ impl Proxy {
         let raw = body.take().unwrap_or_else(upstream::empty);
         let checked = if eop == ExecOp::Start {
             Some(sockproxy_policy::write_rules::exec_start(
-                body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
+                body::read_checked(raw, self.policy.create_rules.spend.max_json_keys).await?,
             )?)
         } else {
             body::no_body(raw).await?;
@@ -233,14 +233,20 @@ impl Proxy {
         }
         let (container, mut map) = sockproxy_policy::write_rules::network_attach(
             op,
-            body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
-            &self.scope,
-            &self.create_rules,
+            body::read_checked(raw, self.policy.create_rules.spend.max_json_keys).await?,
+            &self.policy.scope,
+            &self.policy.create_rules,
         )?;
         let cref = ObjRef::parse(&container).ok_or_else(|| {
             Refusal::BadRequest(format!("{op}: Container {container:?} is not a reference"))
         })?;
-        policy::check_name(Kind::Container, Access::Change, op, &cref, &self.scope)?;
+        policy::check_name(
+            Kind::Container,
+            Access::Change,
+            op,
+            &cref,
+            &self.policy.scope,
+        )?;
         let joined = Wanted {
             kind: Kind::Container,
             access: Access::Change,
@@ -292,7 +298,7 @@ impl Proxy {
         out: &serde_json::Value,
         version: Option<&str>,
     ) -> Result<Option<Buffered>, Refusal> {
-        if !self.create_rules.require_stack_label {
+        if !self.policy.create_rules.require_stack_label {
             return Ok(None);
         }
         for name in sockproxy_policy::create_body::joined_networks(out) {

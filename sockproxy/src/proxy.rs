@@ -21,13 +21,14 @@ use crate::forward::{
 };
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
-use sockproxy_policy::api;
-use sockproxy_policy::canon::{self, Target};
+
+use sockproxy_policy::canon::Target;
+use sockproxy_policy::evaluate::{self, Facts, Policy};
 use sockproxy_policy::filter;
 use sockproxy_policy::pinning::Pinned;
-use sockproxy_policy::policy::{self, Plan};
+use sockproxy_policy::policy::Plan;
 use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::{Kind, Scope};
+use sockproxy_policy::scope::Kind;
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,17 +39,13 @@ pub struct Peer {
 
 #[derive(Debug)]
 pub struct Proxy {
-    pub scope: Scope,
-    pub stack: String,
+    /// What the stack may do: every decision reads it (`sockproxy_policy::evaluate`).
+    pub policy: Policy,
     pub upstream: Upstream,
     pub max_list_bytes: usize,
     pub counters: Counters,
-    pub create_rules: sockproxy_policy::create_rules::CreateRules,
-    pub allow_images: Vec<String>,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
-    /// Requests naming an older `/vX.Y` are refused before anything else.
-    pub min_api_version: (u32, u32),
     /// Bytes all buffered lists may hold together.
     pub list_budget: upstream::ListBudget,
     /// Event-loop threads serving client connections (`--event-loops`).
@@ -148,7 +145,7 @@ impl Proxy {
     pub(crate) fn decided(&self, peer: Peer, label: &'static str, d: Decided<'_>) {
         self.counters.count(d.decision == "allow");
         self.metrics.decision(label, d.decision, d.reason);
-        crate::decision_line::log(&self.stack, peer, &d);
+        crate::decision_line::log(&self.policy.stack, peer, &d);
     }
 
     /// Answers the stand-in request hyper is given for a head `headguard` refused.
@@ -179,48 +176,26 @@ impl Proxy {
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
         let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
-        let (op, label, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
-            Err(e) => ("bad_request".to_owned(), "bad_request", "", Err(e.into())),
-            Ok(target) if self.too_old(&target) => (
-                "bad_request".to_owned(),
-                "bad_request",
-                "",
-                Err(Refusal::BadRequest(format!(
-                    "API version {} is older than this proxy's minimum {}.{}",
-                    target.version.as_deref().unwrap_or(""),
-                    self.min_api_version.0,
-                    self.min_api_version.1
-                ))),
-            ),
-            Ok(target) => {
-                let ep = api::parse(&parts.method, &target);
-                let op = ep.op();
-                let label = ep.op_label();
-                crate::metrics::set_op(label);
-                let decided = policy::decide(&ep, &target.query, &self.scope, &self.allow_images)
-                    .and_then(|plan| {
-                        sockproxy_policy::spend::plan_query(
-                            &self.create_rules.spend,
-                            &plan,
-                            &op,
-                            &target.query,
-                        )
-                        .map(|()| plan)
-                    });
-                match decided {
-                    Err(r) => (op, label, "", Err(r)),
-                    Ok(plan) => {
-                        let reason = match plan {
-                            Plan::Forward => "always_allowed",
-                            Plan::List(_) | Plan::VolumeList => "filtered_list",
-                            _ => "in_scope",
-                        };
-                        let result = self
-                            .act(plan, &op, parts, &mut body, &target, upgrade)
-                            .await;
-                        (op, label, reason, result)
-                    }
-                }
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
+        let decision = evaluate::evaluate(&request, &Facts::None, &self.policy);
+        crate::metrics::set_op(decision.label);
+        let reason = decision.reason.as_str();
+        let result = match decision.outcome {
+            Err(r) => Err(r),
+            Ok(plan) => {
+                self.act(
+                    plan.route,
+                    &decision.op,
+                    parts,
+                    &mut body,
+                    &plan.target,
+                    upgrade,
+                )
+                .await
             }
         };
         if result.is_err() {
@@ -229,19 +204,11 @@ impl Proxy {
             }
         }
         Outcome {
-            op,
-            label,
+            op: decision.op,
+            label: decision.label,
             reason,
             result,
         }
-    }
-
-    /// Below API 1.24 some bodies mean more (a start body replaces the HostConfig).
-    fn too_old(&self, target: &Target) -> bool {
-        target
-            .version
-            .as_deref()
-            .is_some_and(|v| canon::api_version(v).is_none_or(|v| v < self.min_api_version))
     }
 
     async fn act(
@@ -269,14 +236,15 @@ impl Proxy {
             }
             Plan::CreateContainer => {
                 let checked =
-                    body::read_checked(take(), self.create_rules.spend.max_json_keys).await?;
+                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
+                        .await?;
                 let out = sockproxy_policy::create_body::check(
                     checked,
-                    &self.scope,
-                    &self.create_rules,
+                    &self.policy.scope,
+                    &self.policy.create_rules,
                     self.upstream.path(),
                     &crate::host_paths::ProxyView,
-                    &self.stack,
+                    &self.policy.stack,
                 )?;
                 if let Some(engine) = self
                     .check_joined_networks(op, &out, target.version.as_deref())
@@ -299,7 +267,7 @@ impl Proxy {
                 }
                 let (mut rparts, body) = resp.into_parts();
                 rparts.headers.remove(header::CONTENT_LENGTH);
-                let filtered = crate::event_stream::Filtered::new(body, self.scope.clone());
+                let filtered = crate::event_stream::Filtered::new(body, self.policy.scope.clone());
                 Ok(Response::from_parts(rparts, filtered.boxed()))
             }
             Plan::List(kind) => self.list(kind, parts, target).await,
@@ -325,9 +293,10 @@ impl Proxy {
             }
             Plan::CreateNetwork => {
                 let v = sockproxy_policy::write_rules::network_create(
-                    body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
-                    &self.scope,
-                    &self.stack,
+                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
+                        .await?,
+                    &self.policy.scope,
+                    &self.policy.stack,
                 )?;
                 self.forward_json(&parts, &v, with_query(target.path(), &query))
                     .await
@@ -413,7 +382,7 @@ impl Proxy {
     /// the requested name, not the ID of the container that holds it
     /// (`pinning::conflict_names_only`).
     pub(crate) async fn conflict_names_only(&self, resp: Response<Body>) -> Response<Body> {
-        if !self.create_rules.require_stack_label || resp.status() != StatusCode::CONFLICT {
+        if !self.policy.create_rules.require_stack_label || resp.status() != StatusCode::CONFLICT {
             return resp;
         }
         let (mut parts, body) = resp.into_parts();
@@ -471,7 +440,7 @@ impl Proxy {
             .collect();
         let mut out = serde_json::to_vec(&sockproxy_policy::info::for_stack(
             &engine,
-            &self.stack,
+            &self.policy.stack,
             &own,
         ))
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
@@ -492,7 +461,7 @@ impl Proxy {
         &self,
         version: Option<&str>,
     ) -> Result<Option<filter::OwnIds>, Refusal> {
-        if !self.scope.requires_label() {
+        if !self.policy.scope.requires_label() {
             return Ok(None);
         }
         let own = self.own_objects(Kind::Container, version).await?;
@@ -509,7 +478,7 @@ impl Proxy {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
         let own = self.own_ids(version).await?;
-        filter::own_endpoints(&mut v, &self.scope, own.as_ref());
+        filter::own_endpoints(&mut v, &self.policy.scope, own.as_ref());
         let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         Ok(buffered_response(Buffered {

@@ -10,7 +10,7 @@ use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
 use sockproxy_policy::api::ObjRef;
-use sockproxy_policy::pinning::{self, Inspected, Pinned, Rules};
+use sockproxy_policy::pinning::{self, Inspected, Pinned};
 use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::{Access, Kind};
 
@@ -97,14 +97,6 @@ fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
 }
 
 impl Proxy {
-    pub(crate) fn rules(&self) -> Rules<'_> {
-        Rules {
-            scope: &self.scope,
-            require_stack_label: self.create_rules.require_stack_label,
-            stack: &self.stack,
-        }
-    }
-
     /// Inspects `r` and decides on the canonical name. An ID prefix is first resolved among
     /// the stack's own objects; a full ID or a name is inspected as it is.
     pub(crate) async fn resolve(
@@ -135,7 +127,7 @@ impl Proxy {
             .map_err(crate::proxy::upstream_err)?;
         if answer.status != StatusCode::OK {
             pinning::inspect_failed(kind, r, answer.status, &answer.body)?;
-            if let Some(absent) = pinning::not_found(kind, r, answer.status, &self.rules()) {
+            if let Some(absent) = pinning::not_found(kind, r, answer.status, &self.policy.rules()) {
                 return Err(absent);
             }
             return Ok(Err(answer));
@@ -144,9 +136,16 @@ impl Proxy {
             serde_json::from_slice(&answer.body).map_err(|e| unreadable("inspect", e))?;
         if let Some(stamp) = stamp {
             self.names
-                .fill(kind, stamp, &named.inspected(), &self.scope);
+                .fill(kind, stamp, &named.inspected(), &self.policy.scope);
         }
-        let pin = pinning::inspected(kind, access, op, r, &named.inspected(), &self.rules())?;
+        let pin = pinning::inspected(
+            kind,
+            access,
+            op,
+            r,
+            &named.inspected(),
+            &self.policy.rules(),
+        )?;
         Ok(Ok((pin, answer)))
     }
 
@@ -166,7 +165,7 @@ impl Proxy {
         let Some(e) = found else {
             return Ok(None);
         };
-        pinning::inspected(kind, access, op, r, &e.inspected(), &self.rules()).map(Some)
+        pinning::inspected(kind, access, op, r, &e.inspected(), &self.policy.rules()).map(Some)
     }
 
     /// An exec instance is the stack's when its container is; pinned to the exec's full ID.
@@ -221,8 +220,12 @@ impl Proxy {
                 let named: Named = serde_json::from_slice(&container.body)
                     .map_err(|e| unreadable("inspect", e))?;
                 if let Some(stamp) = stamp {
-                    self.names
-                        .fill(Kind::Container, stamp, &named.inspected(), &self.scope);
+                    self.names.fill(
+                        Kind::Container,
+                        stamp,
+                        &named.inspected(),
+                        &self.policy.scope,
+                    );
                 }
                 named.entry()
             }
@@ -232,7 +235,7 @@ impl Proxy {
             id,
             (&info.id, &info.container_id),
             &entry.inspected(),
-            &self.rules(),
+            &self.policy.rules(),
         )
     }
 
@@ -266,10 +269,14 @@ impl Proxy {
                 // Names are matched as regular expressions against `/NAME`; under
                 // `--require-stack-label` the label narrows it too, so another stack's
                 // containers under the same prefix do not count against the list cap.
-                let p = self.scope.prefix().as_str().replace('.', "\\.");
+                let p = self.policy.scope.prefix().as_str().replace('.', "\\.");
                 let mut filters = serde_json::json!({ "name": [format!("^/{p}")] });
-                if self.create_rules.require_stack_label {
-                    let label = format!("{}={}", sockproxy_policy::scope::STACK_LABEL, self.stack);
+                if self.policy.create_rules.require_stack_label {
+                    let label = format!(
+                        "{}={}",
+                        sockproxy_policy::scope::STACK_LABEL,
+                        self.policy.stack
+                    );
                     filters["label"] = serde_json::json!([label]);
                 }
                 let filters = filters.to_string();
@@ -282,7 +289,7 @@ impl Proxy {
                 // The prefix's networks and the predefined ones, as regular expressions on
                 // the name (dockerd's network `name` filter): another prefix's networks do not
                 // count against the list cap.
-                let p = self.scope.prefix().as_str().replace('.', "\\.");
+                let p = self.policy.scope.prefix().as_str().replace('.', "\\.");
                 let names = sockproxy_policy::scope::PREDEFINED_NETWORKS
                     .iter()
                     .map(|n| format!("|{n}$"))
@@ -320,8 +327,8 @@ impl Proxy {
                     Kind::Network => l.name,
                 };
                 let label = sockproxy_policy::filter::stack_label(&l.labels);
-                let seen = self.scope.allows(kind, Access::Read, &name)
-                    && self.scope.label_allows(kind, &name, label);
+                let seen = self.policy.scope.allows(kind, Access::Read, &name)
+                    && self.policy.scope.label_allows(kind, &name, label);
                 seen.then_some(Own {
                     id: l.id,
                     name,
