@@ -4,6 +4,7 @@
 use http::Method;
 
 use crate::canon::Target;
+use crate::canonical_name::CanonicalName;
 
 /// A reference to a container or network as dockerd will resolve it: a hex string may be a
 /// full ID or an ID prefix (resolved upstream); anything else is a name (checked locally).
@@ -18,8 +19,8 @@ impl ObjRef {
     /// engine's canonical names carry one); `None` for an empty name or one with an inner `/`
     /// (a link alias, which could name another stack's container).
     pub fn parse(raw: &str) -> Option<Self> {
-        let name = raw.strip_prefix('/').unwrap_or(raw);
-        if name.is_empty() || name.contains('/') {
+        let name = CanonicalName::parse(raw)?.as_str();
+        if name.is_empty() {
             return None;
         }
         if name

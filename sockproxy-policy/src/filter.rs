@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::canonical_name::CanonicalName;
 use crate::list_query::Names;
 use crate::refusal::Refusal;
 use crate::scope::{Kind, Scope};
@@ -103,8 +104,8 @@ fn visible_entry(
 fn container_name(names: &[String]) -> Option<&str> {
     names
         .iter()
-        .map(|n| n.strip_prefix('/').unwrap_or(n))
-        .find(|n| !n.contains('/'))
+        .find_map(|n| CanonicalName::parse(n))
+        .map(CanonicalName::as_str)
 }
 
 /// One pass over the answer: each entry is parsed once, for its name, and the bytes it spans
@@ -311,7 +312,7 @@ pub fn pin_container_refs(raw: &str, own: &[(String, String)]) -> Result<String,
         };
         let mut out = Map::new();
         for value in values {
-            let name = value.strip_prefix('/').unwrap_or(&value);
+            let name = CanonicalName::stripped(&value);
             let by_name = own.iter().find(|(_, n)| n == name);
             let hex = !name.is_empty() && name.bytes().all(|b| b.is_ascii_hexdigit());
             let id = match by_name {

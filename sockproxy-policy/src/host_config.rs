@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::canonical_name::CanonicalName;
 use crate::create_rules::Ctx;
 use crate::fields::{self, not_allowed, value_not_allowed, Reader};
 use crate::mounts;
@@ -398,8 +399,10 @@ pub fn own_container(ctx: &Ctx, path: &str, reference: &str) -> Result<(), Refus
             ),
         });
     }
-    let name = reference.strip_prefix('/').unwrap_or(reference);
-    if !name.contains('/') && ctx.scope.allows(Kind::Container, Access::Change, name) {
+    if CanonicalName::parse(reference).is_some_and(|n| {
+        ctx.scope
+            .allows(Kind::Container, Access::Change, n.as_str())
+    }) {
         Ok(())
     } else {
         Err(Refusal::Setting {

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod canon;
+pub mod canonical_name;
 pub mod create_body;
 pub mod create_rules;
 pub mod evaluate;

@@ -4,6 +4,7 @@
 
 use crate::api::{ContainerOp, Endpoint, ExecOp, NetworkOp, ObjRef, ViewKind};
 use crate::canon::Query;
+use crate::canonical_name::CanonicalName;
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
 
@@ -68,9 +69,11 @@ pub fn decide(
         Endpoint::NetworkList => Ok(Plan::List(Kind::Network)),
         Endpoint::ContainerCreate => {
             known_params(&op, query, CREATE_PARAMS)?;
-            let name = query.get("name").unwrap_or("");
-            let name = name.strip_prefix('/').unwrap_or(name);
-            if scope.allows(Kind::Container, Access::Change, name) && !name.contains('/') {
+            let raw = query.get("name").unwrap_or("");
+            let name = CanonicalName::stripped(raw);
+            if CanonicalName::parse(raw)
+                .is_some_and(|n| scope.allows(Kind::Container, Access::Change, n.as_str()))
+            {
                 Ok(Plan::CreateContainer)
             } else {
                 Err(Refusal::ContainerOutOfScope {
@@ -96,8 +99,10 @@ pub fn decide(
             }
             if *cop == ContainerOp::Rename {
                 let new = query.get("name").unwrap_or("");
-                let new = new.strip_prefix('/').unwrap_or(new);
-                if new.contains('/') || !scope.allows(Kind::Container, Access::Change, new) {
+                if !CanonicalName::parse(new)
+                    .is_some_and(|n| scope.allows(Kind::Container, Access::Change, n.as_str()))
+                {
+                    let new = CanonicalName::stripped(new);
                     return Err(out_of_scope(Kind::Container, &op, new));
                 }
             }
@@ -305,8 +310,8 @@ pub fn check_resolved(
     canonical: &str,
     scope: &Scope,
 ) -> Result<(), Refusal> {
-    let canonical = canonical.strip_prefix('/').unwrap_or(canonical);
-    if !canonical.contains('/') && scope.allows(kind, access, canonical) {
+    let name = CanonicalName::parse(canonical);
+    if name.is_some_and(|n| scope.allows(kind, access, n.as_str())) {
         return Ok(());
     }
     Err(match target {
@@ -314,10 +319,8 @@ pub fn check_resolved(
         // The stack may see this object (its inspect names it), so naming it hides nothing. A
         // change it may not make is refused as if asked by name, never answered as absent,
         // which would let a client take a container that is still there for gone.
-        ObjRef::Hex(_)
-            if !canonical.contains('/') && scope.allows(kind, Access::Read, canonical) =>
-        {
-            out_of_scope(kind, op, canonical)
+        ObjRef::Hex(_) if name.is_some_and(|n| scope.allows(kind, Access::Read, n.as_str())) => {
+            out_of_scope(kind, op, CanonicalName::stripped(canonical))
         }
         ObjRef::Hex(id) => absent(kind, id),
     })
@@ -325,8 +328,9 @@ pub fn check_resolved(
 
 /// An exec instance is in scope when its container is.
 pub fn check_exec(access: Access, id: &str, container: &str, scope: &Scope) -> Result<(), Refusal> {
-    let container = container.strip_prefix('/').unwrap_or(container);
-    if !container.contains('/') && scope.allows(Kind::Container, access, container) {
+    if CanonicalName::parse(container)
+        .is_some_and(|n| scope.allows(Kind::Container, access, n.as_str()))
+    {
         Ok(())
     } else {
         Err(Refusal::NoSuchExec(id.to_owned()))

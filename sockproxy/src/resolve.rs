@@ -10,6 +10,7 @@ use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
 use sockproxy_policy::api::ObjRef;
+use sockproxy_policy::canonical_name::CanonicalName;
 use sockproxy_policy::pinning::{self, Inspected, Pinned};
 use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::{Access, Kind};
@@ -321,8 +322,8 @@ impl Proxy {
                     Kind::Container => l
                         .names
                         .iter()
-                        .map(|n| n.strip_prefix('/').unwrap_or(n))
-                        .find(|n| !n.contains('/'))?
+                        .find_map(|n| CanonicalName::parse(n))?
+                        .as_str()
                         .to_owned(),
                     Kind::Network => l.name,
                 };
