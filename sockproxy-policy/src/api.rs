@@ -4,41 +4,7 @@
 use http::Method;
 
 use crate::canon::Target;
-use crate::canonical_name::CanonicalName;
-
-/// A reference to a container or network as dockerd will resolve it: a hex string may be a
-/// full ID or an ID prefix (resolved upstream); anything else is a name (checked locally).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ObjRef {
-    Name(String),
-    Hex(String),
-}
-
-impl ObjRef {
-    /// Reads a reference from a path segment or a body field. A leading `/` is stripped once (the
-    /// engine's canonical names carry one); `None` for an empty name or one with an inner `/`
-    /// (a link alias, which could name another stack's container).
-    pub fn parse(raw: &str) -> Option<Self> {
-        let name = CanonicalName::parse(raw)?.as_str();
-        if name.is_empty() {
-            return None;
-        }
-        if name
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            Some(Self::Hex(name.to_owned()))
-        } else {
-            Some(Self::Name(name.to_owned()))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            Self::Name(s) | Self::Hex(s) => s,
-        }
-    }
-}
+use crate::reference::ObjRef;
 
 /// What a request to a single container does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -503,14 +469,6 @@ fn is_word_ish(s: &str) -> bool {
 
 fn is_word(s: &str) -> bool {
     !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-/// A full 64-hex engine ID, as dockerd writes them (lowercase).
-pub fn is_full_id(id: &str) -> bool {
-    id.len() == 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 
 use crate::create_rules::{CreateRules, Ctx, HostPaths};
 use crate::fields::{self, value_not_allowed, Reader};
-use crate::host_config;
 use crate::refusal::Refusal;
 use crate::scope::{Scope, STACK_LABEL};
+use crate::{host_config, host_refs};
 
 const OP: &str = "containers.create";
 
@@ -177,7 +177,7 @@ fn networking_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> 
                     why: format!("{at} has a network with an empty name"),
                 });
             }
-            host_config::own_network(ctx, &at, &name)?;
+            host_refs::own_network(ctx, &at, &name)?;
             out.insert(
                 name.clone(),
                 endpoint_settings(ctx, &format!("{at}.{name}"), settings)?,
@@ -207,7 +207,7 @@ pub fn endpoint_settings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refus
     r.keep(&mut o, "Links", |_, p, v| {
         let list = fields::str_list(p, v)?;
         for l in &list {
-            host_config::own_container(ctx, p, host_config::linked(ctx, p, l)?)?;
+            host_refs::own_container(ctx, p, host_refs::linked(ctx, p, l)?)?;
         }
         Ok(Value::from(list))
     })?;
@@ -236,6 +236,10 @@ pub fn endpoint_settings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refus
 #[cfg(test)]
 #[path = "create_body_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "create_body_rule_tests.rs"]
+mod rule_tests;
 
 #[cfg(test)]
 #[path = "create_body_reach_tests.rs"]

@@ -7,11 +7,12 @@
 
 use http::{HeaderMap, Method, Uri};
 
-use crate::api::{self, ObjRef};
+use crate::api;
 use crate::canon::{self, Target};
 use crate::create_rules::CreateRules;
 use crate::pinning::{self, Inspected, Pinned, Rules};
 use crate::policy::{self, Plan as Route};
+use crate::reference::ObjRef;
 use crate::refusal::Refusal;
 use crate::scope::{Kind, Scope};
 

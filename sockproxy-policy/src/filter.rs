@@ -3,8 +3,8 @@
 
 use serde::Deserialize;
 
-use crate::canonical_name::CanonicalName;
 use crate::list_query::Names;
+use crate::reference::CanonicalName;
 use crate::refusal::Refusal;
 use crate::scope::{Kind, Scope};
 

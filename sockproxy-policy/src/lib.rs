@@ -11,7 +11,6 @@
 
 pub mod api;
 pub mod canon;
-pub mod canonical_name;
 pub mod create_body;
 pub mod create_rules;
 pub mod evaluate;
@@ -19,6 +18,7 @@ pub mod events;
 pub mod fields;
 pub mod filter;
 pub mod host_config;
+pub mod host_refs;
 pub mod images;
 pub mod info;
 pub mod json;
@@ -28,6 +28,7 @@ pub mod paths;
 pub mod pinning;
 pub mod policy;
 pub mod props;
+pub mod reference;
 pub mod refusal;
 pub mod scope;
 pub mod seccomp;

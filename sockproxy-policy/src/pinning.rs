@@ -5,8 +5,8 @@
 
 use http::StatusCode;
 
-use crate::api::{is_full_id, ObjRef};
 use crate::policy::{absent, check_exec, check_resolved};
+use crate::reference::{is_full_id, ObjRef};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope, PREDEFINED_NETWORKS};
 

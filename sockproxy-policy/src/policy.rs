@@ -2,9 +2,10 @@
 //! `check_resolved` and `check_exec` decide once an upstream inspect has named the object.
 //! Names are decided here without asking the engine, so a refusal is no existence oracle.
 
-use crate::api::{ContainerOp, Endpoint, ExecOp, NetworkOp, ObjRef, ViewKind};
+use crate::api::{ContainerOp, Endpoint, ExecOp, NetworkOp, ViewKind};
 use crate::canon::Query;
-use crate::canonical_name::CanonicalName;
+use crate::reference::CanonicalName;
+use crate::reference::ObjRef;
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
 
@@ -274,7 +275,7 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
 fn image_inspect(reference: &str, allow_images: &[String]) -> Result<Plan, Refusal> {
     let hex = reference.strip_prefix("sha256:").unwrap_or(reference);
     if allow_images.is_empty()
-        || crate::api::is_full_id(hex)
+        || crate::reference::is_full_id(hex)
         || allow_images.contains(&crate::images::normalize_image(reference))
     {
         Ok(Plan::Forward)
@@ -360,3 +361,7 @@ fn out_of_scope(kind: Kind, op: &str, name: &str) -> Refusal {
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "policy_name_tests.rs"]
+mod name_tests;

@@ -23,7 +23,7 @@ use http::{HeaderMap, Method, Uri};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::api::{self, ObjRef};
+use crate::api;
 use crate::canon::{canonicalize, Target};
 use crate::create_body;
 use crate::create_rules::{CreateRules, NoPaths};
@@ -31,6 +31,7 @@ use crate::filter::filter_list;
 use crate::host_config;
 use crate::json::parse_checked;
 use crate::policy::{decide, Plan};
+use crate::reference::ObjRef;
 use crate::scope::{Access, Kind, Prefix, Scope, STACK_LABEL};
 
 /// The prefix every property runs with (deer-flow's).

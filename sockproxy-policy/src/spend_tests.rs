@@ -196,7 +196,8 @@ fn stop_and_restart_queries_are_bounded_too() {
     );
     assert!(check("signal=SIGCONT").contains("query parameter signal SIGCONT is not allowed"));
     // Only stop and restart: kill's signal is what the client asks the process to get.
-    use crate::api::{ContainerOp, ObjRef};
+    use crate::api::ContainerOp;
+    use crate::reference::ObjRef;
     let plan = |op| crate::policy::Plan::Container {
         op,
         target: ObjRef::Name("deer-flow-sandbox-a".into()),

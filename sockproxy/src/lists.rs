@@ -1,15 +1,17 @@
 //! Container and network lists as the stack gets them (DESIGN §2): the engine asked for the
 //! stack's own objects (`list_query`), the answer read within the list caps, then filtered
 //! (`filter`), off the event loop when it is large. Volume lists take the same ask
-//! (`own_list`) and are kept by `volumes`.
+//! (`own_list`) and are kept by `volumes`; `GET /info` counts the stack's own containers
+//! (`info`).
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::{header, Response, StatusCode};
 
 use crate::forward::{buffered_response, stream_response, upstream_request, with_query};
 use crate::proxy::{upstream_err, Proxy};
 use crate::upstream::{self, Body, Buffered};
+use serde_json::Value;
 use sockproxy_policy::canon::{self, Target};
 use sockproxy_policy::filter;
 use sockproxy_policy::list_query::Names;
@@ -136,6 +138,41 @@ impl Proxy {
         Ok(buffered_response(Buffered {
             body: bytes::Bytes::from(kept),
             ..answer
+        }))
+    }
+
+    /// `GET /info` for the stack alone (`info::for_stack`).
+    pub(crate) async fn info(&self, version: Option<&str>) -> Result<Response<Body>, Refusal> {
+        let v = crate::forward::vprefix(version);
+        let answer = self
+            .upstream
+            .get(&format!("{v}/info"), 1 << 20)
+            .await
+            .map_err(upstream_err)?;
+        if answer.status != StatusCode::OK {
+            return Ok(buffered_response(answer));
+        }
+        let engine: Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
+        let own: Vec<sockproxy_policy::info::State> = self
+            .own_listed(Kind::Container, version)
+            .await?
+            .iter()
+            .map(|o| sockproxy_policy::info::State::parse(&o.state))
+            .collect();
+        let mut out = serde_json::to_vec(&sockproxy_policy::info::for_stack(
+            &engine,
+            &self.policy.stack,
+            &own,
+        ))
+        .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        out.push(b'\n');
+        let mut headers = answer.headers;
+        headers.remove(header::CONTENT_LENGTH);
+        Ok(buffered_response(Buffered {
+            status: answer.status,
+            headers,
+            body: Bytes::from(out),
         }))
     }
 }

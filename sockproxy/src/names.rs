@@ -25,10 +25,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use sockproxy_policy::api::is_full_id;
-use sockproxy_policy::api::ObjRef;
-use sockproxy_policy::canonical_name::CanonicalName;
 use sockproxy_policy::pinning::Inspected;
+use sockproxy_policy::reference::is_full_id;
+use sockproxy_policy::reference::CanonicalName;
+use sockproxy_policy::reference::ObjRef;
 use sockproxy_policy::scope::{Kind, Scope};
 
 /// Objects remembered per kind; past this, fills are dropped (lookups then inspect).

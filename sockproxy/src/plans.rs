@@ -8,13 +8,15 @@ use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
 use crate::body;
+use crate::forward::in_client_words;
 use crate::forward::{buffered_response, pinned, with_query};
-use crate::proxy::{in_client_words, json_request, Proxy};
+use crate::proxy::{json_request, Proxy};
 use crate::upstream::{self, Body, Buffered};
-use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp, ObjRef};
+use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp};
 use sockproxy_policy::canon::Target;
 use sockproxy_policy::pinning::Pinned;
 use sockproxy_policy::policy;
+use sockproxy_policy::reference::ObjRef;
 use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::{Access, Kind};
 

@@ -25,7 +25,6 @@ use crate::upstream::{self, Body, Buffered, Upstream};
 use sockproxy_policy::canon::Target;
 use sockproxy_policy::evaluate::{self, Facts, Policy};
 use sockproxy_policy::filter;
-use sockproxy_policy::pinning::Pinned;
 use sockproxy_policy::policy::Plan;
 use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::Kind;
@@ -419,41 +418,6 @@ impl Proxy {
         self.send_forwarded(req, None).await
     }
 
-    /// `GET /info` for the stack alone (`info::for_stack`).
-    async fn info(&self, version: Option<&str>) -> Result<Response<Body>, Refusal> {
-        let v = crate::forward::vprefix(version);
-        let answer = self
-            .upstream
-            .get(&format!("{v}/info"), 1 << 20)
-            .await
-            .map_err(upstream_err)?;
-        if answer.status != StatusCode::OK {
-            return Ok(buffered_response(answer));
-        }
-        let engine: Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
-        let own: Vec<sockproxy_policy::info::State> = self
-            .own_listed(Kind::Container, version)
-            .await?
-            .iter()
-            .map(|o| sockproxy_policy::info::State::parse(&o.state))
-            .collect();
-        let mut out = serde_json::to_vec(&sockproxy_policy::info::for_stack(
-            &engine,
-            &self.policy.stack,
-            &own,
-        ))
-        .map_err(|e| Refusal::Upstream(e.to_string()))?;
-        out.push(b'\n');
-        let mut headers = answer.headers;
-        headers.remove(header::CONTENT_LENGTH);
-        Ok(buffered_response(Buffered {
-            status: answer.status,
-            headers,
-            body: Bytes::from(out),
-        }))
-    }
-
     /// Under `--require-stack-label`, the full IDs of the stack's own (labelled) containers,
     /// which a network's endpoints are checked against (one list from the engine); `None`
     /// without the flag, where an endpoint's name decides.
@@ -486,46 +450,6 @@ impl Proxy {
             ..inspected
         }))
     }
-}
-
-/// dockerd's messages that repeat the reference they were asked about (moby `errdefs`
-/// wordings of 20.10 and 29: containers, networks).
-const ECHOED: [(&str, &str); 4] = [
-    ("No such container: ", ""),
-    ("no such container: ", ""),
-    ("network ", " not found"),
-    ("No such network: ", ""),
-];
-
-/// The engine names the pinned full ID in its errors (`No such container: 3fa9…`) where the
-/// client named something else; the client's reference is put back so callers that match on
-/// the name they used still recognise the answer.
-pub(crate) async fn in_client_words(
-    resp: Response<Body>,
-    pin: &Pinned,
-    reference: &str,
-) -> Response<Body> {
-    if resp.status().as_u16() < 400 || pin.id() == reference {
-        return resp;
-    }
-    let (mut parts, body) = resp.into_parts();
-    let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
-        .collect()
-        .await
-    else {
-        return Refusal::Upstream("unreadable error answer".into()).into_response();
-    };
-    let mut text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
-    // Only where dockerd echoes the reference it was given; elsewhere it names the ID itself
-    // ("You cannot remove a running container ID"), and so does the proxied answer.
-    for (before, after) in ECHOED {
-        text = text.replace(
-            &format!("{before}{}{after}", pin.id()),
-            &format!("{before}{reference}{after}"),
-        );
-    }
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, upstream::full(text))
 }
 
 /// The request head for a body the proxy wrote: its own length, JSON.

@@ -9,9 +9,9 @@ use crate::forward::vprefix;
 use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
-use sockproxy_policy::api::ObjRef;
-use sockproxy_policy::canonical_name::CanonicalName;
 use sockproxy_policy::pinning::{self, Inspected, Pinned};
+use sockproxy_policy::reference::CanonicalName;
+use sockproxy_policy::reference::ObjRef;
 use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::{Access, Kind};
 
@@ -109,7 +109,7 @@ impl Proxy {
         version: Option<&str>,
     ) -> Result<Resolved, Refusal> {
         let full = match r {
-            ObjRef::Hex(prefix) if !sockproxy_policy::api::is_full_id(prefix) => {
+            ObjRef::Hex(prefix) if !sockproxy_policy::reference::is_full_id(prefix) => {
                 let own = self.own_objects(kind, version).await?;
                 pinning::own_prefix(kind, prefix, &own)?
             }
@@ -193,7 +193,7 @@ impl Proxy {
         }
         let info: ExecInfo =
             serde_json::from_slice(&answer.body).map_err(|e| unreadable("exec inspect", e))?;
-        if !sockproxy_policy::api::is_full_id(&info.container_id) {
+        if !sockproxy_policy::reference::is_full_id(&info.container_id) {
             return Err(Refusal::Upstream(
                 "exec inspect answer has no full IDs".into(),
             ));
