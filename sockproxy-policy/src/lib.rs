@@ -1,19 +1,25 @@
 //! sockproxy-policy: what a stack may ask of the Docker Engine API, decided without I/O. The
-//! transport (the `sockproxy` crate) hands it what it read and acts on what it answers.
+//! seam is one function, `evaluate::evaluate(request, facts, policy) -> Decision`: the transport
+//! (the `sockproxy` crate) hands it a request head and what its I/O found (`Facts`), and acts on
+//! the `Plan` it answers, or sends the `Refusal`. A plan that names an object says which fact it
+//! needs; only with that fact does it carry the `Pinned` ID, which nothing outside this crate
+//! can make. The body and answer rules below are public too: the transport calls them when a
+//! plan says to read a body or cut an answer.
 //!
-//! A request is canonicalized (`canon`), typed (`api`) and decided (`policy`, `scope`); an
-//! object the engine resolved is pinned to its ID (`pinning`). What a stack may write is read
-//! field by field (`fields`, `json`) and decided by `create_body`, `host_config`, `mounts`,
-//! `paths` and `write_rules` under the operator's `create_rules`; what it may spend by `spend`
-//! and `spend_host`. Answers are cut to the stack's view: lists (`list_query`, `filter`,
+//! Within: a request is canonicalized (`canon`), typed (`api`, `reference`) and decided
+//! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`). Bodies are
+//! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
+//! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
+//! `spend_host`. Answers are cut to the stack's view: lists (`list_query`, `filter`,
 //! `volumes`), events (`events`) and `info`. A refusal (`refusal`) carries dockerd's error
-//! shape. `props` holds the properties the fuzz targets assert.
+//! shape. `props` and `evaluate_props` hold the properties the fuzz targets assert.
 
 pub mod api;
 pub mod canon;
 pub mod create_body;
 pub mod create_rules;
 pub mod evaluate;
+pub mod evaluate_props;
 pub mod events;
 pub mod fields;
 pub mod filter;
