@@ -1,12 +1,12 @@
-//! sockproxy: a per-stack Docker Engine API proxy. A request is canonicalized (`canon`), typed
-//! (`api`), decided without I/O (`policy`, `scope`), then resolved, pinned and forwarded
-//! (`proxy`, `upstream`); list answers are filtered (`filter`); refusals look like dockerd's
-//! errors (`refusal`). What a stack may write is read field by field (`fields`) and decided by
-//! `create_body`, `host_config`, `mounts` and `write_rules`;
-//! `events` filters the event stream; `names` remembers the stack's own names and IDs, kept
-//! coherent by `watch`'s event subscription. `server` owns the socket, `loops` the event-loop
-//! threads its connections are served on, `quiet` how those loops watch each socket, `config`
-//! the flags, `metrics` the metric families and what `--metrics-listen` serves.
+//! sockproxy: a per-stack Docker Engine API proxy, the transport half. Every decision is
+//! `sockproxy_policy`'s, made without I/O at one seam, `evaluate(request, facts, policy)`: the
+//! transport serves the socket (`server`, on `loops`' event-loop threads, watched by `quiet`),
+//! evaluates each request (`proxy`), gathers the fact a plan names (`resolve`: an inspect
+//! through `upstream`, or the name map `names`, kept coherent by `watch`), evaluates again and
+//! acts: reads and checks bodies (`body`), forwards (`forward`, `plans`, `lists`), streams the
+//! stack's events (`event_stream`) and answers refusals (`refused`). `config`, `policy_file`,
+//! `spend_args` and `seccomp_profile` read the flags; `metrics` holds the metric families and
+//! what `--metrics-listen` serves; `decision_line` writes one log line per decision.
 
 mod answer;
 pub mod body;
