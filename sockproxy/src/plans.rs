@@ -22,19 +22,42 @@ use sockproxy_policy::scope::{Access, Kind};
 
 type Answer = Result<http::Response<Body>, Refusal>;
 
+/// One request on its way through the transport: what the client sent, what was decided of it
+/// (`op`, the canonical `target`), and its body until it is read or forwarded (it stays in its
+/// slot so a refusal on the way can drain it).
+#[derive(Debug)]
+pub(crate) struct Exchange<'a> {
+    pub op: &'a str,
+    pub parts: Parts,
+    pub body: &'a mut Option<Body>,
+    pub target: &'a Target,
+    pub upgrade: Option<OnUpgrade>,
+}
+
+/// A container request once its body is decided: sent to a pinned ID by `send_pinned`.
+#[derive(Debug, Clone, Copy)]
+struct ToContainer<'a> {
+    cop: ContainerOp,
+    parts: &'a Parts,
+    checked: &'a Option<Value>,
+    target: &'a Target,
+}
+
 impl Proxy {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn container(
         &self,
         cop: ContainerOp,
         r: &ObjRef,
         access: Access,
-        op: &str,
-        parts: Parts,
-        body: &mut Option<Body>,
-        target: &Target,
-        upgrade: Option<OnUpgrade>,
+        ex: Exchange<'_>,
     ) -> Answer {
+        let Exchange {
+            op,
+            parts,
+            body,
+            target,
+            upgrade,
+        } = ex;
         let mut take = || body.take().unwrap_or_else(upstream::empty);
         let upload = cop == ContainerOp::Archive && parts.method == http::Method::PUT;
         // Bodies are decided before anything is asked of the engine.
@@ -62,12 +85,16 @@ impl Proxy {
         let repeatable = !upload
             && upgrade.is_none()
             && !matches!(cop, ContainerOp::Inspect | ContainerOp::Archive);
+        let to = ToContainer {
+            cop,
+            parts: &parts,
+            checked: &checked,
+            target,
+        };
         let mut stale = None;
         if repeatable {
             if let Some(id) = self.remembered(Kind::Container, access, op, r)? {
-                let resp = self
-                    .send_pinned(cop, &parts, &checked, target, &id, upstream::empty(), None)
-                    .await?;
+                let resp = self.send_pinned(to, &id, upstream::empty(), None).await?;
                 if resp.status() != StatusCode::NOT_FOUND {
                     return Ok(in_client_words(resp, &id, r.as_str()).await);
                 }
@@ -97,8 +124,7 @@ impl Proxy {
             _ => {
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
                 let sent = if upload { take() } else { upstream::empty() };
-                self.send_pinned(cop, &parts, &checked, target, &id, sent, upgrade)
-                    .await?
+                self.send_pinned(to, &id, sent, upgrade).await?
             }
         };
         Ok(in_client_words(resp, &id, r.as_str()).await)
@@ -106,17 +132,19 @@ impl Proxy {
 
     /// Sends a container request to the pinned ID: the checked body when there is one, else
     /// `sent`.
-    #[allow(clippy::too_many_arguments)]
     async fn send_pinned(
         &self,
-        cop: ContainerOp,
-        parts: &Parts,
-        checked: &Option<Value>,
-        target: &Target,
+        to: ToContainer<'_>,
         id: &Pinned,
         sent: Body,
         upgrade: Option<OnUpgrade>,
     ) -> Answer {
+        let ToContainer {
+            cop,
+            parts,
+            checked,
+            target,
+        } = to;
         // A rename or remove through this proxy is known before its event arrives: the name
         // map forgets the ID before and after (a lookup racing the request may fill it again).
         let renames = matches!(cop, ContainerOp::Rename | ContainerOp::Remove);
@@ -137,17 +165,20 @@ impl Proxy {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn exec(
         &self,
         eop: ExecOp,
         id: &str,
         access: Access,
-        parts: Parts,
-        body: &mut Option<Body>,
-        target: &Target,
-        upgrade: Option<OnUpgrade>,
+        ex: Exchange<'_>,
     ) -> Answer {
+        let Exchange {
+            parts,
+            body,
+            target,
+            upgrade,
+            ..
+        } = ex;
         let raw = body.take().unwrap_or_else(upstream::empty);
         let checked = if eop == ExecOp::Start {
             Some(sockproxy_policy::write_rules::exec_start(
@@ -176,17 +207,20 @@ impl Proxy {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn network(
         &self,
         nop: NetworkOp,
         r: &ObjRef,
         access: Access,
-        op: &str,
-        parts: Parts,
-        body: &mut Option<Body>,
-        target: &Target,
+        ex: Exchange<'_>,
     ) -> Answer {
+        let Exchange {
+            op,
+            parts,
+            body,
+            target,
+            ..
+        } = ex;
         let raw = body.take().unwrap_or_else(upstream::empty);
         let version = target.version.as_deref();
         let at = |id: &Pinned| with_query(pinned(target, 1, id), &target.query.encode_without(&[]));

@@ -19,6 +19,7 @@ use crate::decision_line::Decided;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
+use crate::plans::Exchange;
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
 
@@ -223,6 +224,13 @@ impl Proxy {
         // The body stays in the caller's slot until it is forwarded or read, so a refusal on
         // the way can drain it and the client sees the refusal rather than a broken pipe.
         let mut take = || body.take().unwrap_or_else(upstream::empty);
+        let exchange = |parts, body, upgrade| Exchange {
+            op,
+            parts,
+            body,
+            target,
+            upgrade,
+        };
         match plan {
             Plan::Forward | Plan::Volume => {
                 body::no_body(take()).await?;
@@ -279,7 +287,7 @@ impl Proxy {
                 target: r,
                 access,
             } => {
-                self.container(cop, &r, access, op, parts, body, target, upgrade)
+                self.container(cop, &r, access, exchange(parts, body, upgrade))
                     .await
             }
             Plan::Exec {
@@ -287,7 +295,7 @@ impl Proxy {
                 id,
                 access,
             } => {
-                self.exec(eop, &id, access, parts, body, target, upgrade)
+                self.exec(eop, &id, access, exchange(parts, body, upgrade))
                     .await
             }
             Plan::CreateNetwork => {
@@ -304,7 +312,10 @@ impl Proxy {
                 op: nop,
                 target: r,
                 access,
-            } => self.network(nop, &r, access, op, parts, body, target).await,
+            } => {
+                self.network(nop, &r, access, exchange(parts, body, upgrade))
+                    .await
+            }
         }
     }
 
