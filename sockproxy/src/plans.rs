@@ -11,9 +11,11 @@ use crate::body;
 use crate::forward::in_client_words;
 use crate::forward::{buffered_response, pinned, with_query};
 use crate::proxy::{json_request, Proxy};
+use crate::resolve::Wanted;
 use crate::upstream::{self, Body, Buffered};
 use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp};
 use sockproxy_policy::canon::Target;
+use sockproxy_policy::evaluate;
 use sockproxy_policy::pinning::Pinned;
 use sockproxy_policy::policy;
 use sockproxy_policy::reference::ObjRef;
@@ -91,9 +93,23 @@ impl Proxy {
             checked: &checked,
             target,
         };
+        // The request's own object: its pin is `evaluate`'s, with the inspect as the fact.
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
+        let own = Wanted {
+            kind: Kind::Container,
+            access,
+            op,
+            r,
+            version,
+            request: Some(&request),
+        };
         let mut stale = None;
         if repeatable {
-            if let Some(id) = self.remembered(Kind::Container, access, op, r)? {
+            if let Some(id) = self.remembered(own)? {
                 let resp = self.send_pinned(to, &id, upstream::empty(), None).await?;
                 if resp.status() != StatusCode::NOT_FOUND {
                     return Ok(in_client_words(resp, &id, r.as_str()).await);
@@ -103,10 +119,7 @@ impl Proxy {
                 stale = Some((id, resp));
             }
         }
-        let (id, inspected) = match self
-            .resolve(Kind::Container, access, op, r, version)
-            .await?
-        {
+        let (id, inspected) = match self.resolve(own).await? {
             Ok(found) => found,
             Err(engine) => return Ok(buffered_response(engine)),
         };
@@ -165,13 +178,7 @@ impl Proxy {
         }
     }
 
-    pub(crate) async fn exec(
-        &self,
-        eop: ExecOp,
-        id: &str,
-        access: Access,
-        ex: Exchange<'_>,
-    ) -> Answer {
+    pub(crate) async fn exec(&self, eop: ExecOp, id: &str, ex: Exchange<'_>) -> Answer {
         let Exchange {
             parts,
             body,
@@ -188,8 +195,13 @@ impl Proxy {
             body::no_body(raw).await?;
             None
         };
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
         let exec_id = self
-            .resolve_exec(access, id, target.version.as_deref())
+            .resolve_exec(&request, id, target.version.as_deref())
             .await?;
         let path = with_query(
             pinned(target, 1, &exec_id),
@@ -224,21 +236,27 @@ impl Proxy {
         let raw = body.take().unwrap_or_else(upstream::empty);
         let version = target.version.as_deref();
         let at = |id: &Pinned| with_query(pinned(target, 1, id), &target.query.encode_without(&[]));
-        if nop == NetworkOp::Inspect {
-            let (_, inspected) = match self.resolve(Kind::Network, access, op, r, version).await? {
-                Ok(found) => found,
-                Err(engine) => return Ok(buffered_response(engine)),
-            };
-            body::no_body(raw).await?;
-            return self.own_endpoints_only(inspected, version).await;
-        }
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
         let net = Wanted {
             kind: Kind::Network,
             access,
             op,
             r,
             version,
+            request: Some(&request),
         };
+        if nop == NetworkOp::Inspect {
+            let (_, inspected) = match self.resolve(net).await? {
+                Ok(found) => found,
+                Err(engine) => return Ok(buffered_response(engine)),
+            };
+            body::no_body(raw).await?;
+            return self.own_endpoints_only(inspected, version).await;
+        }
         let (mut id, net_remembered) = match self.pin(net).await? {
             Ok(pin) => pin,
             Err(engine) => return Ok(buffered_response(engine)),
@@ -287,6 +305,7 @@ impl Proxy {
             kind: Kind::Container,
             access: Access::Change,
             r: &cref,
+            request: None,
             ..net
         };
         let (cid, c_remembered) = match self.pin(joined).await? {
@@ -347,6 +366,7 @@ impl Proxy {
                 op,
                 r: &r,
                 version,
+                request: None,
             };
             if let Err(engine) = self.pin(w).await? {
                 return Ok(Some(engine));
@@ -358,7 +378,7 @@ impl Proxy {
     /// The pin for what `w` names, and whether it came from the name map; `Err` is the
     /// engine's own answer for a name it does not know.
     async fn pin(&self, w: Wanted<'_>) -> Result<Result<(Pinned, bool), Buffered>, Refusal> {
-        if let Some(id) = self.remembered(w.kind, w.access, w.op, w.r)? {
+        if let Some(id) = self.remembered(w)? {
             return Ok(Ok((id, true)));
         }
         Ok(self.fresh_pin(w).await?.map(|id| (id, false)))
@@ -366,10 +386,7 @@ impl Proxy {
 
     /// A pin from a fresh inspect, or the engine's own answer for a name it does not know.
     async fn fresh_pin(&self, w: Wanted<'_>) -> Result<Result<Pinned, Buffered>, Refusal> {
-        Ok(self
-            .resolve(w.kind, w.access, w.op, w.r, w.version)
-            .await?
-            .map(|(id, _)| id))
+        Ok(self.resolve(w).await?.map(|(id, _)| id))
     }
 
     /// After the engine answered 404 to a remembered pin: forget it and inspect afresh.
@@ -381,14 +398,4 @@ impl Proxy {
         self.names.evict(w.kind, stale.id());
         self.fresh_pin(w).await
     }
-}
-
-/// What a request names, and what it wants to do with it.
-#[derive(Debug, Clone, Copy)]
-struct Wanted<'a> {
-    kind: Kind,
-    access: Access,
-    op: &'a str,
-    r: &'a ObjRef,
-    version: Option<&'a str>,
 }

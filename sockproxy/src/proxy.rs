@@ -290,13 +290,8 @@ impl Proxy {
                 self.container(cop, &r, access, exchange(parts, body, upgrade))
                     .await
             }
-            Plan::Exec {
-                op: eop,
-                id,
-                access,
-            } => {
-                self.exec(eop, &id, access, exchange(parts, body, upgrade))
-                    .await
+            Plan::Exec { op: eop, id, .. } => {
+                self.exec(eop, &id, exchange(parts, body, upgrade)).await
             }
             Plan::CreateNetwork => {
                 let v = sockproxy_policy::write_rules::network_create(

@@ -9,6 +9,7 @@ use crate::forward::vprefix;
 use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
+use sockproxy_policy::evaluate::{evaluate, Decision, Facts, Request};
 use sockproxy_policy::pinning::{self, Inspected, Pinned};
 use sockproxy_policy::reference::CanonicalName;
 use sockproxy_policy::reference::ObjRef;
@@ -93,6 +94,27 @@ pub(crate) struct Own {
     pub state: String,
 }
 
+/// What a request names, and what it wants to do with it. `request` is set for the object the
+/// request itself names: its pin is `evaluate`'s, with the inspect as the fact.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wanted<'a> {
+    pub kind: Kind,
+    pub access: Access,
+    pub op: &'a str,
+    pub r: &'a ObjRef,
+    pub version: Option<&'a str>,
+    pub request: Option<&'a Request<'a>>,
+}
+
+/// The pin a decision with its fact gave; an allowed plan without one is a fact that did not
+/// reach the decision, refused rather than forwarded unpinned.
+fn pin_of(decision: Decision) -> Result<Pinned, Refusal> {
+    decision
+        .outcome?
+        .pin
+        .ok_or_else(|| Refusal::Upstream("the decision pinned nothing".into()))
+}
+
 fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
     Refusal::Upstream(format!("unreadable {what} answer: {e}"))
 }
@@ -100,14 +122,10 @@ fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
 impl Proxy {
     /// Inspects `r` and decides on the canonical name. An ID prefix is first resolved among
     /// the stack's own objects; a full ID or a name is inspected as it is.
-    pub(crate) async fn resolve(
-        &self,
-        kind: Kind,
-        access: Access,
-        op: &str,
-        r: &ObjRef,
-        version: Option<&str>,
-    ) -> Result<Resolved, Refusal> {
+    pub(crate) async fn resolve(&self, w: Wanted<'_>) -> Result<Resolved, Refusal> {
+        let Wanted {
+            kind, r, version, ..
+        } = w;
         let full = match r {
             ObjRef::Hex(prefix) if !sockproxy_policy::reference::is_full_id(prefix) => {
                 let own = self.own_objects(kind, version).await?;
@@ -139,40 +157,37 @@ impl Proxy {
             self.names
                 .fill(kind, stamp, &named.inspected(), &self.policy.scope);
         }
-        let pin = pinning::inspected(
-            kind,
-            access,
-            op,
-            r,
-            &named.inspected(),
-            &self.policy.rules(),
-        )?;
+        let pin = self.judge(w, &named.inspected())?;
         Ok(Ok((pin, answer)))
     }
 
     /// The pin the name map holds for `r`, decided as an inspect's answer would be; `None`
     /// when the map does not hold it (then the caller inspects).
-    pub(crate) fn remembered(
-        &self,
-        kind: Kind,
-        access: Access,
-        op: &str,
-        r: &ObjRef,
-    ) -> Result<Option<Pinned>, Refusal> {
-        let found = self.names.lookup(kind, r);
+    pub(crate) fn remembered(&self, w: Wanted<'_>) -> Result<Option<Pinned>, Refusal> {
+        let found = self.names.lookup(w.kind, w.r);
         if self.name_cache {
             self.metrics.name_lookup(found.is_some());
         }
         let Some(e) = found else {
             return Ok(None);
         };
-        pinning::inspected(kind, access, op, r, &e.inspected(), &self.policy.rules()).map(Some)
+        self.judge(w, &e.inspected()).map(Some)
+    }
+
+    /// Decides on an inspected object: the request's own through `evaluate`, with the inspect
+    /// as its fact; another the request names (a joined network, a connected container) by
+    /// `pinning::inspected`.
+    fn judge(&self, w: Wanted<'_>, ins: &Inspected<'_>) -> Result<Pinned, Refusal> {
+        match w.request {
+            Some(request) => pin_of(evaluate(request, &Facts::Object(*ins), &self.policy)),
+            None => pinning::inspected(w.kind, w.access, w.op, w.r, ins, &self.policy.rules()),
+        }
     }
 
     /// An exec instance is the stack's when its container is; pinned to the exec's full ID.
     pub(crate) async fn resolve_exec(
         &self,
-        access: Access,
+        request: &Request<'_>,
         id: &str,
         version: Option<&str>,
     ) -> Result<Pinned, Refusal> {
@@ -231,13 +246,11 @@ impl Proxy {
                 named.entry()
             }
         };
-        pinning::exec(
-            access,
-            id,
-            (&info.id, &info.container_id),
-            &entry.inspected(),
-            &self.policy.rules(),
-        )
+        let facts = Facts::Exec {
+            reported: (&info.id, &info.container_id),
+            container: entry.inspected(),
+        };
+        pin_of(evaluate(request, &facts, &self.policy))
     }
 
     /// `(full ID, name)` of every container (all states) or network the stack sees.
