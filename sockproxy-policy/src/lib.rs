@@ -14,6 +14,7 @@
 //! `volumes`), events (`events`) and `info`. A refusal (`refusal`) carries dockerd's error
 //! shape. `props` and `evaluate_props` hold the properties the fuzz targets assert.
 
+pub mod answers;
 pub mod api;
 pub mod canon;
 pub mod create_body;

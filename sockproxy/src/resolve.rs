@@ -1,17 +1,17 @@
-//! Naming an object through the engine before a decision (I/O; the decisions are `pinning`'s):
-//! inspect a container, network or exec instance, resolve an ID prefix among the stack's own
-//! objects, and read the stack's own objects for list filters that name one.
+//! Gathering the facts a plan needs, through the engine (I/O only; the answers are read by
+//! `sockproxy_policy::answers` and decided by `evaluate` or `pinning`): inspect a container,
+//! network or exec instance, resolve an ID prefix among the stack's own objects, and list the
+//! stack's own objects for list filters that name one.
 
 use http::StatusCode;
-use serde::Deserialize;
 
 use crate::forward::vprefix;
 use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
+use sockproxy_policy::answers::{self, ExecInfo, Named, Own};
 use sockproxy_policy::evaluate::{evaluate, Decision, Facts, Request};
 use sockproxy_policy::pinning::{self, Inspected, Pinned};
-use sockproxy_policy::reference::CanonicalName;
 use sockproxy_policy::reference::ObjRef;
 use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::{Access, Kind};
@@ -22,77 +22,6 @@ const MAX_INSPECT: usize = 8 << 20;
 /// A pinned object and the inspect answer the check was made on, or the engine's own answer
 /// for a name it does not know, which goes back to the client as it is.
 pub type Resolved = Result<(Pinned, Buffered), Buffered>;
-
-#[derive(Deserialize)]
-struct Named {
-    #[serde(rename = "Id")]
-    id: String,
-    #[serde(rename = "Name")]
-    name: String,
-    #[serde(rename = "Config", default)]
-    config: Option<NamedConfig>,
-    /// A network's labels (a container's are under `Config`).
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
-}
-
-#[derive(Deserialize)]
-struct NamedConfig {
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
-}
-
-impl Named {
-    fn entry(&self) -> Entry {
-        Entry::from(&self.inspected())
-    }
-
-    fn inspected(&self) -> Inspected<'_> {
-        Inspected {
-            id: &self.id,
-            name: &self.name,
-            stack_label: self
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .or(self.labels.as_ref())
-                .and_then(|l| l.get(sockproxy_policy::scope::STACK_LABEL))
-                .map(String::as_str),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct ExecInfo {
-    #[serde(rename = "ID")]
-    id: String,
-    #[serde(rename = "ContainerID")]
-    container_id: String,
-}
-
-/// One entry of a container or network list: its ID and its names.
-#[derive(Deserialize)]
-struct Listed {
-    #[serde(rename = "Id", alias = "ID")]
-    id: String,
-    #[serde(rename = "Names", default)]
-    names: Vec<String>,
-    #[serde(rename = "Name", default)]
-    name: String,
-    #[serde(rename = "State", default)]
-    state: String,
-    /// Only the `sockproxy.stack` label is read.
-    #[serde(rename = "Labels", default)]
-    labels: Option<sockproxy_policy::filter::StackLabel>,
-}
-
-/// One of the stack's own objects, from a list.
-#[derive(Debug, Clone)]
-pub(crate) struct Own {
-    pub id: String,
-    pub name: String,
-    pub state: String,
-}
 
 /// What a request names, and what it wants to do with it. `request` is set for the object the
 /// request itself names: its pin is `evaluate`'s, with the inspect as the fact.
@@ -113,10 +42,6 @@ fn pin_of(decision: Decision) -> Result<Pinned, Refusal> {
         .outcome?
         .pin
         .ok_or_else(|| Refusal::Upstream("the decision pinned nothing".into()))
-}
-
-fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
-    Refusal::Upstream(format!("unreadable {what} answer: {e}"))
 }
 
 impl Proxy {
@@ -151,8 +76,7 @@ impl Proxy {
             }
             return Ok(Err(answer));
         }
-        let named: Named =
-            serde_json::from_slice(&answer.body).map_err(|e| unreadable("inspect", e))?;
+        let named = Named::read(&answer.body)?;
         if let Some(stamp) = stamp {
             self.names
                 .fill(kind, stamp, &named.inspected(), &self.policy.scope);
@@ -206,13 +130,7 @@ impl Proxy {
         if answer.status != StatusCode::OK {
             return Err(Refusal::NoSuchExec(id.to_owned()));
         }
-        let info: ExecInfo =
-            serde_json::from_slice(&answer.body).map_err(|e| unreadable("exec inspect", e))?;
-        if !sockproxy_policy::reference::is_full_id(&info.container_id) {
-            return Err(Refusal::Upstream(
-                "exec inspect answer has no full IDs".into(),
-            ));
-        }
+        let info = ExecInfo::read(&answer.body)?;
         let by_id = ObjRef::Hex(info.container_id.clone());
         let remembered = self.names.lookup(Kind::Container, &by_id);
         if self.name_cache {
@@ -233,8 +151,7 @@ impl Proxy {
                 if container.status != StatusCode::OK {
                     return Err(Refusal::NoSuchExec(id.to_owned()));
                 }
-                let named: Named = serde_json::from_slice(&container.body)
-                    .map_err(|e| unreadable("inspect", e))?;
+                let named = Named::read(&container.body)?;
                 if let Some(stamp) = stamp {
                     self.names.fill(
                         Kind::Container,
@@ -243,7 +160,7 @@ impl Proxy {
                         &self.policy.scope,
                     );
                 }
-                named.entry()
+                Entry::from(&named.inspected())
             }
         };
         let facts = Facts::Exec {
@@ -267,54 +184,15 @@ impl Proxy {
             .collect())
     }
 
-    /// Every container (all states) the stack sees, or every network it may read (its own and
-    /// the predefined ones); under `--require-stack-label`, only those with its label. Containers are asked for with a name filter for the prefix (and the label
-    /// under the flag), which
-    /// keeps the answer small; the engine's `id` filter is no use for prefixes, as it resolves
-    /// them the way the engine does (an ambiguity with another stack's ID would empty it).
+    /// Every container (all states) the stack sees, or every network it may read
+    /// (`answers::own_list_path` says how it is asked for, `answers::own_objects` what is kept).
     pub(crate) async fn own_listed(
         &self,
         kind: Kind,
         version: Option<&str>,
     ) -> Result<Vec<Own>, Refusal> {
         let v = vprefix(version);
-        let path = match kind {
-            Kind::Container => {
-                // Names are matched as regular expressions against `/NAME`; under
-                // `--require-stack-label` the label narrows it too, so another stack's
-                // containers under the same prefix do not count against the list cap.
-                let p = self.policy.scope.prefix().as_str().replace('.', "\\.");
-                let mut filters = serde_json::json!({ "name": [format!("^/{p}")] });
-                if self.policy.create_rules.require_stack_label {
-                    let label = format!(
-                        "{}={}",
-                        sockproxy_policy::scope::STACK_LABEL,
-                        self.policy.stack
-                    );
-                    filters["label"] = serde_json::json!([label]);
-                }
-                let filters = filters.to_string();
-                let query = form_urlencoded::Serializer::new(String::new())
-                    .append_pair("filters", &filters)
-                    .finish();
-                format!("{v}/containers/json?all=1&{query}")
-            }
-            Kind::Network => {
-                // The prefix's networks and the predefined ones, as regular expressions on
-                // the name (dockerd's network `name` filter): another prefix's networks do not
-                // count against the list cap.
-                let p = self.policy.scope.prefix().as_str().replace('.', "\\.");
-                let names = sockproxy_policy::scope::PREDEFINED_NETWORKS
-                    .iter()
-                    .map(|n| format!("|{n}$"))
-                    .collect::<String>();
-                let filters = serde_json::json!({ "name": [format!("^(?:{p}{names})")] });
-                let query = form_urlencoded::Serializer::new(String::new())
-                    .append_pair("filters", &filters.to_string())
-                    .finish();
-                format!("{v}/networks?{query}")
-            }
-        };
+        let path = answers::own_list_path(&v, kind, &self.policy);
         let answer = self
             .upstream
             .get(&path, self.max_list_bytes)
@@ -326,29 +204,6 @@ impl Proxy {
                 answer.status
             )));
         }
-        let listed: Vec<Listed> =
-            serde_json::from_slice(&answer.body).map_err(|e| unreadable("list", e))?;
-        Ok(listed
-            .into_iter()
-            .filter_map(|l| {
-                let name = match kind {
-                    Kind::Container => l
-                        .names
-                        .iter()
-                        .find_map(|n| CanonicalName::parse(n))?
-                        .as_str()
-                        .to_owned(),
-                    Kind::Network => l.name,
-                };
-                let label = sockproxy_policy::filter::stack_label(&l.labels);
-                let seen = self.policy.scope.allows(kind, Access::Read, &name)
-                    && self.policy.scope.label_allows(kind, &name, label);
-                seen.then_some(Own {
-                    id: l.id,
-                    name,
-                    state: l.state,
-                })
-            })
-            .collect())
+        answers::own_objects(kind, &answer.body, &self.policy.scope)
     }
 }
