@@ -13,6 +13,7 @@ pub mod body;
 pub mod config;
 pub mod decision_line;
 pub mod event_stream;
+mod exchange;
 pub mod exposed;
 mod forward;
 pub mod h1;

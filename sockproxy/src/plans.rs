@@ -8,6 +8,7 @@ use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
 use crate::body;
+use crate::exchange::Exchange;
 use crate::forward::in_client_words;
 use crate::forward::{buffered_response, pinned, with_query};
 use crate::proxy::{json_request, Proxy};
@@ -23,18 +24,6 @@ use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::{Access, Kind};
 
 type Answer = Result<http::Response<Body>, Refusal>;
-
-/// One request on its way through the transport: what the client sent, what was decided of it
-/// (`op`, the canonical `target`), and its body until it is read or forwarded (it stays in its
-/// slot so a refusal on the way can drain it).
-#[derive(Debug)]
-pub(crate) struct Exchange<'a> {
-    pub op: &'a str,
-    pub parts: Parts,
-    pub body: &'a mut Option<Body>,
-    pub target: &'a Target,
-    pub upgrade: Option<OnUpgrade>,
-}
 
 /// A container request once its body is decided: sent to a pinned ID by `send_pinned`.
 #[derive(Debug, Clone, Copy)]

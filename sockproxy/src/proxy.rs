@@ -16,10 +16,10 @@ use serde_json::Value;
 
 use crate::body;
 use crate::decision_line::Decided;
+use crate::exchange::Exchange;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
-use crate::plans::Exchange;
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
 
