@@ -7,7 +7,7 @@
 #   cargo install cargo-mutants --locked
 #   ci/mutants.sh                 # the whole set (about an hour on two quiet cores)
 #   ci/mutants.sh quick           # stackmodel and lifecycle's smaller pure modules
-#   ci/mutants.sh sockproxy       # sockproxy's pure decision modules
+#   ci/mutants.sh sockproxy       # sockproxy-policy's decision modules
 #   ci/mutants.sh diff            # only mutants in the last commit's diff (--in-diff)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +23,8 @@ lifecycle_quick=(lifecycle/src/teardown_plan.rs lifecycle/src/naming.rs lifecycl
 lifecycle_all=("${lifecycle_quick[@]}" lifecycle/src/ledger.rs lifecycle/src/serve/pool.rs)
 netproxy=(netproxy/src/addr.rs netproxy/src/policy.rs)
 egress=(egress/src/rules.rs)
-sockproxy=(sockproxy/src/policy.rs sockproxy/src/scope.rs sockproxy/src/list_query.rs
-  sockproxy/src/seccomp.rs)
+sockproxy_policy=(sockproxy-policy/src/policy.rs sockproxy-policy/src/scope.rs
+  sockproxy-policy/src/list_query.rs sockproxy-policy/src/seccomp.rs)
 
 run() { # crate, files...
   local crate="$1"; shift
@@ -45,8 +45,8 @@ run() { # crate, files...
 mkdir -p "$out"
 case "$mode" in
   quick) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_quick[@]}" ;;
-  sockproxy) run sockproxy "${sockproxy[@]}" ;;
+  sockproxy) run sockproxy-policy "${sockproxy_policy[@]}" ;;
   all|diff) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_all[@]}"; run netproxy "${netproxy[@]}"; run egress "${egress[@]}"
-    run sockproxy "${sockproxy[@]}" ;;
+    run sockproxy-policy "${sockproxy_policy[@]}" ;;
   *) echo "ci/mutants.sh: unknown mode $mode (all, quick, sockproxy, diff)" >&2; exit 2 ;;
 esac

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use crate::create_body::CreateRules;
-use crate::scope::{Prefix, PrefixError, Scope};
+use sockproxy_policy::create_rules::CreateRules;
+use sockproxy_policy::images::normalize_image;
+use sockproxy_policy::scope::{Prefix, PrefixError, Scope};
 
 const DEFAULT_UPSTREAM: &str = "unix:///var/run/docker.sock";
 /// Largest list answer the proxy buffers to filter; over it the list fails closed (502).
@@ -216,7 +217,7 @@ pub struct Args {
     /// What a request may make the engine spend (`spend`).
     #[command(flatten, next_help_heading = "Limits")]
     #[serde(flatten)]
-    pub spend: crate::spend::SpendArgs,
+    pub spend: crate::spend_args::SpendArgs,
 }
 
 /// `--no-name-cache`, which the file writes as what is kept (`name-cache = false`).
@@ -327,12 +328,12 @@ impl Config {
             .allow_seccomp_profile
             .iter()
             .map(|raw| {
-                crate::seccomp::allowed_digest(raw)
+                crate::seccomp_profile::allowed_digest(raw)
                     .map_err(|why| ConfigError::SeccompProfile(raw.clone(), why))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let min_raw = args.min_api_version.as_deref().unwrap_or("1.24");
-        let min_api_version = crate::canon::api_version(min_raw)
+        let min_api_version = sockproxy_policy::canon::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
             .ok_or_else(|| ConfigError::MinApiVersion(min_raw.to_owned()))?;
         let event_loops = args.event_loops.unwrap_or_else(default_event_loops);
@@ -378,9 +379,9 @@ impl Config {
                 allow_sysctls: args.allow_sysctl,
                 max_shm_size: args
                     .max_shm_size
-                    .unwrap_or(crate::create_body::DEFAULT_MAX_SHM),
+                    .unwrap_or(sockproxy_policy::create_rules::DEFAULT_MAX_SHM),
                 allow_log_drivers: if args.allow_log_driver.is_empty() {
-                    crate::create_body::default_log_drivers()
+                    sockproxy_policy::create_rules::default_log_drivers()
                 } else {
                     args.allow_log_driver
                 },
@@ -437,26 +438,6 @@ fn bind_root_mount(flags: nix::sys::statvfs::FsFlags) -> Result<(), String> {
         Ok(())
     } else {
         Err(missing.join(","))
-    }
-}
-
-/// `busybox` → `busybox:latest`; `docker.io/library/x` and `library/x` → `x`, as dockerd reads
-/// them (its `library/` is implied for one-component names only: `docker.io/library/a/b` stays
-/// `library/a/b`); `index.docker.io/` is `docker.io/`; a digest is kept as it is.
-pub fn normalize_image(reference: &str) -> String {
-    let r = reference
-        .strip_prefix("docker.io/")
-        .or_else(|| reference.strip_prefix("index.docker.io/"))
-        .unwrap_or(reference);
-    let r = match r.strip_prefix("library/") {
-        Some(rest) if !rest.contains('/') => rest,
-        _ => r,
-    };
-    let last = r.rsplit('/').next().unwrap_or(r);
-    if last.contains(':') || r.contains('@') {
-        r.to_owned()
-    } else {
-        format!("{r}:latest")
     }
 }
 

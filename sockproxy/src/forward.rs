@@ -1,6 +1,7 @@
 //! The mechanics of forwarding, shared by every plan: building the upstream request (hop-by-hop
 //! headers dropped, upgrades kept only where allowed), shaping answers (streamed or buffered),
-//! path pinning, draining refused bodies, and splicing upgraded connections.
+//! path pinning, the engine's errors put back in the client's words, draining refused bodies,
+//! and splicing upgraded connections.
 
 use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, Request, Response};
@@ -8,10 +9,11 @@ use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::canon::Target;
-use crate::pinning::Pinned;
-use crate::refusal::Refusal;
+use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered};
+use sockproxy_policy::canon::Target;
+use sockproxy_policy::pinning::Pinned;
+use sockproxy_policy::refusal::Refusal;
 
 /// Most a refusal reads of a body it will never forward, and for how long.
 const DRAIN_CAP: usize = 1 << 20;
@@ -151,6 +153,46 @@ pub(crate) async fn splice(client: OnUpgrade, engine: OnUpgrade) {
         ),
         Err(e) => tracing::debug!(error = %e, "stream ended with an error"),
     }
+}
+
+/// dockerd's messages that repeat the reference they were asked about (moby `errdefs`
+/// wordings of 20.10 and 29: containers, networks).
+const ECHOED: [(&str, &str); 4] = [
+    ("No such container: ", ""),
+    ("no such container: ", ""),
+    ("network ", " not found"),
+    ("No such network: ", ""),
+];
+
+/// The engine names the pinned full ID in its errors (`No such container: 3fa9…`) where the
+/// client named something else; the client's reference is put back so callers that match on
+/// the name they used still recognise the answer.
+pub(crate) async fn in_client_words(
+    resp: Response<Body>,
+    pin: &Pinned,
+    reference: &str,
+) -> Response<Body> {
+    if resp.status().as_u16() < 400 || pin.id() == reference {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
+        .collect()
+        .await
+    else {
+        return Refusal::Upstream("unreadable error answer".into()).into_response();
+    };
+    let mut text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
+    // Only where dockerd echoes the reference it was given; elsewhere it names the ID itself
+    // ("You cannot remove a running container ID"), and so does the proxied answer.
+    for (before, after) in ECHOED {
+        text = text.replace(
+            &format!("{before}{}{after}", pin.id()),
+            &format!("{before}{reference}{after}"),
+        );
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, upstream::full(text))
 }
 
 #[cfg(test)]

@@ -1,20 +1,23 @@
 //! Container and network lists as the stack gets them (DESIGN §2): the engine asked for the
 //! stack's own objects (`list_query`), the answer read within the list caps, then filtered
 //! (`filter`), off the event loop when it is large. Volume lists take the same ask
-//! (`own_list`) and are kept by `volumes`.
+//! (`own_list`) and are kept by `volumes`; `GET /info` counts the stack's own containers
+//! (`info`).
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Response, StatusCode};
+use http::{header, Response, StatusCode};
 
-use crate::canon::{self, Target};
-use crate::filter;
 use crate::forward::{buffered_response, stream_response, upstream_request, with_query};
-use crate::list_query::Names;
 use crate::proxy::{upstream_err, Proxy};
-use crate::refusal::Refusal;
-use crate::scope::Kind;
 use crate::upstream::{self, Body, Buffered};
+use serde_json::Value;
+use sockproxy_policy::canon::{self, Target};
+use sockproxy_policy::filter;
+use sockproxy_policy::list_query::Names;
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::Kind;
+use sockproxy_policy::volumes::stack_volumes;
 
 /// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
 /// millisecond; larger ones on the blocking pool.
@@ -52,7 +55,7 @@ impl Proxy {
         let filtered = if answer.body.len() > FILTER_INLINE_MAX {
             // Off the event loop: a large list takes milliseconds to filter, and every other
             // request on the loop waits meanwhile.
-            let (body, scope) = (answer.body.clone(), self.scope.clone());
+            let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
             let filter =
                 move || filter::stack_list(kind, &body, &scope, limit, &names, own.as_ref());
             match self.blocking.get() {
@@ -62,7 +65,14 @@ impl Proxy {
             .await
             .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
         } else {
-            filter::stack_list(kind, &answer.body, &self.scope, limit, &names, own.as_ref())
+            filter::stack_list(
+                kind,
+                &answer.body,
+                &self.policy.scope,
+                limit,
+                &names,
+                own.as_ref(),
+            )
         }
         .map_err(|e| Refusal::Upstream(e.to_string()))?;
         Ok(buffered_response(Buffered {
@@ -83,11 +93,13 @@ impl Proxy {
         drop_params: &[&str],
     ) -> Result<Result<(Buffered, Names, upstream::Held), Response<Body>>, Refusal> {
         let label = self
+            .policy
             .create_rules
             .require_stack_label
-            .then_some(self.stack.as_str());
-        let prefix = self.scope.prefix().as_str();
-        let ask = crate::list_query::own_list_filters(query.get("filters"), prefix, label);
+            .then_some(self.policy.stack.as_str());
+        let prefix = self.policy.scope.prefix().as_str();
+        let ask =
+            sockproxy_policy::list_query::own_list_filters(query.get("filters"), prefix, label);
         let query = match ask.filters {
             Some(own) => query.with("filters", own),
             None => query,
@@ -104,5 +116,63 @@ impl Proxy {
             .await
             .map_err(upstream_err)?;
         Ok(Ok((answer, ask.names, held)))
+    }
+}
+
+impl Proxy {
+    /// `GET /volumes`: the engine asked for the stack's own, the answer kept to them.
+    pub(crate) async fn volume_list(
+        &self,
+        parts: Parts,
+        target: &Target,
+    ) -> Result<Response<Body>, Refusal> {
+        let (answer, names, _held) = match self
+            .own_list(&parts, target, target.query.clone(), &[])
+            .await?
+        {
+            Ok(got) => got,
+            Err(engine) => return Ok(engine),
+        };
+        let kept = stack_volumes(&answer.body, &self.policy.scope, &names)
+            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        Ok(buffered_response(Buffered {
+            body: bytes::Bytes::from(kept),
+            ..answer
+        }))
+    }
+
+    /// `GET /info` for the stack alone (`info::for_stack`).
+    pub(crate) async fn info(&self, version: Option<&str>) -> Result<Response<Body>, Refusal> {
+        let v = crate::forward::vprefix(version);
+        let answer = self
+            .upstream
+            .get(&format!("{v}/info"), 1 << 20)
+            .await
+            .map_err(upstream_err)?;
+        if answer.status != StatusCode::OK {
+            return Ok(buffered_response(answer));
+        }
+        let engine: Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
+        let own: Vec<sockproxy_policy::info::State> = self
+            .own_listed(Kind::Container, version)
+            .await?
+            .iter()
+            .map(|o| sockproxy_policy::info::State::parse(&o.state))
+            .collect();
+        let mut out = serde_json::to_vec(&sockproxy_policy::info::for_stack(
+            &engine,
+            &self.policy.stack,
+            &own,
+        ))
+        .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        out.push(b'\n');
+        let mut headers = answer.headers;
+        headers.remove(header::CONTENT_LENGTH);
+        Ok(buffered_response(Buffered {
+            status: answer.status,
+            headers,
+            body: Bytes::from(out),
+        }))
     }
 }

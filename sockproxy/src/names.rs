@@ -25,9 +25,11 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::api::ObjRef;
-use crate::pinning::{is_full_id, Inspected};
-use crate::scope::{Kind, Scope};
+use sockproxy_policy::pinning::Inspected;
+use sockproxy_policy::reference::is_full_id;
+use sockproxy_policy::reference::CanonicalName;
+use sockproxy_policy::reference::ObjRef;
+use sockproxy_policy::scope::{Kind, Scope};
 
 /// Objects remembered per kind; past this, fills are dropped (lookups then inspect).
 const MAX_ENTRIES: usize = 65_536;
@@ -158,7 +160,7 @@ impl Event {
         let bare = |k: &str| {
             attrs[k]
                 .as_str()
-                .map(|n| n.strip_prefix('/').unwrap_or(n).to_owned())
+                .map(|n| CanonicalName::stripped(n).to_owned())
         };
         Ok(Some(Self {
             kind,
@@ -226,8 +228,10 @@ impl Names {
     /// Remembers an inspected object, unless an event came in since `stamp` (the answer may
     /// predate it) or the object is not one the stack can see.
     pub fn fill(&self, kind: Kind, stamp: Stamp, ins: &Inspected<'_>, scope: &Scope) {
-        let bare = ins.name.strip_prefix('/').unwrap_or(ins.name);
-        if !is_full_id(ins.id) || bare.contains('/') || !scope.visible(bare) {
+        let Some(bare) = CanonicalName::parse(ins.name).map(CanonicalName::as_str) else {
+            return;
+        };
+        if !is_full_id(ins.id) || !scope.visible(bare) {
             return;
         }
         let mut s = self.lock();

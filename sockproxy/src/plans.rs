@@ -7,43 +7,59 @@ use http::StatusCode;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::api::{ContainerOp, ExecOp, NetworkOp, ObjRef};
 use crate::body;
-use crate::canon::Target;
+use crate::exchange::Exchange;
+use crate::forward::in_client_words;
 use crate::forward::{buffered_response, pinned, with_query};
-use crate::pinning::Pinned;
-use crate::policy;
-use crate::proxy::{in_client_words, json_request, Proxy};
-use crate::refusal::Refusal;
-use crate::scope::{Access, Kind};
+use crate::proxy::{json_request, Proxy};
+use crate::resolve::Wanted;
 use crate::upstream::{self, Body, Buffered};
+use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp};
+use sockproxy_policy::canon::Target;
+use sockproxy_policy::evaluate;
+use sockproxy_policy::pinning::Pinned;
+use sockproxy_policy::policy;
+use sockproxy_policy::reference::ObjRef;
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::{Access, Kind};
 
 type Answer = Result<http::Response<Body>, Refusal>;
 
+/// A container request once its body is decided: sent to a pinned ID by `send_pinned`.
+#[derive(Debug, Clone, Copy)]
+struct ToContainer<'a> {
+    cop: ContainerOp,
+    parts: &'a Parts,
+    checked: &'a Option<Value>,
+    target: &'a Target,
+}
+
 impl Proxy {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn container(
         &self,
         cop: ContainerOp,
         r: &ObjRef,
         access: Access,
-        op: &str,
-        parts: Parts,
-        body: &mut Option<Body>,
-        target: &Target,
-        upgrade: Option<OnUpgrade>,
+        ex: Exchange<'_>,
     ) -> Answer {
+        let Exchange {
+            op,
+            parts,
+            body,
+            target,
+            upgrade,
+        } = ex;
         let mut take = || body.take().unwrap_or_else(upstream::empty);
         let upload = cop == ContainerOp::Archive && parts.method == http::Method::PUT;
         // Bodies are decided before anything is asked of the engine.
         let checked = match cop {
-            ContainerOp::ExecCreate => Some(crate::write_rules::exec_create(
-                body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
+            ContainerOp::ExecCreate => Some(sockproxy_policy::write_rules::exec_create(
+                body::read_checked(take(), self.policy.create_rules.spend.max_json_keys).await?,
             )?),
-            ContainerOp::Update => Some(crate::write_rules::update(
-                body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
+            ContainerOp::Update => Some(sockproxy_policy::write_rules::update(
+                body::read_checked(take(), self.policy.create_rules.spend.max_json_keys).await?,
                 target.version.as_deref(),
-                &self.create_rules.spend,
+                &self.policy.create_rules.spend,
             )?),
             // The archive upload's body is the tar stream itself; its head (query parameters:
             // `policy::decide`) is checked.
@@ -60,12 +76,30 @@ impl Proxy {
         let repeatable = !upload
             && upgrade.is_none()
             && !matches!(cop, ContainerOp::Inspect | ContainerOp::Archive);
+        let to = ToContainer {
+            cop,
+            parts: &parts,
+            checked: &checked,
+            target,
+        };
+        // The request's own object: its pin is `evaluate`'s, with the inspect as the fact.
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
+        let own = Wanted {
+            kind: Kind::Container,
+            access,
+            op,
+            r,
+            version,
+            request: Some(&request),
+        };
         let mut stale = None;
         if repeatable {
-            if let Some(id) = self.remembered(Kind::Container, access, op, r)? {
-                let resp = self
-                    .send_pinned(cop, &parts, &checked, target, &id, upstream::empty(), None)
-                    .await?;
+            if let Some(id) = self.remembered(own)? {
+                let resp = self.send_pinned(to, &id, upstream::empty(), None).await?;
                 if resp.status() != StatusCode::NOT_FOUND {
                     return Ok(in_client_words(resp, &id, r.as_str()).await);
                 }
@@ -74,10 +108,7 @@ impl Proxy {
                 stale = Some((id, resp));
             }
         }
-        let (id, inspected) = match self
-            .resolve(Kind::Container, access, op, r, version)
-            .await?
-        {
+        let (id, inspected) = match self.resolve(own).await? {
             Ok(found) => found,
             Err(engine) => return Ok(buffered_response(engine)),
         };
@@ -87,7 +118,7 @@ impl Proxy {
         }
         if cop == ContainerOp::Archive {
             let api = inspected.headers.get("api-version");
-            crate::pinning::archive_on(api.and_then(|v| v.to_str().ok()))?;
+            sockproxy_policy::pinning::archive_on(api.and_then(|v| v.to_str().ok()))?;
         }
         let resp = match stale {
             // The same object: the engine's 404 was about the request, not the name.
@@ -95,8 +126,7 @@ impl Proxy {
             _ => {
                 let upgrade = upgrade.filter(|_| cop == ContainerOp::Attach);
                 let sent = if upload { take() } else { upstream::empty() };
-                self.send_pinned(cop, &parts, &checked, target, &id, sent, upgrade)
-                    .await?
+                self.send_pinned(to, &id, sent, upgrade).await?
             }
         };
         Ok(in_client_words(resp, &id, r.as_str()).await)
@@ -104,17 +134,19 @@ impl Proxy {
 
     /// Sends a container request to the pinned ID: the checked body when there is one, else
     /// `sent`.
-    #[allow(clippy::too_many_arguments)]
     async fn send_pinned(
         &self,
-        cop: ContainerOp,
-        parts: &Parts,
-        checked: &Option<Value>,
-        target: &Target,
+        to: ToContainer<'_>,
         id: &Pinned,
         sent: Body,
         upgrade: Option<OnUpgrade>,
     ) -> Answer {
+        let ToContainer {
+            cop,
+            parts,
+            checked,
+            target,
+        } = to;
         // A rename or remove through this proxy is known before its event arrives: the name
         // map forgets the ID before and after (a lookup racing the request may fill it again).
         let renames = matches!(cop, ContainerOp::Rename | ContainerOp::Remove);
@@ -135,28 +167,30 @@ impl Proxy {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn exec(
-        &self,
-        eop: ExecOp,
-        id: &str,
-        access: Access,
-        parts: Parts,
-        body: &mut Option<Body>,
-        target: &Target,
-        upgrade: Option<OnUpgrade>,
-    ) -> Answer {
+    pub(crate) async fn exec(&self, eop: ExecOp, id: &str, ex: Exchange<'_>) -> Answer {
+        let Exchange {
+            parts,
+            body,
+            target,
+            upgrade,
+            ..
+        } = ex;
         let raw = body.take().unwrap_or_else(upstream::empty);
         let checked = if eop == ExecOp::Start {
-            Some(crate::write_rules::exec_start(
-                body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
+            Some(sockproxy_policy::write_rules::exec_start(
+                body::read_checked(raw, self.policy.create_rules.spend.max_json_keys).await?,
             )?)
         } else {
             body::no_body(raw).await?;
             None
         };
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
         let exec_id = self
-            .resolve_exec(access, id, target.version.as_deref())
+            .resolve_exec(&request, id, target.version.as_deref())
             .await?;
         let path = with_query(
             pinned(target, 1, &exec_id),
@@ -174,35 +208,44 @@ impl Proxy {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn network(
         &self,
         nop: NetworkOp,
         r: &ObjRef,
         access: Access,
-        op: &str,
-        parts: Parts,
-        body: &mut Option<Body>,
-        target: &Target,
+        ex: Exchange<'_>,
     ) -> Answer {
+        let Exchange {
+            op,
+            parts,
+            body,
+            target,
+            ..
+        } = ex;
         let raw = body.take().unwrap_or_else(upstream::empty);
         let version = target.version.as_deref();
         let at = |id: &Pinned| with_query(pinned(target, 1, id), &target.query.encode_without(&[]));
-        if nop == NetworkOp::Inspect {
-            let (_, inspected) = match self.resolve(Kind::Network, access, op, r, version).await? {
-                Ok(found) => found,
-                Err(engine) => return Ok(buffered_response(engine)),
-            };
-            body::no_body(raw).await?;
-            return self.own_endpoints_only(inspected, version).await;
-        }
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
         let net = Wanted {
             kind: Kind::Network,
             access,
             op,
             r,
             version,
+            request: Some(&request),
         };
+        if nop == NetworkOp::Inspect {
+            let (_, inspected) = match self.resolve(net).await? {
+                Ok(found) => found,
+                Err(engine) => return Ok(buffered_response(engine)),
+            };
+            body::no_body(raw).await?;
+            return self.own_endpoints_only(inspected, version).await;
+        }
         let (mut id, net_remembered) = match self.pin(net).await? {
             Ok(pin) => pin,
             Err(engine) => return Ok(buffered_response(engine)),
@@ -231,20 +274,27 @@ impl Proxy {
             }
             return Ok(in_client_words(resp, &id, r.as_str()).await);
         }
-        let (container, mut map) = crate::write_rules::network_attach(
+        let (container, mut map) = sockproxy_policy::write_rules::network_attach(
             op,
-            body::read_checked(raw, self.create_rules.spend.max_json_keys).await?,
-            &self.scope,
-            &self.create_rules,
+            body::read_checked(raw, self.policy.create_rules.spend.max_json_keys).await?,
+            &self.policy.scope,
+            &self.policy.create_rules,
         )?;
         let cref = ObjRef::parse(&container).ok_or_else(|| {
             Refusal::BadRequest(format!("{op}: Container {container:?} is not a reference"))
         })?;
-        policy::check_name(Kind::Container, Access::Change, op, &cref, &self.scope)?;
+        policy::check_name(
+            Kind::Container,
+            Access::Change,
+            op,
+            &cref,
+            &self.policy.scope,
+        )?;
         let joined = Wanted {
             kind: Kind::Container,
             access: Access::Change,
             r: &cref,
+            request: None,
             ..net
         };
         let (cid, c_remembered) = match self.pin(joined).await? {
@@ -292,10 +342,10 @@ impl Proxy {
         out: &serde_json::Value,
         version: Option<&str>,
     ) -> Result<Option<Buffered>, Refusal> {
-        if !self.create_rules.require_stack_label {
+        if !self.policy.create_rules.require_stack_label {
             return Ok(None);
         }
-        for name in crate::create_body::joined_networks(out) {
+        for name in sockproxy_policy::create_body::joined_networks(out) {
             let r = ObjRef::parse(&name).ok_or_else(|| {
                 Refusal::BadRequest(format!("{op}: network {name:?} is not a reference"))
             })?;
@@ -305,6 +355,7 @@ impl Proxy {
                 op,
                 r: &r,
                 version,
+                request: None,
             };
             if let Err(engine) = self.pin(w).await? {
                 return Ok(Some(engine));
@@ -316,7 +367,7 @@ impl Proxy {
     /// The pin for what `w` names, and whether it came from the name map; `Err` is the
     /// engine's own answer for a name it does not know.
     async fn pin(&self, w: Wanted<'_>) -> Result<Result<(Pinned, bool), Buffered>, Refusal> {
-        if let Some(id) = self.remembered(w.kind, w.access, w.op, w.r)? {
+        if let Some(id) = self.remembered(w)? {
             return Ok(Ok((id, true)));
         }
         Ok(self.fresh_pin(w).await?.map(|id| (id, false)))
@@ -324,10 +375,7 @@ impl Proxy {
 
     /// A pin from a fresh inspect, or the engine's own answer for a name it does not know.
     async fn fresh_pin(&self, w: Wanted<'_>) -> Result<Result<Pinned, Buffered>, Refusal> {
-        Ok(self
-            .resolve(w.kind, w.access, w.op, w.r, w.version)
-            .await?
-            .map(|(id, _)| id))
+        Ok(self.resolve(w).await?.map(|(id, _)| id))
     }
 
     /// After the engine answered 404 to a remembered pin: forget it and inspect afresh.
@@ -339,14 +387,4 @@ impl Proxy {
         self.names.evict(w.kind, stale.id());
         self.fresh_pin(w).await
     }
-}
-
-/// What a request names, and what it wants to do with it.
-#[derive(Debug, Clone, Copy)]
-struct Wanted<'a> {
-    kind: Kind,
-    access: Access,
-    op: &'a str,
-    r: &'a ObjRef,
-    version: Option<&'a str>,
 }

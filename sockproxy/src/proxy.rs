@@ -14,19 +14,21 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::api;
 use crate::body;
-use crate::canon::{self, Target};
 use crate::decision_line::Decided;
-use crate::filter;
+use crate::exchange::Exchange;
 use crate::forward::{
     buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
 };
-use crate::pinning::Pinned;
-use crate::policy::{self, Plan};
-use crate::refusal::Refusal;
-use crate::scope::{Kind, Scope};
+use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
+
+use sockproxy_policy::canon::Target;
+use sockproxy_policy::evaluate::{self, Facts, Policy};
+use sockproxy_policy::filter;
+use sockproxy_policy::policy::Plan;
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::Kind;
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,17 +39,13 @@ pub struct Peer {
 
 #[derive(Debug)]
 pub struct Proxy {
-    pub scope: Scope,
-    pub stack: String,
+    /// What the stack may do: every decision reads it (`sockproxy_policy::evaluate`).
+    pub policy: Policy,
     pub upstream: Upstream,
     pub max_list_bytes: usize,
     pub counters: Counters,
-    pub create_rules: crate::create_body::CreateRules,
-    pub allow_images: Vec<String>,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
-    /// Requests naming an older `/vX.Y` are refused before anything else.
-    pub min_api_version: (u32, u32),
     /// Bytes all buffered lists may hold together.
     pub list_budget: upstream::ListBudget,
     /// Client connections served at once (`--max-connections`).
@@ -146,7 +144,7 @@ impl Proxy {
     pub(crate) fn decided(&self, peer: Peer, label: &'static str, d: Decided<'_>) {
         self.counters.count(d.decision == "allow");
         self.metrics.decision(label, d.decision, d.reason);
-        crate::decision_line::log(&self.stack, peer.uid, peer.pid, &d);
+        crate::decision_line::log(&self.policy.stack, peer.uid, peer.pid, &d);
     }
 
     /// Answers the stand-in request hyper is given for a head `headguard` refused.
@@ -177,48 +175,26 @@ impl Proxy {
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
         let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
-        let (op, label, reason, result) = match canon::canonicalize(&parts.uri, &parts.headers) {
-            Err(e) => ("bad_request".to_owned(), "bad_request", "", Err(e.into())),
-            Ok(target) if self.too_old(&target) => (
-                "bad_request".to_owned(),
-                "bad_request",
-                "",
-                Err(Refusal::BadRequest(format!(
-                    "API version {} is older than this proxy's minimum {}.{}",
-                    target.version.as_deref().unwrap_or(""),
-                    self.min_api_version.0,
-                    self.min_api_version.1
-                ))),
-            ),
-            Ok(target) => {
-                let ep = api::parse(&parts.method, &target);
-                let op = ep.op();
-                let label = ep.op_label();
-                crate::metrics::set_op(label);
-                let decided = policy::decide(&ep, &target.query, &self.scope, &self.allow_images)
-                    .and_then(|plan| {
-                        crate::spend::plan_query(
-                            &self.create_rules.spend,
-                            &plan,
-                            &op,
-                            &target.query,
-                        )
-                        .map(|()| plan)
-                    });
-                match decided {
-                    Err(r) => (op, label, "", Err(r)),
-                    Ok(plan) => {
-                        let reason = match plan {
-                            Plan::Forward => "always_allowed",
-                            Plan::List(_) | Plan::VolumeList => "filtered_list",
-                            _ => "in_scope",
-                        };
-                        let result = self
-                            .act(plan, &op, parts, &mut body, &target, upgrade)
-                            .await;
-                        (op, label, reason, result)
-                    }
-                }
+        let request = evaluate::Request {
+            method: &parts.method,
+            uri: &parts.uri,
+            headers: &parts.headers,
+        };
+        let decision = evaluate::evaluate(&request, &Facts::None, &self.policy);
+        crate::metrics::set_op(decision.label);
+        let reason = decision.reason.as_str();
+        let result = match decision.outcome {
+            Err(r) => Err(r),
+            Ok(plan) => {
+                self.act(
+                    plan.route,
+                    &decision.op,
+                    parts,
+                    &mut body,
+                    &plan.target,
+                    upgrade,
+                )
+                .await
             }
         };
         if result.is_err() {
@@ -227,19 +203,11 @@ impl Proxy {
             }
         }
         Outcome {
-            op,
-            label,
+            op: decision.op,
+            label: decision.label,
             reason,
             result,
         }
-    }
-
-    /// Below API 1.24 some bodies mean more (a start body replaces the HostConfig).
-    fn too_old(&self, target: &Target) -> bool {
-        target
-            .version
-            .as_deref()
-            .is_some_and(|v| canon::api_version(v).is_none_or(|v| v < self.min_api_version))
     }
 
     async fn act(
@@ -255,6 +223,13 @@ impl Proxy {
         // The body stays in the caller's slot until it is forwarded or read, so a refusal on
         // the way can drain it and the client sees the refusal rather than a broken pipe.
         let mut take = || body.take().unwrap_or_else(upstream::empty);
+        let exchange = |parts, body, upgrade| Exchange {
+            op,
+            parts,
+            body,
+            target,
+            upgrade,
+        };
         match plan {
             Plan::Forward | Plan::Volume => {
                 body::no_body(take()).await?;
@@ -267,13 +242,15 @@ impl Proxy {
             }
             Plan::CreateContainer => {
                 let checked =
-                    body::read_checked(take(), self.create_rules.spend.max_json_keys).await?;
-                let out = crate::create_body::check(
+                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
+                        .await?;
+                let out = sockproxy_policy::create_body::check(
                     checked,
-                    &self.scope,
-                    &self.create_rules,
+                    &self.policy.scope,
+                    &self.policy.create_rules,
                     self.upstream.path(),
-                    &self.stack,
+                    &crate::host_paths::ProxyView,
+                    &self.policy.stack,
                 )?;
                 if let Some(engine) = self
                     .check_joined_networks(op, &out, target.version.as_deref())
@@ -296,7 +273,7 @@ impl Proxy {
                 }
                 let (mut rparts, body) = resp.into_parts();
                 rparts.headers.remove(header::CONTENT_LENGTH);
-                let filtered = crate::events::Filtered::new(body, self.scope.clone());
+                let filtered = crate::event_stream::Filtered::new(body, self.policy.scope.clone());
                 Ok(Response::from_parts(rparts, filtered.boxed()))
             }
             Plan::List(kind) => self.list(kind, parts, target).await,
@@ -309,22 +286,18 @@ impl Proxy {
                 target: r,
                 access,
             } => {
-                self.container(cop, &r, access, op, parts, body, target, upgrade)
+                self.container(cop, &r, access, exchange(parts, body, upgrade))
                     .await
             }
-            Plan::Exec {
-                op: eop,
-                id,
-                access,
-            } => {
-                self.exec(eop, &id, access, parts, body, target, upgrade)
-                    .await
+            Plan::Exec { op: eop, id, .. } => {
+                self.exec(eop, &id, exchange(parts, body, upgrade)).await
             }
             Plan::CreateNetwork => {
-                let v = crate::write_rules::network_create(
-                    body::read_checked(take(), self.create_rules.spend.max_json_keys).await?,
-                    &self.scope,
-                    &self.stack,
+                let v = sockproxy_policy::write_rules::network_create(
+                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
+                        .await?,
+                    &self.policy.scope,
+                    &self.policy.stack,
                 )?;
                 self.forward_json(&parts, &v, with_query(target.path(), &query))
                     .await
@@ -333,7 +306,10 @@ impl Proxy {
                 op: nop,
                 target: r,
                 access,
-            } => self.network(nop, &r, access, op, parts, body, target).await,
+            } => {
+                self.network(nop, &r, access, exchange(parts, body, upgrade))
+                    .await
+            }
         }
     }
 
@@ -385,7 +361,7 @@ impl Proxy {
     /// the requested name, not the ID of the container that holds it
     /// (`pinning::conflict_names_only`).
     pub(crate) async fn conflict_names_only(&self, resp: Response<Body>) -> Response<Body> {
-        if !self.create_rules.require_stack_label || resp.status() != StatusCode::CONFLICT {
+        if !self.policy.create_rules.require_stack_label || resp.status() != StatusCode::CONFLICT {
             return resp;
         }
         let (mut parts, body) = resp.into_parts();
@@ -404,7 +380,7 @@ impl Proxy {
             return Refusal::Upstream("unreadable conflict answer".into()).into_response();
         };
         let mut out = serde_json::to_vec(&serde_json::json!({
-            "message": crate::pinning::conflict_names_only(&message)
+            "message": sockproxy_policy::pinning::conflict_names_only(&message)
         }))
         .unwrap_or_default();
         out.push(b'\n');
@@ -422,37 +398,6 @@ impl Proxy {
         self.send_forwarded(req, None).await
     }
 
-    /// `GET /info` for the stack alone (`info::for_stack`).
-    async fn info(&self, version: Option<&str>) -> Result<Response<Body>, Refusal> {
-        let v = crate::forward::vprefix(version);
-        let answer = self
-            .upstream
-            .get(&format!("{v}/info"), 1 << 20)
-            .await
-            .map_err(upstream_err)?;
-        if answer.status != StatusCode::OK {
-            return Ok(buffered_response(answer));
-        }
-        let engine: Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
-        let own: Vec<crate::info::State> = self
-            .own_listed(Kind::Container, version)
-            .await?
-            .iter()
-            .map(|o| crate::info::State::parse(&o.state))
-            .collect();
-        let mut out = serde_json::to_vec(&crate::info::for_stack(&engine, &self.stack, &own))
-            .map_err(|e| Refusal::Upstream(e.to_string()))?;
-        out.push(b'\n');
-        let mut headers = answer.headers;
-        headers.remove(header::CONTENT_LENGTH);
-        Ok(buffered_response(Buffered {
-            status: answer.status,
-            headers,
-            body: Bytes::from(out),
-        }))
-    }
-
     /// Under `--require-stack-label`, the full IDs of the stack's own (labelled) containers,
     /// which a network's endpoints are checked against (one list from the engine); `None`
     /// without the flag, where an endpoint's name decides.
@@ -460,7 +405,7 @@ impl Proxy {
         &self,
         version: Option<&str>,
     ) -> Result<Option<filter::OwnIds>, Refusal> {
-        if !self.scope.requires_label() {
+        if !self.policy.scope.requires_label() {
             return Ok(None);
         }
         let own = self.own_objects(Kind::Container, version).await?;
@@ -477,7 +422,7 @@ impl Proxy {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
         let own = self.own_ids(version).await?;
-        filter::own_endpoints(&mut v, &self.scope, own.as_ref());
+        filter::own_endpoints(&mut v, &self.policy.scope, own.as_ref());
         let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         Ok(buffered_response(Buffered {
@@ -485,46 +430,6 @@ impl Proxy {
             ..inspected
         }))
     }
-}
-
-/// dockerd's messages that repeat the reference they were asked about (moby `errdefs`
-/// wordings of 20.10 and 29: containers, networks).
-const ECHOED: [(&str, &str); 4] = [
-    ("No such container: ", ""),
-    ("no such container: ", ""),
-    ("network ", " not found"),
-    ("No such network: ", ""),
-];
-
-/// The engine names the pinned full ID in its errors (`No such container: 3fa9…`) where the
-/// client named something else; the client's reference is put back so callers that match on
-/// the name they used still recognise the answer.
-pub(crate) async fn in_client_words(
-    resp: Response<Body>,
-    pin: &Pinned,
-    reference: &str,
-) -> Response<Body> {
-    if resp.status().as_u16() < 400 || pin.id() == reference {
-        return resp;
-    }
-    let (mut parts, body) = resp.into_parts();
-    let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
-        .collect()
-        .await
-    else {
-        return Refusal::Upstream("unreadable error answer".into()).into_response();
-    };
-    let mut text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
-    // Only where dockerd echoes the reference it was given; elsewhere it names the ID itself
-    // ("You cannot remove a running container ID"), and so does the proxied answer.
-    for (before, after) in ECHOED {
-        text = text.replace(
-            &format!("{before}{}{after}", pin.id()),
-            &format!("{before}{reference}{after}"),
-        );
-    }
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, upstream::full(text))
 }
 
 /// The request head for a body the proxy wrote: its own length, JSON.

@@ -1,18 +1,20 @@
-//! Naming an object through the engine before a decision (I/O; the decisions are `pinning`'s):
-//! inspect a container, network or exec instance, resolve an ID prefix among the stack's own
-//! objects, and read the stack's own objects for list filters that name one.
+//! Gathering the facts a plan needs, through the engine (I/O only; the answers are read by
+//! `sockproxy_policy::answers` and decided by `evaluate` or `pinning`): inspect a container,
+//! network or exec instance, resolve an ID prefix among the stack's own objects, and list the
+//! stack's own objects for list filters that name one.
 
 use http::StatusCode;
-use serde::Deserialize;
 
-use crate::api::ObjRef;
 use crate::forward::vprefix;
 use crate::names::Entry;
-use crate::pinning::{self, Inspected, Pinned, Rules};
 use crate::proxy::Proxy;
-use crate::refusal::Refusal;
-use crate::scope::{Access, Kind};
 use crate::upstream::Buffered;
+use sockproxy_policy::answers::{self, ExecInfo, Named, Own};
+use sockproxy_policy::evaluate::{evaluate, Decision, Facts, Request};
+use sockproxy_policy::pinning::{self, Inspected, Pinned};
+use sockproxy_policy::reference::ObjRef;
+use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::scope::{Access, Kind};
 
 /// Cap on one inspect answer (a network with many endpoints is the largest we read).
 const MAX_INSPECT: usize = 8 << 20;
@@ -21,102 +23,36 @@ const MAX_INSPECT: usize = 8 << 20;
 /// for a name it does not know, which goes back to the client as it is.
 pub type Resolved = Result<(Pinned, Buffered), Buffered>;
 
-#[derive(Deserialize)]
-struct Named {
-    #[serde(rename = "Id")]
-    id: String,
-    #[serde(rename = "Name")]
-    name: String,
-    #[serde(rename = "Config", default)]
-    config: Option<NamedConfig>,
-    /// A network's labels (a container's are under `Config`).
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
+/// What a request names, and what it wants to do with it. `request` is set for the object the
+/// request itself names: its pin is `evaluate`'s, with the inspect as the fact.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wanted<'a> {
+    pub kind: Kind,
+    pub access: Access,
+    pub op: &'a str,
+    pub r: &'a ObjRef,
+    pub version: Option<&'a str>,
+    pub request: Option<&'a Request<'a>>,
 }
 
-#[derive(Deserialize)]
-struct NamedConfig {
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
-}
-
-impl Named {
-    fn entry(&self) -> Entry {
-        Entry::from(&self.inspected())
-    }
-
-    fn inspected(&self) -> Inspected<'_> {
-        Inspected {
-            id: &self.id,
-            name: &self.name,
-            stack_label: self
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .or(self.labels.as_ref())
-                .and_then(|l| l.get(crate::create_body::STACK_LABEL))
-                .map(String::as_str),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct ExecInfo {
-    #[serde(rename = "ID")]
-    id: String,
-    #[serde(rename = "ContainerID")]
-    container_id: String,
-}
-
-/// One entry of a container or network list: its ID and its names.
-#[derive(Deserialize)]
-struct Listed {
-    #[serde(rename = "Id", alias = "ID")]
-    id: String,
-    #[serde(rename = "Names", default)]
-    names: Vec<String>,
-    #[serde(rename = "Name", default)]
-    name: String,
-    #[serde(rename = "State", default)]
-    state: String,
-    /// Only the `sockproxy.stack` label is read.
-    #[serde(rename = "Labels", default)]
-    labels: Option<crate::filter::StackLabel>,
-}
-
-/// One of the stack's own objects, from a list.
-#[derive(Debug, Clone)]
-pub(crate) struct Own {
-    pub id: String,
-    pub name: String,
-    pub state: String,
-}
-
-fn unreadable(what: &str, e: serde_json::Error) -> Refusal {
-    Refusal::Upstream(format!("unreadable {what} answer: {e}"))
+/// The pin a decision with its fact gave; an allowed plan without one is a fact that did not
+/// reach the decision, refused rather than forwarded unpinned.
+fn pin_of(decision: Decision) -> Result<Pinned, Refusal> {
+    decision
+        .outcome?
+        .pin
+        .ok_or_else(|| Refusal::Upstream("the decision pinned nothing".into()))
 }
 
 impl Proxy {
-    pub(crate) fn rules(&self) -> Rules<'_> {
-        Rules {
-            scope: &self.scope,
-            require_stack_label: self.create_rules.require_stack_label,
-            stack: &self.stack,
-        }
-    }
-
     /// Inspects `r` and decides on the canonical name. An ID prefix is first resolved among
     /// the stack's own objects; a full ID or a name is inspected as it is.
-    pub(crate) async fn resolve(
-        &self,
-        kind: Kind,
-        access: Access,
-        op: &str,
-        r: &ObjRef,
-        version: Option<&str>,
-    ) -> Result<Resolved, Refusal> {
+    pub(crate) async fn resolve(&self, w: Wanted<'_>) -> Result<Resolved, Refusal> {
+        let Wanted {
+            kind, r, version, ..
+        } = w;
         let full = match r {
-            ObjRef::Hex(prefix) if !pinning::is_full_id(prefix) => {
+            ObjRef::Hex(prefix) if !sockproxy_policy::reference::is_full_id(prefix) => {
                 let own = self.own_objects(kind, version).await?;
                 pinning::own_prefix(kind, prefix, &own)?
             }
@@ -135,44 +71,47 @@ impl Proxy {
             .map_err(crate::proxy::upstream_err)?;
         if answer.status != StatusCode::OK {
             pinning::inspect_failed(kind, r, answer.status, &answer.body)?;
-            if let Some(absent) = pinning::not_found(kind, r, answer.status, &self.rules()) {
+            if let Some(absent) = pinning::not_found(kind, r, answer.status, &self.policy.rules()) {
                 return Err(absent);
             }
             return Ok(Err(answer));
         }
-        let named: Named =
-            serde_json::from_slice(&answer.body).map_err(|e| unreadable("inspect", e))?;
+        let named = Named::read(&answer.body)?;
         if let Some(stamp) = stamp {
             self.names
-                .fill(kind, stamp, &named.inspected(), &self.scope);
+                .fill(kind, stamp, &named.inspected(), &self.policy.scope);
         }
-        let pin = pinning::inspected(kind, access, op, r, &named.inspected(), &self.rules())?;
+        let pin = self.judge(w, &named.inspected())?;
         Ok(Ok((pin, answer)))
     }
 
     /// The pin the name map holds for `r`, decided as an inspect's answer would be; `None`
     /// when the map does not hold it (then the caller inspects).
-    pub(crate) fn remembered(
-        &self,
-        kind: Kind,
-        access: Access,
-        op: &str,
-        r: &ObjRef,
-    ) -> Result<Option<Pinned>, Refusal> {
-        let found = self.names.lookup(kind, r);
+    pub(crate) fn remembered(&self, w: Wanted<'_>) -> Result<Option<Pinned>, Refusal> {
+        let found = self.names.lookup(w.kind, w.r);
         if self.name_cache {
             self.metrics.name_lookup(found.is_some());
         }
         let Some(e) = found else {
             return Ok(None);
         };
-        pinning::inspected(kind, access, op, r, &e.inspected(), &self.rules()).map(Some)
+        self.judge(w, &e.inspected()).map(Some)
+    }
+
+    /// Decides on an inspected object: the request's own through `evaluate`, with the inspect
+    /// as its fact; another the request names (a joined network, a connected container) by
+    /// `pinning::inspected`.
+    fn judge(&self, w: Wanted<'_>, ins: &Inspected<'_>) -> Result<Pinned, Refusal> {
+        match w.request {
+            Some(request) => pin_of(evaluate(request, &Facts::Object(*ins), &self.policy)),
+            None => pinning::inspected(w.kind, w.access, w.op, w.r, ins, &self.policy.rules()),
+        }
     }
 
     /// An exec instance is the stack's when its container is; pinned to the exec's full ID.
     pub(crate) async fn resolve_exec(
         &self,
-        access: Access,
+        request: &Request<'_>,
         id: &str,
         version: Option<&str>,
     ) -> Result<Pinned, Refusal> {
@@ -191,13 +130,7 @@ impl Proxy {
         if answer.status != StatusCode::OK {
             return Err(Refusal::NoSuchExec(id.to_owned()));
         }
-        let info: ExecInfo =
-            serde_json::from_slice(&answer.body).map_err(|e| unreadable("exec inspect", e))?;
-        if !pinning::is_full_id(&info.container_id) {
-            return Err(Refusal::Upstream(
-                "exec inspect answer has no full IDs".into(),
-            ));
-        }
+        let info = ExecInfo::read(&answer.body)?;
         let by_id = ObjRef::Hex(info.container_id.clone());
         let remembered = self.names.lookup(Kind::Container, &by_id);
         if self.name_cache {
@@ -218,22 +151,23 @@ impl Proxy {
                 if container.status != StatusCode::OK {
                     return Err(Refusal::NoSuchExec(id.to_owned()));
                 }
-                let named: Named = serde_json::from_slice(&container.body)
-                    .map_err(|e| unreadable("inspect", e))?;
+                let named = Named::read(&container.body)?;
                 if let Some(stamp) = stamp {
-                    self.names
-                        .fill(Kind::Container, stamp, &named.inspected(), &self.scope);
+                    self.names.fill(
+                        Kind::Container,
+                        stamp,
+                        &named.inspected(),
+                        &self.policy.scope,
+                    );
                 }
-                named.entry()
+                Entry::from(&named.inspected())
             }
         };
-        pinning::exec(
-            access,
-            id,
-            (&info.id, &info.container_id),
-            &entry.inspected(),
-            &self.rules(),
-        )
+        let facts = Facts::Exec {
+            reported: (&info.id, &info.container_id),
+            container: entry.inspected(),
+        };
+        pin_of(evaluate(request, &facts, &self.policy))
     }
 
     /// `(full ID, name)` of every container (all states) or network the stack sees.
@@ -250,50 +184,15 @@ impl Proxy {
             .collect())
     }
 
-    /// Every container (all states) the stack sees, or every network it may read (its own and
-    /// the predefined ones); under `--require-stack-label`, only those with its label. Containers are asked for with a name filter for the prefix (and the label
-    /// under the flag), which
-    /// keeps the answer small; the engine's `id` filter is no use for prefixes, as it resolves
-    /// them the way the engine does (an ambiguity with another stack's ID would empty it).
+    /// Every container (all states) the stack sees, or every network it may read
+    /// (`answers::own_list_path` says how it is asked for, `answers::own_objects` what is kept).
     pub(crate) async fn own_listed(
         &self,
         kind: Kind,
         version: Option<&str>,
     ) -> Result<Vec<Own>, Refusal> {
         let v = vprefix(version);
-        let path = match kind {
-            Kind::Container => {
-                // Names are matched as regular expressions against `/NAME`; under
-                // `--require-stack-label` the label narrows it too, so another stack's
-                // containers under the same prefix do not count against the list cap.
-                let p = self.scope.prefix().as_str().replace('.', "\\.");
-                let mut filters = serde_json::json!({ "name": [format!("^/{p}")] });
-                if self.create_rules.require_stack_label {
-                    let label = format!("{}={}", crate::create_body::STACK_LABEL, self.stack);
-                    filters["label"] = serde_json::json!([label]);
-                }
-                let filters = filters.to_string();
-                let query = form_urlencoded::Serializer::new(String::new())
-                    .append_pair("filters", &filters)
-                    .finish();
-                format!("{v}/containers/json?all=1&{query}")
-            }
-            Kind::Network => {
-                // The prefix's networks and the predefined ones, as regular expressions on
-                // the name (dockerd's network `name` filter): another prefix's networks do not
-                // count against the list cap.
-                let p = self.scope.prefix().as_str().replace('.', "\\.");
-                let names = crate::scope::PREDEFINED_NETWORKS
-                    .iter()
-                    .map(|n| format!("|{n}$"))
-                    .collect::<String>();
-                let filters = serde_json::json!({ "name": [format!("^(?:{p}{names})")] });
-                let query = form_urlencoded::Serializer::new(String::new())
-                    .append_pair("filters", &filters.to_string())
-                    .finish();
-                format!("{v}/networks?{query}")
-            }
-        };
+        let path = answers::own_list_path(&v, kind, &self.policy);
         let answer = self
             .upstream
             .get(&path, self.max_list_bytes)
@@ -305,29 +204,6 @@ impl Proxy {
                 answer.status
             )));
         }
-        let listed: Vec<Listed> =
-            serde_json::from_slice(&answer.body).map_err(|e| unreadable("list", e))?;
-        Ok(listed
-            .into_iter()
-            .filter_map(|l| {
-                let name = match kind {
-                    Kind::Container => l
-                        .names
-                        .iter()
-                        .map(|n| n.strip_prefix('/').unwrap_or(n))
-                        .find(|n| !n.contains('/'))?
-                        .to_owned(),
-                    Kind::Network => l.name,
-                };
-                let label = crate::filter::stack_label(&l.labels);
-                let seen = self.scope.allows(kind, Access::Read, &name)
-                    && self.scope.label_allows(kind, &name, label);
-                seen.then_some(Own {
-                    id: l.id,
-                    name,
-                    state: l.state,
-                })
-            })
-            .collect())
+        answers::own_objects(kind, &answer.body, &self.policy.scope)
     }
 }

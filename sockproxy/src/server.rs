@@ -14,6 +14,7 @@ use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use sockproxy_policy::evaluate::Policy;
 use tokio::net::{UnixListener, UnixStream};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,8 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::answer::Answer;
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy};
-use crate::refusal::Refusal;
 use crate::upstream::Upstream;
+use sockproxy_policy::refusal::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -106,19 +107,21 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
     Arc::new(Proxy {
         // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
         // then lets the stack see: lists and events read the label through the scope.
-        scope: cfg.scope.clone().with_required_label(
-            cfg.create_rules
-                .require_stack_label
-                .then_some(cfg.stack.as_str()),
-        ),
-        stack: cfg.stack.clone(),
+        policy: Policy {
+            scope: cfg.scope.clone().with_required_label(
+                cfg.create_rules
+                    .require_stack_label
+                    .then_some(cfg.stack.as_str()),
+            ),
+            stack: cfg.stack.clone(),
+            create_rules: cfg.create_rules.clone(),
+            allow_images: cfg.allow_images.clone(),
+            min_api_version: cfg.min_api_version,
+        },
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         max_list_bytes: cfg.max_list_bytes,
         counters: Default::default(),
-        create_rules: cfg.create_rules.clone(),
-        allow_images: cfg.allow_images.clone(),
         inflight: Default::default(),
-        min_api_version: cfg.min_api_version,
         list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
         connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         header_timeout: cfg.header_timeout,
@@ -157,7 +160,7 @@ pub async fn serve(
         let watch = crate::watch::run(
             proxy.upstream.clone(),
             proxy.names.clone(),
-            proxy.scope.clone(),
+            proxy.policy.scope.clone(),
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("watch", watch)))
     });
@@ -349,7 +352,7 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
         body.len()
     );
     tracing::info!(
-        stack = %proxy.stack,
+        stack = %proxy.policy.stack,
         op = "connection",
         target = "",
         decision = "deny",

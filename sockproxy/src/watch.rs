@@ -15,8 +15,8 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::names::{Event, Names};
-use crate::scope::Scope;
 use crate::upstream::{self, Upstream};
+use sockproxy_policy::scope::Scope;
 
 /// The events that change a name or an ID; `Names` also checks each line itself.
 const FILTERS: &str = r#"{"type":["container","network"],"event":["create","rename","destroy"]}"#;

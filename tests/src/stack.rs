@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use sockproxy::config::{Config, LogFormat};
-use sockproxy::scope::{Prefix, Scope};
 use sockproxy::server::Background;
+use sockproxy_policy::scope::{Prefix, Scope};
 
 #[derive(Debug)]
 pub struct StackProxy {

@@ -39,7 +39,8 @@ fn version_negotiation_matches_the_engine() {
             format!("client version 99.0 is too new. Maximum supported API version is {api}")
         );
         let at_min = s.get(&format!("/v{min}/version"));
-        let below_proxy_min = sockproxy::canon::api_version(&min).is_some_and(|v| v < (1, 24));
+        let below_proxy_min =
+            sockproxy_policy::canon::api_version(&min).is_some_and(|v| v < (1, 24));
         if s.via_proxy() && below_proxy_min {
             // Below 1.24 a start body replaces the HostConfig: the proxy refuses such versions.
             assert_eq!(at_min.status, 400, "{}", at_min.text());

@@ -15,11 +15,15 @@ fn ledger_paths(data: &[u8]) -> Result<(), String> {
 
 /// Every fuzz target and its property; a corpus directory not listed here fails the test, so
 /// a new target cannot go unreplayed.
-const TARGETS: [(&str, Prop); 7] = [
-    ("sockproxy_request", sockproxy::props::request),
+const TARGETS: [(&str, Prop); 8] = [
+    ("sockproxy_request", sockproxy_policy::props::request),
+    (
+        "evaluate",
+        sockproxy_policy::evaluate_props::evaluate_request,
+    ),
     ("engine_answer", sockproxy::props::engine_answer),
-    ("create_body", sockproxy::props::create_body),
-    ("list_filter", sockproxy::props::list_filter),
+    ("create_body", sockproxy_policy::props::create_body),
+    ("list_filter", sockproxy_policy::props::list_filter),
     ("netproxy_target", netproxy::props::target),
     ("netproxy_framing", netproxy::props::framing),
     ("ledger_paths", ledger_paths),

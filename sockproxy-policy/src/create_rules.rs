@@ -1,0 +1,110 @@
+//! What the operator lets a stack's creates ask for (`CreateRules`), and the context every field
+//! rule of a create or update is read in (`Ctx`): shared by `create_body`, `host_config`,
+//! `mounts` and `write_rules`, which otherwise need nothing of each other's.
+
+use std::path::{Path, PathBuf};
+
+use crate::scope::Scope;
+use crate::spend::Spend;
+
+/// Default cap on `HostConfig.ShmSize` (1 GiB).
+pub const DEFAULT_MAX_SHM: u64 = 1 << 30;
+
+/// Operator choices about what a stack's creates may ask for: doors the defaults keep shut,
+/// and `--require-stack-label`, which shuts one more (pinning reads it too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateRules {
+    /// Capabilities `CapAdd` may name (`--allow-cap`).
+    pub allow_caps: Vec<String>,
+    /// Host directories bind mounts may come from (`--allow-bind-root`), canonical paths.
+    pub bind_roots: Vec<PathBuf>,
+    /// Publish ports on addresses other than loopback (`--allow-public-ports`).
+    pub public_ports: bool,
+    /// `seccomp=unconfined` (`--allow-seccomp-unconfined`).
+    pub allow_seccomp_unconfined: bool,
+    /// SHA-256 (lowercase hex) of the canonical JSON of custom seccomp profiles a stack may
+    /// send (`--allow-seccomp-profile`, `seccomp`).
+    pub seccomp_profiles: Vec<String>,
+    /// Namespaced sysctls a container may set (`--allow-sysctl`).
+    pub allow_sysctls: Vec<String>,
+    /// Largest `ShmSize` in bytes (`--max-shm-size`).
+    pub max_shm_size: u64,
+    /// Logging drivers `LogConfig.Type` may name (`--allow-log-driver`).
+    pub allow_log_drivers: Vec<String>,
+    /// When not empty, the only images a container may be created from (`--allow-image`),
+    /// normalized as `images::normalize_image` does.
+    pub allow_images: Vec<String>,
+    /// `--require-stack-label`: a container another setting names (`VolumesFrom`, `Links`,
+    /// `container:` modes) cannot be checked for the label here, so such settings are refused.
+    pub require_stack_label: bool,
+    /// Bounds on what a request may make the engine and the proxy spend (DESIGN §4d).
+    pub spend: Spend,
+}
+
+impl Default for CreateRules {
+    fn default() -> Self {
+        Self {
+            allow_caps: vec![],
+            bind_roots: vec![],
+            public_ports: false,
+            allow_seccomp_unconfined: false,
+            seccomp_profiles: vec![],
+            allow_sysctls: vec![],
+            max_shm_size: DEFAULT_MAX_SHM,
+            allow_log_drivers: default_log_drivers(),
+            allow_images: vec![],
+            require_stack_label: false,
+            spend: Spend::default(),
+        }
+    }
+}
+
+/// `json-file`, `local`, `none`: drivers that keep the output on the host, or drop it.
+pub fn default_log_drivers() -> Vec<String> {
+    ["json-file", "local", "none"].map(String::from).to_vec()
+}
+
+/// What the field rules need to know about the stack.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    pub op: &'a str,
+    pub scope: &'a Scope,
+    pub rules: &'a CreateRules,
+    pub engine_socket: &'a Path,
+    /// The proxy's view of the host's paths, which a bind source is walked on.
+    pub host: &'a dyn HostPaths,
+}
+
+/// The one thing a create's check reads off the host: whether a path is a symbolic link (not
+/// followed). The transport answers from the filesystem; the decision and its wording stay here.
+pub trait HostPaths: std::fmt::Debug + Sync {
+    /// Whether `path` itself is a symbolic link; an error when it cannot be read.
+    fn is_symlink(&self, path: &Path) -> std::io::Result<bool>;
+}
+
+/// A view with no paths in it, for checks that never reach a bind source (a network
+/// attachment's endpoint settings): every path is unreadable.
+#[derive(Debug)]
+pub struct NoPaths;
+
+impl HostPaths for NoPaths {
+    fn is_symlink(&self, path: &Path) -> std::io::Result<bool> {
+        Err(std::io::Error::other(format!(
+            "{} is not read here",
+            path.display()
+        )))
+    }
+}
+
+/// The filesystem as the transport reads it, for the tables whose bind roots are real
+/// directories.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct Disk;
+
+#[cfg(test)]
+impl HostPaths for Disk {
+    fn is_symlink(&self, path: &Path) -> std::io::Result<bool> {
+        std::fs::symlink_metadata(path).map(|m| m.file_type().is_symlink())
+    }
+}

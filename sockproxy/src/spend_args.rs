@@ -1,0 +1,174 @@
+//! The flags that bound what a stack may spend (`--max-*`, `--min-*`, `--allow-host-port`,
+//! `--allow-log-opt`): configuration, read into the policy crate's `Spend`.
+
+use sockproxy_policy::spend::{parse_duration, Spend};
+
+/// The flags that set `Spend` (each with a `SOCKPROXY_*` fallback); absent ones keep the
+/// defaults above.
+#[derive(Debug, Default, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct SpendArgs {
+    /// Object keys a request body may hold, counted at every depth [default: 10000].
+    #[arg(long, env = "SOCKPROXY_MAX_JSON_KEYS")]
+    pub max_json_keys: Option<usize>,
+    /// Shortest healthcheck Interval, Timeout, StartPeriod and StartInterval a container may
+    /// ask for (0, the engine's default, is always allowed), e.g. 1s, 500ms [default: 1s].
+    #[arg(long, env = "SOCKPROXY_MIN_HEALTHCHECK_INTERVAL")]
+    pub min_healthcheck_interval: Option<String>,
+    /// Largest Healthcheck.Retries [default: 100].
+    #[arg(long, env = "SOCKPROXY_MAX_HEALTHCHECK_RETRIES")]
+    pub max_healthcheck_retries: Option<i64>,
+    /// Largest StopTimeout and stop/restart `t`, in seconds [default: 300].
+    #[arg(long, env = "SOCKPROXY_MAX_STOP_TIMEOUT")]
+    pub max_stop_timeout: Option<i64>,
+    /// Host ports one container may publish [default: 4].
+    #[arg(long, env = "SOCKPROXY_MAX_PORT_BINDINGS")]
+    pub max_port_bindings: Option<usize>,
+    /// Lowest host port a container may publish on, unless --allow-host-port names it
+    /// [default: 1024].
+    #[arg(long, env = "SOCKPROXY_MIN_HOST_PORT")]
+    pub min_host_port: Option<u16>,
+    /// A host port below --min-host-port containers may publish on all the same (repeatable).
+    #[arg(
+        long = "allow-host-port",
+        env = "SOCKPROXY_ALLOW_HOST_PORT",
+        value_delimiter = ','
+    )]
+    pub allow_host_port: Vec<u16>,
+    /// Largest CpuShares a container may ask for, at create and update [default: 1024].
+    #[arg(long, env = "SOCKPROXY_MAX_CPU_SHARES")]
+    pub max_cpu_shares: Option<i64>,
+    /// Largest BlkioWeight, at create and update [default: 500].
+    #[arg(long, env = "SOCKPROXY_MAX_BLKIO_WEIGHT")]
+    pub max_blkio_weight: Option<u64>,
+    /// Largest PidsLimit, at create and update [default: 32768].
+    #[arg(long, env = "SOCKPROXY_MAX_PIDS_LIMIT")]
+    pub max_pids_limit: Option<i64>,
+    /// Largest `core` ulimit (soft and hard), in bytes [default: 0, no core dumps].
+    #[arg(long, env = "SOCKPROXY_MAX_CORE_ULIMIT")]
+    pub max_core_ulimit: Option<i64>,
+    /// Largest log `max-size` a container may give its logging driver, e.g. 100m
+    /// [default: 100m].
+    #[arg(long, env = "SOCKPROXY_MAX_LOG_SIZE")]
+    pub max_log_size: Option<String>,
+    /// Largest log `max-file` [default: 5].
+    #[arg(long, env = "SOCKPROXY_MAX_LOG_FILES")]
+    pub max_log_files: Option<u64>,
+    /// A log option DRIVER:KEY containers may give an allowed driver, beyond json-file's and
+    /// local's own (repeatable).
+    #[arg(
+        long = "allow-log-opt",
+        env = "SOCKPROXY_ALLOW_LOG_OPT",
+        value_delimiter = ','
+    )]
+    pub allow_log_opt: Vec<String>,
+}
+
+impl SpendArgs {
+    /// The validated bounds; `Err` is the flag's message.
+    pub fn spend(&self) -> Result<Spend, String> {
+        let d = Spend::default();
+        let min_healthcheck_interval_ns = match &self.min_healthcheck_interval {
+            Some(raw) => parse_duration(raw)
+                .and_then(|ns| {
+                    (ns >= 0)
+                        .then_some(ns)
+                        .ok_or_else(|| format!("{raw:?}: must not be negative"))
+                })
+                .map_err(|e| format!("--min-healthcheck-interval {e}"))?,
+            None => d.min_healthcheck_interval_ns,
+        };
+        let non_negative = |flag: &str, v: Option<i64>, default: i64| match v {
+            Some(n) if n < 0 => Err(format!("{flag} {n}: must not be negative")),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        Ok(Spend {
+            max_json_keys: self.max_json_keys.unwrap_or(d.max_json_keys),
+            min_healthcheck_interval_ns,
+            max_healthcheck_retries: non_negative(
+                "--max-healthcheck-retries",
+                self.max_healthcheck_retries,
+                d.max_healthcheck_retries,
+            )?,
+            max_stop_timeout: non_negative(
+                "--max-stop-timeout",
+                self.max_stop_timeout,
+                d.max_stop_timeout,
+            )?,
+            max_port_bindings: self.max_port_bindings.unwrap_or(d.max_port_bindings),
+            min_host_port: self.min_host_port.unwrap_or(d.min_host_port),
+            allow_host_ports: self.allow_host_port.clone(),
+            max_cpu_shares: non_negative(
+                "--max-cpu-shares",
+                self.max_cpu_shares,
+                d.max_cpu_shares,
+            )?,
+            max_blkio_weight: self.max_blkio_weight.unwrap_or(d.max_blkio_weight),
+            max_pids_limit: non_negative(
+                "--max-pids-limit",
+                self.max_pids_limit,
+                d.max_pids_limit,
+            )?,
+            max_core_ulimit: non_negative(
+                "--max-core-ulimit",
+                self.max_core_ulimit,
+                d.max_core_ulimit,
+            )?,
+            max_log_size: match &self.max_log_size {
+                Some(raw) => sockproxy_policy::spend_host::ram_in_bytes(raw).ok_or_else(|| {
+                    format!("--max-log-size {raw:?}: expected a size such as 100m")
+                })?,
+                None => d.max_log_size,
+            },
+            max_log_files: self.max_log_files.unwrap_or(d.max_log_files),
+            allow_log_opts: self
+                .allow_log_opt
+                .iter()
+                .map(|o| match o.split_once(':') {
+                    Some((d, k)) if !d.is_empty() && !k.is_empty() => Ok(o.clone()),
+                    _ => Err(format!("--allow-log-opt {o:?}: expected DRIVER:KEY")),
+                })
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_checked_as_they_are_read() {
+        let args = SpendArgs {
+            min_healthcheck_interval: Some("-1s".into()),
+            ..SpendArgs::default()
+        };
+        assert_eq!(
+            args.spend(),
+            Err(
+                "--min-healthcheck-interval \"-1s\": expected a duration such as 1s, 500ms or 2m"
+                    .into()
+            )
+        );
+        // A negative interval that reads as a duration (a bare number of seconds) is refused by
+        // the sign check, which "-1s" (no duration at all) never reached.
+        let args = SpendArgs {
+            min_healthcheck_interval: Some("-1".into()),
+            ..SpendArgs::default()
+        };
+        assert_eq!(
+            args.spend(),
+            Err("--min-healthcheck-interval \"-1\": must not be negative".into())
+        );
+        let args = SpendArgs {
+            max_stop_timeout: Some(-1),
+            ..SpendArgs::default()
+        };
+        assert_eq!(
+            args.spend(),
+            Err("--max-stop-timeout -1: must not be negative".into())
+        );
+        assert_eq!(SpendArgs::default().spend(), Ok(Spend::default()));
+    }
+}
