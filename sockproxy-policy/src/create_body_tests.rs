@@ -121,7 +121,7 @@ mod properties {
 
     /// The top-level fields a forwarded body may carry: the fuzz target's list, so the
     /// property and the fuzzer hold the code to one statement of the allowlist.
-    use crate::props::CREATE_TOP as TOP;
+    use crate::create_props::CREATE_TOP as TOP;
 
     fn key() -> impl Strategy<Value = String> {
         let known: Vec<&'static str> = TOP

@@ -18,6 +18,7 @@ pub mod answers;
 pub mod api;
 pub mod canon;
 pub mod create_body;
+pub mod create_props;
 pub mod create_rules;
 pub mod evaluate;
 pub mod evaluate_props;

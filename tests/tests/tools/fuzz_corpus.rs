@@ -22,7 +22,7 @@ const TARGETS: [(&str, Prop); 8] = [
         sockproxy_policy::evaluate_props::evaluate_request,
     ),
     ("engine_answer", sockproxy::props::engine_answer),
-    ("create_body", sockproxy_policy::props::create_body),
+    ("create_body", sockproxy_policy::create_props::create_body),
     ("list_filter", sockproxy_policy::props::list_filter),
     ("netproxy_target", netproxy::props::target),
     ("netproxy_framing", netproxy::props::framing),
