@@ -6,7 +6,6 @@
 
 mod footprint;
 mod load;
-mod paired;
 mod procs;
 mod real;
 mod soak;

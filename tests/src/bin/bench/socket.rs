@@ -14,7 +14,7 @@ use crate::load::{load, load_with, median, ms, same, Load, Requests};
 use crate::procs::{
     cpu_of, idle_pct, installed, listener_pid, machine_ticks, mib, own_cpu, unix_answers, Proc,
 };
-use crate::{paired, Args, Target};
+use crate::{Args, Target};
 
 pub const PREFIX: &str = "bench-";
 const START_LIMIT: Duration = Duration::from_secs(15);
@@ -206,9 +206,48 @@ pub struct Routes<'a> {
     pub haproxy: &'a Result<Served, String>,
 }
 
-/// Prints part 1's table: each target at each concurrency, `rounds` times over every route,
-/// the routes taking turns within a round (and each round starting with the next route) so a slow
-/// spell of the machine hits all of them.
+/// One load per route at each of `rounds`, the routes taking turns within a round (and each
+/// round starting with the next route) so a slow spell of the machine hits all of them; each
+/// route's loads in round order. A route's `Proc` is the proxy whose CPU is counted.
+pub fn rounds_of_loads(
+    rt: &Runtime,
+    engine_pid: Option<u32>,
+    ways: &[(&Path, Option<&Proc>)],
+    next: &Requests,
+    concurrency: usize,
+    requests: usize,
+    rounds: usize,
+) -> Vec<Vec<Load>> {
+    let mut cells: Vec<Vec<Load>> = vec![Vec::new(); ways.len()];
+    for round in 0..rounds {
+        // Each round starts one route later, so over as many rounds as there are routes each
+        // takes every place in the order once: a route is not always the one that follows
+        // another's load (the engine's garbage, the caches).
+        for k in 0..ways.len() {
+            let i = (k + round) % ways.len();
+            let (sock, proxy) = ways[i];
+            let before = proxy.map(Proc::cpu);
+            let (client_before, engine_before) = (own_cpu(), engine_pid.map(cpu_of));
+            let ticks = machine_ticks();
+            let mut l = rt.block_on(load_with(sock, next, concurrency, requests));
+            l.idle_pct = idle_pct(ticks, machine_ticks());
+            let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
+            l.client_cpu_per_req = own_cpu().saturating_sub(client_before) / answered;
+            if let (Some(pid), Some(before)) = (engine_pid, engine_before) {
+                l.engine_cpu_per_req = cpu_of(pid).saturating_sub(before) / answered;
+            }
+            if let Some(before) = before {
+                let used = proxy.map(Proc::cpu).unwrap_or_default() - before;
+                l.cpu_per_req = used / answered;
+            }
+            cells[i].push(l);
+        }
+    }
+    cells
+}
+
+/// Prints part 1's table: each target at each concurrency, `rounds` loads over every route
+/// (`rounds_of_loads`), each cell the median round by requests per second.
 pub fn table(
     rt: &Runtime,
     routes: &Routes,
@@ -232,37 +271,9 @@ pub fn table(
     if let Ok(h) = routes.haproxy {
         ways.push((&h.socket, Some(&h.proc)));
     }
-    let mut paired_rows = Vec::new();
     for (label, next) in targets {
         for &c in concurrency {
-            let mut cells: Vec<Vec<Load>> = vec![Vec::new(); ways.len()];
-            for round in 0..rounds {
-                // Each round starts one route later, so over as many rounds as there are
-                // routes each takes every place in the order once: a route is not always the
-                // one that follows another's load (the engine's garbage, the caches).
-                for k in 0..ways.len() {
-                    let i = (k + round) % ways.len();
-                    let (sock, proxy) = ways[i];
-                    let before = proxy.map(Proc::cpu);
-                    let (client_before, engine_before) = (own_cpu(), engine_pid.map(cpu_of));
-                    let ticks = machine_ticks();
-                    let mut l = rt.block_on(load_with(sock, next, c, requests));
-                    l.idle_pct = idle_pct(ticks, machine_ticks());
-                    let answered = u32::try_from(l.answered.max(1)).unwrap_or(u32::MAX);
-                    l.client_cpu_per_req = own_cpu().saturating_sub(client_before) / answered;
-                    if let (Some(pid), Some(before)) = (engine_pid, engine_before) {
-                        l.engine_cpu_per_req = cpu_of(pid).saturating_sub(before) / answered;
-                    }
-                    if let Some(before) = before {
-                        let used = proxy.map(Proc::cpu).unwrap_or_default() - before;
-                        l.cpu_per_req = used / answered;
-                    }
-                    cells[i].push(l);
-                }
-            }
-            if let [_, s, h] = &cells[..] {
-                paired_rows.push(paired::row(label, c, s, h));
-            }
+            let cells = rounds_of_loads(rt, engine_pid, &ways, next, c, requests, rounds);
             let m: Vec<Load> = cells.into_iter().map(|r| median(r, |l| l.rps)).collect();
             let d = m[0];
             let col = |i: usize, f: &dyn Fn(&Load) -> String| m.get(i).map(f).unwrap_or_default();
@@ -286,9 +297,6 @@ pub fn table(
         }
     }
     println!();
-    if rounds >= 2 && !paired_rows.is_empty() {
-        paired::print(&paired_rows);
-    }
 }
 
 /// Part 2: one client listing all containers, a fresh engine and sockproxy per size.
