@@ -292,3 +292,46 @@ fn a_short_soak_moves_every_kind_of_traffic_and_reports_numbers() {
         }
     }
 }
+
+#[test]
+fn the_budget_part_prints_one_table_judging_the_after_build() {
+    const TEST: &str = "the_budget_part_prints_one_table_judging_the_after_build";
+    // The same binary as before and after: the point is that both columns fill and that the
+    // verdict reads the after column, not what the figures are.
+    let before = bins::dir().join("sockproxy");
+    let text = run(&format!(
+        "--parts budget --budget-samples 2 --budget-list-size 100 --requests 30 --rounds 1 \
+         --real-requests 20 --connections 8 --before-bin {}",
+        before.display()
+    ));
+    assert!(text.contains(" --budget-samples 2 "), "{text}");
+    let rows = table(&text, "## Budget (issue 39)");
+    assert_eq!(
+        rows.len(),
+        14,
+        "5 commands x p50 and p99, inspect req/s, /_ping CPU, RSS, list: {rows:?}"
+    );
+    let real_skipped = text.contains("not measured: no engine at DOCKER_HOST");
+    if real_skipped {
+        skip(
+            TEST,
+            "the real-engine lines: no engine answers at DOCKER_HOST",
+            ENGINE_HOW,
+        );
+    }
+    for row in &rows {
+        assert_eq!(row.len(), 7, "{row:?}");
+        let unmeasured = row[6].starts_with("not measured");
+        if unmeasured {
+            let haproxy_row = row[1].contains("HAProxy");
+            assert!(
+                real_skipped || (haproxy_row && !installed("haproxy")),
+                "only a missing engine or HAProxy leaves a line unmeasured: {row:?}"
+            );
+            continue;
+        }
+        assert!(["met", "**missed**"].contains(&row[6].as_str()), "{row:?}");
+        positive(row, 3);
+        positive(row, 4);
+    }
+}

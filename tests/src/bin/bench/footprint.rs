@@ -15,7 +15,7 @@ use crate::Args;
 
 /// Opens `n` connections to sockproxy at once, each asking for the container list, and keeps
 /// them open (kept alive) until the returned senders are dropped.
-async fn hold_sockproxy(
+pub async fn hold_sockproxy(
     sock: &Path,
     n: usize,
 ) -> anyhow::Result<Vec<hyper::client::conn::http1::SendRequest<Empty<Bytes>>>> {

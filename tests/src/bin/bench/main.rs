@@ -2,8 +2,13 @@
 //! in one run. Starts every program it measures (our binaries, the fake engine, HAProxy,
 //! tinyproxy, squid) on Unix sockets and loopback, runs bounded loads (a count and a time limit
 //! each), stops everything, and prints one Markdown table per part with medians over rounds.
+//! The `budget` part (not run by default) judges issue 39's performance budget, comparing a
+//! before and an after sockproxy binary in one run.
 //! Usage: `cargo run --release -p sockproxy-tests --bin bench [-- --help]`.
 
+mod budget;
+mod budget_real;
+mod budget_row;
 mod footprint;
 mod load;
 mod procs;
@@ -21,7 +26,8 @@ use clap::{Parser, ValueEnum};
 /// Benchmarks sockproxy and netproxy against direct access and common alternatives.
 #[derive(Debug, Parser)]
 pub struct Args {
-    /// Requests per load in part 1 (each load also stops after 20 s).
+    /// Requests per load in part 1 and in the budget's fake-engine loads (each load also stops
+    /// after 20 s).
     #[arg(long, env = "BENCH_REQUESTS", default_value_t = 4000)]
     requests: usize,
     /// Requests measured in part 1.
@@ -41,7 +47,7 @@ pub struct Args {
         default_value = "1,16,64"
     )]
     concurrency: Vec<usize>,
-    /// Rounds per cell; the tables show medians.
+    /// Rounds per cell (loads, the routes taking turns); the tables show medians.
     #[arg(long, env = "BENCH_ROUNDS", default_value_t = 3)]
     rounds: usize,
     /// Container counts for the list-filtering part.
@@ -52,7 +58,8 @@ pub struct Args {
         default_value = "10,1000,10000"
     )]
     list_sizes: Vec<usize>,
-    /// Requests per load of part 1 on the real engine (`/_ping` and the list).
+    /// Requests per load of part 1 on the real engine (`/_ping` and the list), and of the
+    /// budget's `GET /containers/NAME/json`.
     #[arg(long, env = "BENCH_REAL_REQUESTS", default_value_t = 2000)]
     real_requests: usize,
     /// Requests per load of part 1's stop/start by name on the real engine (each one stops or
@@ -85,18 +92,36 @@ pub struct Args {
     /// Tunnel set-ups timed one after another, per route.
     #[arg(long, env = "BENCH_SETUPS", default_value_t = 500)]
     setups: usize,
-    /// Concurrent connections held open for the footprint part.
+    /// Concurrent connections held open for the footprint part and the budget's RSS line.
     #[arg(long, env = "BENCH_CONNECTIONS", default_value_t = 256)]
     connections: usize,
-    /// Parts to run.
+    /// Parts to run; `budget` only when named.
     #[arg(
         long,
         env = "BENCH_PARTS",
         value_enum,
         value_delimiter = ',',
-        default_value = "requests,lists,real,tunnels,footprint"
+        default_value = DEFAULT_PARTS
     )]
     parts: Vec<Part>,
+    /// The budget part's "before" sockproxy binary [default: none, its column stays empty].
+    #[arg(long, env = "BENCH_BEFORE_BIN")]
+    before_bin: Option<PathBuf>,
+    /// The budget part's "after" sockproxy binary [default: sockproxy in the binary
+    /// directory, see `--bin-dir`].
+    #[arg(long, env = "BENCH_AFTER_BIN")]
+    after_bin: Option<PathBuf>,
+    /// Samples of each docker CLI command per route in the budget part.
+    #[arg(long, env = "BENCH_BUDGET_SAMPLES", default_value_t = 100)]
+    budget_samples: usize,
+    /// Seconds each docker CLI command of the budget part may take over all its samples and
+    /// routes; it stops sampling there.
+    #[arg(long, env = "BENCH_BUDGET_TIME", default_value_t = 300)]
+    budget_time: u64,
+    /// Containers on the fake engine for the budget's list-filtering line (the budget is set
+    /// at 10,000; the smoke test lists fewer).
+    #[arg(long, env = "BENCH_BUDGET_LIST_SIZE", default_value_t = 10_000)]
+    budget_list_size: usize,
     /// Directory with the sockproxy, netproxy and fake-dockerd binaries [default: build them
     /// with this bench's profile, beside it].
     #[arg(long, env = "BENCH_BIN_DIR")]
@@ -115,6 +140,9 @@ pub enum Target {
     Stop,
 }
 
+/// The parts run when `--parts` is not given: all but `budget`.
+const DEFAULT_PARTS: &str = "requests,lists,real,tunnels,footprint";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Part {
     Requests,
@@ -122,6 +150,8 @@ enum Part {
     Real,
     Tunnels,
     Footprint,
+    /// Issue 39's performance budget: one table, direct vs `--before-bin` vs `--after-bin`.
+    Budget,
 }
 
 fn header(args: &Args) {
@@ -143,16 +173,30 @@ fn header(args: &Args) {
     }
     let sizes: Vec<String> = args.list_sizes.iter().map(ToString::to_string).collect();
     let conc: Vec<String> = args.concurrency.iter().map(ToString::to_string).collect();
-    let mut parts = if args.parts.len() == Part::value_variants().len() {
+    let names: Vec<String> = args
+        .parts
+        .iter()
+        .filter_map(|p| p.to_possible_value().map(|v| v.get_name().to_owned()))
+        .collect();
+    let mut parts = if names.join(",") == DEFAULT_PARTS {
         String::new()
     } else {
-        let names: Vec<String> = args
-            .parts
-            .iter()
-            .filter_map(|p| p.to_possible_value().map(|v| v.get_name().to_owned()))
-            .collect();
         format!(" --parts {}", names.join(","))
     };
+    if args.parts.contains(&Part::Budget) {
+        for (flag, bin) in [
+            ("--before-bin", &args.before_bin),
+            ("--after-bin", &args.after_bin),
+        ] {
+            if let Some(bin) = bin {
+                parts.push_str(&format!(" {flag} {}", bin.display()));
+            }
+        }
+        parts.push_str(&format!(
+            " --budget-samples {} --budget-time {} --budget-list-size {}",
+            args.budget_samples, args.budget_time, args.budget_list_size
+        ));
+    }
     if args.targets.len() != Target::value_variants().len() {
         let names: Vec<String> = args
             .targets
@@ -188,8 +232,8 @@ fn header(args: &Args) {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(
-        args.rounds >= 1 && args.real_rounds >= 1,
-        "--rounds and --real-rounds must be at least 1"
+        args.rounds >= 1 && args.real_rounds >= 1 && args.budget_samples >= 1,
+        "--rounds, --real-rounds and --budget-samples must be at least 1"
     );
     let bins = procs::bin_dir(args.bin_dir.clone())?;
     let dir = tempfile::tempdir().context("a temporary directory for sockets and logs")?;
@@ -234,6 +278,7 @@ fn main() -> anyhow::Result<()> {
             Part::Real => real::real_engine(&args, &bins, dir.path())?,
             Part::Tunnels => tunnel::tunnels(&rt, &args, &bins, dir.path())?,
             Part::Footprint => footprint::footprint(&rt, &args, &bins, dir.path())?,
+            Part::Budget => budget::budget(&rt, &args, &bins, dir.path())?,
         }
     }
     Ok(())

@@ -65,13 +65,30 @@ pub fn bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 /// Every program running now, so an interrupted run can stop them all (`stop_all`).
 static RUNNING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
-/// Kills every program this run started and still runs; for SIGINT and SIGTERM.
+/// What an interrupted run must undo besides its programs (containers on the real engine).
+type Cleanup = Box<dyn Fn() + Send>;
+static CLEANUPS: Mutex<Vec<Cleanup>> = Mutex::new(Vec::new());
+
+/// Runs `undo` if the run is interrupted (`stop_all`), after its programs are killed.
+pub fn on_interrupt(undo: impl Fn() + Send + 'static) {
+    if let Ok(mut c) = CLEANUPS.lock() {
+        c.push(Box::new(undo));
+    }
+}
+
+/// Kills every program this run started and still runs, then runs the `on_interrupt`
+/// clean-ups; for SIGINT and SIGTERM.
 pub fn stop_all() {
     let pids = RUNNING.lock().map(|v| v.clone()).unwrap_or_default();
     for pid in pids {
         if let Ok(pid) = i32::try_from(pid) {
             let _ =
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+        }
+    }
+    if let Ok(cleanups) = CLEANUPS.lock() {
+        for undo in cleanups.iter() {
+            undo();
         }
     }
 }

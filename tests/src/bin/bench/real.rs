@@ -19,7 +19,7 @@ use crate::{Args, Target};
 const CLI_LIMIT: Duration = Duration::from_secs(60);
 const INSPECTED: &str = "bench-sandbox-inspect";
 
-fn docker(sock: &Path, args: &[&str]) -> CliOutput {
+pub fn docker(sock: &Path, args: &[&str]) -> CliOutput {
     docker_with(&default_cli(), sock, args, None, CLI_LIMIT)
 }
 
@@ -36,7 +36,7 @@ fn timed(sock: &Path, args: &[&str]) -> anyhow::Result<Duration> {
 
 /// The real engine's socket, or `None` after saying why the part is skipped (an error under
 /// `CI=true`, where it must not be).
-fn reachable(part: &str) -> anyhow::Result<Option<PathBuf>> {
+pub fn reachable(part: &str) -> anyhow::Result<Option<PathBuf>> {
     let engine = candidate_socket();
     if raw::get(&engine, "/_ping").is_ok_and(|r| r.status == 200) {
         ensure_image(&engine);
@@ -149,7 +149,7 @@ pub fn per_request(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> anyhow
 }
 
 /// Creates (and with `run`, starts) a sleeping container on the real engine.
-fn create_on(engine: &Path, name: &str, run: bool) -> anyhow::Result<()> {
+pub fn create_on(engine: &Path, name: &str, run: bool) -> anyhow::Result<()> {
     let body = serde_json::json!({ "Image": TEST_IMAGE, "Cmd": ["sleep", "3600"] }).to_string();
     let r = raw::request(
         engine,

@@ -44,8 +44,19 @@ pub fn start_sockproxy(
     tag: &str,
     extra: &[String],
 ) -> anyhow::Result<Served> {
+    start_sockproxy_bin(&bins.join("sockproxy"), dir, engine, tag, extra)
+}
+
+/// `start_sockproxy` with the binary `bin`, for the budget's before and after builds.
+pub fn start_sockproxy_bin(
+    bin: &Path,
+    dir: &Path,
+    engine: &Path,
+    tag: &str,
+    extra: &[String],
+) -> anyhow::Result<Served> {
     let socket = dir.join(format!("sockproxy-{tag}.sock"));
-    let mut cmd = Command::new(bins.join("sockproxy"));
+    let mut cmd = Command::new(bin);
     cmd.arg("--listen")
         .arg(&socket)
         .arg("--upstream")
@@ -121,7 +132,7 @@ pub fn create(engine: &Path, name: &str) -> anyhow::Result<String> {
 }
 
 /// `n` containers, half of them in the benchmark stack's scope.
-fn populate(engine: &Path, n: usize) -> anyhow::Result<()> {
+pub fn populate(engine: &Path, n: usize) -> anyhow::Result<()> {
     for i in 0..n {
         let kind = if i % 2 == 0 {
             "bench-sandbox-"
@@ -316,13 +327,7 @@ pub fn list_filtering(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> any
             .json()
             .as_array()
             .map_or(0, Vec::len);
-        let per = |sock: &Path| {
-            let rounds: Vec<Load> = (0..args.rounds.max(3))
-                .map(|_| rt.block_on(load(sock, "GET", "/containers/json?all=1", 1, 20)))
-                .collect();
-            median(rounds, |l| l.p50.as_secs_f64()).p50
-        };
-        let (d, p) = (per(&engine.socket), per(&sockproxy.socket));
+        let [d, p] = list_p50s(rt, [&engine.socket, &sockproxy.socket], args.rounds);
         println!(
             "| {n} | {:.1} KiB | {listed} | {} | {} | {:+.0}% | {} | {} |",
             size as f64 / 1024.0,
@@ -335,4 +340,26 @@ pub fn list_filtering(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> any
     }
     println!();
     Ok(())
+}
+
+/// Requests per list load: one client, the p50 of this many lists is the load's figure.
+const LISTS_PER_LOAD: usize = 20;
+
+/// The median over `rounds` (at least 3) of one client's p50 listing every container through
+/// each of `socks`, the sockets taking turns within a round; one figure per socket, in order.
+pub fn list_p50s<const N: usize>(rt: &Runtime, socks: [&Path; N], rounds: usize) -> [Duration; N] {
+    let mut p50s: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
+    for _ in 0..rounds.max(3) {
+        for (i, sock) in socks.iter().enumerate() {
+            let l = rt.block_on(load(
+                sock,
+                "GET",
+                "/containers/json?all=1",
+                1,
+                LISTS_PER_LOAD,
+            ));
+            p50s[i].push(l.p50);
+        }
+    }
+    p50s.map(|v| median(v, Duration::as_secs_f64))
 }
