@@ -15,7 +15,7 @@ use tokio::runtime::Runtime;
 use crate::budget_row::{fill, Builds, Judge, Limit, Row, CONCURRENCY};
 use crate::load::{median, quantile, same};
 use crate::procs::{self, listener_pid, Proc};
-use crate::real::{create_on, docker, reachable};
+use crate::real::{create_on, reachable, timed};
 use crate::socket::{rounds_of_loads, start_sockproxy_bin, Served};
 use crate::Args;
 
@@ -43,17 +43,6 @@ enum Group {
 }
 
 const GROUPS: [Group; 4] = [Group::RunRm, Group::Inspect, Group::Ps, Group::StopStart];
-
-/// The wall time of `docker args…` against `sock`; a failed command fails the part.
-fn timed(sock: &Path, args: &[&str]) -> anyhow::Result<Duration> {
-    let t = Instant::now();
-    let out = docker(sock, args);
-    let took = t.elapsed();
-    if !out.ok() {
-        bail!("docker {} failed: {}", args.join(" "), out.stderr.trim());
-    }
-    Ok(took)
-}
 
 /// One sample of `group` through `sock`: (index into `OPS`, wall time) for each command timed.
 fn sample(group: Group, sock: &Path, name: &str) -> anyhow::Result<Vec<(usize, Duration)>> {

@@ -19,12 +19,12 @@ use crate::{Args, Target};
 const CLI_LIMIT: Duration = Duration::from_secs(60);
 const INSPECTED: &str = "bench-sandbox-inspect";
 
-pub fn docker(sock: &Path, args: &[&str]) -> CliOutput {
+fn docker(sock: &Path, args: &[&str]) -> CliOutput {
     docker_with(&default_cli(), sock, args, None, CLI_LIMIT)
 }
 
 /// Runs and times `args`; a failed command fails the part.
-fn timed(sock: &Path, args: &[&str]) -> anyhow::Result<Duration> {
+pub fn timed(sock: &Path, args: &[&str]) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let out = docker(sock, args);
     let took = t.elapsed();
