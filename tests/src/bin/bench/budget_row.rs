@@ -46,6 +46,8 @@ impl Limit {
 pub enum Judge {
     Ratio(Limit),
     Value(Limit),
+    /// Ratios shown for context, judged against nothing.
+    Context,
 }
 
 /// One line of the table. `reference` is direct's figure (or HAProxy's, as `measure` says);
@@ -86,7 +88,9 @@ impl Row {
             return "—".to_owned();
         };
         match (self.judge, self.reference) {
-            (Judge::Ratio(_), Some(r)) if r > 0.0 => format!("{} ({:.2}×)", num(v), v / r),
+            (Judge::Ratio(_) | Judge::Context, Some(r)) if r > 0.0 => {
+                format!("{} ({:.2}×)", num(v), v / r)
+            }
             _ => num(v),
         }
     }
@@ -95,6 +99,7 @@ impl Row {
     pub fn met(&self) -> Option<bool> {
         let after = self.after?;
         match self.judge {
+            Judge::Context => None,
             Judge::Value(limit) => Some(limit.holds(after)),
             Judge::Ratio(limit) => {
                 let r = self.reference.filter(|r| *r > 0.0)?;
@@ -107,15 +112,17 @@ impl Row {
         let (limit, unit) = match self.judge {
             Judge::Ratio(l) => (l, "×"),
             Judge::Value(l) => (l, ""),
+            Judge::Context => return "—".to_owned(),
         };
         match limit {
-            Limit::AtMost(v) => format!("≤ {}{unit}", num(v)),
-            Limit::AtLeast(v) => format!("≥ {}{unit}", num(v)),
+            Limit::AtMost(v) => format!("≤ {v}{unit}"),
+            Limit::AtLeast(v) => format!("≥ {v}{unit}"),
         }
     }
 
     pub fn markdown(&self) -> String {
         let verdict = match (self.met(), &self.note) {
+            _ if self.judge == Judge::Context => "not judged".to_owned(),
             (Some(true), _) => "met".to_owned(),
             (Some(false), _) => "**missed**".to_owned(),
             (None, Some(why)) => format!("not measured: {why}"),
@@ -209,6 +216,12 @@ mod tests {
             r.markdown(),
             "| line | measure | 200 | 210 (1.05×) | 220 (1.10×) | ≤ 1.05× | **missed** |"
         );
+        r.judge = Judge::Context;
+        assert_eq!(
+            r.markdown(),
+            "| line | measure | 200 | 210 (1.05×) | 220 (1.10×) | — | not judged |"
+        );
+        assert_eq!(r.met(), None);
     }
 
     #[test]

@@ -327,7 +327,11 @@ pub fn list_filtering(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> any
             .json()
             .as_array()
             .map_or(0, Vec::len);
-        let [d, p] = list_p50s(rt, [&engine.socket, &sockproxy.socket], args.rounds);
+        let [d, p] = list_p50s(
+            rt,
+            [(&engine.socket, LIST), (&sockproxy.socket, LIST)],
+            args.rounds,
+        );
         println!(
             "| {n} | {:.1} KiB | {listed} | {} | {} | {:+.0}% | {} | {} |",
             size as f64 / 1024.0,
@@ -345,19 +349,20 @@ pub fn list_filtering(rt: &Runtime, args: &Args, bins: &Path, dir: &Path) -> any
 /// Requests per list load: one client, the p50 of this many lists is the load's figure.
 const LISTS_PER_LOAD: usize = 20;
 
-/// The median over `rounds` (at least 3) of one client's p50 listing every container through
-/// each of `socks`, the sockets taking turns within a round; one figure per socket, in order.
-pub fn list_p50s<const N: usize>(rt: &Runtime, socks: [&Path; N], rounds: usize) -> [Duration; N] {
+/// Every container, as a client lists them.
+pub const LIST: &str = "/containers/json?all=1";
+
+/// The median over `rounds` (at least 3) of one client's p50 sending each route's list request
+/// to its socket, the routes taking turns within a round; one figure per route, in order.
+pub fn list_p50s<const N: usize>(
+    rt: &Runtime,
+    routes: [(&Path, &str); N],
+    rounds: usize,
+) -> [Duration; N] {
     let mut p50s: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
     for _ in 0..rounds.max(3) {
-        for (i, sock) in socks.iter().enumerate() {
-            let l = rt.block_on(load(
-                sock,
-                "GET",
-                "/containers/json?all=1",
-                1,
-                LISTS_PER_LOAD,
-            ));
+        for (i, (sock, target)) in routes.iter().enumerate() {
+            let l = rt.block_on(load(sock, "GET", target, 1, LISTS_PER_LOAD));
             p50s[i].push(l.p50);
         }
     }
