@@ -336,10 +336,30 @@ pub fn parse_filters(raw: Option<&str>) -> Result<BTreeMap<String, Vec<String>>,
 
 /// dockerd matches `name` values as unanchored regular expressions; values are ORed.
 pub fn any_regex_matches(values: &[String], candidates: &[String]) -> bool {
-    values.iter().any(|v| match regex::Regex::new(v) {
-        Ok(re) => candidates.iter().any(|c| re.is_match(c)),
-        Err(_) => candidates.iter().any(|c| c.contains(v.as_str())),
-    })
+    Patterns::new(values).any_matches(candidates)
+}
+
+/// A filter's values compiled once per list, not once per entry: a 10,000-container list is
+/// the bench's, and compiling per entry made the fake, not the proxy, what it measured.
+#[derive(Debug)]
+pub struct Patterns(Vec<Result<regex::Regex, String>>);
+
+impl Patterns {
+    pub fn new(values: &[String]) -> Self {
+        Self(
+            values
+                .iter()
+                .map(|v| regex::Regex::new(v).map_err(|_| v.clone()))
+                .collect(),
+        )
+    }
+
+    pub fn any_matches(&self, candidates: &[String]) -> bool {
+        self.0.iter().any(|p| match p {
+            Ok(re) => candidates.iter().any(|c| re.is_match(c)),
+            Err(v) => candidates.iter().any(|c| c.contains(v.as_str())),
+        })
+    }
 }
 
 /// `label=key` or `label=key=value`; every value must match (dockerd ANDs labels).
@@ -380,6 +400,8 @@ pub fn list_containers(
             }
         }
     }
+    let names = filters.get("name").map(|v| Patterns::new(v));
+    let ids = filters.get("id").map(|v| Patterns::new(v));
     let mut idx: Vec<usize> = (0..state.containers.len())
         .filter(|&i| {
             let c = &state.containers[i];
@@ -387,13 +409,13 @@ pub fn list_containers(
             if !all && status_filter.is_none() && c.state != RunState::Running {
                 return false;
             }
-            if let Some(v) = filters.get("name") {
-                if !any_regex_matches(v, &state.names_of(c)) {
+            if let Some(p) = &names {
+                if !p.any_matches(&state.names_of(c)) {
                     return false;
                 }
             }
-            if let Some(v) = filters.get("id") {
-                if !any_regex_matches(v, std::slice::from_ref(&c.id)) {
+            if let Some(p) = &ids {
+                if !p.any_matches(std::slice::from_ref(&c.id)) {
                     return false;
                 }
             }
