@@ -1,14 +1,17 @@
 //! The engine's answers that decisions stand on, read: an inspect of a container or network
 //! (`Named`, whose `inspected` is the fact `evaluate` takes), an exec instance's inspect
 //! (`ExecInfo`), and the list of the stack's own objects (`own_list_path` asks for it,
-//! `own_objects` keeps what the stack may see). The transport fetches; this reads.
+//! `own_objects` keeps what the stack may see); an inspect the engine refused
+//! (`inspect_refused`), a conflict answer cut to the requested name (`conflict_names_only`) and
+//! the engine version an archive request needs (`archive_on`). The transport fetches; this reads.
 
+use http::StatusCode;
 use serde::Deserialize;
 
 use crate::evaluate::Policy;
 use crate::filter::{stack_label, StackLabel};
 use crate::pinning::Inspected;
-use crate::reference::{is_full_id, CanonicalName};
+use crate::reference::{is_full_id, CanonicalName, ObjRef};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope, STACK_LABEL};
 
@@ -172,6 +175,69 @@ pub fn own_objects(kind: Kind, body: &[u8], scope: &Scope) -> Result<Vec<Own>, R
         .collect())
 }
 
+/// An inspect the engine did not answer with 200 (`pinning::inspect_failed`), and under
+/// `--require-stack-label` the engine's 404 for a name (`pinning::not_found`): `Err` is the
+/// refusal the client gets instead; `Ok(())`, the engine's own answer goes back as it is.
+pub fn inspect_refused(
+    kind: Kind,
+    r: &ObjRef,
+    status: StatusCode,
+    body: &[u8],
+    policy: &Policy,
+) -> Result<(), Refusal> {
+    crate::pinning::inspect_failed(kind, r, status, body)?;
+    match crate::pinning::not_found(kind, r, status, &policy.rules()) {
+        Some(absent) => Err(absent),
+        None => Ok(()),
+    }
+}
+
+/// An engine conflict over a name (`Conflict. The container name "/N" is already in use by
+/// container "ID". …`, on create and rename) with the other container's ID taken out: under
+/// `--require-stack-label` that container may be another stack's, whose ID the stack must not
+/// learn. The answer then names nothing but the requested name.
+pub fn conflict_names_only(message: &str) -> String {
+    const BY: &str = " by container \"";
+    let Some(at) = message.find(BY) else {
+        return message.to_owned();
+    };
+    let rest = &message[at + BY.len()..];
+    match rest.find('"') {
+        Some(end) if rest[..end].bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!("{}{}", &message[..at], &rest[end + 1..])
+        }
+        _ => message.to_owned(),
+    }
+}
+
+/// The first engine API whose archive endpoints work in a mount namespace of their own (moby
+/// 2bdc7fb, engine 24.0). Before it, dockerd mounts the container's volumes, binds and network
+/// files into its root filesystem in the host's namespace for every archive request, through a
+/// path a process in the container can swap for a symlink between the check and the mount: a
+/// running sandbox then gets a root `mkdir` and a bind mount at a host path of its choosing,
+/// and a lost race leaves a mount behind in the host's namespace.
+pub const ARCHIVE_SAFE_API: (u32, u32) = (1, 43);
+
+/// `GET`/`HEAD`/`PUT /containers/{id}/archive` is forwarded only to an engine that says
+/// (`Api-Version` on the inspect that pinned the container) it is at least API 1.43. An
+/// answer without the header, or with one that does not parse, is an old engine.
+pub fn archive_on(engine_api: Option<&str>) -> Result<(), Refusal> {
+    let engine = engine_api.and_then(crate::canon::api_version);
+    match engine {
+        Some(v) if v >= ARCHIVE_SAFE_API => Ok(()),
+        _ => Err(Refusal::Setting {
+            op: "containers.archive".into(),
+            why: format!(
+                "copying to or from a container needs Docker Engine 24 (API {}.{}) or later; \
+                 this engine ({}) mounts the container's volumes on the host for it",
+                ARCHIVE_SAFE_API.0,
+                ARCHIVE_SAFE_API.1,
+                engine.map_or("API unknown".into(), |(a, b)| format!("API {a}.{b}")),
+            ),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +283,57 @@ mod tests {
                 "exec inspect answer has no full IDs".into()
             ))
         );
+    }
+
+    #[test]
+    fn conflicts_name_only_the_requested_name() {
+        let id = "8e4b8b4a3f0c6a3b1f2e9d7c5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b";
+        let engine = format!(
+        "Conflict. The container name \"/deer-flow-sandbox-1\" is already in use by container \"{id}\". You have to remove (or rename) that container to be able to reuse that name."
+    );
+        let want = "Conflict. The container name \"/deer-flow-sandbox-1\" is already in use. You have to remove (or rename) that container to be able to reuse that name.";
+        assert_eq!(conflict_names_only(&engine), want);
+        // Rename's wording wraps the same sentence.
+        assert_eq!(
+            conflict_names_only(&format!("Error when allocating new name: {engine}")),
+            format!("Error when allocating new name: {want}")
+        );
+        assert!(!conflict_names_only(&engine).contains(&id[..12]));
+        // Anything else is left as the engine said it.
+        for other in [
+        "You cannot remove a running container 1234. Stop the container before attempting removal or force remove",
+        "Conflict. The container name \"/x\" is already in use by container \"not-hex\".",
+        "",
+    ] {
+        assert_eq!(conflict_names_only(other), other);
+    }
+    }
+
+    #[test]
+    fn archive_needs_an_engine_with_a_mount_namespace_for_it() {
+        for ok in ["1.43", "1.44", "1.52", "1.100", "2.0", "v1.43"] {
+            assert_eq!(archive_on(Some(ok)), Ok(()), "{ok}");
+        }
+        for (old, shown) in [
+            (Some("1.41"), "API 1.41"),
+            (Some("1.42"), "API 1.42"),
+            (Some("0.99"), "API 0.99"),
+            (Some(""), "API unknown"),
+            (Some("1.43-rc"), "API unknown"),
+            (Some("latest"), "API unknown"),
+            (None, "API unknown"),
+        ] {
+            let e = archive_on(old).expect_err("refused");
+            assert_eq!(e.status(), StatusCode::FORBIDDEN);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "sockproxy: containers.archive: copying to or from a container needs Docker \
+                 Engine 24 (API 1.43) or later; this engine ({shown}) mounts the \
+                 container's volumes on the host for it"
+                ),
+                "{old:?}"
+            );
+        }
     }
 }

@@ -3,18 +3,25 @@
 //! is a `Decision`: a `Plan` to act on, or the `Refusal` to send, and the fixed `Reason` the
 //! decision log line carries. A plan that names a container, network or exec instance says
 //! which fact it still needs (`Plan::needs`); the transport gathers it and evaluates again, and
-//! only then does the plan carry the `Pinned` ID the forwarded path is made from.
+//! only then does the plan carry the `Pinned` ID the forwarded path is made from. The same holds
+//! for the other objects a request names (the networks a create joins, the container a network
+//! connect names: `Facts::Other`), and an ID prefix or a list filter that names a container is
+//! decided among the stack's own objects (`Facts::Own`), never by the engine.
 
 use http::{HeaderMap, Method, Uri};
 
 use crate::api;
+use crate::api::NetworkOp;
 use crate::canon::{self, Target};
 use crate::create_rules::CreateRules;
-use crate::pinning::{self, Inspected, Pinned, Rules};
+use crate::pinning::{self, Rules};
 use crate::policy::{self, Plan as Route};
-use crate::reference::ObjRef;
+use crate::reference::{is_full_id, ObjRef};
 use crate::refusal::Refusal;
-use crate::scope::{Kind, Scope};
+use crate::scope::{Access, Kind, Scope};
+
+/// The facts' and the plan's types: `Pinned` is made only by this crate's pinning rules.
+pub use crate::pinning::{Inspected, Pinned};
 
 /// A request head as the client sent it; the body is read (and checked) by the transport only
 /// when the plan says so.
@@ -42,7 +49,7 @@ pub struct Policy {
 
 impl Policy {
     /// What the pinning rules read.
-    pub fn rules(&self) -> Rules<'_> {
+    pub(crate) fn rules(&self) -> Rules<'_> {
         Rules {
             scope: &self.scope,
             require_stack_label: self.create_rules.require_stack_label,
@@ -63,42 +70,52 @@ pub enum Facts<'a> {
         reported: (&'a str, &'a str),
         container: Inspected<'a>,
     },
+    /// The stack's own containers or networks, `(full ID, name)` as a list of them answered:
+    /// an ID prefix is resolved among them, and a list filter that names a container is
+    /// pinned to one of them.
+    Own(&'a [(String, String)]),
+    /// Another object the request names (a network a create joins, the container a network
+    /// connect or disconnect names), with what was found about it (`None`, `Own`, `Object`):
+    /// decided as a change to that object.
+    Other {
+        kind: Kind,
+        r: &'a ObjRef,
+        found: &'a Facts<'a>,
+    },
 }
 
 /// The fact a plan still needs before the transport may act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Need<'a> {
+pub enum Need {
     Nothing,
-    /// An inspect of this container or network (an ID prefix resolved among the stack's own
-    /// objects first).
-    Object(Kind, &'a ObjRef),
+    /// The stack's own containers or networks (`Facts::Own`): for an ID prefix, or a list
+    /// filter that names a container.
+    Own(Kind),
+    /// An inspect of this container or network (a full ID, or a name).
+    Object(Kind, ObjRef),
     /// An inspect of this exec instance and of its container.
-    Exec(&'a str),
+    Exec(String),
 }
 
 /// An allowed request: where it goes and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The request as it is forwarded: canonical path and query.
+    /// The request as it is forwarded: canonical path and query (a list filter that named a
+    /// container names its full ID once the stack's own objects were given).
     pub target: Target,
     /// What the transport does with it.
     pub route: Route,
-    /// The full ID a named object's path is pinned to, once its fact was given.
+    /// The full ID the object the facts are about is pinned to (the request's own, or the
+    /// `Facts::Other` one), once its fact was given.
     pub pin: Option<Pinned>,
+    /// The fact still to gather before the transport may act (`Need::Nothing` once final).
+    pub need: Need,
 }
 
 impl Plan {
     /// The fact the transport gathers before acting; `Nothing` once the plan is final.
-    pub fn needs(&self) -> Need<'_> {
-        if self.pin.is_some() {
-            return Need::Nothing;
-        }
-        match &self.route {
-            Route::Container { target, .. } => Need::Object(Kind::Container, target),
-            Route::Network { target, .. } => Need::Object(Kind::Network, target),
-            Route::Exec { id, .. } => Need::Exec(id),
-            _ => Need::Nothing,
-        }
+    pub fn needs(&self) -> Need {
+        self.need.clone()
     }
 }
 
@@ -170,8 +187,15 @@ pub fn evaluate(request: &Request, facts: &Facts, policy: &Policy) -> Decision {
             crate::spend::plan_query(&policy.create_rules.spend, &route, &op, &target.query)
                 .map(|()| route)
         })
-        .and_then(|route| pin(route, &op, facts, policy))
-        .map(|(route, pin)| Plan { target, route, pin });
+        .and_then(|route| {
+            let (pin, need, target) = gather(&route, &op, target, facts, policy)?;
+            Ok(Plan {
+                target,
+                route,
+                pin,
+                need,
+            })
+        });
     let reason = match &outcome {
         Ok(plan) => Reason::of(&plan.route),
         Err(refusal) => Reason::Refused(refusal.reason()),
@@ -198,40 +222,133 @@ fn too_old(target: &Target, min: (u32, u32)) -> Option<Refusal> {
         })
 }
 
-/// The route with the pin its fact gives, when a fact is given.
-fn pin(
-    route: Route,
+/// What the plan's facts give: the pin, the fact still needed, and the target to forward.
+type Gathered = (Option<Pinned>, Need, Target);
+
+/// A fact about another kind of object than the plan names: the transport's mistake, refused
+/// rather than acted on.
+fn misplaced() -> Refusal {
+    Refusal::Upstream("a fact for another object".into())
+}
+
+/// An ID shorter than a full one: resolved among the stack's own objects, never by the engine.
+fn prefix(r: &ObjRef) -> Option<&str> {
+    match r {
+        ObjRef::Hex(p) if !is_full_id(p) => Some(p),
+        _ => None,
+    }
+}
+
+/// The fact an object needs first: its own objects for an ID prefix, else its inspect.
+fn first_need(kind: Kind, r: &ObjRef) -> Need {
+    match prefix(r) {
+        Some(_) => Need::Own(kind),
+        None => Need::Object(kind, r.clone()),
+    }
+}
+
+/// The route's object with what the facts say of it.
+fn gather(
+    route: &Route,
     op: &str,
+    mut target: Target,
     facts: &Facts,
     policy: &Policy,
-) -> Result<(Route, Option<Pinned>), Refusal> {
-    let pinned =
-        match (facts, &route) {
-            (Facts::None, _) => None,
-            (Facts::Object(ins), Route::Container { target, access, .. }) => Some(
-                pinning::inspected(Kind::Container, *access, op, target, ins, &policy.rules())?,
-            ),
-            (Facts::Object(ins), Route::Network { target, access, .. }) => Some(
-                pinning::inspected(Kind::Network, *access, op, target, ins, &policy.rules())?,
-            ),
-            (
-                Facts::Exec {
-                    reported,
-                    container,
-                },
-                Route::Exec { id, access, .. },
-            ) => Some(pinning::exec(
-                *access,
-                id,
-                *reported,
+) -> Result<Gathered, Refusal> {
+    let object = match route {
+        Route::Container { target, access, .. } => Some((Kind::Container, target, *access)),
+        Route::Network { target, access, .. } => Some((Kind::Network, target, *access)),
+        _ => None,
+    };
+    match (facts, route, object) {
+        (Facts::Other { kind, r, found }, _, _) => {
+            let (pin, need) = other(route, op, *kind, r, found, policy)?;
+            Ok((pin, need, target))
+        }
+        (Facts::None, Route::Exec { id, .. }, _) => Ok((None, Need::Exec(id.clone()), target)),
+        (Facts::None, Route::List(Kind::Container), _)
+            if target
+                .query
+                .get("filters")
+                .is_some_and(crate::filter::names_containers) =>
+        {
+            Ok((None, Need::Own(Kind::Container), target))
+        }
+        (Facts::None, _, Some((kind, r, _))) => Ok((None, first_need(kind, r), target)),
+        (Facts::None, _, None) => Ok((None, Need::Nothing, target)),
+        (Facts::Own(own), Route::List(Kind::Container), _) => {
+            if let Some(raw) = target.query.get("filters") {
+                if crate::filter::names_containers(raw) {
+                    let pinned = crate::filter::pin_container_refs(raw, own)?;
+                    target.query = target.query.replaced("filters", pinned);
+                }
+            }
+            Ok((None, Need::Nothing, target))
+        }
+        (Facts::Own(own), _, Some((kind, r, _))) => {
+            Ok((None, resolved_prefix(kind, r, own)?, target))
+        }
+        (Facts::Object(ins), _, Some((kind, r, access))) => {
+            let pin = pinning::inspected(kind, access, op, r, ins, &policy.rules())?;
+            Ok((Some(pin), Need::Nothing, target))
+        }
+        (
+            Facts::Exec {
+                reported,
                 container,
-                &policy.rules(),
-            )?),
-            // A fact about another kind of object than the plan names: the transport's mistake,
-            // refused rather than acted on.
-            _ => return Err(Refusal::Upstream("a fact for another object".into())),
-        };
-    Ok((route, pinned))
+            },
+            Route::Exec { id, access, .. },
+            _,
+        ) => {
+            let pin = pinning::exec(*access, id, *reported, container, &policy.rules())?;
+            Ok((Some(pin), Need::Nothing, target))
+        }
+        _ => Err(misplaced()),
+    }
+}
+
+/// An ID prefix resolved among the stack's own objects: the inspect of the full ID it stands
+/// for is needed next. Own objects for a full ID or a name are no fact about it.
+fn resolved_prefix(kind: Kind, r: &ObjRef, own: &[(String, String)]) -> Result<Need, Refusal> {
+    let p = prefix(r).ok_or_else(misplaced)?;
+    let full = pinning::own_prefix(kind, p, own)?;
+    Ok(Need::Object(kind, ObjRef::Hex(full)))
+}
+
+/// Another object the request names: a network a create joins, or the container a network
+/// connect or disconnect names; each is changed by the request, so it is decided as a change.
+fn other(
+    route: &Route,
+    op: &str,
+    kind: Kind,
+    r: &ObjRef,
+    found: &Facts,
+    policy: &Policy,
+) -> Result<(Option<Pinned>, Need), Refusal> {
+    let names_it = matches!(
+        (route, kind),
+        (Route::CreateContainer, Kind::Network)
+            | (
+                Route::Network {
+                    op: NetworkOp::Connect | NetworkOp::Disconnect,
+                    ..
+                },
+                Kind::Container,
+            )
+    );
+    if !names_it {
+        return Err(misplaced());
+    }
+    policy::check_name(kind, Access::Change, op, r, &policy.scope)?;
+    match found {
+        Facts::None => Ok((None, first_need(kind, r))),
+        Facts::Own(own) => Ok((None, resolved_prefix(kind, r, own)?)),
+        Facts::Object(ins) => {
+            let pin = pinning::inspected(kind, Access::Change, op, r, ins, &policy.rules())?;
+            Ok((Some(pin), Need::Nothing))
+        }
+        _ => Err(misplaced()),
+    }
 }
 
 #[cfg(test)]

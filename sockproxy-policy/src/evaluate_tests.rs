@@ -16,6 +16,10 @@ fn policy() -> Policy {
 }
 
 fn eval(method: Method, uri: &str, facts: &Facts) -> Decision {
+    eval_in(&policy(), method, uri, facts)
+}
+
+fn eval_in(policy: &Policy, method: Method, uri: &str, facts: &Facts) -> Decision {
     let uri: Uri = uri.parse().expect("a URI");
     let headers = HeaderMap::new();
     let request = Request {
@@ -23,7 +27,7 @@ fn eval(method: Method, uri: &str, facts: &Facts) -> Decision {
         uri: &uri,
         headers: &headers,
     };
-    evaluate(&request, facts, &policy())
+    evaluate(&request, facts, policy)
 }
 
 #[test]
@@ -79,7 +83,7 @@ fn a_named_object_is_pinned_only_by_its_fact() {
     let plan = d.outcome.expect("allowed");
     assert!(plan.pin.is_none());
     let r = ObjRef::Name("deer-flow-sandbox-1".into());
-    assert_eq!(plan.needs(), Need::Object(Kind::Container, &r));
+    assert_eq!(plan.needs(), Need::Object(Kind::Container, r));
 
     let ours = Inspected {
         id: ID,
@@ -127,7 +131,7 @@ fn an_exec_is_pinned_by_its_container() {
     let plan = eval(Method::GET, &uri, &Facts::None)
         .outcome
         .expect("allowed");
-    assert_eq!(plan.needs(), Need::Exec(EXEC));
+    assert_eq!(plan.needs(), Need::Exec(EXEC.into()));
     let container = Inspected {
         id: ID,
         name: "deer-flow-sandbox-1",
@@ -147,4 +151,124 @@ fn an_exec_is_pinned_by_its_container() {
         },
     };
     assert!(eval(Method::GET, &uri, &other).outcome.is_err());
+}
+
+#[test]
+fn an_id_prefix_is_resolved_among_the_stacks_own_objects() {
+    let plan = eval(Method::POST, "/containers/1111/stop", &Facts::None)
+        .outcome
+        .expect("allowed");
+    assert_eq!(plan.needs(), Need::Own(Kind::Container));
+    let own = [(ID.to_owned(), "deer-flow-sandbox-1".to_owned())];
+    let plan = eval(Method::POST, "/containers/1111/stop", &Facts::Own(&own))
+        .outcome
+        .expect("allowed");
+    assert!(plan.pin.is_none());
+    assert_eq!(
+        plan.needs(),
+        Need::Object(Kind::Container, ObjRef::Hex(ID.into()))
+    );
+    // Another stack's container sharing the prefix is not among the stack's own: absent.
+    let d = eval(Method::POST, "/containers/2222/stop", &Facts::Own(&own));
+    assert_eq!(d.outcome, Err(Refusal::NoSuchContainer("2222".into())));
+    // The own objects are no fact about a name.
+    let d = eval(
+        Method::POST,
+        "/containers/deer-flow-sandbox-1/stop",
+        &Facts::Own(&own),
+    );
+    assert!(d.outcome.is_err());
+}
+
+#[test]
+fn a_list_filter_naming_a_container_is_pinned_among_the_stacks_own() {
+    let uri = "/containers/json?filters=%7B%22before%22%3A%5B%22deer-flow-sandbox-1%22%5D%7D";
+    let plan = eval(Method::GET, uri, &Facts::None)
+        .outcome
+        .expect("allowed");
+    assert_eq!(plan.needs(), Need::Own(Kind::Container));
+    let own = [(ID.to_owned(), "deer-flow-sandbox-1".to_owned())];
+    let plan = eval(Method::GET, uri, &Facts::Own(&own))
+        .outcome
+        .expect("allowed");
+    assert_eq!(plan.needs(), Need::Nothing);
+    assert_eq!(
+        plan.target.query.get("filters"),
+        Some(format!(r#"{{"before":{{"{ID}":true}}}}"#).as_str())
+    );
+    let d = eval(Method::GET, uri, &Facts::Own(&[]));
+    assert_eq!(
+        d.outcome,
+        Err(Refusal::NoSuchContainer("deer-flow-sandbox-1".into()))
+    );
+}
+
+#[test]
+fn another_object_a_request_names_is_pinned_by_its_own_fact() {
+    // Networks are the stack's to change in restricted mode only.
+    let restricted = Policy {
+        scope: Scope::new(Prefix::parse("deer-flow-").expect("valid"), true),
+        ..policy()
+    };
+    let eval = |method, uri, facts: &Facts| eval_in(&restricted, method, uri, facts);
+    let net = ObjRef::Name("deer-flow-sandbox-net-1".into());
+    let found = Facts::None;
+    let joins = Facts::Other {
+        kind: Kind::Network,
+        r: &net,
+        found: &found,
+    };
+    let plan = eval(
+        Method::POST,
+        "/containers/create?name=deer-flow-sandbox-2",
+        &joins,
+    )
+    .outcome
+    .expect("allowed");
+    assert_eq!(plan.needs(), Need::Object(Kind::Network, net.clone()));
+    let ins = Inspected {
+        id: ID,
+        name: "deer-flow-sandbox-net-1",
+        stack_label: None,
+    };
+    let found = Facts::Object(ins);
+    let joins = Facts::Other {
+        kind: Kind::Network,
+        r: &net,
+        found: &found,
+    };
+    let plan = eval(
+        Method::POST,
+        "/containers/create?name=deer-flow-sandbox-2",
+        &joins,
+    )
+    .outcome
+    .expect("allowed");
+    assert_eq!(plan.pin.as_ref().map(Pinned::id), Some(ID));
+    // A container a create names this way, or a network another's: not the request's to name.
+    let c = Facts::Other {
+        kind: Kind::Container,
+        r: &net,
+        found: &found,
+    };
+    assert!(eval(
+        Method::POST,
+        "/containers/create?name=deer-flow-sandbox-2",
+        &c
+    )
+    .outcome
+    .is_err());
+    // The container a connect names is decided as a change, by name before any inspect.
+    let other = ObjRef::Name("other".into());
+    let connect = Facts::Other {
+        kind: Kind::Container,
+        r: &other,
+        found: &Facts::None,
+    };
+    let d = eval(
+        Method::POST,
+        "/networks/deer-flow-sandbox-net-1/connect",
+        &connect,
+    );
+    assert_eq!(d.reason.as_str(), "out_of_scope");
 }

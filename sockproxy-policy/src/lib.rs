@@ -7,7 +7,8 @@
 //! plan says to read a body or cut an answer.
 //!
 //! Within: a request is canonicalized (`canon`), typed (`api`, `reference`) and decided
-//! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`). Bodies are
+//! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`, private: its
+//! rules are reached through `evaluate` only, and the engine's other answers through `answers`). Bodies are
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
 //! `spend_host`. Answers are cut to the stack's view: lists (`list_query`, `filter`,
@@ -33,7 +34,7 @@ pub mod json;
 pub mod list_query;
 pub mod mounts;
 pub mod paths;
-pub mod pinning;
+pub(crate) mod pinning;
 pub mod policy;
 pub mod props;
 pub mod reference;

@@ -22,7 +22,7 @@ impl Pinned {
 
 /// What the rules need: the stack's scope, and `--require-stack-label` with the stack's name.
 #[derive(Debug, Clone, Copy)]
-pub struct Rules<'a> {
+pub(crate) struct Rules<'a> {
     pub scope: &'a Scope,
     pub require_stack_label: bool,
     pub stack: &'a str,
@@ -40,7 +40,7 @@ pub struct Inspected<'a> {
 /// An inspect the engine did not answer with 200: an ID (or ID prefix) that is absent or
 /// ambiguous looks exactly like one out of scope; an engine failure is a 502; otherwise the
 /// engine's own answer for a name goes back to the client (`Ok(())`).
-pub fn inspect_failed(
+pub(crate) fn inspect_failed(
     kind: Kind,
     r: &ObjRef,
     status: StatusCode,
@@ -64,7 +64,12 @@ pub fn inspect_failed(
 /// words it uses for another stack's object of that name (`inspected`), so the two answers are
 /// the same bytes with the same headers: the engine's own would carry headers of its own
 /// (`Api-Version`, `Server`) that the proxy's lack. `None`: the engine's answer goes back.
-pub fn not_found(kind: Kind, r: &ObjRef, status: StatusCode, rules: &Rules) -> Option<Refusal> {
+pub(crate) fn not_found(
+    kind: Kind,
+    r: &ObjRef,
+    status: StatusCode,
+    rules: &Rules,
+) -> Option<Refusal> {
     match r {
         ObjRef::Name(name) if rules.require_stack_label && status == StatusCode::NOT_FOUND => {
             Some(absent(kind, name))
@@ -73,26 +78,8 @@ pub fn not_found(kind: Kind, r: &ObjRef, status: StatusCode, rules: &Rules) -> O
     }
 }
 
-/// An engine conflict over a name (`Conflict. The container name "/N" is already in use by
-/// container "ID". …`, on create and rename) with the other container's ID taken out: under
-/// `--require-stack-label` that container may be another stack's, whose ID the stack must not
-/// learn. The answer then names nothing but the requested name.
-pub fn conflict_names_only(message: &str) -> String {
-    const BY: &str = " by container \"";
-    let Some(at) = message.find(BY) else {
-        return message.to_owned();
-    };
-    let rest = &message[at + BY.len()..];
-    match rest.find('"') {
-        Some(end) if rest[..end].bytes().all(|b| b.is_ascii_hexdigit()) => {
-            format!("{}{}", &message[..at], &rest[end + 1..])
-        }
-        _ => message.to_owned(),
-    }
-}
-
 /// Decides on an inspected container or network.
-pub fn inspected(
+pub(crate) fn inspected(
     kind: Kind,
     access: Access,
     op: &str,
@@ -120,7 +107,7 @@ pub fn inspected(
 
 /// Decides on an exec instance (`exec_id` as the client sent it, `reported` the exec inspect's
 /// own ID and container ID) once its container has been inspected by that container ID.
-pub fn exec(
+pub(crate) fn exec(
     access: Access,
     exec_id: &str,
     reported: (&str, &str),
@@ -143,38 +130,14 @@ pub fn exec(
     Ok(Pinned(id.to_owned()))
 }
 
-/// The first engine API whose archive endpoints work in a mount namespace of their own (moby
-/// 2bdc7fb, engine 24.0). Before it, dockerd mounts the container's volumes, binds and network
-/// files into its root filesystem in the host's namespace for every archive request, through a
-/// path a process in the container can swap for a symlink between the check and the mount: a
-/// running sandbox then gets a root `mkdir` and a bind mount at a host path of its choosing,
-/// and a lost race leaves a mount behind in the host's namespace.
-pub const ARCHIVE_SAFE_API: (u32, u32) = (1, 43);
-
-/// `GET`/`HEAD`/`PUT /containers/{id}/archive` is forwarded only to an engine that says
-/// (`Api-Version` on the inspect that pinned the container) it is at least API 1.43. An
-/// answer without the header, or with one that does not parse, is an old engine.
-pub fn archive_on(engine_api: Option<&str>) -> Result<(), Refusal> {
-    let engine = engine_api.and_then(crate::canon::api_version);
-    match engine {
-        Some(v) if v >= ARCHIVE_SAFE_API => Ok(()),
-        _ => Err(Refusal::Setting {
-            op: "containers.archive".into(),
-            why: format!(
-                "copying to or from a container needs Docker Engine 24 (API {}.{}) or later; \
-                 this engine ({}) mounts the container's volumes on the host for it",
-                ARCHIVE_SAFE_API.0,
-                ARCHIVE_SAFE_API.1,
-                engine.map_or("API unknown".into(), |(a, b)| format!("API {a}.{b}")),
-            ),
-        }),
-    }
-}
-
 /// An ID prefix is resolved among the stack's own objects only (`(id, name)` of the filtered
 /// list), never by the engine: a prefix another stack's object shares must not change the
 /// answer. One match is the object; none, or more than one, is "no such object".
-pub fn own_prefix(kind: Kind, prefix: &str, own: &[(String, String)]) -> Result<String, Refusal> {
+pub(crate) fn own_prefix(
+    kind: Kind,
+    prefix: &str,
+    own: &[(String, String)],
+) -> Result<String, Refusal> {
     let mut matching = own.iter().filter(|(id, _)| id.starts_with(prefix));
     match (matching.next(), matching.next()) {
         (Some((id, _)), None) => Ok(id.clone()),

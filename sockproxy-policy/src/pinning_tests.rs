@@ -13,30 +13,6 @@ fn rules(scope: &Scope) -> Rules<'_> {
 const ID: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
 #[test]
-fn conflicts_name_only_the_requested_name() {
-    let id = "8e4b8b4a3f0c6a3b1f2e9d7c5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b";
-    let engine = format!(
-        "Conflict. The container name \"/deer-flow-sandbox-1\" is already in use by container \"{id}\". You have to remove (or rename) that container to be able to reuse that name."
-    );
-    let want = "Conflict. The container name \"/deer-flow-sandbox-1\" is already in use. You have to remove (or rename) that container to be able to reuse that name.";
-    assert_eq!(conflict_names_only(&engine), want);
-    // Rename's wording wraps the same sentence.
-    assert_eq!(
-        conflict_names_only(&format!("Error when allocating new name: {engine}")),
-        format!("Error when allocating new name: {want}")
-    );
-    assert!(!conflict_names_only(&engine).contains(&id[..12]));
-    // Anything else is left as the engine said it.
-    for other in [
-        "You cannot remove a running container 1234. Stop the container before attempting removal or force remove",
-        "Conflict. The container name \"/x\" is already in use by container \"not-hex\".",
-        "",
-    ] {
-        assert_eq!(conflict_names_only(other), other);
-    }
-}
-
-#[test]
 fn inspected_objects() {
     let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
     let r = rules(&s);
@@ -350,32 +326,4 @@ fn exec_instances() {
         exec(Access::Change, "e", (ID, moved), &c, &r),
         Err(Refusal::NoSuchExec("e".into()))
     );
-}
-
-#[test]
-fn archive_needs_an_engine_with_a_mount_namespace_for_it() {
-    for ok in ["1.43", "1.44", "1.52", "1.100", "2.0", "v1.43"] {
-        assert_eq!(archive_on(Some(ok)), Ok(()), "{ok}");
-    }
-    for (old, shown) in [
-        (Some("1.41"), "API 1.41"),
-        (Some("1.42"), "API 1.42"),
-        (Some("0.99"), "API 0.99"),
-        (Some(""), "API unknown"),
-        (Some("1.43-rc"), "API unknown"),
-        (Some("latest"), "API unknown"),
-        (None, "API unknown"),
-    ] {
-        let e = archive_on(old).expect_err("refused");
-        assert_eq!(e.status(), StatusCode::FORBIDDEN);
-        assert_eq!(
-            e.to_string(),
-            format!(
-                "sockproxy: containers.archive: copying to or from a container needs Docker \
-                 Engine 24 (API 1.43) or later; this engine ({shown}) mounts the \
-                 container's volumes on the host for it"
-            ),
-            "{old:?}"
-        );
-    }
 }

@@ -12,7 +12,7 @@ use hyper_util::rt::TokioIo;
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered};
 use sockproxy_policy::canon::Target;
-use sockproxy_policy::pinning::Pinned;
+use sockproxy_policy::evaluate::Pinned;
 use sockproxy_policy::refusal::Refusal;
 
 /// Most a refusal reads of a body it will never forward, and for how long.

@@ -13,6 +13,7 @@ use crate::proxy::{upstream_err, Proxy};
 use crate::upstream::{self, Body, Buffered};
 use serde_json::Value;
 use sockproxy_policy::canon::{self, Target};
+use sockproxy_policy::evaluate::{evaluate, Facts, Need, Plan, Request};
 use sockproxy_policy::filter;
 use sockproxy_policy::list_query::Names;
 use sockproxy_policy::refusal::Refusal;
@@ -28,16 +29,26 @@ impl Proxy {
         &self,
         kind: Kind,
         parts: Parts,
-        target: &Target,
+        plan: &Plan,
     ) -> Result<Response<Body>, Refusal> {
+        let target = &plan.target;
         let limit = filter::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
-        let query = match target.query.get("filters") {
-            Some(raw) if kind == Kind::Container && filter::names_containers(raw) => {
+        // A filter that names a container (`before`, `since`) is decided by `evaluate` among
+        // the stack's own containers, and the engine is asked with the full ID it pinned.
+        let query = match plan.needs() {
+            Need::Own(own_kind) => {
                 let own = self
-                    .own_objects(Kind::Container, target.version.as_deref())
+                    .own_objects(own_kind, target.version.as_deref())
                     .await?;
-                let pinned = filter::pin_container_refs(raw, &own)?;
-                target.query.replaced("filters", pinned)
+                let request = Request {
+                    method: &parts.method,
+                    uri: &parts.uri,
+                    headers: &parts.headers,
+                };
+                evaluate(&request, &Facts::Own(&own), &self.policy)
+                    .outcome?
+                    .target
+                    .query
             }
             _ => target.query.clone(),
         };

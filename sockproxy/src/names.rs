@@ -5,7 +5,7 @@
 //! Why a cached pin is as safe as an inspected one:
 //! - Entries come only from the engine's inspect answers (the same answers today's decision
 //!   reads), and only while the event subscription is live. An entry carries what the decision
-//!   reads — full ID, name, `sockproxy.stack` label — and `pinning::inspected` decides on it
+//!   reads — full ID, name, `sockproxy.stack` label — and `evaluate` decides on it
 //!   exactly as on a fresh inspect, so scope and label rules are the same.
 //! - Every create, rename or destroy event that names an object the stack can see, or an ID the
 //!   map holds, drops the entries it touches and bumps a generation. A fill whose inspect
@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use sockproxy_policy::pinning::Inspected;
+use sockproxy_policy::evaluate::Inspected;
 use sockproxy_policy::reference::is_full_id;
 use sockproxy_policy::reference::CanonicalName;
 use sockproxy_policy::reference::ObjRef;

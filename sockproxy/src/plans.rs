@@ -16,12 +16,10 @@ use crate::resolve::Wanted;
 use crate::upstream::{self, Body, Buffered};
 use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp};
 use sockproxy_policy::canon::Target;
-use sockproxy_policy::evaluate;
-use sockproxy_policy::pinning::Pinned;
-use sockproxy_policy::policy;
+use sockproxy_policy::evaluate::{self, Pinned};
 use sockproxy_policy::reference::ObjRef;
 use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::{Access, Kind};
+use sockproxy_policy::scope::Kind;
 
 type Answer = Result<http::Response<Body>, Refusal>;
 
@@ -35,19 +33,13 @@ struct ToContainer<'a> {
 }
 
 impl Proxy {
-    pub(crate) async fn container(
-        &self,
-        cop: ContainerOp,
-        r: &ObjRef,
-        access: Access,
-        ex: Exchange<'_>,
-    ) -> Answer {
+    pub(crate) async fn container(&self, cop: ContainerOp, r: &ObjRef, ex: Exchange<'_>) -> Answer {
         let Exchange {
-            op,
             parts,
             body,
             target,
             upgrade,
+            ..
         } = ex;
         let mut take = || body.take().unwrap_or_else(upstream::empty);
         let upload = cop == ContainerOp::Archive && parts.method == http::Method::PUT;
@@ -90,11 +82,10 @@ impl Proxy {
         };
         let own = Wanted {
             kind: Kind::Container,
-            access,
-            op,
             r,
             version,
-            request: Some(&request),
+            request: &request,
+            other: false,
         };
         let mut stale = None;
         if repeatable {
@@ -118,7 +109,7 @@ impl Proxy {
         }
         if cop == ContainerOp::Archive {
             let api = inspected.headers.get("api-version");
-            sockproxy_policy::pinning::archive_on(api.and_then(|v| v.to_str().ok()))?;
+            sockproxy_policy::answers::archive_on(api.and_then(|v| v.to_str().ok()))?;
         }
         let resp = match stale {
             // The same object: the engine's 404 was about the request, not the name.
@@ -208,13 +199,7 @@ impl Proxy {
         }
     }
 
-    pub(crate) async fn network(
-        &self,
-        nop: NetworkOp,
-        r: &ObjRef,
-        access: Access,
-        ex: Exchange<'_>,
-    ) -> Answer {
+    pub(crate) async fn network(&self, nop: NetworkOp, r: &ObjRef, ex: Exchange<'_>) -> Answer {
         let Exchange {
             op,
             parts,
@@ -232,11 +217,10 @@ impl Proxy {
         };
         let net = Wanted {
             kind: Kind::Network,
-            access,
-            op,
             r,
             version,
-            request: Some(&request),
+            request: &request,
+            other: false,
         };
         if nop == NetworkOp::Inspect {
             let (_, inspected) = match self.resolve(net).await? {
@@ -283,18 +267,12 @@ impl Proxy {
         let cref = ObjRef::parse(&container).ok_or_else(|| {
             Refusal::BadRequest(format!("{op}: Container {container:?} is not a reference"))
         })?;
-        policy::check_name(
-            Kind::Container,
-            Access::Change,
-            op,
-            &cref,
-            &self.policy.scope,
-        )?;
+        // The container is changed too: `evaluate` decides on it as another object the
+        // request names.
         let joined = Wanted {
             kind: Kind::Container,
-            access: Access::Change,
             r: &cref,
-            request: None,
+            other: true,
             ..net
         };
         let (cid, c_remembered) = match self.pin(joined).await? {
@@ -332,12 +310,13 @@ impl Proxy {
     }
 
     /// Under `--require-stack-label`, each of the stack's networks a checked create joins must
-    /// carry the stack's label, decided as a change to that network (`pinning::inspected`);
-    /// `Some` is the engine's own answer for a network it does not know. The name goes on to
+    /// carry the stack's label, decided by `evaluate` as a change to that network
+    /// (`Facts::Other`); `Some` is the engine's own answer for a network it does not know. The name goes on to
     /// the engine as it was checked: a labelled network cannot be renamed, and another of the
     /// same name would make the name ambiguous to the engine, which then refuses the create.
     pub(crate) async fn check_joined_networks(
         &self,
+        request: &evaluate::Request<'_>,
         op: &str,
         out: &serde_json::Value,
         version: Option<&str>,
@@ -351,11 +330,10 @@ impl Proxy {
             })?;
             let w = Wanted {
                 kind: Kind::Network,
-                access: Access::Change,
-                op,
                 r: &r,
                 version,
-                request: None,
+                request,
+                other: true,
             };
             if let Err(engine) = self.pin(w).await? {
                 return Ok(Some(engine));

@@ -23,7 +23,6 @@ use crate::forward::{
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
 
-use sockproxy_policy::canon::Target;
 use sockproxy_policy::evaluate::{self, Facts, Policy};
 use sockproxy_policy::filter;
 use sockproxy_policy::policy::Plan;
@@ -186,15 +185,8 @@ impl Proxy {
         let result = match decision.outcome {
             Err(r) => Err(r),
             Ok(plan) => {
-                self.act(
-                    plan.route,
-                    &decision.op,
-                    parts,
-                    &mut body,
-                    &plan.target,
-                    upgrade,
-                )
-                .await
+                self.act(&plan, &decision.op, parts, &mut body, upgrade)
+                    .await
             }
         };
         if result.is_err() {
@@ -212,13 +204,13 @@ impl Proxy {
 
     async fn act(
         &self,
-        plan: Plan,
+        plan: &evaluate::Plan,
         op: &str,
         parts: Parts,
         body: &mut Option<Body>,
-        target: &Target,
         upgrade: Option<OnUpgrade>,
     ) -> Result<Response<Body>, Refusal> {
+        let target = &plan.target;
         let query = target.query.encode_without(&[]);
         // The body stays in the caller's slot until it is forwarded or read, so a refusal on
         // the way can drain it and the client sees the refusal rather than a broken pipe.
@@ -230,7 +222,7 @@ impl Proxy {
             target,
             upgrade,
         };
-        match plan {
+        match plan.route.clone() {
             Plan::Forward | Plan::Volume => {
                 body::no_body(take()).await?;
                 let path = with_query(target.path(), &query);
@@ -252,8 +244,13 @@ impl Proxy {
                     &crate::host_paths::ProxyView,
                     &self.policy.stack,
                 )?;
+                let request = evaluate::Request {
+                    method: &parts.method,
+                    uri: &parts.uri,
+                    headers: &parts.headers,
+                };
                 if let Some(engine) = self
-                    .check_joined_networks(op, &out, target.version.as_deref())
+                    .check_joined_networks(&request, op, &out, target.version.as_deref())
                     .await?
                 {
                     return Ok(buffered_response(engine));
@@ -276,17 +273,15 @@ impl Proxy {
                 let filtered = crate::event_stream::Filtered::new(body, self.policy.scope.clone());
                 Ok(Response::from_parts(rparts, filtered.boxed()))
             }
-            Plan::List(kind) => self.list(kind, parts, target).await,
+            Plan::List(kind) => self.list(kind, parts, plan).await,
             Plan::Info => {
                 body::no_body(take()).await?;
                 self.info(target.version.as_deref()).await
             }
             Plan::Container {
-                op: cop,
-                target: r,
-                access,
+                op: cop, target: r, ..
             } => {
-                self.container(cop, &r, access, exchange(parts, body, upgrade))
+                self.container(cop, &r, exchange(parts, body, upgrade))
                     .await
             }
             Plan::Exec { op: eop, id, .. } => {
@@ -303,13 +298,8 @@ impl Proxy {
                     .await
             }
             Plan::Network {
-                op: nop,
-                target: r,
-                access,
-            } => {
-                self.network(nop, &r, access, exchange(parts, body, upgrade))
-                    .await
-            }
+                op: nop, target: r, ..
+            } => self.network(nop, &r, exchange(parts, body, upgrade)).await,
         }
     }
 
@@ -359,7 +349,7 @@ impl Proxy {
 
     /// Under `--require-stack-label`, the engine's 409 over a name (create, rename) names only
     /// the requested name, not the ID of the container that holds it
-    /// (`pinning::conflict_names_only`).
+    /// (`answers::conflict_names_only`).
     pub(crate) async fn conflict_names_only(&self, resp: Response<Body>) -> Response<Body> {
         if !self.policy.create_rules.require_stack_label || resp.status() != StatusCode::CONFLICT {
             return resp;
@@ -380,7 +370,7 @@ impl Proxy {
             return Refusal::Upstream("unreadable conflict answer".into()).into_response();
         };
         let mut out = serde_json::to_vec(&serde_json::json!({
-            "message": sockproxy_policy::pinning::conflict_names_only(&message)
+            "message": sockproxy_policy::answers::conflict_names_only(&message)
         }))
         .unwrap_or_default();
         out.push(b'\n');

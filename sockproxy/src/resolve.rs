@@ -1,7 +1,7 @@
 //! Gathering the facts a plan needs, through the engine (I/O only; the answers are read by
-//! `sockproxy_policy::answers` and decided by `evaluate` or `pinning`): inspect a container,
-//! network or exec instance, resolve an ID prefix among the stack's own objects, and list the
-//! stack's own objects for list filters that name one.
+//! `sockproxy_policy::answers` and decided by `evaluate`): inspect a container, network or
+//! exec instance, and list the stack's own objects (among which `evaluate` resolves an ID
+//! prefix, or pins a list filter that names a container).
 
 use http::StatusCode;
 
@@ -10,11 +10,10 @@ use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
 use sockproxy_policy::answers::{self, ExecInfo, Named, Own};
-use sockproxy_policy::evaluate::{evaluate, Decision, Facts, Request};
-use sockproxy_policy::pinning::{self, Inspected, Pinned};
+use sockproxy_policy::evaluate::{evaluate, Facts, Inspected, Need, Pinned, Plan, Request};
 use sockproxy_policy::reference::ObjRef;
 use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::{Access, Kind};
+use sockproxy_policy::scope::Kind;
 
 /// Cap on one inspect answer (a network with many endpoints is the largest we read).
 const MAX_INSPECT: usize = 8 << 20;
@@ -23,46 +22,73 @@ const MAX_INSPECT: usize = 8 << 20;
 /// for a name it does not know, which goes back to the client as it is.
 pub type Resolved = Result<(Pinned, Buffered), Buffered>;
 
-/// What a request names, and what it wants to do with it. `request` is set for the object the
-/// request itself names: its pin is `evaluate`'s, with the inspect as the fact.
+/// An object a request names: its own (`other: false`), or another one its body names (a
+/// joined network, a connected container: `Facts::Other`). Either is decided by `evaluate`,
+/// with each fact the transport gathers for it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Wanted<'a> {
     pub kind: Kind,
-    pub access: Access,
-    pub op: &'a str,
     pub r: &'a ObjRef,
     pub version: Option<&'a str>,
-    pub request: Option<&'a Request<'a>>,
+    pub request: &'a Request<'a>,
+    pub other: bool,
 }
 
-/// The pin a decision with its fact gave; an allowed plan without one is a fact that did not
-/// reach the decision, refused rather than forwarded unpinned.
-fn pin_of(decision: Decision) -> Result<Pinned, Refusal> {
-    decision
-        .outcome?
-        .pin
-        .ok_or_else(|| Refusal::Upstream("the decision pinned nothing".into()))
+impl Wanted<'_> {
+    /// The plan `evaluate` makes with `found` about this object.
+    fn decide(
+        &self,
+        found: &Facts<'_>,
+        policy: &sockproxy_policy::evaluate::Policy,
+    ) -> Result<Plan, Refusal> {
+        let decision = if self.other {
+            let facts = Facts::Other {
+                kind: self.kind,
+                r: self.r,
+                found,
+            };
+            evaluate(self.request, &facts, policy)
+        } else {
+            evaluate(self.request, found, policy)
+        };
+        decision.outcome
+    }
+}
+
+/// A plan that asks for a fact the transport did not expect (or for none, where a pin was
+/// due): refused rather than forwarded unpinned.
+fn undecided(need: &Need) -> Refusal {
+    Refusal::Upstream(format!("the decision needs {need:?}, not a pin"))
+}
+
+/// The pin a plan with its fact carries.
+fn pin_of(plan: Plan) -> Result<Pinned, Refusal> {
+    plan.pin.ok_or_else(|| undecided(&plan.need))
 }
 
 impl Proxy {
-    /// Inspects `r` and decides on the canonical name. An ID prefix is first resolved among
-    /// the stack's own objects; a full ID or a name is inspected as it is.
+    /// Gathers what `evaluate` asks for the object `w` names and decides on it: an ID prefix
+    /// by the stack's own objects, then the inspect of the full ID or name.
     pub(crate) async fn resolve(&self, w: Wanted<'_>) -> Result<Resolved, Refusal> {
         let Wanted {
             kind, r, version, ..
         } = w;
-        let full = match r {
-            ObjRef::Hex(prefix) if !sockproxy_policy::reference::is_full_id(prefix) => {
+        let full = match w.decide(&Facts::None, &self.policy)?.need {
+            Need::Own(kind) => {
                 let own = self.own_objects(kind, version).await?;
-                pinning::own_prefix(kind, prefix, &own)?
+                match w.decide(&Facts::Own(&own), &self.policy)?.need {
+                    Need::Object(_, full) => full,
+                    other => return Err(undecided(&other)),
+                }
             }
-            _ => r.as_str().to_owned(),
+            Need::Object(_, named) => named,
+            other => return Err(undecided(&other)),
         };
         let stamp = self.names.stamp();
         let v = vprefix(version);
         let path = match kind {
-            Kind::Container => format!("{v}/containers/{full}/json"),
-            Kind::Network => format!("{v}/networks/{full}"),
+            Kind::Container => format!("{v}/containers/{}/json", full.as_str()),
+            Kind::Network => format!("{v}/networks/{}", full.as_str()),
         };
         let answer = self
             .upstream
@@ -70,10 +96,7 @@ impl Proxy {
             .await
             .map_err(crate::proxy::upstream_err)?;
         if answer.status != StatusCode::OK {
-            pinning::inspect_failed(kind, r, answer.status, &answer.body)?;
-            if let Some(absent) = pinning::not_found(kind, r, answer.status, &self.policy.rules()) {
-                return Err(absent);
-            }
+            answers::inspect_refused(kind, r, answer.status, &answer.body, &self.policy)?;
             return Ok(Err(answer));
         }
         let named = Named::read(&answer.body)?;
@@ -98,14 +121,9 @@ impl Proxy {
         self.judge(w, &e.inspected()).map(Some)
     }
 
-    /// Decides on an inspected object: the request's own through `evaluate`, with the inspect
-    /// as its fact; another the request names (a joined network, a connected container) by
-    /// `pinning::inspected`.
+    /// Decides on an inspected object through `evaluate`, with the inspect as its fact.
     fn judge(&self, w: Wanted<'_>, ins: &Inspected<'_>) -> Result<Pinned, Refusal> {
-        match w.request {
-            Some(request) => pin_of(evaluate(request, &Facts::Object(*ins), &self.policy)),
-            None => pinning::inspected(w.kind, w.access, w.op, w.r, ins, &self.policy.rules()),
-        }
+        pin_of(w.decide(&Facts::Object(*ins), &self.policy)?)
     }
 
     /// An exec instance is the stack's when its container is; pinned to the exec's full ID.
@@ -167,7 +185,7 @@ impl Proxy {
             reported: (&info.id, &info.container_id),
             container: entry.inspected(),
         };
-        pin_of(evaluate(request, &facts, &self.policy))
+        pin_of(evaluate(request, &facts, &self.policy).outcome?)
     }
 
     /// `(full ID, name)` of every container (all states) or network the stack sees.

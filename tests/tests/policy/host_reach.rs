@@ -309,7 +309,7 @@ fn archive_requests_reach_only_engines_that_mount_them_apart() {
             let ping = raw::get(&e.socket, "/_ping").expect("answer");
             let api = ping.header("api-version").unwrap_or("").to_owned();
             let old = sockproxy_policy::canon::api_version(&api).expect("an Api-Version")
-                < sockproxy_policy::pinning::ARCHIVE_SAFE_API;
+                < sockproxy_policy::answers::ARCHIVE_SAFE_API;
             let name = clean.container(&format!("{prefix}sandbox-cp"));
             let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
             let r = send(
