@@ -2,14 +2,20 @@
 //! test (`tests/tests/tools/fuzz_corpus.rs`) checks again on every committed corpus input.
 //!
 //! Input: byte 0 picks the method; byte 1's bits pick `--restricted` (1), `--require-stack-label`
-//! (2), an exec fact instead of an object's (4), and whether the fact's object carries the
-//! stack's label (8); the rest is `TARGET \0 NAME \0 BODY`: the request target, the name the
-//! engine's inspect gives the object, and a request body.
+//! (2), an exec fact instead of an object's (4), whether the fact's object carries the stack's
+//! label (8), the stack's own objects given first (16: one, the fact's object), and a fact about
+//! another object the request names (32: NAME is also its reference, a network with 64, else a
+//! container); the rest is `TARGET \0 NAME \0 BODY`: the request target, the name the engine's
+//! inspect gives the object, and a request body.
 //!
 //! - Never an allow without a `Pinned` for a named object: with no facts, a plan that names a
 //!   container, network or exec instance carries no pin and says which fact it needs; with
 //!   the fact, an allowed plan carries the pin of the fact's ID, and the fact's name is one the
-//!   stack may see. A fact about no named object is refused.
+//!   stack may see. A fact about no named object is refused. The stack's own objects pin
+//!   nothing: they resolve an ID prefix to the full ID to inspect next (the own object's, the
+//!   only one given), or pin a list filter's container; for a name or a full ID they are
+//!   refused. Another object the request names is pinned only by its inspect, to its ID, and
+//!   only when the stack may change it.
 //! - Never a forwarded body that was not re-serialized: a create's body is forwarded as the
 //!   checked value, written anew, and that text read and checked again gives the same value.
 
@@ -17,10 +23,9 @@ use http::{HeaderMap, Method, Uri};
 use serde_json::Value;
 
 use crate::create_rules::{CreateRules, NoPaths};
-use crate::evaluate::{evaluate, Facts, Need, Plan, Policy, Request};
-use crate::pinning::Inspected;
+use crate::evaluate::{evaluate, Facts, Inspected, Need, Plan, Policy, Request};
 use crate::policy::Plan as Route;
-use crate::reference::CanonicalName;
+use crate::reference::{is_full_id, CanonicalName, ObjRef};
 use crate::scope::{Access, Kind, Prefix, Scope};
 
 const METHODS: [&str; 5] = ["GET", "HEAD", "POST", "PUT", "DELETE"];
@@ -100,6 +105,17 @@ pub fn evaluate_request(data: &[u8]) -> Result<(), String> {
         name,
         stack_label: (flags & 8 == 8).then_some(STACK),
     };
+    if flags & 32 == 32 {
+        let kind = if flags & 64 == 64 {
+            Kind::Network
+        } else {
+            Kind::Container
+        };
+        return another_object(&request, target, kind, object, &policy);
+    }
+    if flags & 16 == 16 {
+        own_objects(&request, target, &plan, object, &policy)?;
+    }
     let facts = if flags & 4 == 4 {
         Facts::Exec {
             reported: (EXEC_ID, ID),
@@ -111,7 +127,10 @@ pub fn evaluate_request(data: &[u8]) -> Result<(), String> {
     let again = evaluate(&request, &facts, &policy);
     match named(&plan.route) {
         None => {
-            if plan.needs() != Need::Nothing {
+            // A list filter that names a container asks for the stack's own containers only.
+            let own_list = matches!(plan.route, Route::List(Kind::Container))
+                && plan.needs() == Need::Own(Kind::Container);
+            if plan.needs() != Need::Nothing && !own_list {
                 return Err(format!(
                     "{target}: {:?} needs {:?}",
                     plan.route,
@@ -148,6 +167,102 @@ pub fn evaluate_request(data: &[u8]) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// The stack's own objects (one: `object`) as the fact: they pin nothing, and where the plan
+/// asked for them they resolve an ID prefix to the own object's ID, the inspect needed next.
+fn own_objects(
+    request: &Request,
+    target: &str,
+    plan: &Plan,
+    object: Inspected,
+    policy: &Policy,
+) -> Result<(), String> {
+    let own = [(object.id.to_owned(), object.name.to_owned())];
+    let with_own = evaluate(request, &Facts::Own(&own), policy);
+    let asked = matches!(plan.needs(), Need::Own(_));
+    let Ok(got) = with_own.outcome else {
+        return Ok(());
+    };
+    if !asked && named(&plan.route).is_some() {
+        return Err(format!(
+            "{target}: own objects taken for {:?}",
+            plan.needs()
+        ));
+    }
+    if got.pin.is_some() {
+        return Err(format!("{target}: own objects pinned {:?}", got.pin));
+    }
+    match (named(&got.route), got.needs()) {
+        (None, Need::Nothing) => Ok(()),
+        (Some(_), Need::Object(_, ObjRef::Hex(full))) if full == object.id => Ok(()),
+        (_, need) => Err(format!("{target}: own objects left {need:?}")),
+    }
+}
+
+/// A fact about another object the request names (`r`, parsed from the inspect's name): no pin
+/// before its inspect; with it, the pin of its ID and a name the stack may change.
+fn another_object(
+    request: &Request,
+    target: &str,
+    kind: Kind,
+    object: Inspected,
+    policy: &Policy,
+) -> Result<(), String> {
+    let Some(r) = ObjRef::parse(object.name) else {
+        return Ok(());
+    };
+    let own = [(object.id.to_owned(), object.name.to_owned())];
+    for found in [Facts::None, Facts::Own(&own)] {
+        let facts = Facts::Other {
+            kind,
+            r: &r,
+            found: &found,
+        };
+        let Ok(plan) = evaluate(request, &facts, policy).outcome else {
+            continue;
+        };
+        if plan.pin.is_some() || plan.needs() == Need::Nothing {
+            return Err(format!(
+                "{target}: {kind:?} {r:?} with {found:?}: pin {:?}, needs {:?}",
+                plan.pin,
+                plan.needs()
+            ));
+        }
+        let prefix = matches!(&r, ObjRef::Hex(h) if !is_full_id(h));
+        let want = match (&found, prefix) {
+            (Facts::None, true) => Need::Own(kind),
+            (Facts::None, false) => Need::Object(kind, r.clone()),
+            _ => Need::Object(kind, ObjRef::Hex(object.id.to_owned())),
+        };
+        if plan.needs() != want {
+            return Err(format!("{target}: {kind:?} {r:?} needs {:?}", plan.needs()));
+        }
+    }
+    let found = Facts::Object(object);
+    let facts = Facts::Other {
+        kind,
+        r: &r,
+        found: &found,
+    };
+    let Ok(plan) = evaluate(request, &facts, policy).outcome else {
+        return Ok(());
+    };
+    if plan.pin.as_ref().map(|p| p.id()) != Some(ID) {
+        return Err(format!(
+            "{target}: {kind:?} {r:?} allowed with pin {:?}",
+            plan.pin
+        ));
+    }
+    let changeable = CanonicalName::parse(object.name)
+        .is_some_and(|n| policy.scope.allows(kind, Access::Change, n.as_str()));
+    if !changeable {
+        return Err(format!(
+            "{target}: pinned {kind:?} {:?}, not the stack's to change",
+            object.name
+        ));
+    }
+    Ok(())
 }
 
 /// A create's body as the transport forwards it: the checked value, serialized anew; reading
