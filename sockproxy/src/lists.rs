@@ -21,7 +21,7 @@ use sockproxy_policy::scope::Kind;
 use sockproxy_policy::volumes::stack_volumes;
 
 /// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
-/// millisecond; larger ones on the blocking pool.
+/// millisecond; larger ones on the runtime's blocking pool.
 const FILTER_INLINE_MAX: usize = 128 * 1024;
 
 impl Proxy {
@@ -65,16 +65,15 @@ impl Proxy {
         };
         let filtered = if answer.body.len() > FILTER_INLINE_MAX {
             // Off the event loop: a large list takes milliseconds to filter, and every other
-            // request on the loop waits meanwhile.
+            // request on the loop waits meanwhile. The one runtime has one blocking pool, so
+            // such buffers come and go on the same few threads (a pool per event loop once
+            // doubled a 10,000-container list's peak RSS).
             let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
             let filter =
                 move || filter::stack_list(kind, &body, &scope, limit, &names, own.as_ref());
-            match self.blocking.get() {
-                Some(first) => first.spawn_blocking(filter),
-                None => tokio::task::spawn_blocking(filter),
-            }
-            .await
-            .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
+            tokio::task::spawn_blocking(filter)
+                .await
+                .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
         } else {
             filter::stack_list(
                 kind,
@@ -123,7 +122,11 @@ impl Proxy {
         }
         let (answer, held) = self
             .upstream
-            .read_budgeted(resp, self.max_list_bytes, Some(&self.list_budget))
+            .read_budgeted(
+                resp,
+                self.serving.max_list_bytes,
+                Some(&self.serving.list_budget),
+            )
             .await
             .map_err(upstream_err)?;
         Ok(Ok((answer, ask.names, held)))

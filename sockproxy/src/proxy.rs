@@ -36,32 +36,38 @@ pub struct Peer {
     pub pid: Option<i32>,
 }
 
+/// What the transport holds: the policy it evaluates under, the engine client, the name map,
+/// what it serves clients within, and what it counts and logs.
 #[derive(Debug)]
 pub struct Proxy {
     /// What the stack may do: every decision reads it (`sockproxy_policy::evaluate`).
     pub policy: Policy,
+    /// The engine client.
     pub upstream: Upstream,
-    pub max_list_bytes: usize,
-    pub counters: Counters,
-    /// Connections and upgrade streams in flight, for a graceful shutdown.
-    pub inflight: crate::inflight::Inflight,
-    /// Bytes all buffered lists may hold together.
-    pub list_budget: upstream::ListBudget,
-    /// Client connections served at once (`--max-connections`).
-    pub connection_slots: Arc<tokio::sync::Semaphore>,
-    /// Time a client has to send a whole request head (`--header-timeout`).
-    pub header_timeout: std::time::Duration,
     /// The stack's own names and IDs, while the engine's events keep them coherent.
     pub names: Arc<crate::names::Names>,
     /// Whether `names` is kept at all (`--no-name-cache` turns it off).
     pub name_cache: bool,
-    /// The proxy's runtime, set by `serve`: large lists are filtered on its blocking pool, so
-    /// their buffers come and go on the same few threads (one pool per event loop, before the
-    /// proxy moved to tokio's multi-thread runtime, held a 10,000-container list's buffers on
-    /// each, and the peak RSS doubled).
-    pub blocking: std::sync::OnceLock<tokio::runtime::Handle>,
+    /// The server's side: connections, head timeout, in-flight work and list buffers.
+    pub serving: Serving,
+    pub counters: Counters,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// What bounds the clients the proxy serves and the lists it buffers for them.
+#[derive(Debug)]
+pub struct Serving {
+    /// Client connections served at once (`--max-connections`).
+    pub connection_slots: Arc<tokio::sync::Semaphore>,
+    /// Time a client has to send a whole request head (`--header-timeout`).
+    pub header_timeout: std::time::Duration,
+    /// Connections and upgrade streams in flight, for a graceful shutdown.
+    pub inflight: crate::inflight::Inflight,
+    /// Bytes one buffered list may hold (`--max-list-bytes`).
+    pub max_list_bytes: usize,
+    /// Bytes all buffered lists may hold together (`--max-list-bytes-total`).
+    pub list_budget: upstream::ListBudget,
 }
 
 /// How many requests were allowed and refused since start.
@@ -324,7 +330,7 @@ impl Proxy {
         if let Some(client) = client_upgrade {
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                 let engine = hyper::upgrade::on(&mut resp);
-                let guard = self.inflight.enter();
+                let guard = self.serving.inflight.enter();
                 tokio::spawn(async move {
                     splice(client, engine).await;
                     drop(guard);

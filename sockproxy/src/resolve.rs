@@ -213,7 +213,7 @@ impl Proxy {
         let path = answers::own_list_path(&v, kind, &self.policy);
         let answer = self
             .upstream
-            .get(&path, self.max_list_bytes)
+            .get(&path, self.serving.max_list_bytes)
             .await
             .map_err(crate::proxy::upstream_err)?;
         if answer.status != StatusCode::OK {

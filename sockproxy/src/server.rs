@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::answer::Answer;
 use crate::config::Config;
-use crate::proxy::{Peer, Proxy};
+use crate::proxy::{Peer, Proxy, Serving};
 use crate::upstream::Upstream;
 use sockproxy_policy::refusal::Refusal;
 
@@ -119,15 +119,16 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
             min_api_version: cfg.min_api_version,
         },
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
-        max_list_bytes: cfg.max_list_bytes,
-        counters: Default::default(),
-        inflight: Default::default(),
-        list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
-        connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
-        header_timeout: cfg.header_timeout,
         names: Default::default(),
         name_cache: cfg.name_cache,
-        blocking: Default::default(),
+        serving: Serving {
+            connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
+            header_timeout: cfg.header_timeout,
+            inflight: Default::default(),
+            max_list_bytes: cfg.max_list_bytes,
+            list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
+        },
+        counters: Default::default(),
         metrics,
     })
 }
@@ -164,13 +165,12 @@ pub async fn serve(
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("watch", watch)))
     });
-    let _ = proxy.blocking.set(tokio::runtime::Handle::current());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match proxy.connection_slots.clone().try_acquire_owned() {
+                Ok((stream, _)) => match proxy.serving.connection_slots.clone().try_acquire_owned() {
                     Ok(slot) => {
                         // Read once, here: the connection keeps it for every request.
                         let peer = stream
@@ -184,7 +184,7 @@ pub async fn serve(
                             peer,
                             slot,
                             _open: proxy.metrics.connection_opened(),
-                            _inflight: proxy.inflight.enter(),
+                            _inflight: proxy.serving.inflight.enter(),
                             proxy: proxy.clone(),
                             stop: stop_rx.clone(),
                         };
@@ -209,19 +209,19 @@ pub async fn serve(
         }
     }
     let _ = stop_tx.send(true);
-    let inflight = proxy.inflight.count();
+    let inflight = proxy.serving.inflight.count();
     if inflight > 0 {
         tracing::info!(
             inflight,
             grace_secs = grace.as_secs(),
             "waiting for in-flight streams"
         );
-        if tokio::time::timeout(grace, proxy.inflight.idle())
+        if tokio::time::timeout(grace, proxy.serving.inflight.idle())
             .await
             .is_err()
         {
             tracing::warn!(
-                left = proxy.inflight.count(),
+                left = proxy.serving.inflight.count(),
                 "shutdown deadline reached; closing what is left"
             );
         }
@@ -272,16 +272,16 @@ async fn serve_connection(
     let limits = HeadLimits {
         max_bytes: HEAD_MAX_BYTES,
         max_headers: HEAD_MAX_HEADERS,
-        timeout: proxy.header_timeout,
+        timeout: proxy.serving.header_timeout,
         upgrades: true,
     };
     let answered = Answered::default();
     // An idle kept-alive connection is closed after twice the head limit; a head that has
     // started is the scanner's to time.
-    let reader = ClientRead::new(
-        Scanner::new(rd, verdicts.clone(), limits)
-            .close_when_idle(proxy.header_timeout.saturating_mul(2), answered.clone()),
-    );
+    let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), limits).close_when_idle(
+        proxy.serving.header_timeout.saturating_mul(2),
+        answered.clone(),
+    ));
     let io = TokioIo::new(tokio::io::join(reader, wr));
     let served = std::sync::atomic::AtomicUsize::new(0);
     let svc_proxy = proxy.clone();
@@ -457,7 +457,7 @@ impl Background {
 
     /// Client connections and upgrade streams in flight.
     pub fn inflight(&self) -> usize {
-        self.proxy.inflight.count()
+        self.proxy.serving.inflight.count()
     }
 
     /// (allowed, denied) decisions so far.
