@@ -185,7 +185,7 @@ pub struct Args {
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
     /// Worker threads of the multi-thread runtime that serves client connections (threads
-    /// sp-loop-0…) [default: the cores the proxy may run on, at most 2].
+    /// sp-loop-0…) [default: 1].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
     #[serde(skip)]
     pub event_loops: Option<usize>,
@@ -268,10 +268,11 @@ pub enum ConfigError {
 /// More workers than this would only add threads: each is a whole core's worth of work.
 pub const MAX_EVENT_LOOPS: usize = 64;
 
-/// One worker per core the proxy may run on, at most two: past two, a per-stack proxy's own
-/// threads would compete with the engine and the sandboxes for the host's cores.
+/// One worker: on a two-core host shared with dockerd a second one made `/_ping` cost 24-28 µs
+/// of CPU instead of 19.4-19.6, with fewer requests answered (docs/benchmarks.md, "Issue 39"):
+/// the request's task and the engine connection's task woke each other across threads.
 fn default_event_loops() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+    1
 }
 
 #[derive(Debug, Clone)]

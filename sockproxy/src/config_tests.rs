@@ -110,10 +110,9 @@ fn invalid_settings_are_refused_with_the_rule() {
 }
 
 #[test]
-fn event_loops_default_to_the_cores_at_most_two_and_are_bounded() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+fn event_loops_default_to_one_and_are_bounded() {
     let c = Config::from_args(args(&[]), None).expect("ok");
-    assert_eq!(c.event_loops, cores.min(2));
+    assert_eq!(c.event_loops, 1);
     let c = Config::from_args(args(&["--event-loops", "4"]), None).expect("ok");
     assert_eq!(c.event_loops, 4);
     for bad in ["0", "65"] {

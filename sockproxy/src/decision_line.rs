@@ -1,6 +1,6 @@
 //! The one log line per decision: its fields (`Decided`) and the one `tracing` event that
 //! carries them, formatted and written like every other line by tracing-subscriber's `fmt`
-//! layer (plain or JSON) through tracing-appender's non-blocking writer (`main`). The field
+//! layer (plain or JSON), one write to stderr (`main`). The field
 //! names and their order are what operators and the tests in `tests/` read.
 
 use http::StatusCode;

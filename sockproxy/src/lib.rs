@@ -9,7 +9,7 @@
 //! both sides carry. `config`, `policy_file`, `spend_args` and `seccomp_profile` read the flags
 //! and the policy file; `metrics` holds the metric families and what `--metrics-listen` serves;
 //! `decision_line` is the one `tracing` event per decision, written by tracing-subscriber's `fmt`
-//! layer through tracing-appender's non-blocking writer (the binary's `main`).
+//! layer, written whole to stderr (the binary's `main`).
 
 mod answer;
 pub mod body;
