@@ -176,13 +176,11 @@ pub(crate) async fn in_client_words(
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
-    let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
-        .collect()
-        .await
-    else {
-        return Refusal::Upstream("unreadable error answer".into()).into_response();
+    let bytes = match error_answer(body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
-    let mut text = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
     // Only where dockerd echoes the reference it was given; elsewhere it names the ID itself
     // ("You cannot remove a running container ID"), and so does the proxied answer.
     for (before, after) in ECHOED {
@@ -193,6 +191,18 @@ pub(crate) async fn in_client_words(
     }
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, upstream::full(text))
+}
+
+/// An engine's error answer read whole, to be rewritten: an error is a short JSON message, so
+/// more than 64 KiB, or a body that cannot be read, is answered as the proxy's own 502.
+pub(crate) async fn error_answer(body: Body) -> Result<bytes::Bytes, Response<Body>> {
+    match http_body_util::Limited::new(body, 64 * 1024)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(_) => Err(Refusal::Upstream("unreadable error answer".into()).into_response()),
+    }
 }
 
 #[cfg(test)]

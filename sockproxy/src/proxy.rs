@@ -361,13 +361,10 @@ impl Proxy {
             return resp;
         }
         let (mut parts, body) = resp.into_parts();
-        let Ok(collected) = http_body_util::Limited::new(body, 64 * 1024)
-            .collect()
-            .await
-        else {
-            return Refusal::Upstream("unreadable error answer".into()).into_response();
+        let bytes = match crate::forward::error_answer(body).await {
+            Ok(b) => b,
+            Err(refused) => return refused,
         };
-        let bytes = collected.to_bytes();
         let message = serde_json::from_slice::<Value>(&bytes)
             .ok()
             .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned));
