@@ -36,12 +36,14 @@ const CAPS: [&str; 6] = [
     "NET_BIND_SERVICE",
 ];
 
-/// A host port nobody listens on now (deer-flow's `get_free_port` does the same).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+/// Two host ports nobody listens on now (deer-flow's `get_free_port` does the same), told apart:
+/// both are held until both are known, since a port let go can be the next one handed out, and
+/// the masks then read the second sandbox's port as the first's.
+fn free_ports() -> (u16, u16) {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    let (a, b) = (bind(), bind());
+    let port = |l: &std::net::TcpListener| l.local_addr().expect("its address").port();
+    (port(&a), port(&b))
 }
 
 /// The stack name `StackProxy` gives a proxy: what a scoped `docker info` must call itself.
@@ -443,12 +445,8 @@ fn replay_mode(e: &Engine, cli: &Path, restricted: bool, self_check: bool) -> Ve
         proxy.socket()
     };
     for (via, sock) in [("directly", e.socket.as_path()), ("second", second)] {
-        let (n, n2, port, port2) = (
-            Names::random("a"),
-            Names::random("b"),
-            free_port(),
-            free_port(),
-        );
+        let (n, n2) = (Names::random("a"), Names::random("b"));
+        let (port, port2) = free_ports();
         let mut clean = Cleanup::new(&e.socket);
         for c in [&n.sandbox, &n2.sandbox, &n.sidecar] {
             clean.container(c);
