@@ -360,7 +360,7 @@ fn out_of_scope(kind: Kind, op: &str, name: &str) -> Refusal {
 
 #[cfg(test)]
 #[path = "policy_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "policy_name_tests.rs"]

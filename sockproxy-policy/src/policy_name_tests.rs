@@ -1,18 +1,7 @@
 //! `policy::decide`'s table for names: creates and renames, images, and resolved IDs.
 mod names {
+    use crate::policy::tests::table::{container, scope};
     use crate::policy::*;
-    use crate::scope::Prefix;
-
-    fn scope(restricted: bool) -> Scope {
-        Scope::new(Prefix::parse("deer-flow-").expect("valid"), restricted)
-    }
-
-    fn container(op: ContainerOp, name: &str) -> Endpoint {
-        Endpoint::Container {
-            op,
-            target: ObjRef::parse(name).expect("ref"),
-        }
-    }
 
     #[test]
     fn create_needs_a_name_in_scope() {

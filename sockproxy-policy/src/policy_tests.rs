@@ -1,13 +1,14 @@
 //! The decision table for `policy::decide` and its properties.
-mod table {
+pub(crate) mod table {
     use crate::policy::*;
     use crate::scope::Prefix;
 
-    fn scope(restricted: bool) -> Scope {
+    /// The table's scope and endpoint makers; the name tables (`policy_name_tests`) use them too.
+    pub(crate) fn scope(restricted: bool) -> Scope {
         Scope::new(Prefix::parse("deer-flow-").expect("valid"), restricted)
     }
 
-    fn container(op: ContainerOp, name: &str) -> Endpoint {
+    pub(crate) fn container(op: ContainerOp, name: &str) -> Endpoint {
         Endpoint::Container {
             op,
             target: ObjRef::parse(name).expect("ref"),

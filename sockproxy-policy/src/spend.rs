@@ -358,4 +358,4 @@ pub fn port_bindings(
 
 #[cfg(test)]
 #[path = "spend_tests.rs"]
-mod tests;
+pub(crate) mod tests;

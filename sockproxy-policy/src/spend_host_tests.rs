@@ -1,34 +1,12 @@
 //! Tables for the host-side bounds: each row a create (or update, or exec) body and the exact
 //! decision, with the default bounds and the operator's own.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use super::*;
-use crate::create_body::check;
-use crate::create_rules::{CreateRules, Disk};
+use crate::create_rules::CreateRules;
 use crate::paths::kernel_fs;
-use crate::scope::{Prefix, Scope};
-
-fn decide_with(rules: &CreateRules, body: Value) -> String {
-    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
-    match check(
-        body,
-        &scope,
-        rules,
-        Path::new("/run/docker.sock"),
-        &Disk,
-        "s",
-    ) {
-        Ok(_) => "allow".into(),
-        Err(r) => r.to_string(),
-    }
-}
-
-fn decide(body: Value) -> String {
-    decide_with(&CreateRules::default(), body)
-}
+use crate::spend::tests::{decide, decide_with};
 
 fn host(h: Value) -> String {
     decide(json!({ "Image": "img", "HostConfig": h }))

@@ -11,7 +11,9 @@ use crate::create_body::check;
 use crate::create_rules::{CreateRules, Disk};
 use crate::scope::{Prefix, Scope};
 
-fn decide_with(rules: &CreateRules, body: Value) -> String {
+/// A create body checked against `rules` (prefix `deer-flow-`): "allow" or the refusal's text;
+/// `spend_host`'s tables use it too.
+pub(crate) fn decide_with(rules: &CreateRules, body: Value) -> String {
     let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
     match check(
         body,
@@ -26,7 +28,8 @@ fn decide_with(rules: &CreateRules, body: Value) -> String {
     }
 }
 
-fn decide(body: Value) -> String {
+/// `decide_with` the default rules.
+pub(crate) fn decide(body: Value) -> String {
     decide_with(&CreateRules::default(), body)
 }
 

@@ -469,4 +469,4 @@ fn parse_group(raw: &str) -> Result<u32, ConfigError> {
 
 #[cfg(test)]
 #[path = "config_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -1,7 +1,9 @@
 //! Unit tests of `config`.
 use super::*;
 
-fn args(extra: &[&str]) -> Args {
+/// Settings from argv with the two flags every configuration needs; `policy_file`'s tests use
+/// them too.
+pub(crate) fn args(extra: &[&str]) -> Args {
     let mut argv = vec![
         "sockproxy",
         "--listen",

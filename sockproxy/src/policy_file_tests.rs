@@ -1,17 +1,6 @@
 use super::*;
+use crate::config::tests::args;
 use clap::{CommandFactory, Parser};
-
-fn args(extra: &[&str]) -> Args {
-    let mut argv = vec![
-        "sockproxy",
-        "--listen",
-        "/tmp/x.sock",
-        "--prefix",
-        "deer-flow-",
-    ];
-    argv.extend_from_slice(extra);
-    Args::try_parse_from(argv).expect("parses")
-}
 
 #[test]
 fn a_printed_policy_reads_back_to_the_same_configuration() {

@@ -16,7 +16,7 @@ use crate::budget_row::{fill, Builds, Judge, Limit, Row, CONCURRENCY};
 use crate::load::{median, quantile, same};
 use crate::procs::{self, listener_pid, Proc};
 use crate::real::{create_on, reachable, timed};
-use crate::socket::{rounds_of_loads, start_sockproxy_bin, Served};
+use crate::socket::{rounds_of_loads, start_each};
 use crate::Args;
 
 /// Every container of this part's is named with this, and only these are removed.
@@ -135,19 +135,13 @@ fn measure(
     }
     create_on(engine, &format!("{OURS}inspect"), false)?;
     create_on(engine, &format!("{OURS}cycle"), true)?;
-    let proxies: Vec<Served> = builds
-        .each()
-        .into_iter()
-        .map(|(name, bin)| {
-            start_sockproxy_bin(
-                bin,
-                dir,
-                engine,
-                &format!("budget-real-{name}"),
-                &args.sockproxy_flag,
-            )
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let proxies = start_each(
+        &builds.each(),
+        dir,
+        engine,
+        "budget-real",
+        &args.sockproxy_flag,
+    )?;
     let mut socks: Vec<PathBuf> = vec![engine.to_owned()];
     socks.extend(proxies.iter().map(|p| p.socket.clone()));
     let listed = raw::get(engine, "/containers/json?all=1")?

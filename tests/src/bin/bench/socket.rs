@@ -68,6 +68,20 @@ pub fn start_sockproxy_bin(
     Ok(Served { proc, socket })
 }
 
+/// `start_sockproxy_bin` for each named build, in turn order, tagged `{tag}-{name}`.
+pub fn start_each(
+    builds: &[(&str, &Path)],
+    dir: &Path,
+    engine: &Path,
+    tag: &str,
+    extra: &[String],
+) -> anyhow::Result<Vec<Served>> {
+    builds
+        .iter()
+        .map(|(name, bin)| start_sockproxy_bin(bin, dir, engine, &format!("{tag}-{name}"), extra))
+        .collect()
+}
+
 /// An HAProxy configuration in the style of the widely used HAProxy socket proxies: a path
 /// allowlist by regular expression per method class, everything else 403, kept-alive
 /// connections to the engine (HAProxy's default `http-reuse safe`).
