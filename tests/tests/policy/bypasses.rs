@@ -280,6 +280,34 @@ fn endpoints_name_only_own_networks_and_configs() {
                     }
                 },
             );
+            // A disconnect naming that foreign container by an ID prefix, with the lower-case
+            // key Go's decoder also reads: refused, and it stays on the network.
+            step(
+                "a disconnect of a foreign container by ID prefix and lower-case key is refused",
+                || {
+                    let stranger = format!("x{prefix}stranger");
+                    let id = inspect(&e, "containers", &format!("{stranger}/json")).json()["Id"]
+                        .as_str()
+                        .expect("an ID")
+                        .to_owned();
+                    let r = send(
+                        p.socket(),
+                        "POST",
+                        &format!("/networks/{own_net}/disconnect"),
+                        &json!({ "container": &id[..12], "force": true }),
+                    );
+                    // What a container that does not exist gets: the stranger is not the stack's.
+                    assert_eq!(r.status, 404, "{}", r.text());
+                    assert!(r.message().contains(&id[..12]), "{}", r.message());
+                    let got = inspect(&e, "containers", &format!("{stranger}/json")).json();
+                    assert!(
+                        got["NetworkSettings"]["Networks"]
+                            .as_object()
+                            .is_some_and(|n| n.contains_key(&own_net)),
+                        "{got}"
+                    );
+                },
+            );
         },
     );
 }
