@@ -1,5 +1,5 @@
 //! The fuzz corpora, replayed on stable (issue 17): every file under `fuzz/corpus/<target>/` —
-//! the seeds and every crash `ci/fuzz.sh` saved — goes through the same `props` function its
+//! the seeds and every crash `.ci/fuzz.sh` saved — goes through the same `props` function its
 //! fuzz target asserts, so `cargo test` keeps checking what fuzzing once found. A panic inside
 //! the code under test counts as a failure of that file, like a violated property.
 
@@ -32,7 +32,7 @@ const TARGETS: [(&str, Prop); 8] = [
 /// TODO (issue 17): inputs that violate a property on this branch — real bugs, reported, not
 /// yet fixed. Each is still replayed, but its failure does not fail the test; every other file
 /// must pass. Remove an entry once its fix lands. Their files are named `known-bug-*`, which
-/// `ci/fuzz.sh` leaves out of libFuzzer's starting corpus (libFuzzer stops at the first
+/// `.ci/fuzz.sh` leaves out of libFuzzer's starting corpus (libFuzzer stops at the first
 /// crashing input). All are netproxy bugs that main's rewrite of `addr` and `framing` (issue-net:
 /// `addr::judge`, an httparse-based scanner) fixes: after merging main, rename them `seed-*` and
 /// empty this list (see FUZZ_README_NOTES.md).

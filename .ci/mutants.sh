@@ -5,13 +5,13 @@
 # prints the caught / missed / unviable counts per crate.
 #
 #   cargo install cargo-mutants --locked
-#   ci/mutants.sh                 # the whole set (about an hour on two quiet cores)
-#   ci/mutants.sh quick           # stackmodel and lifecycle's smaller pure modules
-#   ci/mutants.sh sockproxy       # sockproxy-policy's decision modules
-#   ci/mutants.sh diff            # only mutants in the last commit's diff (--in-diff)
+#   .ci/mutants.sh                 # the whole set (about an hour on two quiet cores)
+#   .ci/mutants.sh quick           # stackmodel and lifecycle's smaller pure modules
+#   .ci/mutants.sh sockproxy       # sockproxy-policy's decision modules
+#   .ci/mutants.sh diff            # only mutants in the last commit's diff (--in-diff)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v cargo-mutants >/dev/null || { echo "ci/mutants.sh: cargo-mutants is not installed (cargo install cargo-mutants --locked)" >&2; exit 2; }
+command -v cargo-mutants >/dev/null || { echo ".ci/mutants.sh: cargo-mutants is not installed (cargo install cargo-mutants --locked)" >&2; exit 2; }
 limit="${MUTANTS_SECONDS:-3600}"
 out="${MUTANTS_OUT:-mutants.out}"
 mode="${1:-all}"
@@ -48,5 +48,5 @@ case "$mode" in
   sockproxy) run sockproxy-policy "${sockproxy_policy[@]}" ;;
   all|diff) run stackmodel "${stackmodel[@]}"; run lifecycle "${lifecycle_all[@]}"; run netproxy "${netproxy[@]}"; run egress "${egress[@]}"
     run sockproxy-policy "${sockproxy_policy[@]}" ;;
-  *) echo "ci/mutants.sh: unknown mode $mode (all, quick, sockproxy, diff)" >&2; exit 2 ;;
+  *) echo ".ci/mutants.sh: unknown mode $mode (all, quick, sockproxy, diff)" >&2; exit 2 ;;
 esac

@@ -5,11 +5,11 @@
 # the --max-list-bytes check at the end of `measure` also needs the docker CLI. Only Unix
 # sockets are used; no image is pulled.
 #
-#   ci/bench-foreign-list.sh populate ENGINE_SOCK
+#   .ci/bench-foreign-list.sh populate ENGINE_SOCK
 #       Creates (does not start) FOREIGN containers named other-stack-N and OWN containers
 #       named ${PREFIX}sandbox-N from IMAGE, each with about 400 bytes of labels, PARALLEL
 #       API calls at a time. Existing names are skipped (409), so it can be rerun.
-#   ci/bench-foreign-list.sh measure ENGINE_SOCK BEFORE_BIN AFTER_BIN
+#   .ci/bench-foreign-list.sh measure ENGINE_SOCK BEFORE_BIN AFTER_BIN
 #       Starts both proxies (--prefix PREFIX, --upstream the engine) on temporary sockets and
 #       runs ROUNDS rounds of `GET /v1.41/containers/json?all=1`: once on the engine directly,
 #       once on the engine with the name filter the newer proxy adds (filters={"name":
