@@ -75,6 +75,7 @@ pub fn decide(
             if CanonicalName::parse(raw)
                 .is_some_and(|n| scope.allows(Kind::Container, Access::Change, n.as_str()))
             {
+                name_bound(&op, name)?;
                 Ok(Plan::CreateContainer)
             } else {
                 Err(Refusal::ContainerOutOfScope {
@@ -106,6 +107,7 @@ pub fn decide(
                     let new = CanonicalName::stripped(new);
                     return Err(out_of_scope(Kind::Container, &op, new));
                 }
+                name_bound(&op, CanonicalName::stripped(new))?;
             }
             Ok(Plan::Container {
                 op: *cop,
@@ -171,6 +173,25 @@ pub fn decide(
 
 /// Query parameters of `POST /containers/create` (dockerd's `postContainersCreate`).
 const CREATE_PARAMS: &[&str] = &["name", "platform"];
+
+/// The longest container name a stack may give (create, rename). dockerd sets no bound; a name
+/// is copied into every log line a `{{.Name}}` tag writes (`spend_host::tag_template`), and
+/// into every list and inspect answer.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// A container name within `MAX_NAME_BYTES`.
+fn name_bound(op: &str, name: &str) -> Result<(), Refusal> {
+    if name.len() <= MAX_NAME_BYTES {
+        return Ok(());
+    }
+    Err(Refusal::Setting {
+        op: op.to_owned(),
+        why: format!(
+            "a name of {} bytes is not allowed for this stack (at most {MAX_NAME_BYTES})",
+            name.len()
+        ),
+    })
+}
 
 /// Only the parameters dockerd reads for `op` reach it: an allowlist, so a parameter a later
 /// engine starts to read (or an experimental one, like `start`'s `checkpoint`) is refused by

@@ -314,6 +314,34 @@ pub(crate) mod table {
     }
 
     #[test]
+    fn names_are_at_most_max_name_bytes() {
+        let at = |n: usize| format!("deer-flow-sandbox-{}", "a".repeat(n - 18));
+        let create = |name: &str| {
+            let q = Query::parse(Some(&format!("name={name}"))).expect("query");
+            decide(&Endpoint::ContainerCreate, &q, &scope(false), &[]).map_err(|r| r.to_string())
+        };
+        let rename = |name: &str| {
+            let q = Query::parse(Some(&format!("name={name}"))).expect("query");
+            let ep = container(ContainerOp::Rename, "deer-flow-sandbox-a");
+            decide(&ep, &q, &scope(false), &[]).map_err(|r| r.to_string())
+        };
+        assert!(create(&at(MAX_NAME_BYTES)).is_ok());
+        assert!(create(&format!("/{}", at(MAX_NAME_BYTES))).is_ok());
+        assert!(rename(&at(MAX_NAME_BYTES)).is_ok());
+        assert_eq!(
+            create(&at(MAX_NAME_BYTES + 1)),
+            Err("sockproxy: containers.create: a name of 129 bytes is not allowed for this stack (at most 128)".into())
+        );
+        assert_eq!(
+            rename(&at(MAX_NAME_BYTES + 1)),
+            Err("sockproxy: containers.rename: a name of 129 bytes is not allowed for this stack (at most 128)".into())
+        );
+        // Out of scope is said first, whatever the length.
+        assert!(create(&"x".repeat(300))
+            .is_err_and(|e| e.contains("is not one of this stack's sandboxes")));
+    }
+
+    #[test]
     fn info_deny_refuses_info() {
         let s = scope(false).with_info(false);
         assert_eq!(
