@@ -55,7 +55,8 @@ pub struct SpendArgs {
     #[arg(long, env = "SOCKPROXY_MAX_LOG_FILES")]
     pub max_log_files: Option<u64>,
     /// A log option DRIVER:KEY containers may give an allowed driver, beyond json-file's and
-    /// local's own (repeatable).
+    /// local's own (max-size, max-file, compress); tag, labels and env (and their -regex forms)
+    /// need it for every driver, and an allowed tag is still a bounded template (repeatable).
     #[arg(
         long = "allow-log-opt",
         env = "SOCKPROXY_ALLOW_LOG_OPT",
