@@ -276,7 +276,9 @@ pub fn stop_query(spend: &Spend, op: &str, query: &crate::canon::Query) -> Resul
     Ok(())
 }
 
-/// The query rules of an allowed plan: stop and restart's (`stop_query`).
+/// The query rules of an allowed plan: stop and restart's (`stop_query`), and a list's
+/// filters, which must be ones the proxy can read, with a bounded number of `name` values
+/// (`list_query::read_filters`), before anything is asked of the engine.
 pub fn plan_query(
     spend: &Spend,
     plan: &crate::policy::Plan,
@@ -284,11 +286,15 @@ pub fn plan_query(
     query: &crate::canon::Query,
 ) -> Result<(), Refusal> {
     use crate::api::ContainerOp;
+    use crate::policy::Plan;
     match plan {
-        crate::policy::Plan::Container {
+        Plan::Container {
             op: ContainerOp::Stop | ContainerOp::Restart,
             ..
         } => stop_query(spend, op, query),
+        Plan::List(_) | Plan::VolumeList => {
+            crate::list_query::read_filters(query.get("filters")).map(drop)
+        }
         _ => Ok(()),
     }
 }

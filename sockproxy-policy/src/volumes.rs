@@ -67,7 +67,7 @@ mod tests {
             "{\"Volumes\":[{\"Name\":\"deer-flow-data\",\"Driver\":\"local\",\"Labels\":null},\
              {\"Name\":\"deer-flow-cache\", \"Driver\":\"local\"}],\"Warnings\":null}\n"
         );
-        let named = Names::new(vec!["cache$".into()]);
+        let named = Names::compile(vec!["cache$".into()]).expect("compiles");
         let out = stack_volumes(body, &scope(), &named).expect("kept");
         let v: Value = serde_json::from_slice(&out).expect("json");
         assert_eq!(v["Volumes"][0]["Name"], "deer-flow-cache");

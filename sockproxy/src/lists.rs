@@ -20,8 +20,8 @@ use sockproxy_policy::refusal::Refusal;
 use sockproxy_policy::scope::Kind;
 use sockproxy_policy::volumes::stack_volumes;
 
-/// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
-/// millisecond; larger ones on the runtime's blocking pool.
+/// Lists up to this size (a few hundred containers at most) with no client `name` values are
+/// filtered in place, in well under a millisecond; others on the runtime's blocking pool.
 const FILTER_INLINE_MAX: usize = 128 * 1024;
 
 impl Proxy {
@@ -63,28 +63,12 @@ impl Proxy {
             Kind::Network => self.own_ids(target.version.as_deref()).await?,
             Kind::Container => None,
         };
-        let filtered = if answer.body.len() > FILTER_INLINE_MAX {
-            // Off the event loop: a large list takes milliseconds to filter, and every other
-            // request on the loop waits meanwhile. The one runtime has one blocking pool, so
-            // such buffers come and go on the same few threads (a pool per event loop once
-            // doubled a 10,000-container list's peak RSS).
-            let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
-            let filter =
-                move || filter::stack_list(kind, &body, &scope, limit, &names, own.as_ref());
-            tokio::task::spawn_blocking(filter)
-                .await
-                .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
-        } else {
-            filter::stack_list(
-                kind,
-                &answer.body,
-                &self.policy.scope,
-                limit,
-                &names,
-                own.as_ref(),
-            )
-        }
-        .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
+        let filtered = off_the_workers(answer.body.len(), names, move |names| {
+            filter::stack_list(kind, &body, &scope, limit, names, own.as_ref())
+                .map_err(|e| Refusal::Upstream(e.to_string()))
+        })
+        .await?;
         Ok(buffered_response(Buffered {
             body: Bytes::from(filtered),
             ..answer
@@ -101,7 +85,7 @@ impl Proxy {
         target: &Target,
         query: canon::Query,
         drop_params: &[&str],
-    ) -> Result<Result<(Buffered, Names, upstream::Held), Response<Body>>, Refusal> {
+    ) -> Result<Result<(Buffered, Vec<String>, upstream::Held), Response<Body>>, Refusal> {
         let label = self
             .policy
             .create_rules
@@ -109,11 +93,8 @@ impl Proxy {
             .then_some(self.policy.stack.as_str());
         let prefix = self.policy.scope.prefix().as_str();
         let ask =
-            sockproxy_policy::list_query::own_list_filters(query.get("filters"), prefix, label);
-        let query = match ask.filters {
-            Some(own) => query.with("filters", own),
-            None => query,
-        };
+            sockproxy_policy::list_query::own_list_filters(query.get("filters"), prefix, label)?;
+        let query = query.with("filters", ask.filters);
         let path = with_query(target.path(), &query.encode_without(drop_params));
         let req = upstream_request(parts, path, upstream::empty(), false)?;
         let resp = self.upstream.send(req).await.map_err(upstream_err)?;
@@ -133,6 +114,25 @@ impl Proxy {
     }
 }
 
+/// Compiles the client's `name` values and cuts a list answer with them: on the runtime's
+/// blocking pool when there are values to compile and match, or the answer is large (a large
+/// list takes milliseconds to filter, and every other request on the worker would wait
+/// meanwhile; a compile may take longer, within `list_query::NAME_REGEX_BUDGET`). The one
+/// runtime has one blocking pool, so such buffers come and go on the same few threads (a pool
+/// per event loop once doubled a 10,000-container list's peak RSS).
+async fn off_the_workers<T: Send + 'static>(
+    answer_len: usize,
+    names: Vec<String>,
+    cut: impl FnOnce(&Names) -> Result<T, Refusal> + Send + 'static,
+) -> Result<T, Refusal> {
+    if names.is_empty() && answer_len <= FILTER_INLINE_MAX {
+        return cut(&Names::default());
+    }
+    tokio::task::spawn_blocking(move || cut(&Names::compile(names)?))
+        .await
+        .map_err(|e| Refusal::Upstream(format!("filtering the list: {e}")))?
+}
+
 impl Proxy {
     /// `GET /volumes`: the engine asked for the stack's own, the answer kept to them.
     pub(crate) async fn volume_list(
@@ -147,8 +147,11 @@ impl Proxy {
             Ok(got) => got,
             Err(engine) => return Ok(engine),
         };
-        let kept = stack_volumes(&answer.body, &self.policy.scope, &names)
-            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
+        let kept = off_the_workers(answer.body.len(), names, move |names| {
+            stack_volumes(&body, &scope, names).map_err(|e| Refusal::Upstream(e.to_string()))
+        })
+        .await?;
         Ok(buffered_response(Buffered {
             body: bytes::Bytes::from(kept),
             ..answer
