@@ -138,7 +138,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
 /// connections close, responses in progress complete) and waits for in-flight work, upgrade
 /// streams included, up to `grace`.
 /// `made`: the socket file to remove at the end (`None` for one systemd passed). `metrics`: the
-/// metrics endpoint's listener, served until the proxy stops.
+/// metrics endpoint's listener, served until the main listener closes.
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
@@ -148,7 +148,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let _metrics = metrics.map(|l| {
+    let metrics = metrics.map(|l| {
         let exposed = Arc::new(crate::exposed::Exposed(proxy.clone()));
         AbortOnDrop(tokio::spawn(scrape::serve(
             l,
@@ -203,6 +203,12 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // The metrics endpoint goes with the main socket: a replacement started during the grace
+    // period binds both (one left bound made it exit), and no scrape reports a proxy that no
+    // longer takes clients.
+    if let Some(mut m) = metrics {
+        m.stop().await;
+    }
     if let Some(path) = made {
         if let Err(e) = std::fs::remove_file(&path) {
             tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
@@ -249,6 +255,14 @@ impl Held {
 
 /// Stops a background task when its owner goes.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    /// Stops the task and waits until it is gone, with what it held (a listener: closed).
+    async fn stop(&mut self) {
+        self.0.abort();
+        let _ = (&mut self.0).await;
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
