@@ -94,6 +94,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        scrape::process::register_standard(&mut registry, "netproxy", env!("CARGO_PKG_VERSION"));
         let requests = registered(
             &mut registry,
             "netproxy_requests",
