@@ -7,6 +7,7 @@
 
 mod activation;
 mod compose;
+mod examples;
 mod images;
 mod syscalls;
 mod systemd;
