@@ -9,5 +9,6 @@ mod activation;
 mod compose;
 mod examples;
 mod images;
+mod monitoring;
 mod syscalls;
 mod systemd;
