@@ -34,6 +34,12 @@ fn log_options_are_the_drivers_own_and_bounded() {
         );
     }
     assert_eq!(log("json-file", json!({})), "allow");
+    // Options with no driver (`docker run --log-opt` without `--log-driver`): the refusal
+    // says how to name it.
+    assert_eq!(
+        log("", json!({ "max-size": "10m" })),
+        "sockproxy: containers.create: HostConfig.LogConfig.Config is not allowed for this stack without HostConfig.LogConfig.Type: name the driver the options are for (docker run --log-driver json-file --log-opt …)"
+    );
     assert_eq!(
         log("json-file", json!({ "max-size": "1000g" })),
         "sockproxy: containers.create: HostConfig.LogConfig.Config.max-size 1000g is not allowed for this stack (allowed: 1 to 104857600 bytes; --max-log-size)"

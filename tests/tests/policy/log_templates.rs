@@ -182,3 +182,48 @@ fn an_allowed_tag_is_bounded_and_is_what_each_line_carries() {
         },
     );
 }
+
+/// `docker run --log-opt` without `--log-driver` (issue 51): every docker CLI prints the
+/// refusal that says how to name the driver, and no container is made.
+#[test]
+fn log_options_without_a_driver_say_how_to_name_it() {
+    each_engine(
+        "log_options_without_a_driver_say_how_to_name_it",
+        Fakes::Debian,
+        |e| {
+            let prefix = unique_prefix();
+            let mut clean = Cleanup::new(&e.socket);
+            let p = StackProxy::start(&e.socket, &prefix, false);
+            for (i, cli) in sockproxy_tests::cli::clis().into_iter().enumerate() {
+                let name = clean.container(&format!("{prefix}sandbox-opt{i}"));
+                let out = sockproxy_tests::cli::docker_with(
+                    &cli,
+                    p.socket(),
+                    &[
+                        "create",
+                        "--name",
+                        &name,
+                        "--log-opt",
+                        "max-size=1m",
+                        &e.image,
+                        "true",
+                    ],
+                    None,
+                    std::time::Duration::from_secs(120),
+                );
+                assert!(!out.ok(), "{}: refused", cli.display());
+                assert!(
+                    out.stderr.contains("Error response from daemon: sockproxy: containers.create: HostConfig.LogConfig.Config is not allowed for this stack without HostConfig.LogConfig.Type: name the driver the options are for (docker run --log-driver json-file --log-opt …)"),
+                    "{}: {}",
+                    cli.display(),
+                    out.stderr
+                );
+                assert_eq!(
+                    inspect(&e, "containers", &format!("{name}/json")).status,
+                    404,
+                    "not made"
+                );
+            }
+        },
+    );
+}
