@@ -3,7 +3,7 @@
 //! (injectable); `addr` refuses special-purpose addresses (`special` is the table, `own` the
 //! sidecar's networks, `nat64` the translator prefixes); `policy` joins them into the pure halves of the pipeline; `proxy` is
 //! the one pipeline for CONNECT and absolute-form requests, which `dial` connects (Happy
-//! Eyeballs) and hands to `tunnel` or `forward`; `connection` what one client connection's requests share; `refusal` says why not; `audit` writes the
+//! Eyeballs) and hands to `tunnel` or `forward`; `rejudge` what is judged again after the decision (at dial time, on a reload, on a network change); `connection` what one client connection's requests share; `refusal` says why not; `audit` writes the
 //! decision and end lines; `server` is the listener and its limits, `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
 //! `config` the flags, `startup` their validated `Config` and the one-line start-up errors; `fds`
@@ -28,6 +28,7 @@ pub mod policy;
 pub mod props;
 pub mod proxy;
 pub mod refusal;
+pub mod rejudge;
 pub mod resolve;
 pub mod server;
 pub mod special;

@@ -54,6 +54,8 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    // Announced network changes reach the open tunnels from here on.
+    proxy.watch();
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     tokio::pin!(shutdown);
