@@ -38,7 +38,9 @@ pub struct Args {
     /// :PORT[,PORT] (default 80,443). Repeat the flag; the env var is whitespace-separated.
     #[arg(help_heading = "Egress rules", long, env = "NETPROXY_ALLOW")]
     pub allow: Vec<String>,
-    /// Denied destination (wins over --allow; without ports every port). Repeatable.
+    /// Denied destination (wins over --allow; without ports every port): a name, *.name, an
+    /// IP or a network (11.0.0.0/8, [2600::/32]); an IP or network also refuses every name
+    /// that resolves into it. Repeatable.
     #[arg(help_heading = "Egress rules", long, env = "NETPROXY_DENY")]
     pub deny: Vec<String>,
     /// A JSON policy file `{"allow":[…],"deny":[…],"allow_cidr":[…]}`, added to the flags'

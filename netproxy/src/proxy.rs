@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::addr::AddrRefusal;
 use crate::audit::{Exchange, Trace};
 use crate::forward::{forward, Guard, Timeouts};
 use crate::framing::{self, HeadRefusal};
@@ -328,9 +329,16 @@ impl NetProxy {
             .interfaces
             .networks()
             .map_err(|_| Refusal::new(Reason::OwnNetworksUnknown, shown.clone()))?;
-        let vetted = policy
-            .vet(&own, &answers)
-            .map_err(|why| Refusal::new(Reason::Address(why), shown))?;
+        let vetted = policy.vet(&own, &answers, t.port).map_err(|why| {
+            if why == AddrRefusal::DeniedByRule {
+                // The decision line names the deny rule that refused an answer.
+                trace.rule = answers
+                    .iter()
+                    .find_map(|ip| policy.denial(*ip, t.port))
+                    .map(|r| r.text.clone());
+            }
+            Refusal::new(Reason::Address(why), shown)
+        })?;
         trace.allow();
         Ok(Vetted {
             addrs: vetted

@@ -100,6 +100,7 @@ impl Reason {
             Self::Name(n) => n.as_str(),
             Self::Address(crate::addr::AddrRefusal::OwnNetwork) => "proxy_network",
             Self::Address(crate::addr::AddrRefusal::Special(_)) => "special_address",
+            Self::Address(crate::addr::AddrRefusal::DeniedByRule) => "denied_by_rule",
             Self::DnsTimeout => "dns_timeout",
             Self::DnsFailure => "dns_failure",
             Self::DnsNoAnswer => "dns_no_answer",

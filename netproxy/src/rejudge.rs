@@ -51,13 +51,17 @@ impl NetProxy {
         }
     }
 
-    /// `addrs` judged on `policy` and the own networks as they are now: `Ok`, or why not.
-    fn judge_now(&self, policy: &Policy, addrs: &[IpAddr]) -> Result<(), Reason> {
+    /// `addrs` (on `port`) judged on `policy` and the own networks as they are now: `Ok`, or
+    /// why not.
+    fn judge_now(&self, policy: &Policy, addrs: &[IpAddr], port: u16) -> Result<(), Reason> {
         let own = self
             .interfaces
             .networks()
             .map_err(|_| Reason::OwnNetworksUnknown)?;
-        policy.vet(&own, addrs).map(|_| ()).map_err(Reason::Address)
+        policy
+            .vet(&own, addrs, port)
+            .map(|_| ())
+            .map_err(Reason::Address)
     }
 
     /// Whether a tunnel to `t`, dialed at `chosen`, would be opened now: the same name
@@ -66,7 +70,9 @@ impl NetProxy {
     pub fn still_allows(&self, t: &Target, chosen: SocketAddr) -> bool {
         let policy = self.policy();
         matches!(policy.decide_name(t), NameDecision::Allow { .. })
-            && self.judge_now(&policy, &[chosen.ip()]).is_ok()
+            && self
+                .judge_now(&policy, &[chosen.ip()], chosen.port())
+                .is_ok()
     }
 
     /// Resolves once a reload or a network change leaves this exchange no longer allowed.
@@ -122,7 +128,8 @@ impl NetProxy {
         }
         if self.interfaces.epoch() != vetted.epoch {
             let addrs: Vec<IpAddr> = vetted.addrs.iter().map(SocketAddr::ip).collect();
-            self.judge_now(&self.policy(), &addrs).map_err(refuse)?;
+            self.judge_now(&self.policy(), &addrs, t.port)
+                .map_err(refuse)?;
         }
         Ok(())
     }
@@ -142,6 +149,7 @@ impl NetProxy {
             proxy: self.clone(),
             epoch: vetted.epoch,
             addrs: vetted.addrs.iter().map(SocketAddr::ip).collect(),
+            port: t.port,
             refused: Mutex::default(),
         });
         let budget = &self.dials;
@@ -234,6 +242,7 @@ struct Gate {
     proxy: Arc<NetProxy>,
     epoch: u64,
     addrs: Vec<IpAddr>,
+    port: u16,
     refused: Mutex<Option<Reason>>,
 }
 
@@ -243,7 +252,7 @@ impl Gate {
         if proxy.interfaces.epoch() == self.epoch {
             return Ok(());
         }
-        match proxy.judge_now(&proxy.policy(), &self.addrs) {
+        match proxy.judge_now(&proxy.policy(), &self.addrs, self.port) {
             Ok(()) => Ok(()),
             Err(reason) => {
                 let text = reason.text();

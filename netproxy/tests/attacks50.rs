@@ -1,0 +1,149 @@
+//! Issue 50's netproxy findings 2 and 3 (what is refused, logged and resolved), each test in its
+//! own network namespace (`unshare -n`, only `lo`), the addresses it needs added to `lo` and a
+//! `Recorder` on each counting what really connected. Names come from a scripted resolver (only
+//! `.test` names), or from a scripted DNS server on the namespace's loopback for the stub
+//! resolver's own findings; nothing asks real DNS. Finding 1 is `own50.rs`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use common::ns::{self, Recorder};
+use common::scripted::Scripted;
+use common::{free_port, http_get};
+use netproxy::config::Args;
+use netproxy::proxy::NetProxy;
+use netproxy::server::{Background, Limits};
+
+/// netproxy in process on 127.0.0.1, its policy from these flags (read as the binary reads
+/// them), with `resolver`.
+fn from_flags(
+    flags: &[&str],
+    resolver: Arc<dyn netproxy::resolve::Resolve>,
+) -> (Background, Arc<NetProxy>, Args) {
+    let args =
+        Args::load_from(std::iter::once("netproxy").chain(flags.iter().copied())).expect("flags");
+    let np = Arc::new(NetProxy::new(args.policy().expect("policy"), resolver));
+    let p = Background::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        np.clone(),
+        Limits::default(),
+    )
+    .expect("netproxy starts");
+    (p, np, args)
+}
+
+fn refused_with(out: &str, status: &str, reason: &str) -> bool {
+    out.starts_with(&format!("HTTP/1.1 {status}"))
+        && out
+            .to_ascii_lowercase()
+            .contains(&format!("x-netproxy-error: {reason}\r\n"))
+}
+
+fn get(p: SocketAddr, url: &str) -> String {
+    http_get(p.port(), url)
+}
+
+/// Finding 2: a deny rule naming an IP (`--deny 11.0.0.1`, `[2600::1]`) or a network
+/// (`11.0.0.0/24`, `[2600:5::/32]`), on the flags or in the policy file, refuses every allowed
+/// name that resolves to it (the whole answer, also when another address is fine, and the IPv4
+/// a trusted NAT64 prefix carries), not only a request that spells it. Nothing denied is
+/// dialed; the decision line names the deny rule.
+#[test]
+fn f2_ip_deny_rules_apply_to_every_resolved_address() {
+    if !ns::enter(
+        "f2_ip_deny_rules_apply_to_every_resolved_address",
+        &[
+            "addr add 11.0.0.1/32 dev lo",
+            "addr add 11.0.0.9/32 dev lo",
+            "addr add 12.0.0.1/32 dev lo",
+            "addr add 2600::1/128 dev lo nodad",
+            "addr add 2600:5::7/128 dev lo nodad",
+        ],
+    ) {
+        return;
+    }
+    let logs = common::logs::Logs::capture();
+    let port = free_port();
+    let denied: Vec<Recorder> = ["11.0.0.1", "11.0.0.9", "[2600::1]", "[2600:5::7]"]
+        .iter()
+        .map(|a| Recorder::bind(&format!("{a}:{port}")))
+        .collect();
+    let fine = Recorder::bind(&format!("12.0.0.1:{port}"));
+    let r = Scripted::with(&[
+        ("one.test", &["11.0.0.1"]),
+        ("net.test", &["11.0.0.9"]),
+        ("v6.test", &["2600::1"]),
+        ("v6net.test", &["2600:5::7"]),
+        ("mixed.test", &["12.0.0.1", "11.0.0.1"]),
+        ("nat64.test", &["64:ff9b::b00:1"]),
+        ("ok.test", &["12.0.0.1"]),
+    ]);
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, r#"{"deny":["11.0.0.0/24","[2600::1]"]}"#).expect("write");
+    let rule = format!("*.test:{port}");
+    let (p, np, args) = from_flags(
+        &[
+            "--allow",
+            &rule,
+            "--deny",
+            "11.0.0.1",
+            "--deny",
+            "[2600:5::/32]:80,443",
+            "--deny",
+            &format!("[2600:5::/32]:{port}"),
+            "--allow-cidr",
+            "64:ff9b::/96",
+            "--policy",
+            file.to_str().expect("utf-8 path"),
+        ],
+        r,
+    );
+    for (name, rule) in [
+        ("one.test", "11.0.0.1"),
+        ("net.test", "11.0.0.0/24"),
+        ("v6.test", "[2600::1]"),
+        ("v6net.test", &format!("[2600:5::/32]:{port}")),
+        ("mixed.test", "11.0.0.1"),
+        ("nat64.test", "11.0.0.1"),
+    ] {
+        let out = get(p.addr, &format!("http://{name}:{port}/"));
+        assert!(refused_with(&out, "403", "denied_by_rule"), "{name}: {out}");
+        let d = logs.wait_for("decision", |v| v["host"] == name);
+        assert_eq!(
+            (d["decision"].as_str(), d["rule"].as_str()),
+            (Some("deny"), Some(rule)),
+            "{d}"
+        );
+    }
+    // A literal inside a denied network is refused before anything (no address to vet).
+    let out = get(p.addr, &format!("http://11.0.0.9:{port}/"));
+    assert!(refused_with(&out, "403", "denied_by_rule"), "{out}");
+    let out = get(p.addr, &format!("http://ok.test:{port}/"));
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(fine.hits(), 1);
+    for d in &denied {
+        assert_eq!(d.hits(), 0, "{} was dialed", d.addr);
+    }
+    // A reload whose file denies the address an open tunnel is connected to closes it.
+    let mut t = std::net::TcpStream::connect(p.addr).expect("connect");
+    t.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        t,
+        "CONNECT ok.test:{port} HTTP/1.1\r\nHost: ok.test:{port}\r\n\r\n"
+    )
+    .expect("write");
+    let mut head = [0u8; 12];
+    t.read_exact(&mut head).expect("an answer");
+    assert_eq!(&head, b"HTTP/1.1 200");
+    std::fs::write(&file, r#"{"deny":["12.0.0.0/8"]}"#).expect("write");
+    np.set_policy(args.policy().expect("the file as SIGHUP reads it"));
+    let closed = logs.wait_for("tunnel closed", |_| true);
+    assert_eq!(closed["ended"].as_str(), Some("revoked"), "{closed}");
+    let out = get(p.addr, &format!("http://ok.test:{port}/"));
+    assert!(refused_with(&out, "403", "denied_by_rule"), "{out}");
+}
