@@ -56,6 +56,8 @@ pub async fn serve(
 ) {
     // Announced network changes reach the open tunnels from here on.
     proxy.watch();
+    // `/healthz` is 200 while this loop runs, and not once it has returned.
+    let _serving = Serving::start(proxy.metrics.clone());
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     tokio::pin!(shutdown);
@@ -110,6 +112,22 @@ pub async fn serve(
                 }
             }
         }
+    }
+}
+
+/// The accept loop running, for `/healthz`: set when it starts, cleared when it returns.
+struct Serving(Arc<crate::metrics::Metrics>);
+
+impl Serving {
+    fn start(m: Arc<crate::metrics::Metrics>) -> Self {
+        m.serving(true);
+        Self(m)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving(false);
     }
 }
 

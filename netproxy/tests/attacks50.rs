@@ -147,3 +147,83 @@ fn f2_ip_deny_rules_apply_to_every_resolved_address() {
     let out = get(p.addr, &format!("http://ok.test:{port}/"));
     assert!(refused_with(&out, "403", "denied_by_rule"), "{out}");
 }
+
+/// A resolver that never answers (every lookup times out).
+#[derive(Debug)]
+struct Silent;
+
+impl netproxy::resolve::Resolve for Silent {
+    fn lookup(&self, _name: &str) -> netproxy::resolve::Lookup {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// `GET path` on the metrics endpoint at `at`: status and body.
+fn scrape_get(at: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(at).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+/// Finding 3: `/healthz` says whether the process serves, not whether the last lookup of some
+/// allowed name was answered: a lookup that times out leaves it 200 (it used to turn 503
+/// `resolver_failing` for a minute after one), with the resolver's figures in its body.
+#[test]
+fn f3_healthz_stays_200_after_a_failed_lookup() {
+    if !ns::enter("f3_healthz_stays_200_after_a_failed_lookup", &[]) {
+        return;
+    }
+    let policy = Args::load_from(["netproxy", "--allow", "hang.test"])
+        .expect("flags")
+        .policy()
+        .expect("policy");
+    let np = Arc::new(NetProxy {
+        dns_timeout: std::time::Duration::from_millis(200),
+        ..NetProxy::new(policy, Arc::new(Silent))
+    });
+    let p = Background::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        np.clone(),
+        Limits::default(),
+    )
+    .expect("netproxy starts");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let listener = rt
+        .block_on(async {
+            scrape::bind(&scrape::Listen::Tcp("127.0.0.1:0".parse().expect("addr")))
+        })
+        .expect("binds");
+    let at = listener.local_tcp().expect("tcp");
+    rt.spawn(scrape::serve(
+        listener,
+        Arc::new(netproxy::metrics::Exposed(np.metrics.clone())),
+        std::future::pending(),
+    ));
+    assert_eq!(scrape_get(at, "/healthz").0, 200);
+    let out = get(p.addr, "http://hang.test/");
+    assert!(refused_with(&out, "504", "dns_timeout"), "{out}");
+    let (status, body) = scrape_get(at, "/healthz");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["status"], "ok", "{body}");
+    assert!(v["resolver_failed_secs_ago"].is_u64(), "{body}");
+    // Once the proxy no longer serves, it says so.
+    drop(p);
+    let (status, body) = scrape_get(at, "/healthz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"not_serving\""), "{body}");
+}
