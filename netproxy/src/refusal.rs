@@ -149,7 +149,8 @@ impl Reason {
     }
 }
 
-/// A refusal: why, and the canonical host it was about (empty when there was none yet).
+/// A refusal: why, and the host it was about (canonical, or as written for a target that does
+/// not parse, cut to `audit::SHOWN_AT_MOST` bytes; empty when there was none yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub reason: Reason,
@@ -158,10 +159,10 @@ pub struct Refusal {
 
 impl Refusal {
     pub fn new(reason: Reason, host: impl Into<String>) -> Self {
-        Self {
-            reason,
-            host: host.into(),
-        }
+        let mut host: String = host.into();
+        let keep = crate::audit::shown(&host).len();
+        host.truncate(keep);
+        Self { reason, host }
     }
 
     pub fn status(&self) -> StatusCode {

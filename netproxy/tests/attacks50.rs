@@ -293,3 +293,54 @@ fn f3_a_sighup_right_after_start_reloads_and_never_kills() {
         );
     }
 }
+
+/// Finding 3: a refused target's host is shown capped, at `audit::SHOWN_AT_MOST` (256) bytes,
+/// in the decision line (`raw_host`, `host`) and in the refusal's body (`host`): a 5 KB name
+/// used to be written whole, once per refusal.
+#[test]
+fn f3_a_refused_targets_host_is_shown_capped() {
+    if !ns::enter("f3_a_refused_targets_host_is_shown_capped", &[]) {
+        return;
+    }
+    let logs = common::logs::Logs::capture();
+    let (p, _np, _args) = from_flags(&["--allow", "a.test"], Scripted::with(&[]));
+    let long = format!("{}.test", "a".repeat(5000));
+    let cap = netproxy::audit::SHOWN_AT_MOST;
+    for (connect, head) in [
+        (
+            true,
+            format!("CONNECT {long}:443 HTTP/1.1\r\nHost: {long}:443\r\n\r\n"),
+        ),
+        (
+            false,
+            format!("GET http://{long}/ HTTP/1.1\r\nHost: {long}\r\nConnection: close\r\n\r\n"),
+        ),
+    ] {
+        let before = logs.with_message("decision").len();
+        let mut s = std::net::TcpStream::connect(p.addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        s.write_all(head.as_bytes()).expect("write");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        assert!(refused_with(&out, "400", "malformed host"), "{out}");
+        let body: serde_json::Value =
+            serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap_or("")).expect("JSON");
+        let host = body["host"].as_str().expect("host");
+        assert!(
+            host.len() <= cap && long.starts_with(host) && !host.is_empty(),
+            "body host of {} bytes",
+            host.len()
+        );
+        logs.wait_for("decision", |_| logs.with_message("decision").len() > before);
+        let d = logs.with_message("decision").split_off(before).remove(0);
+        for field in ["raw_host", "host"] {
+            let v = d[field].as_str().unwrap_or("");
+            assert!(v.len() <= cap, "{connect}: {field} of {} bytes", v.len());
+        }
+        assert!(
+            d["raw_host"].as_str().is_some_and(|h| h.len() == cap),
+            "{connect}: {d}"
+        );
+    }
+}
