@@ -344,3 +344,114 @@ fn f3_a_refused_targets_host_is_shown_capped() {
         );
     }
 }
+
+/// netproxy in process with the stub resolver asking only `dns`, allowing `*.test:PORT`.
+fn with_stub(dns: &common::dns::Dns, port: u16) -> Background {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stub = rt
+        .block_on(async { netproxy::resolve::Stub::with_nameserver(dns.addr) })
+        .expect("resolver");
+    let rule = format!("*.test:{port}");
+    from_flags(&["--allow", &rule], Arc::new(stub)).0
+}
+
+/// Finding 3: a name with `_` in a label (Docker's embedded DNS answers for compose's
+/// `project_service_1` containers; DNS allows any octet) is asked and served; it used to be
+/// refused `dns_failure` without a question being sent.
+#[test]
+fn f3_names_with_underscores_are_resolved() {
+    use common::dns::{Answer, Dns, Rec};
+    if !ns::enter(
+        "f3_names_with_underscores_are_resolved",
+        &["addr add 12.0.0.1/32 dev lo"],
+    ) {
+        return;
+    }
+    let port = free_port();
+    let up = Recorder::bind(&format!("12.0.0.1:{port}"));
+    let a = |name| Answer {
+        answers: vec![Rec::A(name, "12.0.0.1")],
+        additionals: vec![],
+    };
+    let dns = Dns::serve(&[
+        ("stack_web_1.test", a("stack_web_1.test")),
+        ("_svc.b.test", a("_svc.b.test")),
+    ]);
+    let p = with_stub(&dns, port);
+    for name in ["stack_web_1.test", "STACK_web_1.test.", "_svc.b.test"] {
+        let out = get(p.addr, &format!("http://{name}:{port}/"));
+        assert!(out.starts_with("HTTP/1.1 200"), "{name}: {out}");
+    }
+    assert_eq!(up.hits(), 3);
+    assert!(
+        dns.asked().iter().all(|n| n.ends_with(".test.")),
+        "{:?}",
+        dns.asked()
+    );
+}
+
+/// Finding 3: an answer that carries A/AAAA records for other names (in the answer section or
+/// the additional one) is used only for the name asked (and the names its CNAME chain leads
+/// to): when the asked name's own address refuses connections, the other name's address is
+/// not tried, and the decision line lists only the asked name's addresses.
+#[test]
+fn f3_records_for_other_names_in_an_answer_are_not_used() {
+    use common::dns::{Answer, Dns, Rec};
+    if !ns::enter(
+        "f3_records_for_other_names_in_an_answer_are_not_used",
+        &[
+            "addr add 12.0.0.2/32 dev lo",
+            "addr add 11.0.0.66/32 dev lo",
+            "addr add 2600::66/128 dev lo nodad",
+        ],
+    ) {
+        return;
+    }
+    let logs = common::logs::Logs::capture();
+    let port = free_port();
+    // 12.0.0.2 is the asked names' own address: nothing listens there (refused at once).
+    let others: Vec<Recorder> = ["11.0.0.66", "[2600::66]"]
+        .iter()
+        .map(|a| Recorder::bind(&format!("{a}:{port}")))
+        .collect();
+    let extra = vec![
+        Rec::A("other.test", "11.0.0.66"),
+        Rec::Aaaa("other.test", "2600::66"),
+    ];
+    let dns = Dns::serve(&[
+        (
+            "multi.test",
+            Answer {
+                answers: [vec![Rec::A("multi.test", "12.0.0.2")], extra.clone()].concat(),
+                additionals: extra.clone(),
+            },
+        ),
+        (
+            "alias.test",
+            Answer {
+                answers: [
+                    vec![
+                        Rec::Cname("alias.test", "real.test"),
+                        Rec::A("real.test", "12.0.0.2"),
+                    ],
+                    extra.clone(),
+                ]
+                .concat(),
+                additionals: extra,
+            },
+        ),
+    ]);
+    let p = with_stub(&dns, port);
+    for name in ["multi.test", "alias.test"] {
+        let out = get(p.addr, &format!("http://{name}:{port}/"));
+        assert!(refused_with(&out, "502", "connect_failed"), "{name}: {out}");
+        let d = logs.wait_for("decision", |v| v["host"] == name);
+        assert_eq!(d["resolved"].as_str(), Some("[12.0.0.2]"), "{d}");
+    }
+    for o in &others {
+        assert_eq!(o.hits(), 0, "{} was dialed", o.addr);
+    }
+}

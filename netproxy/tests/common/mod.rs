@@ -2,6 +2,7 @@
 //! netproxy whose JSON log lines can be waited for. Not every test file uses every helper.
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod logs;
 pub mod ns;
 pub mod scripted;
