@@ -117,12 +117,35 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    // Each relay on a listener of its own, bound before the process says it listens.
+    let mut relays = Vec::with_capacity(cfg.relays.len());
+    for relay in cfg.relays {
+        let listener = tokio::net::TcpListener::bind(relay.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (--relay {relay})", relay.listen))?;
+        relays.push((listener, relay));
+    }
+    let relays_shown: Vec<String> = relays.iter().map(|(_, r)| r.to_string()).collect();
+    for (listener, relay) in relays {
+        tokio::spawn(netproxy::relay::serve(
+            listener,
+            relay,
+            proxy.clone(),
+            cfg.limits,
+            std::future::pending(),
+        ));
+    }
     if let Some(at) = &metrics_listen {
         let metrics = scrape::bind(at).with_context(|| format!("--metrics-listen {at}"))?;
         let exposed = Arc::new(netproxy::metrics::Exposed(proxy.metrics.clone()));
         tokio::spawn(scrape::serve(metrics, exposed, std::future::pending()));
     }
-    tracing::info!(listen = %cfg.listen, metrics_listen = metrics_listen.as_ref().map(|m| m.to_string()), "netproxy listening");
+    tracing::info!(
+        listen = %cfg.listen,
+        relays = ?relays_shown,
+        metrics_listen = metrics_listen.as_ref().map(|m| m.to_string()),
+        "netproxy listening"
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("SIGTERM handler")?;
     netproxy::server::serve(listener, proxy, cfg.limits, async move {

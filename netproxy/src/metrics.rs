@@ -65,6 +65,11 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabel {
     direction: &'static str,
 }
@@ -81,6 +86,9 @@ pub struct Metrics {
     tunnel_bytes: Family<DirectionLabel, Counter>,
     connections_open: Gauge,
     connections_refused: Family<ReasonLabel, Counter>,
+    relay_connections: Family<OutcomeLabel, Counter>,
+    relay_open: Gauge,
+    relay_bytes: Family<DirectionLabel, Counter>,
     started: Instant,
     /// The proxy's accept loop is running (`server::serve`): what `/healthz` answers on.
     serving: std::sync::atomic::AtomicBool,
@@ -150,6 +158,28 @@ impl Default for Metrics {
                 .into_iter()
                 .map(|reason| ReasonLabel { reason }),
         );
+        let relay_connections = counters_at_zero(
+            &mut registry,
+            "netproxy_relay_connections",
+            "Inbound connections to a --relay listener, by outcome: relayed, or why not",
+            crate::relay::OUTCOMES
+                .into_iter()
+                .map(|outcome| OutcomeLabel { outcome }),
+        );
+        let relay_open = registered(
+            &mut registry,
+            "netproxy_relay_connections_open",
+            "Relayed connections open",
+            Gauge::default(),
+        );
+        let relay_bytes = counters_at_zero(
+            &mut registry,
+            "netproxy_relay_bytes",
+            "Bytes relayed, counted as each relayed connection closes (up: client to target)",
+            ["up", "down"]
+                .into_iter()
+                .map(|direction| DirectionLabel { direction }),
+        );
         Self {
             registry,
             requests,
@@ -160,6 +190,9 @@ impl Default for Metrics {
             tunnel_bytes,
             connections_open,
             connections_refused,
+            relay_connections,
+            relay_open,
+            relay_bytes,
             started: Instant::now(),
             serving: std::sync::atomic::AtomicBool::new(false),
             dns_answered: AtomicU64::new(0),
@@ -253,6 +286,26 @@ impl Metrics {
                     .elapsed()
                     .saturating_sub(Duration::from_millis(ms - 1)),
             ),
+        }
+    }
+
+    /// An inbound connection to a relay listener ended up `outcome` (`relay::OUTCOMES`).
+    pub fn relay_connection(&self, outcome: &'static str) {
+        self.relay_connections
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    pub fn relay_opened(&self) -> Open {
+        self.relay_open.inc();
+        Open(self.relay_open.clone())
+    }
+
+    pub fn relay_closed(&self, up: u64, down: u64) {
+        for (direction, n) in [("up", up), ("down", down)] {
+            self.relay_bytes
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(n);
         }
     }
 

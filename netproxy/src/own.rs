@@ -51,7 +51,9 @@ pub struct System;
 
 impl System {
     /// One read (`getifaddrs`: a netlink dump, so it needs descriptors and can fail with
-    /// EMFILE) of the non-loopback interfaces' networks.
+    /// EMFILE) of the non-loopback interfaces' networks, each written with the interface's own
+    /// address (`10.1.0.7/16`: `addr()` is the sidecar's, `contains` the whole network), which
+    /// the relay never dials.
     pub fn read() -> std::io::Result<Vec<IpNet>> {
         let addrs = nix::ifaddrs::getifaddrs().map_err(std::io::Error::from)?;
         Ok(addrs
@@ -63,13 +65,13 @@ impl System {
                     let prefix = u32::from(mask.ip()).count_ones();
                     return Ipv4Net::new(ip.ip(), u8::try_from(prefix).ok()?)
                         .ok()
-                        .map(|n| IpNet::V4(n.trunc()));
+                        .map(IpNet::V4);
                 }
                 let (ip, mask) = (ip.as_sockaddr_in6()?, mask.as_sockaddr_in6()?);
                 let prefix = u128::from(mask.ip()).count_ones();
                 Ipv6Net::new(ip.ip(), u8::try_from(prefix).ok()?)
                     .ok()
-                    .map(|n| IpNet::V6(n.trunc()))
+                    .map(IpNet::V6)
             })
             .collect())
     }

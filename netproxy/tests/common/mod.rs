@@ -5,6 +5,7 @@
 pub mod dns;
 pub mod logs;
 pub mod ns;
+pub mod peer;
 pub mod scripted;
 
 use std::ffi::OsStr;

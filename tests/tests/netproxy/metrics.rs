@@ -19,7 +19,7 @@ use sockproxy_tests::metrics::{get, promtool_check, At, Scrape};
 
 use crate::loopback::{connect, read_head, tunnel_to, upstream, Scripted};
 
-const FAMILIES: [(&str, &str); 8] = [
+const FAMILIES: [(&str, &str); 11] = [
     ("netproxy_requests_total", "counter"),
     ("netproxy_refusals_total", "counter"),
     ("netproxy_dns_lookup_duration_seconds", "histogram"),
@@ -28,6 +28,9 @@ const FAMILIES: [(&str, &str); 8] = [
     ("netproxy_tunnel_bytes_total", "counter"),
     ("netproxy_connections_open", "gauge"),
     ("netproxy_connections_refused_total", "counter"),
+    ("netproxy_relay_connections_total", "counter"),
+    ("netproxy_relay_connections_open", "gauge"),
+    ("netproxy_relay_bytes_total", "counter"),
 ];
 
 /// The metrics endpoint for `metrics` on 127.0.0.1, port chosen by the system, served on a
