@@ -1,5 +1,14 @@
 //! Egress rules: `example.com` (that name only), `*.example.com` (subdomains only, never the
-//! apex), optional `:PORT[,PORT]` (default 80,443). Deny rules win over allow rules. Pure.
+//! apex), an IP (`11.0.0.1`, `[2600::1]`), and for deny rules a network (`11.0.0.0/24`,
+//! `[2600::/32]`); optional `:PORT[,PORT]` (default 80,443 for an allow rule, every port for a
+//! deny rule). Deny rules win over allow rules. A deny rule naming an IP or a network refuses
+//! the request that spells an address in it and, through `Rule::denies_address`, every
+//! resolved address in it (netproxy vets each answer with it): an allowed name never reaches
+//! an address the operator denied. Pure.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use crate::target::{canonical_host, Host};
 
@@ -15,6 +24,9 @@ enum Pattern {
     Exact(Host),
     /// `*.suffix`: any name ending in `.suffix`.
     Subdomains(String),
+    /// Every address in a network (deny rules only), as addresses are judged (IPv4-mapped
+    /// space read as IPv4: `cidr::unmapped_net`).
+    Network(IpNet),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +55,8 @@ impl Rule {
             rule: text.to_owned(),
             why,
         };
+        // Without ports an allow rule allows 80 and 443; a deny rule denies every port.
+        let allowing = default_ports.is_some();
         let (host, ports) = match split_rule(text) {
             Some((h, Some(p))) => {
                 let ports: Result<Vec<u16>, _> = p
@@ -59,12 +73,22 @@ impl Rule {
             Some((h, None)) => (h, default_ports),
             None => return Err(err("IPv6 addresses must be in brackets")),
         };
-        let pattern = match host.strip_prefix("*.") {
-            Some(suffix) => match canonical_host(suffix).map_err(|_| err("malformed name"))? {
+        let pattern = match (host.strip_prefix("*."), network(host)) {
+            (Some(suffix), _) => match canonical_host(suffix).map_err(|_| err("malformed name"))? {
                 Host::Name(n) => Pattern::Subdomains(n),
                 Host::Ip(_) => return Err(err("a wildcard needs a name")),
             },
-            None => Pattern::Exact(canonical_host(host).map_err(|_| err("malformed host"))?),
+            // A network is a deny rule's: an allow rule trusting a range would bypass the
+            // special-range check that only `--allow-cidr` may lift.
+            (None, Some(_)) if allowing => {
+                return Err(err(
+                    "a network can only be denied (trust ranges with --allow-cidr)",
+                ))
+            }
+            (None, Some(net)) => Pattern::Network(net.map_err(err)?),
+            (None, None) => {
+                Pattern::Exact(canonical_host(host).map_err(|_| err("malformed host"))?)
+            }
         };
         Ok(Self {
             text: text.to_owned(),
@@ -83,8 +107,45 @@ impl Rule {
                 .strip_suffix(suffix.as_str())
                 .is_some_and(|head| head.ends_with('.') && head.len() > 1),
             (Pattern::Subdomains(_), Host::Ip(_)) => false,
+            (Pattern::Network(net), Host::Ip(ip)) => net.contains(ip),
+            (Pattern::Network(_), Host::Name(_)) => false,
         }
     }
+
+    /// Whether this rule refuses the resolved address `ip` on `port`: it names that IP, or a
+    /// network holding it. `ip` as addresses are judged (IPv4-mapped folded to IPv4); name
+    /// rules never match an address.
+    pub fn denies_address(&self, ip: IpAddr, port: u16) -> bool {
+        match &self.pattern {
+            Pattern::Exact(Host::Ip(_)) | Pattern::Network(_) => self.matches(&Host::Ip(ip), port),
+            Pattern::Exact(Host::Name(_)) | Pattern::Subdomains(_) => false,
+        }
+    }
+}
+
+/// A rule's host part as a network (`11.0.0.0/24`, `[2600::/32]`), if it is written as one:
+/// `None` when it has no `/`; `Some(Err)` when it does but is no network we judge by.
+fn network(host: &str) -> Option<Result<IpNet, &'static str>> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if !bare.contains('/') {
+        return None;
+    }
+    let v6 = bare.contains(':');
+    if v6 != host.starts_with('[') {
+        // `[11.0.0.0/8]` or a bare IPv6 network: one spelling for each family, like hosts.
+        return Some(Err("malformed network"));
+    }
+    Some(
+        bare.parse::<IpNet>()
+            .map_err(|_| "malformed network")
+            .and_then(|n| {
+                crate::cidr::unmapped_net(n)
+                    .ok_or("a network reaching into IPv4-mapped space (::ffff:0:0/96) without being inside it")
+            }),
+    )
 }
 
 /// `HOST[:PORTS]` with a bracketed IPv6 host (`[2600::1]`, `[2600::1]:443`); `None` for an
@@ -229,6 +290,74 @@ mod tests {
                     why
                 }),
                 "{bad:?}"
+            );
+        }
+    }
+
+    /// Issue 50, finding 2: deny rules naming an IP or a network, and what they deny.
+    #[test]
+    fn ip_and_network_deny_rules_table() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let cases: &[(&str, &str, u16, bool)] = &[
+            ("11.0.0.1", "11.0.0.1", 8080, true),
+            ("11.0.0.1", "11.0.0.2", 443, false),
+            ("11.0.0.1:443", "11.0.0.1", 443, true),
+            ("11.0.0.1:443", "11.0.0.1", 80, false),
+            ("11.0.0.0/24", "11.0.0.255", 1, true),
+            ("11.0.0.0/24", "11.0.1.0", 1, false),
+            ("11.0.0.0/24:80,443", "11.0.0.9", 443, true),
+            ("11.0.0.0/24:80,443", "11.0.0.9", 8443, false),
+            ("[2600::1]", "2600::1", 443, true),
+            ("[2600::1]", "2600::2", 443, false),
+            ("[2600::/16]", "2600:ffff::9", 22, true),
+            ("[2600::/16]", "2601::9", 22, false),
+            ("[2600::/16]:22", "2600::9", 22, true),
+            // A network in IPv4-mapped form is the IPv4 one; addresses come folded.
+            ("[::ffff:11.0.0.0/120]", "11.0.0.7", 80, true),
+            // A name rule never matches an address.
+            ("example.com", "11.0.0.1", 443, false),
+            ("*.example.com", "11.0.0.1", 443, false),
+        ];
+        for (rule, addr, port, want) in cases {
+            let r = Rule::parse_deny(rule).expect("rule");
+            assert_eq!(
+                r.denies_address(ip(addr), *port),
+                *want,
+                "{rule} {addr}:{port}"
+            );
+            // The literal spelled in a request is denied by the same rule before any lookup.
+            let host = Host::Ip(ip(addr));
+            assert_eq!(
+                r.matches(&host, *port),
+                *want,
+                "{rule} vs literal {addr}:{port}"
+            );
+        }
+        for (bad, why) in [
+            ("11.0.0.0/33", "malformed network"),
+            ("[11.0.0.0/8]", "malformed network"),
+            ("2600::/16", "IPv6 addresses must be in brackets"),
+            ("[2600::/129]", "malformed network"),
+            (
+                "[::ffff:0:0/95]",
+                "a network reaching into IPv4-mapped space (::ffff:0:0/96) without being inside it",
+            ),
+            ("*.11.0.0.0/8", "malformed name"),
+        ] {
+            assert_eq!(
+                Rule::parse_deny(bad).map(|r| r.text),
+                Err(RuleError {
+                    rule: bad.into(),
+                    why
+                }),
+                "{bad:?}"
+            );
+        }
+        for allow in ["11.0.0.0/8", "[2600::/16]:443"] {
+            assert_eq!(
+                Rule::parse(allow).map(|r| r.text).map_err(|e| e.why),
+                Err("a network can only be denied (trust ranges with --allow-cidr)"),
+                "{allow}"
             );
         }
     }
