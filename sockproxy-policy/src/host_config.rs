@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::create_rules::Ctx;
-use crate::fields::{self, not_allowed, value_not_allowed, Reader};
+use crate::fields::{self, value_not_allowed, Reader};
 use crate::host_refs::{namespace, network_mode, own_containers};
 use crate::mounts;
 use crate::refusal::Refusal;
