@@ -15,7 +15,7 @@ use crate::api::NetworkOp;
 use crate::canon::{self, Target};
 use crate::create_rules::CreateRules;
 use crate::pinning::{self, Rules};
-use crate::policy::{self, Plan as Route};
+use crate::policy::{self, Route};
 use crate::reference::{is_full_id, ObjRef};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};

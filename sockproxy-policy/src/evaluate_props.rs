@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::create_rules::{CreateRules, NoPaths};
 use crate::evaluate::{evaluate, Facts, Inspected, Need, Plan, Policy, Request};
-use crate::policy::Plan as Route;
+use crate::policy::Route;
 use crate::reference::{is_full_id, CanonicalName, ObjRef};
 use crate::scope::{Access, Kind, Prefix, Scope};
 

@@ -279,13 +279,13 @@ pub fn stop_query(spend: &Spend, op: &str, query: &crate::canon::Query) -> Resul
 /// The query rules of an allowed plan: stop and restart's (`stop_query`).
 pub fn plan_query(
     spend: &Spend,
-    plan: &crate::policy::Plan,
+    plan: &crate::policy::Route,
     op: &str,
     query: &crate::canon::Query,
 ) -> Result<(), Refusal> {
     use crate::api::ContainerOp;
     match plan {
-        crate::policy::Plan::Container {
+        crate::policy::Route::Container {
             op: ContainerOp::Stop | ContainerOp::Restart,
             ..
         } => stop_query(spend, op, query),

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use serde_json::{Map, Value};
-use sockproxy_policy::json::parse_checked_with;
-use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::settings::parse_checked_with;
+use sockproxy_policy::Refusal;
 
 use crate::upstream::Body;
 

@@ -3,7 +3,7 @@
 
 use http::request::Parts;
 use hyper::upgrade::OnUpgrade;
-use sockproxy_policy::canon::Target;
+use sockproxy_policy::Target;
 
 use crate::upstream::Body;
 

@@ -11,8 +11,8 @@
 //! `decision_line` is the one `tracing` event per decision, written by tracing-subscriber's `fmt`
 //! layer, written whole to stderr (the binary's `main`).
 
-mod answer;
 pub mod body;
+mod client_body;
 pub mod config;
 pub mod decision_line;
 mod engine;

@@ -25,11 +25,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use sockproxy_policy::evaluate::Inspected;
-use sockproxy_policy::reference::is_full_id;
-use sockproxy_policy::reference::CanonicalName;
-use sockproxy_policy::reference::ObjRef;
-use sockproxy_policy::scope::{Kind, Scope};
+use sockproxy_policy::{is_full_id, CanonicalName, Inspected, Kind, ObjRef, Scope};
 
 /// Objects remembered per kind; past this, fills are dropped (lookups then inspect).
 const MAX_ENTRIES: usize = 65_536;

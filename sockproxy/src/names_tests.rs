@@ -1,5 +1,5 @@
 use super::*;
-use sockproxy_policy::scope::Prefix;
+use sockproxy_policy::Prefix;
 
 fn scope() -> Scope {
     Scope::new(Prefix::parse("deer-flow-").expect("valid"), false)

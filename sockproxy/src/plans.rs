@@ -14,14 +14,12 @@ use crate::forward::{buffered_response, pinned, with_query};
 use crate::proxy::{json_request, Proxy};
 use crate::resolve::Wanted;
 use crate::upstream::{self, Body, Buffered};
-use sockproxy_policy::api::{ContainerOp, ExecOp, NetworkOp};
-use sockproxy_policy::canon::Target;
-use sockproxy_policy::evaluate::{self, Pinned};
-use sockproxy_policy::reference::ObjRef;
-use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::Kind;
+use sockproxy_policy::bodies;
+use sockproxy_policy::{
+    self as policy, ContainerOp, ExecOp, Kind, NetworkOp, ObjRef, Pinned, Refusal, Target,
+};
 
-type Answer = Result<http::Response<Body>, Refusal>;
+use crate::proxy::Reply;
 
 /// A container request once its body is decided: sent to a pinned ID by `send_pinned`.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +31,7 @@ struct ToContainer<'a> {
 }
 
 impl Proxy {
-    pub(crate) async fn container(&self, cop: ContainerOp, r: &ObjRef, ex: Exchange<'_>) -> Answer {
+    pub(crate) async fn container(&self, cop: ContainerOp, r: &ObjRef, ex: Exchange<'_>) -> Reply {
         let Exchange {
             parts,
             body,
@@ -45,10 +43,10 @@ impl Proxy {
         let upload = cop == ContainerOp::Archive && parts.method == http::Method::PUT;
         // Bodies are decided before anything is asked of the engine.
         let checked = match cop {
-            ContainerOp::ExecCreate => Some(sockproxy_policy::write_rules::exec_create(
+            ContainerOp::ExecCreate => Some(bodies::exec_create(
                 body::read_checked(take(), self.policy.create_rules.spend.max_json_keys).await?,
             )?),
-            ContainerOp::Update => Some(sockproxy_policy::write_rules::update(
+            ContainerOp::Update => Some(bodies::update(
                 body::read_checked(take(), self.policy.create_rules.spend.max_json_keys).await?,
                 target.version.as_deref(),
                 &self.policy.create_rules.spend,
@@ -75,7 +73,7 @@ impl Proxy {
             target,
         };
         // The request's own object: its pin is `evaluate`'s, with the inspect as the fact.
-        let request = evaluate::Request {
+        let request = policy::Request {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
@@ -109,7 +107,7 @@ impl Proxy {
         }
         if cop == ContainerOp::Archive {
             let api = inspected.headers.get("api-version");
-            sockproxy_policy::answers::archive_on(api.and_then(|v| v.to_str().ok()))?;
+            sockproxy_policy::facts::archive_on(api.and_then(|v| v.to_str().ok()))?;
         }
         let resp = match stale {
             // The same object: the engine's 404 was about the request, not the name.
@@ -131,7 +129,7 @@ impl Proxy {
         id: &Pinned,
         sent: Body,
         upgrade: Option<OnUpgrade>,
-    ) -> Answer {
+    ) -> Reply {
         let ToContainer {
             cop,
             parts,
@@ -158,7 +156,7 @@ impl Proxy {
         }
     }
 
-    pub(crate) async fn exec(&self, eop: ExecOp, id: &str, ex: Exchange<'_>) -> Answer {
+    pub(crate) async fn exec(&self, eop: ExecOp, id: &str, ex: Exchange<'_>) -> Reply {
         let Exchange {
             parts,
             body,
@@ -168,14 +166,14 @@ impl Proxy {
         } = ex;
         let raw = body.take().unwrap_or_else(upstream::empty);
         let checked = if eop == ExecOp::Start {
-            Some(sockproxy_policy::write_rules::exec_start(
+            Some(bodies::exec_start(
                 body::read_checked(raw, self.policy.create_rules.spend.max_json_keys).await?,
             )?)
         } else {
             body::no_body(raw).await?;
             None
         };
-        let request = evaluate::Request {
+        let request = policy::Request {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
@@ -199,7 +197,7 @@ impl Proxy {
         }
     }
 
-    pub(crate) async fn network(&self, nop: NetworkOp, r: &ObjRef, ex: Exchange<'_>) -> Answer {
+    pub(crate) async fn network(&self, nop: NetworkOp, r: &ObjRef, ex: Exchange<'_>) -> Reply {
         let Exchange {
             op,
             parts,
@@ -210,7 +208,7 @@ impl Proxy {
         let raw = body.take().unwrap_or_else(upstream::empty);
         let version = target.version.as_deref();
         let at = |id: &Pinned| with_query(pinned(target, 1, id), &target.query.encode_without(&[]));
-        let request = evaluate::Request {
+        let request = policy::Request {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
@@ -258,7 +256,7 @@ impl Proxy {
             }
             return Ok(in_client_words(resp, &id, r.as_str()).await);
         }
-        let (container, mut map) = sockproxy_policy::write_rules::network_attach(
+        let (container, mut map) = bodies::network_attach(
             op,
             body::read_checked(raw, self.policy.create_rules.spend.max_json_keys).await?,
             &self.policy.scope,
@@ -316,7 +314,7 @@ impl Proxy {
     /// same name would make the name ambiguous to the engine, which then refuses the create.
     pub(crate) async fn check_joined_networks(
         &self,
-        request: &evaluate::Request<'_>,
+        request: &policy::Request<'_>,
         op: &str,
         out: &serde_json::Value,
         version: Option<&str>,
@@ -324,7 +322,7 @@ impl Proxy {
         if !self.policy.create_rules.require_stack_label {
             return Ok(None);
         }
-        for name in sockproxy_policy::create_body::joined_networks(out) {
+        for name in bodies::joined_networks(out) {
             let r = ObjRef::parse(&name).ok_or_else(|| {
                 Refusal::BadRequest(format!("{op}: network {name:?} is not a reference"))
             })?;

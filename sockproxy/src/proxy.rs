@@ -23,11 +23,12 @@ use crate::forward::{
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
 
-use sockproxy_policy::evaluate::{self, Facts, Policy};
-use sockproxy_policy::filter;
-use sockproxy_policy::policy::Plan;
-use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::Kind;
+use sockproxy_policy::filters;
+use sockproxy_policy::{self as policy, Facts, Kind, Policy, Refusal, Route};
+
+/// The proxy's answer to one request: the engine's (or the proxy's own) response, or the
+/// refusal it sends instead.
+pub(crate) type Reply = Result<Response<Body>, Refusal>;
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,7 +97,7 @@ struct Outcome {
     /// `op` as a metric label (`Endpoint::op_label`).
     label: &'static str,
     reason: &'static str,
-    result: Result<Response<Body>, Refusal>,
+    result: Reply,
 }
 
 impl Proxy {
@@ -180,12 +181,12 @@ impl Proxy {
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
         let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
-        let request = evaluate::Request {
+        let request = policy::Request {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
         };
-        let decision = evaluate::evaluate(&request, &Facts::None, &self.policy);
+        let decision = policy::evaluate(&request, &Facts::None, &self.policy);
         crate::metrics::set_op(decision.label);
         let reason = decision.reason.as_str();
         let result = match decision.outcome {
@@ -210,12 +211,12 @@ impl Proxy {
 
     async fn act(
         &self,
-        plan: &evaluate::Plan,
+        plan: &policy::Plan,
         op: &str,
         parts: Parts,
         body: &mut Option<Body>,
         upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let target = &plan.target;
         let query = target.query.encode_without(&[]);
         // The body stays in the caller's slot until it is forwarded or read, so a refusal on
@@ -229,20 +230,20 @@ impl Proxy {
             upgrade,
         };
         match plan.route.clone() {
-            Plan::Forward | Plan::Volume => {
+            Route::Forward | Route::Volume => {
                 body::no_body(take()).await?;
                 let path = with_query(target.path(), &query);
                 self.forward(&parts, upstream::empty(), path, None).await
             }
-            Plan::VolumeList => {
+            Route::VolumeList => {
                 body::no_body(take()).await?;
                 self.volume_list(parts, target).await
             }
-            Plan::CreateContainer => {
+            Route::CreateContainer => {
                 let checked =
                     body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
                         .await?;
-                let out = sockproxy_policy::create_body::check(
+                let out = sockproxy_policy::bodies::create_container(
                     checked,
                     &self.policy.scope,
                     &self.policy.create_rules,
@@ -250,7 +251,7 @@ impl Proxy {
                     &crate::host_paths::ProxyView,
                     &self.policy.stack,
                 )?;
-                let request = evaluate::Request {
+                let request = policy::Request {
                     method: &parts.method,
                     uri: &parts.uri,
                     headers: &parts.headers,
@@ -266,7 +267,7 @@ impl Proxy {
                     .await?;
                 Ok(self.conflict_names_only(resp).await)
             }
-            Plan::Events => {
+            Route::Events => {
                 body::no_body(take()).await?;
                 let path = with_query(target.path(), &query);
                 let req = upstream_request(&parts, path, upstream::empty(), false)?;
@@ -279,22 +280,22 @@ impl Proxy {
                 let filtered = crate::event_stream::Filtered::new(body, self.policy.scope.clone());
                 Ok(Response::from_parts(rparts, filtered.boxed()))
             }
-            Plan::List(kind) => self.list(kind, parts, plan).await,
-            Plan::Info => {
+            Route::List(kind) => self.list(kind, parts, plan).await,
+            Route::Info => {
                 body::no_body(take()).await?;
                 self.info(target.version.as_deref()).await
             }
-            Plan::Container {
+            Route::Container {
                 op: cop, target: r, ..
             } => {
                 self.container(cop, &r, exchange(parts, body, upgrade))
                     .await
             }
-            Plan::Exec { op: eop, id, .. } => {
+            Route::Exec { op: eop, id, .. } => {
                 self.exec(eop, &id, exchange(parts, body, upgrade)).await
             }
-            Plan::CreateNetwork => {
-                let v = sockproxy_policy::write_rules::network_create(
+            Route::CreateNetwork => {
+                let v = sockproxy_policy::bodies::network_create(
                     body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
                         .await?,
                     &self.policy.scope,
@@ -303,7 +304,7 @@ impl Proxy {
                 self.forward_json(&parts, &v, with_query(target.path(), &query))
                     .await
             }
-            Plan::Network {
+            Route::Network {
                 op: nop, target: r, ..
             } => self.network(nop, &r, exchange(parts, body, upgrade)).await,
         }
@@ -315,7 +316,7 @@ impl Proxy {
         body: Body,
         path_and_query: String,
         client_upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let req = upstream_request(parts, path_and_query, body, client_upgrade.is_some())?;
         self.send_forwarded(req, client_upgrade).await
     }
@@ -325,7 +326,7 @@ impl Proxy {
         &self,
         req: Request<Body>,
         client_upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let mut resp = self.upstream.send(req).await.map_err(upstream_err)?;
         if let Some(client) = client_upgrade {
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -343,12 +344,7 @@ impl Proxy {
     }
 
     /// Forwards the JSON the proxy checked, not the bytes it received.
-    pub(crate) async fn forward_json(
-        &self,
-        parts: &Parts,
-        v: &Value,
-        path: String,
-    ) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn forward_json(&self, parts: &Parts, v: &Value, path: String) -> Reply {
         let bytes = serde_json::to_vec(v).map_err(|e| Refusal::BadRequest(e.to_string()))?;
         self.forward_body(parts, bytes, path).await
     }
@@ -373,7 +369,7 @@ impl Proxy {
             return Refusal::Upstream("unreadable conflict answer".into()).into_response();
         };
         let mut out = serde_json::to_vec(&serde_json::json!({
-            "message": sockproxy_policy::answers::conflict_names_only(&message)
+            "message": filters::conflict_names_only(&message)
         }))
         .unwrap_or_default();
         out.push(b'\n');
@@ -381,12 +377,7 @@ impl Proxy {
         Response::from_parts(parts, upstream::full(out))
     }
 
-    pub(crate) async fn forward_body(
-        &self,
-        parts: &Parts,
-        bytes: Vec<u8>,
-        path: String,
-    ) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn forward_body(&self, parts: &Parts, bytes: Vec<u8>, path: String) -> Reply {
         let req = json_request(parts, bytes, path, false)?;
         self.send_forwarded(req, None).await
     }
@@ -397,7 +388,7 @@ impl Proxy {
     pub(crate) async fn own_ids(
         &self,
         version: Option<&str>,
-    ) -> Result<Option<filter::OwnIds>, Refusal> {
+    ) -> Result<Option<filters::OwnIds>, Refusal> {
         if !self.policy.scope.requires_label() {
             return Ok(None);
         }
@@ -411,11 +402,11 @@ impl Proxy {
         &self,
         inspected: Buffered,
         version: Option<&str>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
         let own = self.own_ids(version).await?;
-        filter::own_endpoints(&mut v, &self.policy.scope, own.as_ref());
+        filters::own_endpoints(&mut v, &self.policy.scope, own.as_ref());
         let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         Ok(buffered_response(Buffered {

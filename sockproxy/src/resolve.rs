@@ -9,11 +9,10 @@ use crate::forward::vprefix;
 use crate::names::Entry;
 use crate::proxy::Proxy;
 use crate::upstream::Buffered;
-use sockproxy_policy::answers::{self, ExecInfo, Named, Own};
-use sockproxy_policy::evaluate::{evaluate, Facts, Inspected, Need, Pinned, Plan, Request};
-use sockproxy_policy::reference::ObjRef;
-use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::Kind;
+use sockproxy_policy::facts::{self as answers, ExecInfo, Named, Own};
+use sockproxy_policy::{
+    evaluate, Facts, Inspected, Kind, Need, ObjRef, Pinned, Plan, Refusal, Request,
+};
 
 /// Cap on one inspect answer (a network with many endpoints is the largest we read).
 const MAX_INSPECT: usize = 8 << 20;
@@ -39,7 +38,7 @@ impl Wanted<'_> {
     fn decide(
         &self,
         found: &Facts<'_>,
-        policy: &sockproxy_policy::evaluate::Policy,
+        policy: &sockproxy_policy::Policy,
     ) -> Result<Plan, Refusal> {
         let decision = if self.other {
             let facts = Facts::Other {
