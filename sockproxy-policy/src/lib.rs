@@ -44,27 +44,28 @@ mod scope;
 mod seccomp;
 mod spend;
 mod spend_host;
+mod steps;
 mod volumes;
 mod write_rules;
 
 pub use crate::api::{ContainerOp, ExecOp, NetworkOp};
 pub use crate::canon::{Query, Target};
 pub use crate::evaluate::{
-    evaluate, Decision, Facts, Inspected, Need, Pinned, Plan, Policy, Reason, Request,
+    evaluate, Decision, Fact, Facts, Found, Host, Inspected, Need, Pinned, Plan, Policy, Reason,
+    Request, Sent,
 };
 pub use crate::policy::Route;
 pub use crate::reference::{is_full_id, CanonicalName, ObjRef};
 pub use crate::refusal::Refusal;
 pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope};
 
-/// The engine's answers the transport reads into `Facts`: an inspect (`Named`), an exec
-/// instance's inspect (`ExecInfo`), the list of the stack's own objects (`own_list_path` asks
-/// for it, `own_objects` keeps what the stack may see), an inspect the engine refused, and
-/// the engine version an archive request needs.
+/// The engine's answers and the client's body as the transport reads them into `Facts`: an
+/// inspect (`Named`), an exec instance's inspect (`ExecInfo`), the list of the stack's own
+/// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), and a JSON
+/// body (`parse_body`, the key rule).
 pub mod facts {
     pub use crate::answers::{
-        archive_on, inspect_refused, own_list_path, own_objects, ExecInfo, Named, Own,
-        ARCHIVE_SAFE_API,
+        own_list_path, own_objects, parse_body, ExecInfo, Named, Own, ARCHIVE_SAFE_API,
     };
 }
 
@@ -81,12 +82,6 @@ pub mod filters {
     pub use crate::volumes::stack_volumes;
 }
 
-/// The body rules the transport still calls itself once a plan says to read a body.
-pub mod bodies {
-    pub use crate::create_body::{check as create_container, joined_networks};
-    pub use crate::write_rules::{exec_create, exec_start, network_attach, network_create, update};
-}
-
 /// The operator's settings as the policy takes them: what creates may ask for
 /// (`CreateRules`, `Spend`), the host paths a bind source is walked on (`HostPaths`), and the
 /// readers the flags and the policy file are validated with.
@@ -94,7 +89,6 @@ pub mod settings {
     pub use crate::canon::api_version;
     pub use crate::create_rules::{default_log_drivers, CreateRules, HostPaths, DEFAULT_MAX_SHM};
     pub use crate::images::normalize_image;
-    pub use crate::json::parse_checked_with;
     pub use crate::seccomp::{canonical as canonical_seccomp, Canonical};
     pub use crate::spend::{parse_duration, show_duration, Spend};
     pub use crate::spend_host::ram_in_bytes;

@@ -13,39 +13,23 @@ use crate::proxy::{upstream_err, Proxy, Reply};
 use crate::upstream::{self, Body, Buffered};
 use serde_json::Value;
 use sockproxy_policy::filters::{self, stack_volumes, Names};
-use sockproxy_policy::{evaluate, Facts, Kind, Need, Plan, Query, Refusal, Request, Target};
+use sockproxy_policy::{Kind, Plan, Query, Refusal, Target};
 
 /// Lists up to this size (a few hundred containers at most) are filtered in place, in well under a
 /// millisecond; larger ones on the runtime's blocking pool.
 const FILTER_INLINE_MAX: usize = 128 * 1024;
 
 impl Proxy {
-    pub(crate) async fn list(&self, kind: Kind, parts: Parts, plan: &Plan) -> Reply {
+    pub(crate) async fn list(&self, kind: Kind, parts: &Parts, plan: &Plan) -> Reply {
         let target = &plan.target;
         let limit = filters::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
-        // A filter that names a container (`before`, `since`) is decided by `evaluate` among
+        // A filter that names a container (`before`, `since`) was decided by `evaluate` among
         // the stack's own containers, and the engine is asked with the full ID it pinned.
-        let query = match plan.needs() {
-            Need::Own(own_kind) => {
-                let own = self
-                    .own_objects(own_kind, target.version.as_deref())
-                    .await?;
-                let request = Request {
-                    method: &parts.method,
-                    uri: &parts.uri,
-                    headers: &parts.headers,
-                };
-                evaluate(&request, &Facts::Own(&own), &self.policy)
-                    .outcome?
-                    .target
-                    .query
-            }
-            _ => target.query.clone(),
-        };
+        let query = target.query.clone();
         // The engine is asked for the stack's own (a network list shows no predefined network
         // either, `Scope::visible`), so other stacks' objects do not count against the cap.
         // `limit` applies to the stack's own entries, so it is applied after filtering.
-        let (answer, names, _held) = match self.own_list(&parts, target, query, &["limit"]).await? {
+        let (answer, names, _held) = match self.own_list(parts, target, query, &["limit"]).await? {
             Ok(got) => got,
             Err(engine) => return Ok(engine),
         };
@@ -124,9 +108,9 @@ impl Proxy {
 
 impl Proxy {
     /// `GET /volumes`: the engine asked for the stack's own, the answer kept to them.
-    pub(crate) async fn volume_list(&self, parts: Parts, target: &Target) -> Reply {
+    pub(crate) async fn volume_list(&self, parts: &Parts, target: &Target) -> Reply {
         let (answer, names, _held) = match self
-            .own_list(&parts, target, target.query.clone(), &[])
+            .own_list(parts, target, target.query.clone(), &[])
             .await?
         {
             Ok(got) => got,

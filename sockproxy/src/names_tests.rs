@@ -8,8 +8,8 @@ fn scope() -> Scope {
 const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-fn entry(id: &str, name: &str) -> Entry {
-    Entry {
+fn entry(id: &str, name: &str) -> Found {
+    Found {
         id: id.into(),
         name: format!("/{name}"),
         stack_label: Some("atlas".into()),

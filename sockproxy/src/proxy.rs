@@ -1,4 +1,5 @@
-//! The request handler: parse → decide → resolve → act, and one log line per decision.
+//! The request handler: decide (`decide`'s loop: evaluate, gather, evaluate again) → act, and
+//! one log line per decision.
 //! Nothing reaches the engine before `policy` has allowed it; every container, network and exec
 //! path that is forwarded is pinned to the full ID the check was made on.
 
@@ -14,17 +15,17 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::body;
+use crate::decide::{decide, Settled};
 use crate::decision_line::Decided;
 use crate::exchange::Exchange;
 use crate::forward::{
-    buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
+    buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade,
 };
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
 
 use sockproxy_policy::filters;
-use sockproxy_policy::{self as policy, Facts, Kind, Policy, Refusal, Route};
+use sockproxy_policy::{self as policy, Facts, Kind, Plan, Policy, Refusal, Route};
 
 /// The proxy's answer to one request: the engine's (or the proxy's own) response, or the
 /// refusal it sends instead.
@@ -180,24 +181,23 @@ impl Proxy {
 
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
-        let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
+        let body = body.map_err(crate::upstream::boxed_error).boxed();
         let request = policy::Request {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
         };
-        let decision = policy::evaluate(&request, &Facts::None, &self.policy);
-        crate::metrics::set_op(decision.label);
+        let mut ex = Exchange::new(self, &parts, body, upgrade);
+        let Settled {
+            decision, facts, ..
+        } = decide(&request, &self.policy, Facts::default(), &mut ex).await;
         let reason = decision.reason.as_str();
         let result = match decision.outcome {
             Err(r) => Err(r),
-            Ok(plan) => {
-                self.act(&plan, &decision.op, parts, &mut body, upgrade)
-                    .await
-            }
+            Ok(plan) => self.answer(&request, plan, facts, &mut ex).await,
         };
         if result.is_err() {
-            if let Some(unread) = body.take() {
+            if let Some(unread) = ex.body.take() {
                 drain(unread).await;
             }
         }
@@ -209,105 +209,51 @@ impl Proxy {
         }
     }
 
-    async fn act(
+    /// Answers a decided request: the engine's own answer where the plan relays it, else the
+    /// plan acted on, and once more with fresh pins where a remembered one was stale.
+    async fn answer(
         &self,
-        plan: &policy::Plan,
-        op: &str,
-        parts: Parts,
-        body: &mut Option<Body>,
-        upgrade: Option<OnUpgrade>,
+        request: &policy::Request<'_>,
+        plan: Plan,
+        facts: Facts,
+        ex: &mut Exchange<'_>,
     ) -> Reply {
-        let target = &plan.target;
-        let query = target.query.encode_without(&[]);
-        // The body stays in the caller's slot until it is forwarded or read, so a refusal on
-        // the way can drain it and the client sees the refusal rather than a broken pipe.
-        let mut take = || body.take().unwrap_or_else(upstream::empty);
-        let exchange = |parts, body, upgrade| Exchange {
-            op,
-            parts,
-            body,
-            target,
-            upgrade,
-        };
-        match plan.route.clone() {
-            Route::Forward | Route::Volume => {
-                body::no_body(take()).await?;
-                let path = with_query(target.path(), &query);
-                self.forward(&parts, upstream::empty(), path, None).await
-            }
-            Route::VolumeList => {
-                body::no_body(take()).await?;
-                self.volume_list(parts, target).await
-            }
-            Route::CreateContainer => {
-                let checked =
-                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
-                        .await?;
-                let out = sockproxy_policy::bodies::create_container(
-                    checked,
-                    &self.policy.scope,
-                    &self.policy.create_rules,
-                    self.upstream.path(),
-                    &crate::host_paths::ProxyView,
-                    &self.policy.stack,
-                )?;
-                let request = policy::Request {
-                    method: &parts.method,
-                    uri: &parts.uri,
-                    headers: &parts.headers,
-                };
-                if let Some(engine) = self
-                    .check_joined_networks(&request, op, &out, target.version.as_deref())
-                    .await?
-                {
-                    return Ok(buffered_response(engine));
-                }
-                let resp = self
-                    .forward_json(&parts, &out, with_query(target.path(), &query))
-                    .await?;
-                Ok(self.conflict_names_only(resp).await)
-            }
-            Route::Events => {
-                body::no_body(take()).await?;
-                let path = with_query(target.path(), &query);
-                let req = upstream_request(&parts, path, upstream::empty(), false)?;
-                let resp = self.upstream.send(req).await.map_err(upstream_err)?;
-                if resp.status() != StatusCode::OK {
-                    return Ok(stream_response(resp));
-                }
-                let (mut rparts, body) = resp.into_parts();
-                rparts.headers.remove(header::CONTENT_LENGTH);
-                let filtered = crate::event_stream::Filtered::new(body, self.policy.scope.clone());
-                Ok(Response::from_parts(rparts, filtered.boxed()))
-            }
-            Route::List(kind) => self.list(kind, parts, plan).await,
-            Route::Info => {
-                body::no_body(take()).await?;
-                self.info(target.version.as_deref()).await
-            }
-            Route::Container {
-                op: cop, target: r, ..
-            } => {
-                self.container(cop, &r, exchange(parts, body, upgrade))
-                    .await
-            }
-            Route::Exec { op: eop, id, .. } => {
-                self.exec(eop, &id, exchange(parts, body, upgrade)).await
-            }
-            Route::CreateNetwork => {
-                let v = sockproxy_policy::bodies::network_create(
-                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
-                        .await?,
-                    &self.policy.scope,
-                    &self.policy.stack,
-                )?;
-                self.forward_json(&parts, &v, with_query(target.path(), &query))
-                    .await
-            }
-            Route::Network {
-                op: nop, target: r, ..
-            } => self.network(nop, &r, exchange(parts, body, upgrade)).await,
+        if let Some(need) = &plan.relay {
+            return Ok(buffered_response(ex.answer(need)?));
         }
+        ex.settle_body(&plan).await?;
+        let resp = self.act(&plan, ex).await?;
+        let retried = matches!(plan.route, Route::Container { .. } | Route::Network { .. });
+        if resp.status() != StatusCode::NOT_FOUND || !retried || ex.remembered.is_empty() {
+            return Ok(resp);
+        }
+        self.with_fresh_pin(request, plan, facts, resp, ex).await
+    }
+
+    /// After the engine answered 404 to a request pinned by the name map: perhaps the object
+    /// is gone, its event still on the way. Every remembered pin is forgotten and inspected
+    /// afresh, once; when that pins the same IDs, the 404 was about the request, not the name,
+    /// and it stands (the request is not sent twice).
+    async fn with_fresh_pin(
+        &self,
+        request: &policy::Request<'_>,
+        stale: Plan,
+        mut facts: Facts,
+        resp: Response<Body>,
+        ex: &mut Exchange<'_>,
+    ) -> Reply {
+        ex.forget_remembered(&mut facts);
+        let fresh = decide(request, &self.policy, facts, ex)
+            .await
+            .decision
+            .outcome?;
+        if let Some(need) = &fresh.relay {
+            return Ok(buffered_response(ex.answer(need)?));
+        }
+        if fresh.pin == stale.pin && fresh.body == stale.body {
+            return Ok(resp);
+        }
+        self.act(&fresh, ex).await
     }
 
     pub(crate) async fn forward(
@@ -341,12 +287,6 @@ impl Proxy {
             }
         }
         Ok(stream_response(resp))
-    }
-
-    /// Forwards the JSON the proxy checked, not the bytes it received.
-    pub(crate) async fn forward_json(&self, parts: &Parts, v: &Value, path: String) -> Reply {
-        let bytes = serde_json::to_vec(v).map_err(|e| Refusal::BadRequest(e.to_string()))?;
-        self.forward_body(parts, bytes, path).await
     }
 
     /// Under `--require-stack-label`, the engine's 409 over a name (create, rename) names only

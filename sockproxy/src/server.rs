@@ -117,6 +117,10 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
             create_rules: cfg.create_rules.clone(),
             allow_images: cfg.allow_images.clone(),
             min_api_version: cfg.min_api_version,
+            host: sockproxy_policy::Host {
+                engine_socket: cfg.upstream.clone(),
+                paths: Arc::new(crate::host_paths::ProxyView),
+            },
         },
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         names: Default::default(),
