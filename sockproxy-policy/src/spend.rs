@@ -281,18 +281,18 @@ pub fn stop_query(spend: &Spend, op: &str, query: &crate::canon::Query) -> Resul
 /// (`list_query::read_filters`), before anything is asked of the engine.
 pub fn plan_query(
     spend: &Spend,
-    plan: &crate::policy::Plan,
+    plan: &crate::policy::Route,
     op: &str,
     query: &crate::canon::Query,
 ) -> Result<(), Refusal> {
     use crate::api::ContainerOp;
-    use crate::policy::Plan;
+    use crate::policy::Route;
     match plan {
-        Plan::Container {
+        Route::Container {
             op: ContainerOp::Stop | ContainerOp::Restart,
             ..
         } => stop_query(spend, op, query),
-        Plan::List(_) | Plan::VolumeList => {
+        Route::List(_) | Route::VolumeList => {
             crate::list_query::read_filters(query.get("filters")).map(drop)
         }
         _ => Ok(()),

@@ -9,53 +9,27 @@ use http::request::Parts;
 use http::{header, Response, StatusCode};
 
 use crate::forward::{buffered_response, stream_response, upstream_request, with_query};
-use crate::proxy::{upstream_err, Proxy};
+use crate::proxy::{upstream_err, Proxy, Reply};
 use crate::upstream::{self, Body, Buffered};
 use serde_json::Value;
-use sockproxy_policy::canon::{self, Target};
-use sockproxy_policy::evaluate::{evaluate, Facts, Need, Plan, Request};
-use sockproxy_policy::filter;
-use sockproxy_policy::list_query::Names;
-use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::Kind;
-use sockproxy_policy::volumes::stack_volumes;
+use sockproxy_policy::filters::{self, stack_volumes, Names};
+use sockproxy_policy::{Kind, Plan, Query, Refusal, Target};
 
 /// Lists up to this size (a few hundred containers at most) with no client `name` values are
 /// filtered in place, in well under a millisecond; others on the runtime's blocking pool.
 const FILTER_INLINE_MAX: usize = 128 * 1024;
 
 impl Proxy {
-    pub(crate) async fn list(
-        &self,
-        kind: Kind,
-        parts: Parts,
-        plan: &Plan,
-    ) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn list(&self, kind: Kind, parts: &Parts, plan: &Plan) -> Reply {
         let target = &plan.target;
-        let limit = filter::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
-        // A filter that names a container (`before`, `since`) is decided by `evaluate` among
+        let limit = filters::parse_limit(target.query.get("limit")).map_err(Refusal::BadRequest)?;
+        // A filter that names a container (`before`, `since`) was decided by `evaluate` among
         // the stack's own containers, and the engine is asked with the full ID it pinned.
-        let query = match plan.needs() {
-            Need::Own(own_kind) => {
-                let own = self
-                    .own_objects(own_kind, target.version.as_deref())
-                    .await?;
-                let request = Request {
-                    method: &parts.method,
-                    uri: &parts.uri,
-                    headers: &parts.headers,
-                };
-                evaluate(&request, &Facts::Own(&own), &self.policy)
-                    .outcome?
-                    .target
-                    .query
-            }
-            _ => target.query.clone(),
-        };
+        let query = target.query.clone();
         // The engine is asked for the stack's own (a network list shows no predefined network
         // either, `Scope::visible`), so other stacks' objects do not count against the cap.
         // `limit` applies to the stack's own entries, so it is applied after filtering.
-        let (answer, names, _held) = match self.own_list(&parts, target, query, &["limit"]).await? {
+        let (answer, names, _held) = match self.own_list(parts, target, query, &["limit"]).await? {
             Ok(got) => got,
             Err(engine) => return Ok(engine),
         };
@@ -65,7 +39,7 @@ impl Proxy {
         };
         let (body, scope) = (answer.body.clone(), self.policy.scope.clone());
         let filtered = off_the_workers(answer.body.len(), names, move |names| {
-            filter::stack_list(kind, &body, &scope, limit, names, own.as_ref())
+            filters::stack_list(kind, &body, &scope, limit, names, own.as_ref())
                 .map_err(|e| Refusal::Upstream(e.to_string()))
         })
         .await?;
@@ -83,7 +57,7 @@ impl Proxy {
         &self,
         parts: &Parts,
         target: &Target,
-        query: canon::Query,
+        query: Query,
         drop_params: &[&str],
     ) -> Result<Result<(Buffered, Vec<String>, upstream::Held), Response<Body>>, Refusal> {
         let label = self
@@ -92,8 +66,7 @@ impl Proxy {
             .require_stack_label
             .then_some(self.policy.stack.as_str());
         let prefix = self.policy.scope.prefix().as_str();
-        let ask =
-            sockproxy_policy::list_query::own_list_filters(query.get("filters"), prefix, label)?;
+        let ask = filters::own_list_filters(query.get("filters"), prefix, label)?;
         let query = query.with("filters", ask.filters);
         let path = with_query(target.path(), &query.encode_without(drop_params));
         let req = upstream_request(parts, path, upstream::empty(), false)?;
@@ -135,13 +108,9 @@ async fn off_the_workers<T: Send + 'static>(
 
 impl Proxy {
     /// `GET /volumes`: the engine asked for the stack's own, the answer kept to them.
-    pub(crate) async fn volume_list(
-        &self,
-        parts: Parts,
-        target: &Target,
-    ) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn volume_list(&self, parts: &Parts, target: &Target) -> Reply {
         let (answer, names, _held) = match self
-            .own_list(&parts, target, target.query.clone(), &[])
+            .own_list(parts, target, target.query.clone(), &[])
             .await?
         {
             Ok(got) => got,
@@ -159,7 +128,7 @@ impl Proxy {
     }
 
     /// `GET /info` for the stack alone (`info::for_stack`).
-    pub(crate) async fn info(&self, version: Option<&str>) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn info(&self, version: Option<&str>) -> Reply {
         let v = crate::forward::vprefix(version);
         let answer = self
             .upstream
@@ -171,18 +140,15 @@ impl Proxy {
         }
         let engine: Value = serde_json::from_slice(&answer.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable info answer: {e}")))?;
-        let own: Vec<sockproxy_policy::info::State> = self
+        let own: Vec<filters::State> = self
             .own_listed(Kind::Container, version)
             .await?
             .iter()
-            .map(|o| sockproxy_policy::info::State::parse(&o.state))
+            .map(|o| filters::State::parse(&o.state))
             .collect();
-        let mut out = serde_json::to_vec(&sockproxy_policy::info::for_stack(
-            &engine,
-            &self.policy.stack,
-            &own,
-        ))
-        .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        let mut out =
+            serde_json::to_vec(&filters::info_for_stack(&engine, &self.policy.stack, &own))
+                .map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         let mut headers = answer.headers;
         headers.remove(header::CONTENT_LENGTH);

@@ -14,16 +14,16 @@ use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use sockproxy_policy::evaluate::Policy;
+use sockproxy_policy::Policy;
 use tokio::net::{UnixListener, UnixStream};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::answer::Answer;
+use crate::client_body::ClientBody;
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy, Serving};
 use crate::upstream::Upstream;
-use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -117,6 +117,10 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
             create_rules: cfg.create_rules.clone(),
             allow_images: cfg.allow_images.clone(),
             min_api_version: cfg.min_api_version,
+            host: sockproxy_policy::Host {
+                engine_socket: cfg.upstream.clone(),
+                paths: Arc::new(crate::host_paths::ProxyView),
+            },
         },
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         names: Default::default(),
@@ -310,7 +314,7 @@ async fn serve_connection(
                 Some(why) => Ok(p.refuse_head(peer, why)),
                 None => p.handle(peer, req).await,
             };
-            resp.map(|r| r.map(|body| Answer::new(body, answered)))
+            resp.map(|r| r.map(|body| ClientBody::new(body, answered)))
         }
     });
     // No `max_headers`: hyper's default is 100, the scanner's limit, and the scanner refuses a

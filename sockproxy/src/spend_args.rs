@@ -1,7 +1,7 @@
 //! The flags that bound what a stack may spend (`--max-*`, `--min-*`, `--allow-host-port`,
 //! `--allow-log-opt`): configuration, read into the policy crate's `Spend`.
 
-use sockproxy_policy::spend::{parse_duration, Spend};
+use sockproxy_policy::settings::{parse_duration, Spend};
 
 /// The flags that set `Spend` (each with a `SOCKPROXY_*` fallback); absent ones keep the
 /// defaults above.
@@ -117,7 +117,7 @@ impl SpendArgs {
                 d.max_core_ulimit,
             )?,
             max_log_size: match &self.max_log_size {
-                Some(raw) => sockproxy_policy::spend_host::ram_in_bytes(raw).ok_or_else(|| {
+                Some(raw) => sockproxy_policy::settings::ram_in_bytes(raw).ok_or_else(|| {
                     format!("--max-log-size {raw:?}: expected a size such as 100m")
                 })?,
                 None => d.max_log_size,
