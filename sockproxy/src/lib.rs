@@ -19,6 +19,7 @@ pub mod config;
 mod decide;
 pub mod decision_line;
 mod engine;
+pub mod engine_reach;
 pub mod event_stream;
 mod exchange;
 pub mod exposed;
