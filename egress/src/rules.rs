@@ -13,10 +13,77 @@ use ipnet::IpNet;
 use crate::target::{canonical_host, Host};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("rule {rule:?}: {why}")]
+#[error("rule {rule:?}: {}", self.reason())]
 pub struct RuleError {
     pub rule: String,
     pub why: &'static str,
+    /// What the operator probably meant, for a rule written as something else (a URL, a
+    /// list, a wildcard without its dot).
+    pub hint: Option<String>,
+}
+
+impl RuleError {
+    /// Why the rule was refused, with the fix when one is known.
+    pub fn reason(&self) -> String {
+        match &self.hint {
+            Some(hint) => format!("{}; {hint}", self.why),
+            None => self.why.to_owned(),
+        }
+    }
+}
+
+/// A rule is `NAME`, `*.NAME`, an IP or (deny) a network, with optional `:PORT[,PORT]`; what
+/// it was written as when it is a common something else, and the rule meant.
+fn written_as_something_else(text: &str) -> Option<(&'static str, String)> {
+    if let Some((_, rest)) = text.split_once("://") {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = host.rsplit('@').next().unwrap_or(host);
+        let has_port = host.rsplit_once(':').is_some_and(|(_, p)| {
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !p.contains(']')
+        });
+        let meant = if has_port {
+            format!("write {host}")
+        } else {
+            format!("write {host} (ports 80 and 443), or {host}:PORT")
+        };
+        return Some(("a rule is a host, not a URL", meant));
+    }
+    let words: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|w| !w.is_empty())
+        .collect();
+    // Only when each word looks like a host of its own (`exa mple.com` is one bad name).
+    if words.len() > 1 && words.iter().all(|w| w.contains('.') || w.starts_with('[')) {
+        return Some((
+            "a rule names one host",
+            format!("give each its own rule: {}", words.join(" and ")),
+        ));
+    }
+    // A comma before any port: `a.com,b.com` (ports are `NAME:80,443`).
+    let host_part = if text.starts_with('[') {
+        text.split(']').next().unwrap_or(text)
+    } else {
+        text.split(':').next().unwrap_or(text)
+    };
+    if host_part.contains(',') {
+        let hosts: Vec<&str> = host_part.split(',').filter(|h| !h.is_empty()).collect();
+        return Some((
+            "a rule names one host",
+            format!(
+                "give each its own rule: {} (a comma separates ports: NAME:80,443)",
+                hosts.join(" and ")
+            ),
+        ));
+    }
+    if let Some(rest) = text.strip_prefix('*') {
+        if !rest.is_empty() && !rest.starts_with('.') {
+            return Some((
+                "a wildcard is *.NAME",
+                format!("write *.{rest} for its subdomains, and {rest} for the name itself"),
+            ));
+        }
+    }
+    None
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +121,15 @@ impl Rule {
         let err = |why| RuleError {
             rule: text.to_owned(),
             why,
+            hint: None,
         };
+        if let Some((why, hint)) = written_as_something_else(text) {
+            return Err(RuleError {
+                rule: text.to_owned(),
+                why,
+                hint: Some(hint),
+            });
+        }
         // Without ports an allow rule allows 80 and 443; a deny rule denies every port.
         let allowing = default_ports.is_some();
         let (host, ports) = match split_rule(text) {
@@ -287,7 +362,8 @@ mod tests {
                 Rule::parse(bad).map(|r| r.text),
                 Err(RuleError {
                     rule: bad.into(),
-                    why
+                    why,
+                    hint: None,
                 }),
                 "{bad:?}"
             );
@@ -348,7 +424,8 @@ mod tests {
                 Rule::parse_deny(bad).map(|r| r.text),
                 Err(RuleError {
                     rule: bad.into(),
-                    why
+                    why,
+                    hint: None,
                 }),
                 "{bad:?}"
             );
@@ -391,5 +468,41 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Rules written as a URL, a list or a wildcard without its dot say what a rule is and
+    /// the rule meant (issue 51: `https://pypi.org` was told "ports must be 1-65535").
+    #[test]
+    fn rules_written_as_something_else_say_what_was_meant() {
+        for (text, want) in [
+            (
+                "https://pypi.org",
+                "rule \"https://pypi.org\": a rule is a host, not a URL; write pypi.org (ports 80 and 443), or pypi.org:PORT",
+            ),
+            (
+                "https://files.pythonhosted.org:443/simple/",
+                "rule \"https://files.pythonhosted.org:443/simple/\": a rule is a host, not a URL; write files.pythonhosted.org:443",
+            ),
+            (
+                "pypi.org,github.com",
+                "rule \"pypi.org,github.com\": a rule names one host; give each its own rule: pypi.org and github.com (a comma separates ports: NAME:80,443)",
+            ),
+            (
+                "pypi.org github.com",
+                "rule \"pypi.org github.com\": a rule names one host; give each its own rule: pypi.org and github.com",
+            ),
+            (
+                "*pypi.org",
+                "rule \"*pypi.org\": a wildcard is *.NAME; write *.pypi.org for its subdomains, and pypi.org for the name itself",
+            ),
+        ] {
+            assert_eq!(
+                Rule::parse(text).expect_err("refused").to_string(),
+                want
+            );
+        }
+        // Ports after a colon are still a list.
+        assert!(Rule::parse("api.example.net:8443,9443").is_ok());
+        assert!(Rule::parse("*.pypi.org").is_ok());
     }
 }

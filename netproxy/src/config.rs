@@ -245,7 +245,7 @@ impl PolicyFile {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// A rule from `--allow` or `--deny`.
-    #[error("{flag} {:?}: {}", .rule.rule, .rule.why)]
+    #[error("{flag} {:?}: {}", .rule.rule, .rule.reason())]
     Rule { flag: &'static str, rule: RuleError },
     #[error(transparent)]
     Cidr(#[from] egress::cidr::CidrError),
@@ -322,7 +322,8 @@ impl Args {
                 }
                 for r in from {
                     out.push(
-                        parse(r).map_err(|e| in_file(format!("{key} {:?}: {}", e.rule, e.why)))?,
+                        parse(r)
+                            .map_err(|e| in_file(format!("{key} {:?}: {}", e.rule, e.reason())))?,
                     );
                 }
                 Ok::<_, PolicyError>(out)

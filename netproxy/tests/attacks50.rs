@@ -213,7 +213,12 @@ fn f3_healthz_stays_200_after_a_failed_lookup() {
         Arc::new(netproxy::metrics::Exposed(np.metrics.clone())),
         std::future::pending(),
     ));
-    assert_eq!(scrape_get(at, "/healthz").0, 200);
+    // The accept loop starts on the proxy's own thread, just after `start` returns.
+    let serving = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        scrape_get(at, "/healthz").0 == 200
+    });
+    assert!(serving, "/healthz is 200 once the proxy serves");
     let out = get(p.addr, "http://hang.test/");
     assert!(refused_with(&out, "504", "dns_timeout"), "{out}");
     let (status, body) = scrape_get(at, "/healthz");
