@@ -280,7 +280,13 @@ fn the_program_serves_its_metrics_listen_and_refuses_a_bare_address() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let h = get(At::Unix(&m), "/healthz");
+    // The metrics socket is bound just before the accept loop starts: /healthz is 200 once
+    // it runs.
+    let mut h = get(At::Unix(&m), "/healthz");
+    while h.status != 200 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+        h = get(At::Unix(&m), "/healthz");
+    }
     let s = Scrape::take(At::Unix(&m));
     let _ = child.kill();
     let _ = child.wait();
