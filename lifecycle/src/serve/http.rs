@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::answer::{answer, detached, json_line, Answer};
 use super::api_http;
 use super::listen::{Conn, Listener};
+use super::routes::{self, Route};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -145,14 +146,14 @@ async fn route(
 ) -> Result<Answer, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let api = api_http::is_api(&path);
+    let route = routes::parse(&method, &path);
+    let api = route.is_api();
     if api {
         if let Some(r) = api_http::refuse_unauthorized(&p, &method, &path, &peer, req.headers()) {
             return Ok(r);
         }
     }
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let req_force = force_query(req.uri().query());
+    let force = force_query(req.uri().query());
     // Bodies are small JSON objects; a bigger one is refused unread. hyper's header timeout
     // ends with the head, so a client that stalls its body would keep its connection (and a
     // slot) forever: the body, still the client's to send, gets as long as the head had.
@@ -180,12 +181,23 @@ async fn route(
         }
     };
     if api {
-        return Ok(api_http::dispatch(p, &method, &path, body).await);
+        return Ok(api_http::dispatch(p, route, &path, body).await);
     }
-    let force = req_force;
-    let r = match (&method, segments.as_slice()) {
-        (&Method::GET, ["healthz"]) => answer(200, &json!({ "ok": true, "owner": p.own.me })),
-        (&Method::GET, ["metrics"]) => {
+    Ok(v1(p, route, &method, &path, body, force).await)
+}
+
+/// Answers one request of the project's own API (`/healthz`, `/metrics`, `/v1/…`).
+async fn v1(
+    p: Arc<Provider>,
+    route: Route<'_>,
+    method: &Method,
+    path: &str,
+    body: Bytes,
+    force: bool,
+) -> Answer {
+    match route {
+        Route::Healthz => answer(200, &json!({ "ok": true, "owner": p.own.me })),
+        Route::Metrics => {
             let mut r = Response::new(Full::new(Bytes::from(metrics(&p))));
             r.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -195,13 +207,13 @@ async fn route(
             );
             r
         }
-        (&Method::GET, ["v1", "sandboxes"]) => answer(200, &list(&p)),
-        (&Method::POST, ["v1", "acquire"]) => match serde_json::from_slice::<AcquireBody>(&body) {
+        Route::List => answer(200, &list(&p)),
+        Route::Acquire => match serde_json::from_slice::<AcquireBody>(&body) {
             Ok(b) => acquire(p, b).await,
             Err(e) => answer(400, &json!({ "error": format!("acquire body: {e}") })),
         },
-        (&Method::POST, ["v1", "leases", lease, "release"]) => {
-            let lease = (*lease).to_owned();
+        Route::Release(lease) => {
+            let lease = lease.to_owned();
             let task = p.clone();
             let leased = lease.clone();
             match detached(async move { task.release(&leased).await }).await {
@@ -210,15 +222,15 @@ async fn route(
                 Err(r) => r,
             }
         }
-        (&Method::POST, ["v1", "leases", lease, "renew"]) => match p.renew_lease(lease) {
+        Route::Renew(lease) => match p.renew_lease(lease) {
             Ok(id) => answer(
                 200,
                 &json!({ "lease": lease, "sandbox_id": id, "result": "renewed" }),
             ),
             Err(e) => error(&e),
         },
-        (&Method::POST, ["v1", "sandboxes", id, "destroy"]) => {
-            let id = (*id).to_owned();
+        Route::Destroy(id) => {
+            let id = id.to_owned();
             let task = p.clone();
             let target = id.clone();
             match detached(async move { task.destroy(&target, force).await }).await {
@@ -227,35 +239,22 @@ async fn route(
                 Err(r) => r,
             }
         }
-        (_, segs) => match allowed_methods(segs) {
-            Some(allow) => {
-                let mut r = answer(
-                    405,
-                    &json!({ "error": format!("{method} is not allowed on {path}; allowed: {allow}") }),
-                );
-                r.headers_mut().insert(
-                    hyper::header::ALLOW,
-                    hyper::header::HeaderValue::from_static(allow),
-                );
-                r
-            }
-            None => answer(
-                404,
-                &json!({ "error": format!("no route {method} {path}") }),
-            ),
-        },
-    };
-    Ok(r)
-}
-
-/// The methods a known path answers (the `Allow` of a 405); `None` for an unknown path.
-fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
-    match segments {
-        ["healthz"] | ["metrics"] | ["v1", "sandboxes"] => Some("GET"),
-        ["v1", "acquire"]
-        | ["v1", "leases", _, "release" | "renew"]
-        | ["v1", "sandboxes", _, "destroy"] => Some("POST"),
-        _ => None,
+        Route::NotAllowed { allow, .. } => {
+            let mut r = answer(
+                405,
+                &json!({ "error": format!("{method} is not allowed on {path}; allowed: {allow}") }),
+            );
+            r.headers_mut().insert(
+                hyper::header::ALLOW,
+                hyper::header::HeaderValue::from_static(allow),
+            );
+            r
+        }
+        // The provisioner API's routes never reach here (`route` sends them to `api_http`).
+        _ => answer(
+            404,
+            &json!({ "error": format!("no route {method} {path}") }),
+        ),
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::claims::Claim;
 use super::error::ServeError;
-use super::pool::State;
+use super::plan::{provision_checked, Checked, ProvisionPlan};
 use super::provider::{Planned, Provider};
 use super::provision::{self, Bind, Provision};
 use crate::create::Extras;
@@ -173,30 +173,64 @@ impl Provider {
         let scope = plan.scope.clone().unwrap_or_default();
         let serial = self.serial(&id);
         let _serial = serial.lock().await;
-        let tracked = self.pool().get(&id).cloned();
-        if let Some(e) = tracked {
-            if e.scope != scope {
-                return Err(ServeError::Collision { id });
+        let decided = self.pool().plan_provision(&id, &scope);
+        tracing::info!(sandbox_id = %id, plan = ?decided, "provisioner create");
+        // However this create ends, its slot under the cap and its reclaim mark go with it.
+        let _planned = Planned::new(self, &id);
+        let evict = match decided {
+            ProvisionPlan::Collision => return Err(ServeError::Collision { id }),
+            ProvisionPlan::Busy => return Err(ServeError::Busy { id }),
+            ProvisionPlan::Full => {
+                self.metrics.cap_refusal();
+                return Err(ServeError::Full {
+                    max: self.config().max_replicas,
+                });
             }
-            if e.destroy_pending || e.state == State::Destroying {
-                return Err(ServeError::Busy { id });
-            }
-            match self.lc.inspect_sandbox(&id).await? {
-                Some(c) if c.id == e.container_id && c.running => {
-                    self.pool()
-                        .commit_provisioned(&id, &scope, &c.id, &e.url, self.now());
-                    return Ok(self.answer(&id, &c));
+            ProvisionPlan::Check { container_id, held } => {
+                let found = self.lc.inspect_sandbox(&id).await?;
+                let seen = found.as_ref().map(|c| (c.id.as_str(), c.running));
+                match provision_checked(&container_id, held, seen) {
+                    Checked::Reuse => {
+                        let url = self
+                            .pool()
+                            .get(&id)
+                            .map(|e| e.url.clone())
+                            .unwrap_or_default();
+                        self.pool().commit_provisioned(
+                            &id,
+                            &scope,
+                            &container_id,
+                            &url,
+                            self.now(),
+                        );
+                        return match found {
+                            Some(c) => Ok(self.answer(&id, &c)),
+                            None => Err(ServeError::Busy { id }),
+                        };
+                    }
+                    Checked::Busy => return Err(ServeError::Busy { id }),
+                    Checked::Replace => {
+                        // Dead or replaced under its name: torn down by the generation
+                        // tracked, then made afresh in its slot.
+                        self.pool().begin_destroy(&id);
+                        self.pool().reserve_replacement(&id);
+                        self.destroy_fenced(&id).await?;
+                        Vec::new()
+                    }
                 }
-                _ if !e.holders.is_empty() => return Err(ServeError::Busy { id }),
-                _ => {
-                    // Dead or replaced under its name: torn down by the generation tracked,
-                    // then made afresh below.
-                    self.pool().begin_destroy(&id);
-                    self.pool().reserve_replacement(&id);
-                    self.destroy_fenced(&id).await?;
-                }
             }
-        }
+            ProvisionPlan::RetryTeardown => {
+                // As for an acquire: a teardown that failed earlier is retried first, and a
+                // fresh sandbox is made only once the tracked generation is gone.
+                self.pool().reserve_replacement(&id);
+                let torn = self.destroy_fenced(&id).await?;
+                tracing::info!(sandbox_id = %id, result = torn.as_str(), "failed teardown retried before the provisioner create");
+                Vec::new()
+            }
+            ProvisionPlan::Create { evict } => evict,
+        };
+        // The plan fenced its victims: they are torn down whatever this create finds next.
+        self.evict(evict).await?;
         if let Some(c) = self.lc.inspect_sandbox(&id).await? {
             // The scope label must be this request's (none for an ID not derived from one):
             // an ID collision never hands one tenant's sandbox to another.
@@ -210,16 +244,6 @@ impl Provider {
                 return Err(ServeError::Collision { id });
             }
         }
-        let evict = match self.pool().plan_create_slot(&id) {
-            Some(evict) => evict,
-            None => {
-                return Err(ServeError::Full {
-                    max: self.config().max_replicas,
-                })
-            }
-        };
-        let _slot = Planned::new(self, &id);
-        self.evict(evict).await?;
         match self.own.claim(&id).await? {
             Claim::Ours => {}
             Claim::Owned(owner) | Claim::Deleting(owner) => {
