@@ -346,17 +346,21 @@ async fn serve_main(
     use crate::serve::cmd;
     let setup = cmd::limits(serve).and_then(|l| Ok((l, cmd::provider(lc, serve)?)));
     let setup = match setup {
-        Ok((l, p)) => cmd::bind(serve).await.map(|b| (l, p, b)),
+        Ok((l, p)) => match cmd::bind(serve).await {
+            Ok(b) => cmd::bind_metrics(serve).map(|m| (l, p, (b, m))),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
-    let (limits, provider, listener) = match setup {
+    let (limits, provider, (listener, metrics)) = match setup {
         Ok(v) => v,
         Err(e) => {
             eprintln!("lifecycle serve: {e}");
             return ExitCode::from(if e.is_runtime() { ERROR } else { USAGE });
         }
     };
-    let all_done = cmd::run(std::sync::Arc::new(provider), listener, serve, limits, stop).await;
+    let provider = std::sync::Arc::new(provider);
+    let all_done = cmd::run(provider, listener, metrics, serve, limits, stop).await;
     ExitCode::from(if all_done { 0 } else { DEFERRED })
 }
 

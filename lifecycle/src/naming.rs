@@ -19,6 +19,15 @@ pub fn scope_digest(user_id: &str, thread_id: &str) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The value of `LABEL_SCOPE` for a sandbox whose ID is not derived from a (user, thread) (the
+/// provisioner API's random IDs): the full SHA-256 hex of the user ID alone. A user ID never
+/// holds ':' and a (user, thread)'s preimage always does, so the two kinds never collide.
+pub fn user_scope(user_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(user_id.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
     #[error("{0}")]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{HeaderMap, Method, Response};
+use hyper::{Method, Response};
 use serde_json::json;
 
 use super::answer::{answer, detached, Answer};
@@ -15,24 +15,17 @@ use super::provider::Provider;
 use super::provisioner::ApiAnswer;
 use super::routes::Route;
 
-/// The 401 for an `/api/` request without the right `X-API-Key` (none when it passes, or on a
-/// Unix socket with no key configured). One warn line, never the key.
-pub(super) fn refuse_unauthorized(
+/// The 401 of a request without the right `X-API-Key` on a listener with a key: the same
+/// answer whatever the route, and whether the key was missing, empty, wrong or a part of it
+/// (deer-flow's `Unauthorized`). One warn line naming method, path and peer, never the key.
+pub(super) fn unauthorized(
     p: &Provider,
     method: &Method,
     path: &str,
     peer: &str,
-    headers: &HeaderMap,
-) -> Option<Answer> {
-    if !path.starts_with("/api") {
-        return None;
-    }
-    let key = p.api.api_key.as_ref()?;
-    let offered = headers.get("x-api-key").map(|v| v.as_bytes());
-    if offered.is_some_and(|k| key.matches(k)) {
-        return None;
-    }
-    tracing::warn!(%method, path, peer, key_given = offered.is_some(), "provisioner API: missing or wrong X-API-Key; 401");
+    key_given: bool,
+) -> Answer {
+    tracing::warn!(%method, path, peer, key_given, "missing or wrong X-API-Key; 401");
     p.metrics.api_request(route_name(path), 401);
     let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized")));
     *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
@@ -45,7 +38,7 @@ pub(super) fn refuse_unauthorized(
         hyper::header::CONNECTION,
         hyper::header::HeaderValue::from_static("close"),
     );
-    Some(r)
+    r
 }
 
 /// The route's name in the metric (a template, never the sandbox ID).
@@ -56,6 +49,7 @@ fn route_name(path: &str) -> &'static str {
         ["api", "capabilities"] => "capabilities",
         ["api", "sandboxes"] => "sandboxes",
         ["api", "sandboxes", _] => "sandbox",
+        ["healthz"] | ["v1", ..] => "v1",
         _ => "other",
     }
 }
@@ -136,6 +130,11 @@ mod tests {
             ("/api/sandboxes/7d9ac0ff9b98cd06", "sandbox"),
             ("/api/sandboxes/a/b", "other"),
             ("/api", "other"),
+            ("/v1/sandboxes", "v1"),
+            ("/v1/leases/x/release", "v1"),
+            ("/healthz", "v1"),
+            ("/metrics", "other"),
+            ("/v2/new", "other"),
         ] {
             assert_eq!(route_name(path), want, "{path}");
         }

@@ -7,7 +7,9 @@
 //! pool (acquire; `release` the releases), `destroy` its teardowns and the reaper's pass;
 //! `reclaim` where a handed-out sandbox came from; `listen` Unix or TCP listeners, `apikey` the
 //! provisioner API's key, `provision` its pure input and mount rules, `provisioner` its work and
-//! `api_http` its answers; `routes` the one route table of both APIs, `http` the server;
+//! `api_http` its answers, `v1_http` the project API's; `routes` the one route table of both
+//! APIs, `http` the server, `gate` its cap on connections that have not shown the key;
+//! `exposed` what `--metrics-listen` serves;
 //! `background` the reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header
 //! and write timeouts and connection cap, `write_timeout` the stream wrapper that enforces the
 //! write timeout; `cmd` the command's flags and main loop.
@@ -22,6 +24,8 @@ pub mod clock;
 pub mod cmd;
 pub mod destroy;
 pub mod error;
+pub mod exposed;
+pub mod gate;
 pub mod http;
 pub mod limits;
 pub mod listen;
@@ -36,4 +40,5 @@ pub mod redis_store;
 pub mod release;
 pub mod routes;
 pub mod store;
+pub mod v1_http;
 pub mod write_timeout;

@@ -28,6 +28,9 @@ pub enum AcquirePlan {
     /// Tracked, unheld, and its teardown failed earlier: fenced now; retry that teardown, then
     /// create (or discover a replacement generation).
     RetryTeardown,
+    /// Made through the provisioner API: deer-flow's, never leased through `/v1/` (a lease
+    /// would keep it alive past deer-flow's `DELETE`); refuse, touch nothing.
+    Provisioned { container_id: String },
 }
 
 /// What a provisioner API create must do first: `plan_acquire`'s decision, for a create that
@@ -38,9 +41,11 @@ pub enum ProvisionPlan {
     Collision,
     /// A destroy is under way or deferred: refuse until it is done.
     Busy,
-    /// Tracked: inspect the name and ask `provision_checked` whether container `container_id`
-    /// is handed out again, refused (`held`: leases hold it), or torn down and made afresh.
-    Check { container_id: String, held: bool },
+    /// Tracked and held by no lease: inspect the name and ask `provision_checked` whether
+    /// container `container_id` is answered again or torn down and made afresh.
+    Check { container_id: String },
+    /// Leased through `/v1/` right now: not deer-flow's to take while a lease holds it; refuse.
+    Leased,
     /// Not tracked: destroy `evict` (already fenced), then create; its slot is reserved.
     Create { evict: Vec<String> },
     /// The replica cap is reached and nothing warm can be evicted: refuse (503).
@@ -55,18 +60,15 @@ pub enum ProvisionPlan {
 pub enum Checked {
     /// The tracked generation still runs under the name: answer it.
     Reuse,
-    /// Dead or replaced, but leases still hold it: refuse until they are released.
-    Busy,
-    /// Dead or replaced and unheld: tear the tracked generation down, then create afresh.
+    /// Dead or replaced: tear the tracked generation down, then create afresh.
     Replace,
 }
 
-/// `Checked` for tracked generation `tracked` (`held` by leases), given what the name holds now:
-/// `found` is (container ID, running), or `None` when nothing is there.
-pub fn provision_checked(tracked: &str, held: bool, found: Option<(&str, bool)>) -> Checked {
+/// `Checked` for tracked generation `tracked`, given what the name holds now: `found` is
+/// (container ID, running), or `None` when nothing is there.
+pub fn provision_checked(tracked: &str, found: Option<(&str, bool)>) -> Checked {
     match found {
         Some((id, true)) if id == tracked => Checked::Reuse,
-        _ if held => Checked::Busy,
         _ => Checked::Replace,
     }
 }
@@ -101,6 +103,9 @@ impl Pool {
                 AcquirePlan::RetryTeardown
             }
             Some(e) if e.destroy_pending || e.state == State::Destroying => AcquirePlan::Busy,
+            Some(e) if e.provisioned => AcquirePlan::Provisioned {
+                container_id: e.container_id.clone(),
+            },
             Some(e) => {
                 let source = if e.state == State::Active {
                     Source::Cached
@@ -121,13 +126,18 @@ impl Pool {
     /// What a provisioner create of `id` for `scope` does first: `plan_acquire`'s rules (a
     /// failed teardown is retried first, a destroy under way refuses, a create reserves its
     /// slot and fences its victims), with the reuse of a tracked entry left to
-    /// `provision_checked` once its container is inspected.
+    /// `provision_checked` once its container is inspected. One `/v1/` leases right now is
+    /// refused: a `DELETE` of it would be deferred by the lease while deer-flow is told it is
+    /// gone. An unheld (warm) one is taken over and is deer-flow's from then on.
     pub fn plan_provision(&mut self, id: &str, scope: &str) -> ProvisionPlan {
         let held = self.entries.get(id).is_some_and(|e| !e.holders.is_empty());
         match self.plan_acquire(id, scope) {
             AcquirePlan::Collision => ProvisionPlan::Collision,
             AcquirePlan::Busy => ProvisionPlan::Busy,
-            AcquirePlan::Reuse { container_id, .. } => ProvisionPlan::Check { container_id, held },
+            AcquirePlan::Reuse { .. } if held => ProvisionPlan::Leased,
+            AcquirePlan::Reuse { container_id, .. } | AcquirePlan::Provisioned { container_id } => {
+                ProvisionPlan::Check { container_id }
+            }
             AcquirePlan::Create { evict } => ProvisionPlan::Create { evict },
             AcquirePlan::Full => ProvisionPlan::Full,
             AcquirePlan::RetryTeardown => ProvisionPlan::RetryTeardown,
@@ -170,10 +180,9 @@ mod tests {
         }
     }
 
-    fn check(id: &str, held: bool) -> ProvisionPlan {
+    fn check(id: &str) -> ProvisionPlan {
         ProvisionPlan::Check {
             container_id: format!("c-{id}"),
-            held,
         }
     }
 
@@ -196,9 +205,10 @@ mod tests {
         p.destroy_failed("failed", S);
         p.reserve_replacement("creating");
         let cases = [
-            ("held", "s", check("held", true)),
-            ("warm", "s", check("warm", false)),
-            ("made", "s", check("made", false)),
+            // Leased through /v1/: deer-flow may not take it while the lease holds it.
+            ("held", "s", ProvisionPlan::Leased),
+            ("warm", "s", check("warm")),
+            ("made", "s", check("made")),
             ("held", "t", ProvisionPlan::Collision),
             ("made", "t", ProvisionPlan::Collision),
             ("pending", "s", ProvisionPlan::Busy),
@@ -245,21 +255,48 @@ mod tests {
     #[test]
     fn provision_checked_table() {
         let cases = [
-            (false, Some(("c1", true)), Checked::Reuse),
-            (true, Some(("c1", true)), Checked::Reuse),
-            (false, Some(("c1", false)), Checked::Replace),
-            (true, Some(("c1", false)), Checked::Busy),
-            (false, Some(("c2", true)), Checked::Replace),
-            (true, Some(("c2", true)), Checked::Busy),
-            (false, None, Checked::Replace),
-            (true, None, Checked::Busy),
+            (Some(("c1", true)), Checked::Reuse),
+            (Some(("c1", false)), Checked::Replace),
+            (Some(("c2", true)), Checked::Replace),
+            (Some(("", true)), Checked::Replace),
+            (None, Checked::Replace),
         ];
-        for (held, found, want) in cases {
-            assert_eq!(
-                provision_checked("c1", held, found),
-                want,
-                "{held} {found:?}"
-            );
+        for (found, want) in cases {
+            assert_eq!(provision_checked("c1", found), want, "{found:?}");
         }
+    }
+
+    /// A sandbox made through the provisioner API is deer-flow's: `/v1/` never leases it, so
+    /// no lease can keep it past deer-flow's `DELETE`, warm it, or make it reapable or an
+    /// eviction victim; the refusal changes nothing in the pool.
+    #[test]
+    fn a_provisioner_sandbox_is_never_leased_reaped_or_evicted_through_v1() {
+        let mut p = Pool::new(10 * S, 1);
+        p.commit_provisioned("made", "s", "c-made", "u", S);
+        let before = p.get("made").cloned();
+        assert_eq!(
+            p.plan_acquire("made", "s"),
+            AcquirePlan::Provisioned {
+                container_id: "c-made".into()
+            }
+        );
+        assert_eq!(p.get("made").cloned(), before, "untouched");
+        assert_eq!(p.plan_acquire("made", "other"), AcquirePlan::Collision);
+        assert!(p.expired(1000 * S).is_empty(), "never reaped");
+        assert_eq!(
+            p.plan_acquire("new", "s"),
+            AcquirePlan::Full,
+            "never evicted"
+        );
+        // A /v1/ sandbox taken over through the API while warm is deer-flow's from then on.
+        let mut p = Pool::new(10 * S, 0);
+        tracked(&mut p, "warm", false);
+        assert_eq!(p.plan_provision("warm", "s"), check("warm"));
+        p.commit_provisioned("warm", "s", "c-warm", "u", 2 * S);
+        assert!(matches!(
+            p.plan_acquire("warm", "s"),
+            AcquirePlan::Provisioned { .. }
+        ));
+        assert!(p.expired(1000 * S).is_empty());
     }
 }

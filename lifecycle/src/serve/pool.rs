@@ -400,6 +400,10 @@ impl Pool {
         entry.container_id = container_id.to_owned();
         entry.url = url.to_owned();
         entry.provisioned = true;
+        // deer-flow's from now on (a warm `/v1/` one taken over too): in use, never warm.
+        if entry.state != State::Destroying {
+            entry.state = State::Active;
+        }
         entry.reclaiming = false;
         self.creating.remove(id);
     }

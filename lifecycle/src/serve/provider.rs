@@ -220,6 +220,12 @@ impl Provider {
         let evict = match plan {
             AcquirePlan::Collision => return Err(ServeError::Collision { id }),
             AcquirePlan::Busy => return Err(ServeError::Busy { id }),
+            AcquirePlan::Provisioned { .. } => {
+                return Err(ServeError::OtherApi {
+                    id,
+                    why: "was made through the provisioner API: it is deer-flow's and is not leased through /v1/",
+                })
+            }
             AcquirePlan::Full => {
                 self.metrics.cap_refusal();
                 return Err(ServeError::Full {

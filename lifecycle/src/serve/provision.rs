@@ -99,9 +99,11 @@ pub struct Provision {
     pub sandbox_id: String,
     pub user_id: String,
     pub thread_id: String,
-    /// `lifecycle.scope` when `sandbox_id` is deer-flow's derivation of (user, thread);
-    /// otherwise none (the ID says nothing about whose it is).
-    pub scope: Option<String>,
+    /// `lifecycle.scope`: the (user, thread)'s when `sandbox_id` is deer-flow's derivation of
+    /// them; otherwise the user's (`naming::user_scope`), since deer-flow names a sandbox with
+    /// no thread by a random ID that says nothing about whose it is: that ID then serves only
+    /// the user who made it.
+    pub scope: String,
     pub binds: Vec<Bind>,
     /// Directories to create empty when missing (the skills views and the thread's data).
     pub make_dirs: Vec<PathBuf>,
@@ -154,8 +156,11 @@ pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
         .clone()
         .unwrap_or_else(|| body.sandbox_id.clone());
     stackmodel::check_ids(&user, &thread)?;
-    let scope = (stackmodel::sandbox_id(&user, &thread) == body.sandbox_id)
-        .then(|| crate::naming::scope_digest(&user, &thread));
+    let scope = if stackmodel::sandbox_id(&user, &thread) == body.sandbox_id {
+        crate::naming::scope_digest(&user, &thread)
+    } else {
+        crate::naming::user_scope(&user)
+    };
     let extras = body.extra_mounts.as_deref().unwrap_or_default();
     if extras.len() > MAX_EXTRA_MOUNTS {
         return Err(InputError::TooManyMounts(extras.len()));
@@ -269,10 +274,7 @@ mod tests {
         }));
         let p = plan(&b, &root()).expect("valid");
         // The derived ID: the sandbox carries its (user, thread)'s scope label.
-        assert_eq!(
-            p.scope.as_deref(),
-            Some(crate::naming::scope_digest("user-1", "thread-1").as_str())
-        );
+        assert_eq!(p.scope, crate::naming::scope_digest("user-1", "thread-1"));
         let specs: Vec<String> = p.binds.iter().map(Bind::spec).collect();
         assert_eq!(
             specs,
@@ -298,7 +300,11 @@ mod tests {
             (p.user_id.as_str(), p.thread_id.as_str()),
             ("default", "my-box_1")
         );
-        assert_eq!(p.scope, None, "not derived: no scope label");
+        assert_eq!(
+            p.scope,
+            crate::naming::user_scope("default"),
+            "not derived: the user's"
+        );
         // An extra mount at a standard place replaces it.
         let p = plan(
             &body(serde_json::json!({"sandbox_id": "b", "extra_mounts": [

@@ -44,7 +44,10 @@ fn ok(body: Value) -> ApiAnswer {
 fn failed(e: &ServeError) -> ApiAnswer {
     let status = match e {
         ServeError::Invalid(_) | ServeError::BadInput(_) => 400,
-        ServeError::Collision { .. } | ServeError::Busy { .. } | ServeError::Owned { .. } => 409,
+        ServeError::Collision { .. }
+        | ServeError::Busy { .. }
+        | ServeError::Owned { .. }
+        | ServeError::OtherApi { .. } => 409,
         ServeError::NotLifecycle { .. } => 409,
         ServeError::Op(OpError::NotOurs { .. }) => 409,
         ServeError::Full { .. } | ServeError::Store(_) => 503,
@@ -170,7 +173,7 @@ impl Provider {
 
     async fn provision(&self, plan: &Provision) -> Result<Value, ServeError> {
         let id = plan.sandbox_id.clone();
-        let scope = plan.scope.clone().unwrap_or_default();
+        let scope = plan.scope.clone();
         let serial = self.serial(&id);
         let _serial = serial.lock().await;
         let decided = self.pool().plan_provision(&id, &scope);
@@ -186,10 +189,16 @@ impl Provider {
                     max: self.config().max_replicas,
                 });
             }
-            ProvisionPlan::Check { container_id, held } => {
+            ProvisionPlan::Leased => {
+                return Err(ServeError::OtherApi {
+                    id,
+                    why: "is leased through /v1/ right now; it is not handed to the provisioner API while a lease holds it",
+                })
+            }
+            ProvisionPlan::Check { container_id } => {
                 let found = self.lc.inspect_sandbox(&id).await?;
                 let seen = found.as_ref().map(|c| (c.id.as_str(), c.running));
-                match provision_checked(&container_id, held, seen) {
+                match provision_checked(&container_id, seen) {
                     Checked::Reuse => {
                         let url = self
                             .pool()
@@ -208,7 +217,6 @@ impl Provider {
                             None => Err(ServeError::Busy { id }),
                         };
                     }
-                    Checked::Busy => return Err(ServeError::Busy { id }),
                     Checked::Replace => {
                         // Dead or replaced under its name: torn down by the generation
                         // tracked, then made afresh in its slot.
@@ -232,8 +240,8 @@ impl Provider {
         // The plan fenced its victims: they are torn down whatever this create finds next.
         self.evict(evict).await?;
         if let Some(c) = self.lc.inspect_sandbox(&id).await? {
-            // The scope label must be this request's (none for an ID not derived from one):
-            // an ID collision never hands one tenant's sandbox to another.
+            // The scope label must be this request's (its user's, for an ID not derived from
+            // a thread): an ID collision never hands one tenant's sandbox to another.
             if c.labels
                 .get(naming::LABEL_SCOPE)
                 .cloned()

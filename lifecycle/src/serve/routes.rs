@@ -44,6 +44,12 @@ pub enum Route<'a> {
 }
 
 impl Route<'_> {
+    /// Whether the route answers without the API key on a listener that has one: deer-flow's
+    /// `/health` only. Every other route, and any added later, needs the key unless listed here.
+    pub fn is_open(&self) -> bool {
+        matches!(self, Route::Health)
+    }
+
     /// Whether the answer is the provisioner API's (FastAPI's shapes, its metric).
     pub fn is_api(&self) -> bool {
         match self {
@@ -182,6 +188,23 @@ mod tests {
             assert_eq!(got, want, "{method} {path}");
             assert_eq!(got.is_api(), want.is_api(), "{method} {path}");
         }
+        // Only deer-flow's health check is open; unknown paths are keyed too.
+        let open: Vec<&str> = [
+            "/healthz",
+            "/metrics",
+            "/v1/sandboxes",
+            "/health",
+            "/api/sandboxes",
+            "/x",
+        ]
+        .into_iter()
+        .filter(|p| parse(&get, p).is_open())
+        .collect();
+        assert_eq!(open, vec!["/health"]);
+        assert!(
+            !parse(&post, "/health").is_open(),
+            "a 405 needs the key too"
+        );
         // The family follows the path, whichever method asks.
         assert!(parse(&get, "/health").is_api() && parse(&put, "/api/x").is_api());
         assert!(!parse(&get, "/healthz").is_api() && !parse(&get, "/v1/sandboxes").is_api());

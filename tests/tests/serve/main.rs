@@ -8,6 +8,7 @@
 
 mod claims;
 mod findings;
+mod keyed;
 mod leases;
 mod limits;
 mod provider;

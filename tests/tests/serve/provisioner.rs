@@ -213,7 +213,9 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
     );
     let warm = s.make(&s.name(&warm_id), labels(&warm_id, "warm", None));
     lifecycle::serve::background::reconcile(&s.provider).await;
-    let (_, listed) = s.call("GET", "/v1/sandboxes", &[], None).await;
+    let (_, listed) = s
+        .call("GET", "/v1/sandboxes", &[("X-API-Key", KEY)], None)
+        .await;
     assert!(
         listed.contains(&kept_id) && listed.contains(&warm_id),
         "{listed}"
