@@ -47,6 +47,10 @@ pub struct Extras {
     pub binds: Vec<String>,
     /// Labels added to the sandbox's own (which they never replace).
     pub labels: Vec<(String, String)>,
+    /// Answer as soon as the container runs (and, in open mode, its port is known), without
+    /// the readiness wait: the provisioner API's client waits for readiness itself, after a
+    /// create it gives 30 s.
+    pub skip_ready: bool,
 }
 
 /// Asked before a create tears anything down: what a failed create made, or a dead container
@@ -204,6 +208,14 @@ impl Lifecycle {
             }
             Err(e) => return Err(self.undo(id, &made, e, guard).await),
         };
+        if extras.skip_ready {
+            // What the caller is told is running must be: a container that exited right
+            // after its start is undone like any create that failed.
+            return match self.confirm_running(id, &created).await {
+                Ok(()) => Ok(created),
+                Err(e) => Err(self.undo(id, &made, e, guard).await),
+            };
+        }
         let limit = self.settings.ready_timeout;
         if limit.is_zero() || ready::wait(&created.url, limit).await {
             return Ok(created);
@@ -214,6 +226,27 @@ impl Lifecycle {
             secs: limit.as_secs(),
         };
         Err(self.undo(id, &made, not_ready, guard).await)
+    }
+
+    /// The container a create just started still runs (an inspect by its ID).
+    async fn confirm_running(&self, id: &str, created: &Created) -> Result<(), OpError> {
+        let cid = &created.container_id;
+        let name = &created.container_name;
+        let found = self
+            .engine
+            .inspect(cid)
+            .await
+            .map_err(step(format!("inspect {name} ({cid})")))?;
+        match found {
+            Some(c) if c.running => Ok(()),
+            other => Err(OpError::Engine {
+                step: format!("start {name} ({cid})"),
+                source: crate::engine::EngineError::Unreadable(format!(
+                    "sandbox {id} is not running right after its start (state {:?})",
+                    other.map(|c| c.state).unwrap_or_else(|| "gone".into())
+                )),
+            }),
+        }
     }
 
     fn sandbox_config(

@@ -12,6 +12,11 @@ pub use stackmodel::{
 /// label tells them apart, and a provider hands a sandbox only to the pair it names.
 pub const LABEL_SCOPE: &str = "lifecycle.scope";
 
+/// The label the provider puts on a sandbox made through deer-flow's provisioner API, and its
+/// value: such a sandbox is deer-flow's (never leased, reaped or evicted by the provider).
+pub const LABEL_ORIGIN: &str = "lifecycle.origin";
+pub const ORIGIN_PROVISIONER: &str = "provisioner";
+
 /// The value of `LABEL_SCOPE` for a user's thread.
 pub fn scope_digest(user_id: &str, thread_id: &str) -> String {
     use sha2::{Digest, Sha256};

@@ -174,6 +174,12 @@ pub struct Listed {
     /// The published host port (open mode); not printed by `ls`.
     #[serde(skip)]
     pub host_port: Option<u16>,
+    /// Whether it carries a `lifecycle.scope` label (lifecycle made it); not printed by `ls`.
+    #[serde(skip)]
+    pub scoped: bool,
+    /// Whether the provisioner API made it (`lifecycle.origin=provisioner`); not printed.
+    #[serde(skip)]
+    pub provisioned: bool,
 }
 
 #[derive(Debug)]
@@ -323,6 +329,9 @@ impl Lifecycle {
                 state: c.state,
                 mode: c.labels.get(naming::LABEL_NETWORK_MODE).cloned(),
                 host_port: c.host_port,
+                scoped: c.labels.contains_key(naming::LABEL_SCOPE),
+                provisioned: c.labels.get(naming::LABEL_ORIGIN).map(String::as_str)
+                    == Some(naming::ORIGIN_PROVISIONER),
             })
             .collect())
     }

@@ -87,6 +87,42 @@ impl ApiStack {
         .await
     }
 
+    /// `start` (memory store) whose sandboxes never answer HTTP (the fake's never do; on the
+    /// real engine they sleep) while creates would wait `ready_timeout` for an answer.
+    pub async fn start_never_ready(e: &Engine, mode: Mode, ready_timeout: Duration) -> Self {
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        Self::start_tuned(e, mode, Some(KEY), Limits::default(), own, 0, |settings| {
+            settings.ready_timeout = ready_timeout;
+            settings.sandbox_cmd = Some(vec!["sleep".into(), "600".into()]);
+        })
+        .await
+    }
+
+    /// `start` (open mode, memory store) whose sandboxes exit as soon as they start.
+    pub async fn start_exiting(e: &Engine) -> Self {
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        Self::start_tuned(
+            e,
+            Mode::Open,
+            Some(KEY),
+            Limits::default(),
+            own,
+            0,
+            |settings| {
+                settings.sandbox_cmd = Some(vec!["false".into()]);
+            },
+        )
+        .await
+    }
+
     async fn start_full(
         e: &Engine,
         mode: Mode,
@@ -94,6 +130,20 @@ impl ApiStack {
         limits: Limits,
         own: Ownership,
         max_replicas: usize,
+    ) -> Self {
+        Self::start_tuned(e, mode, key, limits, own, max_replicas, |_| {}).await
+    }
+
+    /// `start_full` with lifecycle's settings changed by `tune` last.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_tuned(
+        e: &Engine,
+        mode: Mode,
+        key: Option<&str>,
+        limits: Limits,
+        own: Ownership,
+        max_replicas: usize,
+        tune: impl FnOnce(&mut lifecycle::ops::Settings),
     ) -> Self {
         let root_dir = tempfile::Builder::new()
             .prefix("dfroot")
@@ -113,6 +163,7 @@ impl ApiStack {
             s.sandbox_cmd = Some(vec!["sh".into(), "-c".into(), SERVING_CMD.into()]);
             s.ready_timeout = Duration::from_secs(30);
         }
+        tune(&mut s);
         let lc = Lifecycle::new(
             Client::new(&format!("unix://{}", proxy.socket().display())).expect("address"),
             state.path(),
@@ -196,6 +247,19 @@ impl ApiStack {
             Some(body.to_string().into_bytes()),
         )
         .await
+    }
+
+    /// lifecycle's state directory.
+    pub fn state(&self) -> &Path {
+        self._state.path()
+    }
+
+    /// Every port reservation file under the state directory (`ports/…`), as paths.
+    pub fn port_reservations(&self) -> Vec<String> {
+        crate::crash::scan_ports(self.state())
+            .into_iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect()
     }
 
     /// `GET /metrics` on the provider's metrics endpoint: the text.

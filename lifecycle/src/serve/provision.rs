@@ -9,8 +9,7 @@ use super::apikey::ApiKey;
 
 /// The label that marks a sandbox made through this API, so a restarted provider adopts it as
 /// deer-flow's (never reaped) rather than into its own warm pool.
-pub const LABEL_ORIGIN: &str = "lifecycle.origin";
-pub const ORIGIN_PROVISIONER: &str = "provisioner";
+pub use crate::naming::{LABEL_ORIGIN, ORIGIN_PROVISIONER};
 
 /// What the provisioner API needs beyond the provider.
 #[derive(Debug, Clone)]

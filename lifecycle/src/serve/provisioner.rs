@@ -261,6 +261,8 @@ impl Provider {
         let extras = Extras {
             binds: plan.binds.iter().map(Bind::spec).collect(),
             labels: vec![(LABEL_ORIGIN.to_owned(), ORIGIN_PROVISIONER.to_owned())],
+            // deer-flow waits for readiness itself, after a POST it gives 30 s.
+            skip_ready: true,
         };
         let created = match self
             .lc
@@ -297,14 +299,21 @@ impl Provider {
         })
     }
 
-    /// `GET /api/sandboxes/{id}`: what the engine holds under the ID now.
+    /// `GET /api/sandboxes/{id}`: the sandbox under the ID if it runs. One that does not run
+    /// (created, exited, dead) is answered as a missing one is (deer-flow registers what this
+    /// returns without checking it) and handed to the reconciler.
     pub async fn api_get(&self, id: &str) -> ApiAnswer {
         let not_found = || detail(404, format!("Sandbox '{id}' not found"));
         if provision::check_sandbox_id(id).is_err() {
             return not_found();
         }
         match self.lc.inspect_sandbox(id).await {
-            Ok(Some(c)) => ok(self.answer(id, &c)),
+            Ok(Some(c)) if c.running => ok(self.answer(id, &c)),
+            Ok(Some(c)) => {
+                tracing::info!(sandbox_id = id, container_id = %c.id, state = %c.state, "provisioner get: not running; answered 404 and handed to the reconciler");
+                self.suspect(id);
+                not_found()
+            }
             Ok(None) => not_found(),
             Err(e) => detail(500, e.to_string()),
         }

@@ -11,6 +11,7 @@ mod findings;
 mod keyed;
 mod leases;
 mod limits;
+mod liveness;
 mod provider;
 mod provisioner;
 mod provisioner_guards;

@@ -73,17 +73,30 @@ async fn deer_flows_remote_backend_creates_finds_checks_lists_and_destroys() {
                     json!(format!("http://localhost:{port}"))
                 );
                 if !e.is_fake() {
-                    // The URL answers HTTP (busybox httpd in the sandbox).
+                    // The URL answers HTTP (busybox httpd in the sandbox) once it is up: the
+                    // create answered when the container ran, and deer-flow waits for
+                    // readiness itself, as this does (within its own bound).
                     let answered = tokio::task::spawn_blocking(move || {
                         use std::io::{Read, Write};
-                        let mut t = std::net::TcpStream::connect(format!("127.0.0.1:{port}"))
-                            .expect("connect to the sandbox");
-                        t.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-                            .ok();
-                        t.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
-                        let mut buf = [0u8; 12];
-                        let n = t.read(&mut buf).unwrap_or(0);
-                        String::from_utf8_lossy(&buf[..n]).into_owned()
+                        let mut last = String::new();
+                        for _ in 0..300 {
+                            if let Ok(mut t) =
+                                std::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+                            {
+                                t.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                                    .ok();
+                                if t.write_all(b"GET / HTTP/1.0\r\n\r\n").is_ok() {
+                                    let mut buf = [0u8; 12];
+                                    let n = t.read(&mut buf).unwrap_or(0);
+                                    last = String::from_utf8_lossy(&buf[..n]).into_owned();
+                                    if last.starts_with("HTTP/1.") {
+                                        break;
+                                    }
+                                }
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        last
                     })
                     .await
                     .expect("probe");
