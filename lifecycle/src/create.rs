@@ -47,6 +47,8 @@ pub struct Extras {
     pub binds: Vec<String>,
     /// Labels added to the sandbox's own (which they never replace).
     pub labels: Vec<(String, String)>,
+    /// Environment added to the sandbox's own (`MAX_SHELL_SESSIONS=…`).
+    pub env: Vec<String>,
     /// Answer as soon as the container runs (and, in open mode, its port is known), without
     /// the readiness wait: the provisioner API's client waits for readiness itself, after a
     /// create it gives 30 s.
@@ -266,6 +268,15 @@ impl Lifecycle {
         if !scope.is_empty() {
             labels.insert(naming::LABEL_SCOPE.to_owned(), scope.to_owned());
         }
+        let env = match (env, extras.env.is_empty()) {
+            (env, true) => env,
+            (env, false) => Some(
+                env.into_iter()
+                    .flatten()
+                    .chain(extras.env.clone())
+                    .collect(),
+            ),
+        };
         Config {
             image: self.settings.image.clone(),
             cmd: self.settings.sandbox_cmd.clone(),

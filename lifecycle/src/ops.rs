@@ -180,6 +180,9 @@ pub struct Listed {
     /// Whether the provisioner API made it (`lifecycle.origin=provisioner`); not printed.
     #[serde(skip)]
     pub provisioned: bool,
+    /// Its labels; not printed.
+    #[serde(skip)]
+    pub labels: HashMap<String, String>,
 }
 
 #[derive(Debug)]
@@ -332,6 +335,7 @@ impl Lifecycle {
                 scoped: c.labels.contains_key(naming::LABEL_SCOPE),
                 provisioned: c.labels.get(naming::LABEL_ORIGIN).map(String::as_str)
                     == Some(naming::ORIGIN_PROVISIONER),
+                labels: c.labels,
             })
             .collect())
     }

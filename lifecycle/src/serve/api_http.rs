@@ -69,8 +69,13 @@ pub(super) async fn dispatch(
         Route::Health => answer(200, &json!({ "status": "ok" })),
         Route::Capabilities => answer(
             200,
-            // No Lark CLI images here: deer-flow then provisions the runtime its own way.
-            &json!({ "lark_cli_init_image": false, "lark_cli_broker_image": false }),
+            // No Lark CLI images here: deer-flow then provisions the runtime its own way. The
+            // mount contract is the layout every sandbox made here has.
+            &json!({
+                "lark_cli_init_image": false,
+                "lark_cli_broker_image": false,
+                "mount_contract_version": super::provision::MOUNT_CONTRACT_VERSION,
+            }),
         ),
         Route::ApiCreate => {
             let task = p.clone();

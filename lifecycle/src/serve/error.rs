@@ -21,6 +21,9 @@ pub enum ServeError {
     /// provisioner API while a lease holds it).
     #[error("sandbox {id} {why}")]
     OtherApi { id: String, why: &'static str },
+    /// A provisioner create found its sandbox made with other mounts than it asks for.
+    #[error("sandbox {id} was made with other mounts than this create asks for (skills path, thread data or extra mounts); delete it first")]
+    Mounts { id: String },
     #[error("no such lease {0}")]
     UnknownLease(String),
     /// `--max-replicas` is reached and nothing warm could be evicted.
@@ -47,6 +50,7 @@ impl ServeError {
             | ServeError::Busy { .. }
             | ServeError::Owned { .. }
             | ServeError::OtherApi { .. }
+            | ServeError::Mounts { .. }
             | ServeError::NotLifecycle { .. } => 409,
             ServeError::Store(_) | ServeError::Full { .. } => 503,
             ServeError::Op(OpError::NoSuchSandbox(_)) => 404,
@@ -78,6 +82,7 @@ pub fn failure_kind(e: &ServeError) -> &'static str {
         ServeError::Collision { .. } => "collision",
         ServeError::Busy { .. } => "busy",
         ServeError::OtherApi { .. } => "other_api",
+        ServeError::Mounts { .. } => "mounts",
         ServeError::Owned { .. } => "owned",
         ServeError::UnknownLease(_) => "lease",
         ServeError::Store(_) => "store",

@@ -128,7 +128,8 @@ impl Pool {
     /// slot and fences its victims), with the reuse of a tracked entry left to
     /// `provision_checked` once its container is inspected. One `/v1/` leases right now is
     /// refused: a `DELETE` of it would be deferred by the lease while deer-flow is told it is
-    /// gone. An unheld (warm) one is taken over and is deer-flow's from then on.
+    /// gone. An unheld (warm) one goes on to the check, where its mounts (none of deer-flow's)
+    /// refuse it.
     pub fn plan_provision(&mut self, id: &str, scope: &str) -> ProvisionPlan {
         let held = self.entries.get(id).is_some_and(|e| !e.holders.is_empty());
         match self.plan_acquire(id, scope) {

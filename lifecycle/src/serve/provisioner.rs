@@ -47,7 +47,8 @@ fn failed(e: &ServeError) -> ApiAnswer {
         ServeError::Collision { .. }
         | ServeError::Busy { .. }
         | ServeError::Owned { .. }
-        | ServeError::OtherApi { .. } => 409,
+        | ServeError::OtherApi { .. }
+        | ServeError::Mounts { .. } => 409,
         ServeError::NotLifecycle { .. } => 409,
         ServeError::Op(OpError::NotOurs { .. }) => 409,
         ServeError::Full { .. } | ServeError::Store(_) => 503,
@@ -55,6 +56,45 @@ fn failed(e: &ServeError) -> ApiAnswer {
         ServeError::Op(_) => 500,
     };
     detail(status, e.to_string())
+}
+
+/// A sandbox as the API answers it: where it is and its state, and what it was made for, read
+/// back from its labels (`null` for what a sandbox made before they existed does not say).
+fn answered(
+    id: &str,
+    url: &str,
+    status: &str,
+    labels: &std::collections::HashMap<String, String>,
+) -> Value {
+    let number = |k: &str| labels.get(k).and_then(|v| v.parse::<u64>().ok());
+    json!({
+        "sandbox_id": id,
+        "sandbox_url": url,
+        "status": status,
+        "user_id": labels.get(provision::LABEL_USER),
+        "thread_id": labels.get(provision::LABEL_THREAD),
+        "mount_contract_version": number(provision::LABEL_CONTRACT),
+        "max_shell_sessions": number(provision::LABEL_SHELL_SESSIONS),
+    })
+}
+
+/// A sandbox handed out again must mount exactly what this create asks for (the skills root,
+/// the thread's data, the extra mounts), as deer-flow's provisioner checks a pod's mount
+/// signature: one made for other mounts is refused (409), never answered as this one. Its
+/// mounts label says what it was made with; one made before the label existed is judged by
+/// the binds the engine shows.
+fn same_mounts(id: &str, plan: &Provision, c: &Container) -> Result<(), ServeError> {
+    let mut have = c.binds.clone();
+    have.sort();
+    let same = match c.labels.get(provision::LABEL_MOUNTS) {
+        Some(digest) => *digest == plan.mounts_digest(),
+        None => have == plan.bind_specs(),
+    };
+    if same {
+        return Ok(());
+    }
+    tracing::warn!(sandbox_id = id, have = ?have, want = ?plan.bind_specs(), "provisioner create: the sandbox under this ID mounts other paths; refused");
+    Err(ServeError::Mounts { id: id.to_owned() })
 }
 
 /// Creates the directories a sandbox mounts (empty when missing), refusing any path under the
@@ -157,7 +197,12 @@ impl Provider {
         };
         let plan = match provision::plan(&body, &root) {
             Ok(p) => p,
-            Err(e) => return detail(400, e.to_string()),
+            Err(e) => {
+                return ApiAnswer {
+                    status: e.status(),
+                    body: json!({ "detail": e.detail() }),
+                }
+            }
         };
         if let Err(why) = prepare_dirs(&root, &plan.make_dirs) {
             return detail(400, why);
@@ -200,22 +245,18 @@ impl Provider {
                 let seen = found.as_ref().map(|c| (c.id.as_str(), c.running));
                 match provision_checked(&container_id, seen) {
                     Checked::Reuse => {
+                        let Some(c) = found else {
+                            return Err(ServeError::Busy { id });
+                        };
+                        same_mounts(&id, plan, &c)?;
                         let url = self
                             .pool()
                             .get(&id)
                             .map(|e| e.url.clone())
                             .unwrap_or_default();
-                        self.pool().commit_provisioned(
-                            &id,
-                            &scope,
-                            &container_id,
-                            &url,
-                            self.now(),
-                        );
-                        return match found {
-                            Some(c) => Ok(self.answer(&id, &c)),
-                            None => Err(ServeError::Busy { id }),
-                        };
+                        self.pool()
+                            .commit_provisioned(&id, &scope, &container_id, &url, self.now());
+                        return Ok(self.answer(&id, &c));
                     }
                     Checked::Replace => {
                         // Dead or replaced under its name: torn down by the generation
@@ -251,6 +292,11 @@ impl Provider {
                 tracing::warn!(sandbox_id = %id, "provisioner create: the container under this ID is another (user, thread)'s; refused");
                 return Err(ServeError::Collision { id });
             }
+            // A running one is handed out as it is (a dead one is replaced by the create): it
+            // must have been made with what this create asks for.
+            if c.running {
+                same_mounts(&id, plan, &c)?;
+            }
         }
         match self.own.claim(&id).await? {
             Claim::Ours => {}
@@ -258,9 +304,12 @@ impl Provider {
                 return Err(ServeError::Owned { id, owner })
             }
         }
+        let mut labels = vec![(LABEL_ORIGIN.to_owned(), ORIGIN_PROVISIONER.to_owned())];
+        labels.extend(plan.labels());
         let extras = Extras {
             binds: plan.binds.iter().map(Bind::spec).collect(),
-            labels: vec![(LABEL_ORIGIN.to_owned(), ORIGIN_PROVISIONER.to_owned())],
+            labels,
+            env: plan.env(),
             // deer-flow waits for readiness itself, after a POST it gives 30 s.
             skip_ready: true,
         };
@@ -288,15 +337,24 @@ impl Provider {
             self.now(),
         );
         tracing::info!(sandbox_id = %id, container_id = %created.container_id, discovered = created.discovered, "provisioner: sandbox ready");
-        Ok(json!({ "sandbox_id": id, "sandbox_url": url, "status": "Running" }))
+        Ok(json!({
+            "sandbox_id": id,
+            "sandbox_url": url,
+            "status": "Running",
+            "user_id": plan.user_id,
+            "thread_id": plan.thread_id,
+            "mount_contract_version": provision::MOUNT_CONTRACT_VERSION,
+            "max_shell_sessions": plan.max_shell_sessions,
+        }))
     }
 
     fn answer(&self, id: &str, c: &Container) -> Value {
-        json!({
-            "sandbox_id": id,
-            "sandbox_url": self.container_url(id, c),
-            "status": provision::phase(&c.state),
-        })
+        answered(
+            id,
+            &self.container_url(id, c),
+            provision::phase(&c.state),
+            &c.labels,
+        )
     }
 
     /// `GET /api/sandboxes/{id}`: the sandbox under the ID if it runs. One that does not run
@@ -357,11 +415,7 @@ impl Provider {
                     _ => continue,
                 },
             };
-            out.push(json!({
-                "sandbox_id": id,
-                "sandbox_url": url,
-                "status": provision::phase(&l.state),
-            }));
+            out.push(answered(&id, &url, provision::phase(&l.state), &l.labels));
         }
         let count = out.len();
         ok(json!({ "sandboxes": out, "count": count }))

@@ -247,3 +247,81 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
     let (status, text) = s.create(&other).await;
     assert_eq!(status, 409, "{text}");
 }
+
+/// deer-flow's newest remote backend (its mount contract, `skills_container_path`,
+/// `max_shell_sessions`), with Python `requests` as it calls: every field is honoured on the
+/// engine and read back from every answer; a create of the same ID with other mounts is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deer_flows_newest_backend_gets_its_fields_honoured_and_read_back() {
+    each_engine_async(
+        "deer_flows_newest_backend_gets_its_fields_honoured_and_read_back",
+        Fakes::Debian,
+        |e| {
+            Box::pin(async move {
+                let s = ApiStack::start(e, Mode::Open, Some(KEY)).await;
+                // The mount contract's own derivation, computed here.
+                let id = hex(&Sha256::digest(b"mount-v2:alice:thread-7"))[..16].to_owned();
+                let r = s.root.display().to_string();
+                let conv = format!("{r}/users/alice/threads/thread-7/user-data/.upload-conversions");
+                let integrations = format!("{r}/users/alice/skills_view/integrations");
+                let extra = json!([
+                    {"host_path": conv, "container_path": "/mnt/user-data/.upload-conversions", "read_only": true},
+                    {"host_path": integrations, "container_path": "/mnt/skills/integrations", "read_only": true},
+                ])
+                .to_string();
+                let (url, key, sid) = (s.url(), KEY.to_owned(), id.clone());
+                tokio::task::spawn_blocking(move || {
+                    python(
+                        &script(),
+                        &[&url, &key, "create-newest", &sid, "alice", "thread-7", &extra],
+                    )
+                })
+                .await
+                .expect("python");
+                let c = s.inspect(&s.name(&id));
+                let env: Vec<&str> = c["Config"]["Env"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                assert!(env.contains(&"MAX_SHELL_SESSIONS=13"), "{env:?}");
+                let mut binds: Vec<String> = c["HostConfig"]["Binds"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|b| b.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default();
+                binds.sort();
+                let mut want = vec![
+                    format!("{r}/skills_view/public:/custom-skills/public:ro"),
+                    format!("{r}/users/alice/skills_view/custom:/custom-skills/custom:ro"),
+                    format!("{r}/users/alice/skills_view/legacy:/custom-skills/legacy:ro"),
+                    format!("{r}/users/alice/threads/thread-7/user-data:/mnt/user-data"),
+                    format!("{conv}:/mnt/user-data/.upload-conversions:ro"),
+                    format!("{integrations}:/custom-skills/integrations:ro"),
+                ];
+                want.sort();
+                assert_eq!(binds, want, "the skills under their root, conversions read-only");
+                let labels = &c["Config"]["Labels"];
+                assert_eq!(labels["lifecycle.mount_contract"], "2");
+                assert_eq!(labels["lifecycle.user_id"], "alice");
+                assert_eq!(
+                    labels["lifecycle.scope"],
+                    json!(hex(&Sha256::digest(b"alice:thread-7"))),
+                    "the contract's derivation scopes the (user, thread)"
+                );
+                // The same ID asked for with other mounts (the default skills root) is not
+                // handed out as if it were that sandbox.
+                let other = json!({"sandbox_id": id, "user_id": "alice", "thread_id": "thread-7"});
+                let (status, text) = s.create(&other).await;
+                assert_eq!(status, 409, "{text}");
+                assert!(text.contains("other mounts"), "{text}");
+                let (url, key, sid) = (s.url(), KEY.to_owned(), id.clone());
+                tokio::task::spawn_blocking(move || {
+                    python(&script(), &[&url, &key, "delete", &sid])
+                })
+                .await
+                .expect("python");
+                assert_eq!(s.inspect(&s.name(&id)), Value::Null);
+            })
+        },
+    )
+    .await;
+}
