@@ -142,6 +142,8 @@ pub struct Args {
         default_value_t = 30
     )]
     pub removal_wait: u64,
+    #[command(flatten)]
+    pub resources: crate::resources::ResourceArgs,
     /// Logs on stderr as plain text or JSON objects, one per line; `LIFECYCLE_LOG` filters them
     /// (an EnvFilter, default `info`).
     #[arg(
@@ -372,6 +374,13 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
+    let (sandbox_resources, sidecar_resources) = match args.resources.resources() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lifecycle: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
     let settings = Settings {
         prefix,
         mode: args.mode,
@@ -390,6 +399,8 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         stop_timeout: args.stop_timeout,
         lock_timeout: Duration::from_secs(args.lock_timeout),
         removal_wait: Duration::from_secs(args.removal_wait),
+        sandbox_resources,
+        sidecar_resources,
     };
     let signalled = signals();
     let lc = Lifecycle::new(engine, &args.state_dir, settings);

@@ -299,14 +299,14 @@ impl Lifecycle {
             host_ip: Some(self.settings.publish_address.clone()),
             host_port: Some(port.to_string()),
         };
-        let host = HostConfig {
+        let host = self.settings.sandbox_resources.apply(HostConfig {
             binds: binds(extras),
             port_bindings: Some(HashMap::from([(
                 format!("{}/tcp", self.settings.sandbox_port),
                 Some(vec![binding]),
             )])),
             ..Default::default()
-        };
+        });
         self.create_and_start(
             id,
             self.sandbox_config(id, &made.scope, extras, host, None),
@@ -359,10 +359,10 @@ impl Lifecycle {
             image: self.settings.sidecar_image.clone(),
             cmd: Some(sidecar_cmd),
             labels: Some(self.labels(id, "netproxy")),
-            host_config: Some(HostConfig {
+            host_config: Some(self.settings.sidecar_resources.apply(HostConfig {
                 network_mode: Some(names.network.clone()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let sidecar_id = self
@@ -389,11 +389,11 @@ impl Lifecycle {
             format!("http_proxy={proxy}"),
             format!("https_proxy={proxy}"),
         ];
-        let host = HostConfig {
+        let host = self.settings.sandbox_resources.apply(HostConfig {
             network_mode: Some(names.network.clone()),
             binds: binds(extras),
             ..Default::default()
-        };
+        });
         self.create_and_start(
             id,
             self.sandbox_config(id, &made.scope, extras, host, Some(env)),

@@ -44,6 +44,10 @@ pub struct Settings {
     pub lock_timeout: Duration,
     /// How long a removal the engine reports as already in progress may take.
     pub removal_wait: Duration,
+    /// The memory, CPU and process limits of each sandbox.
+    pub sandbox_resources: crate::resources::Resources,
+    /// The same of each netproxy sidecar.
+    pub sidecar_resources: crate::resources::Resources,
 }
 
 #[derive(Debug, thiserror::Error)]

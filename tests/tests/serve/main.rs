@@ -17,6 +17,7 @@ mod provisioner;
 mod provisioner_guards;
 mod real;
 mod redis;
+mod resources;
 mod seed;
 mod seed_teardown;
 mod shutdown;
