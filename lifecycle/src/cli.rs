@@ -423,6 +423,7 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
                 "container_id": d.container_id,
                 "ports_released": d.ports_released,
                 "absent_teardown": d.absent_teardown,
+                "leftovers": d.leftovers,
             }))
         }),
         Command::Ls => lc.list().await.map(|list| {

@@ -18,6 +18,7 @@ use bollard::models::{HostConfig, PortBinding};
 
 use crate::decide::{self, Discovery, Mode};
 use crate::engine::NetworkMade;
+use crate::intent::{Step, LABEL_INTENT};
 use crate::naming;
 use crate::ops::{is_conflict, step, Created, Lifecycle, OpError};
 use crate::ready;
@@ -37,6 +38,8 @@ pub(crate) struct Made {
     /// The (user, thread) digest written as the sandbox's scope label; empty for a sandbox
     /// whose ID is not derived from a (user, thread) (the provisioner API's), which gets none.
     pub(crate) scope: String,
+    /// This create's intent token, on every object it makes (`intent::LABEL_INTENT`).
+    pub(crate) token: String,
 }
 
 /// What a create asks for beyond the stack's settings: the provisioner API's bind mounts
@@ -129,21 +132,51 @@ impl Lifecycle {
         // Nothing is written before the engine is known to answer.
         self.engine.ping().await.map_err(step("ping".into()))?;
         let _lock = self.locks.acquire(&id).await?;
-        if self.ledger.is_quarantined(&id)? {
-            if let Some(c) = self.retire_before_create(&id).await? {
-                return self
-                    .discover_or_replace(&id, &scope, extras, c, guard)
-                    .await;
+        self.with_intent(&id, guard, self.create_locked(&id, &scope, extras, guard))
+            .await
+    }
+
+    /// `create_sandbox`'s body, under the lock and an intent record.
+    async fn create_locked(
+        &self,
+        id: &str,
+        scope: &str,
+        extras: &Extras,
+        guard: &dyn BeforeUndo,
+    ) -> Result<Created, OpError> {
+        if self.ledger.is_quarantined(id)? {
+            if let Some(c) = self.retire_before_create(id).await? {
+                return self.discover_or_replace(id, scope, extras, c, guard).await;
             }
         }
-        match self.create_fresh(&id, &scope, extras, guard).await {
-            Err(e) if is_conflict(&e) => match self.inspect_sandbox(&id).await? {
-                Some(c) => {
-                    self.discover_or_replace(&id, &scope, extras, c, guard)
+        match self.create_fresh(id, scope, extras, guard).await {
+            Err(e) if is_conflict(&e) => match self.inspect_sandbox(id).await? {
+                Some(c) => self.discover_or_replace(id, scope, extras, c, guard).await,
+                // Not the sandbox but what is left of an earlier one under its derived names
+                // (a lone sidecar or networks, from before intent records): removed if
+                // lifecycle made it for this ID, then the create runs once more.
+                None => {
+                    tracing::warn!(sandbox_id = id, error = %e, "a create met leftovers under the sandbox's names: converging, then creating again");
+                    guard
+                        .before_undo(id)
                         .await
+                        .map_err(|reason| OpError::NotOurs {
+                            id: id.to_owned(),
+                            reason,
+                        })?;
+                    let cleared = self.converge(id, &Step::Teardown).await?;
+                    guard
+                        .after_teardown(id)
+                        .await
+                        .map_err(|reason| OpError::NotOurs {
+                            id: id.to_owned(),
+                            reason,
+                        })?;
+                    if cleared.removed.is_empty() {
+                        return Err(e);
+                    }
+                    self.create_fresh(id, scope, extras, guard).await
                 }
-                // The conflicting object is not the sandbox (a leftover sidecar, say).
-                None => Err(e),
             },
             other => other,
         }
@@ -193,8 +226,14 @@ impl Lifecycle {
         extras: &Extras,
         guard: &dyn BeforeUndo,
     ) -> Result<Created, OpError> {
+        let step_ = Step::create();
+        self.changing(id, &step_)?;
         let mut made = Made {
             scope: scope.to_owned(),
+            token: match step_ {
+                Step::Create { token } => token,
+                Step::Teardown => String::new(),
+            },
             ..Made::default()
         };
         let result = match self.settings.mode {
@@ -230,6 +269,13 @@ impl Lifecycle {
         Err(self.undo(id, &made, not_ready, guard).await)
     }
 
+    /// `labels`, with this create's intent token.
+    fn made_labels(&self, id: &str, role: &str, token: &str) -> HashMap<String, String> {
+        let mut labels = self.labels(id, role);
+        labels.insert(LABEL_INTENT.to_owned(), token.to_owned());
+        labels
+    }
+
     /// The container a create just started still runs (an inspect by its ID).
     async fn confirm_running(&self, id: &str, created: &Created) -> Result<(), OpError> {
         let cid = &created.container_id;
@@ -254,13 +300,14 @@ impl Lifecycle {
     fn sandbox_config(
         &self,
         id: &str,
+        token: &str,
         scope: &str,
         extras: &Extras,
         host_config: HostConfig,
         env: Option<Vec<String>>,
     ) -> Config<String> {
         let port_key = format!("{}/tcp", self.settings.sandbox_port);
-        let mut labels = self.labels(id, "sandbox");
+        let mut labels = self.made_labels(id, "sandbox", token);
         for (k, v) in &extras.labels {
             labels.entry(k.clone()).or_insert_with(|| v.clone());
         }
@@ -309,7 +356,7 @@ impl Lifecycle {
         });
         self.create_and_start(
             id,
-            self.sandbox_config(id, &made.scope, extras, host, None),
+            self.sandbox_config(id, &made.token, &made.scope, extras, host, None),
             made,
         )
         .await?;
@@ -328,7 +375,7 @@ impl Lifecycle {
         let names = self.names(id);
         made.restricted = true;
         // One internal and one egress network per sandbox, both labelled with its ID.
-        let net_labels = self.labels(id, "network");
+        let net_labels = self.made_labels(id, "network", &made.token);
         for (network, internal) in [(&names.network, true), (&names.egress, false)] {
             let answer = self
                 .engine
@@ -358,7 +405,7 @@ impl Lifecycle {
         let sidecar = Config {
             image: self.settings.sidecar_image.clone(),
             cmd: Some(sidecar_cmd),
-            labels: Some(self.labels(id, "netproxy")),
+            labels: Some(self.made_labels(id, "netproxy", &made.token)),
             host_config: Some(self.settings.sidecar_resources.apply(HostConfig {
                 network_mode: Some(names.network.clone()),
                 ..Default::default()
@@ -396,7 +443,7 @@ impl Lifecycle {
         });
         self.create_and_start(
             id,
-            self.sandbox_config(id, &made.scope, extras, host, Some(env)),
+            self.sandbox_config(id, &made.token, &made.scope, extras, host, Some(env)),
             made,
         )
         .await?;

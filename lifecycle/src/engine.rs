@@ -255,12 +255,24 @@ impl Engine {
 
     /// Sandboxes of this stack: (name, ID, state, labels).
     pub async fn list_sandboxes(&self, prefix: &str) -> Result<Vec<ListedContainer>, EngineError> {
+        self.list_role(prefix, "sandbox", &format!("{prefix}sandbox-"))
+            .await
+    }
+
+    /// Containers of the stack (`prefix`) whose `deerflow.role` is `role` and whose names
+    /// start `name_prefix`, in any state.
+    pub async fn list_role(
+        &self,
+        prefix: &str,
+        role: &str,
+        name_prefix: &str,
+    ) -> Result<Vec<ListedContainer>, EngineError> {
         let mut filters = HashMap::new();
         filters.insert(
             "label".to_owned(),
-            vec![format!("{}=sandbox", crate::naming::LABEL_ROLE)],
+            vec![format!("{}={role}", crate::naming::LABEL_ROLE)],
         );
-        filters.insert("name".to_owned(), vec![format!("{prefix}sandbox-")]);
+        filters.insert("name".to_owned(), vec![name_prefix.to_owned()]);
         let opts = ListContainersOptions {
             all: true,
             filters,
@@ -430,6 +442,28 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Networks whose names start `name_prefix` (the proxy lists the stack's only).
+    pub async fn list_networks(&self, name_prefix: &str) -> Result<Vec<Network>, EngineError> {
+        let mut filters = HashMap::new();
+        filters.insert("name".to_owned(), vec![name_prefix.to_owned()]);
+        let opts = bollard::network::ListNetworksOptions { filters };
+        let listed = self
+            .client()
+            .await?
+            .list_networks(Some(opts))
+            .await
+            .map_err(|e| EngineError::from_bollard(e, &self.address))?;
+        Ok(listed
+            .into_iter()
+            .map(|n| Network {
+                name: n.name.unwrap_or_default(),
+                driver: n.driver.unwrap_or_default(),
+                internal: n.internal.unwrap_or(false),
+                labels: n.labels.unwrap_or_default(),
+            })
+            .collect())
     }
 
     pub async fn remove_network(&self, name: &str) -> Result<Done, EngineError> {
