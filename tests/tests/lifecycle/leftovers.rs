@@ -3,9 +3,15 @@
 //! where it once answered "nothing to destroy" and left them to wedge every later create; what
 //! lifecycle did not make for the ID (another stack's label) is left alone.
 
+use std::time::Duration;
+
 use serde_json::json;
+use sockproxy_tests::crash::output_within;
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
 use sockproxy_tests::raw;
+
+/// Far more than a destroy on the fake engine takes: only a hang reaches it.
+const LIMIT: Duration = Duration::from_secs(120);
 
 fn network(s: &LcStack, name: &str, labels: serde_json::Value, internal: bool) {
     let body = json!({ "Name": name, "Internal": internal, "Labels": labels });
@@ -34,10 +40,9 @@ fn destroy_removes_what_a_gone_sandbox_left_and_says_so() {
     let mut foreign = ours("network");
     foreign["deerflow.stack"] = json!("someone-else-");
     network(&s, &names.egress, foreign, false);
-    let out = lifecycle_command(s.proxy.socket(), &s.prefix, "restricted", &s.state_dir())
-        .args(["destroy", &id])
-        .output()
-        .expect("runs");
+    let mut destroy = lifecycle_command(s.proxy.socket(), &s.prefix, "restricted", &s.state_dir());
+    destroy.args(["destroy", &id]);
+    let out = output_within(destroy, LIMIT);
     assert!(
         out.status.success(),
         "{}",
@@ -64,10 +69,9 @@ fn destroy_removes_what_a_gone_sandbox_left_and_says_so() {
         "another's network is left alone"
     );
     // With nothing of it left, it is "nothing to destroy" again (exit 1).
-    let again = lifecycle_command(s.proxy.socket(), &s.prefix, "restricted", &s.state_dir())
-        .args(["destroy", &id])
-        .output()
-        .expect("runs");
+    let mut again = lifecycle_command(s.proxy.socket(), &s.prefix, "restricted", &s.state_dir());
+    again.args(["destroy", &id]);
+    let again = output_within(again, LIMIT);
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to destroy"));
 }
