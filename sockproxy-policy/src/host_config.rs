@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::create_rules::Ctx;
-use crate::fields::{self, not_allowed, value_not_allowed, Reader};
+use crate::fields::{self, value_not_allowed, Reader};
 use crate::host_refs::{namespace, network_mode, own_containers};
 use crate::mounts;
 use crate::refusal::Refusal;
@@ -355,7 +355,14 @@ fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         .and_then(Value::as_object)
         .is_some_and(|c| !c.is_empty());
     if default_driver && has_options {
-        return Err(not_allowed(ctx.op, &format!("{path}.Config")));
+        // `docker run --log-opt` without `--log-driver`: options are read by the driver they
+        // are for, so they go with it.
+        return Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!(
+                "{path}.Config is not allowed for this stack without {path}.Type: name the driver the options are for (docker run --log-driver json-file --log-opt …)"
+            ),
+        });
     }
     if let (Some(driver), Some(config)) = (
         o.get("Type").and_then(Value::as_str),

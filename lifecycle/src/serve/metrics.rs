@@ -62,6 +62,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        scrape::process::register_standard(&mut registry, "lifecycle", env!("CARGO_PKG_VERSION"));
         let acquire = registered(
             &mut registry,
             "lifecycle_acquire_seconds",

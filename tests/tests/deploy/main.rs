@@ -7,6 +7,8 @@
 
 mod activation;
 mod compose;
+mod examples;
 mod images;
+mod monitoring;
 mod syscalls;
 mod systemd;

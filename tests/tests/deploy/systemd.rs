@@ -289,7 +289,7 @@ fn exec_start(unit: &str, installed: &str, built: &Path, also: &[(&str, String)]
 }
 
 /// `KEY=VALUE` lines of an environment file (comments and blank lines left out).
-fn env_file(text: &str) -> Vec<(String, String)> {
+pub(crate) fn env_file(text: &str) -> Vec<(String, String)> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))

@@ -7,7 +7,9 @@
 //! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
 //! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
 //! (`restricted`), the name map pinning the right container in one round trip (`names`), and
-//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`);
+//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`), log options the
+//! engine expands at every line (`log_templates`), list filters the proxy cannot read or that
+//! would compile too much (`list_filters`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -16,7 +18,9 @@ mod floors;
 mod host_reach;
 mod http_layer;
 mod info;
+mod list_filters;
 mod lists;
+mod log_templates;
 mod names;
 mod offline;
 mod restricted;
