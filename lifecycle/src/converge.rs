@@ -1,13 +1,14 @@
-//! Finishing or undoing a step that stopped half way (DESIGN §4e). A teardown's is finished:
-//! every object lifecycle made for the sandbox ID is removed, whatever state each is in (a
-//! sandbox created and never started, exited, dead or running; a lone sidecar; lone networks),
-//! then the ID's port reservations are released and its quarantine records retired. A create's
-//! is undone: what carries its intent token goes, with its generation's port, record and the
-//! pending port; a sandbox that was there before it stays. An object counts as lifecycle's for
-//! the ID only when its labels say so (`deerflow.sandbox_id` is the ID and `deerflow.stack` the
-//! prefix); anything else under the sandbox's names is left alone and reported. The restricted
-//! objects follow the absent teardown's rule: always in restricted mode, in open mode only when
-//! the sidecar's exact name is listed (or the listing fails).
+//! Finishing or undoing a step that stopped half way (docs/lifecycle.md, "A crash at any
+//! step"). A teardown's is finished: every object lifecycle made for the sandbox ID is removed,
+//! whatever state each is in (a sandbox created and never started, exited, dead or running; a
+//! lone sidecar; lone networks), then the ID's port reservations are released and its
+//! quarantine records retired. A create's is undone: what carries its intent token goes, with
+//! its generation's port, record and the pending port; a sandbox that was there before it
+//! stays. An object counts as lifecycle's for the ID only when its labels say so
+//! (`deerflow.sandbox_id` is the ID and `deerflow.stack` the prefix); anything else under the
+//! sandbox's names is left alone and reported. The restricted objects follow the absent
+//! teardown's rule: always in restricted mode, in open mode only when the sidecar's exact name
+//! is listed (or the listing fails).
 //!
 //! Every multi-object step writes an intent record (`intent`) before its first change
 //! (`changing`) and `with_intent` ends it when the step returns (it undid what it made, or

@@ -1,7 +1,7 @@
-//! Creating a sandbox in restricted mode (DESIGN §4): its internal and egress networks (one
-//! found under a name is used only if it is what lifecycle makes), the netproxy sidecar on
-//! both, and the sandbox on the internal network only, its proxy variables pointing at the
-//! sidecar. What it made goes into `Made` as it goes, for an honest undo.
+//! Creating a sandbox in restricted mode (docs/architecture.md, lifecycle): its internal and
+//! egress networks (one found under a name is used only if it is what lifecycle makes), the
+//! netproxy sidecar on both, and the sandbox on the internal network only, its proxy variables
+//! pointing at the sidecar. What it made goes into `Made` as it goes, for an honest undo.
 
 use bollard::container::Config;
 use bollard::models::HostConfig;
