@@ -427,6 +427,7 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
                 "container_id": d.container_id,
                 "ports_released": d.ports_released,
                 "absent_teardown": d.absent_teardown,
+                "leftovers": d.leftovers,
             }))
         }),
         Command::Ls => lc.list().await.map(|list| {
@@ -486,31 +487,5 @@ fn publish_address(raw: &str) -> Result<String, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_egress_rule_with_a_port_list_stays_one_rule() {
-        let args = Args::try_parse_from([
-            "lifecycle",
-            "--docker-host",
-            "unix:///x.sock",
-            "--prefix",
-            "deer-flow-",
-            "--mode",
-            "restricted",
-            "--state-dir",
-            "/tmp/s",
-            "--egress-allow",
-            "api.example.test:80,8080",
-            "--egress-allow",
-            "*.example.test",
-            "ls",
-        ])
-        .expect("parses");
-        assert_eq!(
-            args.egress_allow,
-            ["api.example.test:80,8080", "*.example.test"]
-        );
-    }
-}
+#[path = "cli_tests.rs"]
+mod tests;

@@ -2,8 +2,10 @@
 //! quarantine records, then the create. Open mode publishes the sandbox port on a reserved
 //! loopback port (the reservation moves to the container's generation as soon as it has an
 //! ID); restricted mode makes the sandbox's internal and egress networks, the sidecar (on both)
-//! and the sandbox (internal only, its proxy variables pointing at the sidecar). Then the
-//! readiness wait. A name conflict means another create won: the container found is discovered
+//! and the sandbox (internal only, its proxy variables pointing at the sidecar:
+//! `create_restricted`). Then the readiness wait (or, for the provisioner API, only the check
+//! that the container runs). Every object a create makes carries its intent token
+//! (`intent`). A name conflict means another create won: the container found is discovered
 //! (or replaced when it is exited or unhealthy). A failed create undoes what it made, by ID;
 //! if that fails too, the error says what is left, which is quarantined with its port kept.
 //! A caller that owns the sandbox's ID elsewhere (the provider's ownership claim) is asked
@@ -17,7 +19,7 @@ use bollard::container::Config;
 use bollard::models::{HostConfig, PortBinding};
 
 use crate::decide::{self, Discovery, Mode};
-use crate::engine::NetworkMade;
+use crate::intent::{Step, LABEL_INTENT};
 use crate::naming;
 use crate::ops::{is_conflict, step, Created, Lifecycle, OpError};
 use crate::ready;
@@ -37,6 +39,8 @@ pub(crate) struct Made {
     /// The (user, thread) digest written as the sandbox's scope label; empty for a sandbox
     /// whose ID is not derived from a (user, thread) (the provisioner API's), which gets none.
     pub(crate) scope: String,
+    /// This create's intent token, on every object it makes (`intent::LABEL_INTENT`).
+    pub(crate) token: String,
 }
 
 /// What a create asks for beyond the stack's settings: the provisioner API's bind mounts
@@ -129,21 +133,51 @@ impl Lifecycle {
         // Nothing is written before the engine is known to answer.
         self.engine.ping().await.map_err(step("ping".into()))?;
         let _lock = self.locks.acquire(&id).await?;
-        if self.ledger.is_quarantined(&id)? {
-            if let Some(c) = self.retire_before_create(&id).await? {
-                return self
-                    .discover_or_replace(&id, &scope, extras, c, guard)
-                    .await;
+        self.with_intent(&id, guard, self.create_locked(&id, &scope, extras, guard))
+            .await
+    }
+
+    /// `create_sandbox`'s body, under the lock and an intent record.
+    async fn create_locked(
+        &self,
+        id: &str,
+        scope: &str,
+        extras: &Extras,
+        guard: &dyn BeforeUndo,
+    ) -> Result<Created, OpError> {
+        if self.ledger.is_quarantined(id)? {
+            if let Some(c) = self.retire_before_create(id).await? {
+                return self.discover_or_replace(id, scope, extras, c, guard).await;
             }
         }
-        match self.create_fresh(&id, &scope, extras, guard).await {
-            Err(e) if is_conflict(&e) => match self.inspect_sandbox(&id).await? {
-                Some(c) => {
-                    self.discover_or_replace(&id, &scope, extras, c, guard)
+        match self.create_fresh(id, scope, extras, guard).await {
+            Err(e) if is_conflict(&e) => match self.inspect_sandbox(id).await? {
+                Some(c) => self.discover_or_replace(id, scope, extras, c, guard).await,
+                // Not the sandbox but what is left of an earlier one under its derived names
+                // (a lone sidecar or networks, from before intent records): removed if
+                // lifecycle made it for this ID, then the create runs once more.
+                None => {
+                    tracing::warn!(sandbox_id = id, error = %e, "a create met leftovers under the sandbox's names: converging, then creating again");
+                    guard
+                        .before_undo(id)
                         .await
+                        .map_err(|reason| OpError::NotOurs {
+                            id: id.to_owned(),
+                            reason,
+                        })?;
+                    let cleared = self.converge(id, &Step::Teardown).await?;
+                    guard
+                        .after_teardown(id)
+                        .await
+                        .map_err(|reason| OpError::NotOurs {
+                            id: id.to_owned(),
+                            reason,
+                        })?;
+                    if cleared.removed.is_empty() {
+                        return Err(e);
+                    }
+                    self.create_fresh(id, scope, extras, guard).await
                 }
-                // The conflicting object is not the sandbox (a leftover sidecar, say).
-                None => Err(e),
             },
             other => other,
         }
@@ -193,8 +227,14 @@ impl Lifecycle {
         extras: &Extras,
         guard: &dyn BeforeUndo,
     ) -> Result<Created, OpError> {
+        let step_ = Step::create();
+        self.changing(id, &step_)?;
         let mut made = Made {
             scope: scope.to_owned(),
+            token: match step_ {
+                Step::Create { token } => token,
+                Step::Teardown => String::new(),
+            },
             ..Made::default()
         };
         let result = match self.settings.mode {
@@ -230,6 +270,13 @@ impl Lifecycle {
         Err(self.undo(id, &made, not_ready, guard).await)
     }
 
+    /// `labels`, with this create's intent token.
+    pub(crate) fn made_labels(&self, id: &str, role: &str, token: &str) -> HashMap<String, String> {
+        let mut labels = self.labels(id, role);
+        labels.insert(LABEL_INTENT.to_owned(), token.to_owned());
+        labels
+    }
+
     /// The container a create just started still runs (an inspect by its ID).
     async fn confirm_running(&self, id: &str, created: &Created) -> Result<(), OpError> {
         let cid = &created.container_id;
@@ -251,16 +298,17 @@ impl Lifecycle {
         }
     }
 
-    fn sandbox_config(
+    pub(crate) fn sandbox_config(
         &self,
         id: &str,
+        token: &str,
         scope: &str,
         extras: &Extras,
         host_config: HostConfig,
         env: Option<Vec<String>>,
     ) -> Config<String> {
         let port_key = format!("{}/tcp", self.settings.sandbox_port);
-        let mut labels = self.labels(id, "sandbox");
+        let mut labels = self.made_labels(id, "sandbox", token);
         for (k, v) in &extras.labels {
             labels.entry(k.clone()).or_insert_with(|| v.clone());
         }
@@ -309,7 +357,7 @@ impl Lifecycle {
         });
         self.create_and_start(
             id,
-            self.sandbox_config(id, &made.scope, extras, host, None),
+            self.sandbox_config(id, &made.token, &made.scope, extras, host, None),
             made,
         )
         .await?;
@@ -319,138 +367,9 @@ impl Lifecycle {
         Ok(created)
     }
 
-    async fn create_restricted(
-        &self,
-        id: &str,
-        extras: &Extras,
-        made: &mut Made,
-    ) -> Result<Created, OpError> {
-        let names = self.names(id);
-        made.restricted = true;
-        // One internal and one egress network per sandbox, both labelled with its ID.
-        let net_labels = self.labels(id, "network");
-        for (network, internal) in [(&names.network, true), (&names.egress, false)] {
-            let answer = self
-                .engine
-                .create_network(network, internal, net_labels.clone())
-                .await
-                .map_err(step(format!("create network {network}")))?;
-            if answer == NetworkMade::Existed {
-                self.check_existing_network(network, internal, made).await?;
-            }
-        }
-        let sidecar_cmd = self.settings.sidecar_cmd.clone().unwrap_or_else(|| {
-            let mut cmd = vec!["--listen".to_owned(), "0.0.0.0:3128".to_owned()];
-            let s = &self.settings;
-            for (flag, values) in [
-                ("--allow", &s.egress_allow),
-                ("--allow-cidr", &s.egress_allow_cidr),
-                ("--own-cidr", &s.egress_own_cidr),
-                ("--nat64-prefix", &s.egress_nat64_prefix),
-            ] {
-                for value in values {
-                    cmd.push(flag.into());
-                    cmd.push(value.clone());
-                }
-            }
-            cmd
-        });
-        let sidecar = Config {
-            image: self.settings.sidecar_image.clone(),
-            cmd: Some(sidecar_cmd),
-            labels: Some(self.labels(id, "netproxy")),
-            host_config: Some(self.settings.sidecar_resources.apply(HostConfig {
-                network_mode: Some(names.network.clone()),
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        let sidecar_id = self
-            .engine
-            .create(&names.sidecar, sidecar)
-            .await
-            .map_err(step(format!("create {}", names.sidecar)))?;
-        made.sidecar = Some(sidecar_id.clone());
-        self.engine
-            .connect_network(&names.egress, &sidecar_id)
-            .await
-            .map_err(step(format!(
-                "connect {} ({sidecar_id}) to {}",
-                names.sidecar, names.egress
-            )))?;
-        self.engine
-            .start(&sidecar_id)
-            .await
-            .map_err(step(format!("start {} ({sidecar_id})", names.sidecar)))?;
-        let proxy = format!("http://{}:3128", names.sidecar);
-        let env = vec![
-            format!("HTTP_PROXY={proxy}"),
-            format!("HTTPS_PROXY={proxy}"),
-            format!("http_proxy={proxy}"),
-            format!("https_proxy={proxy}"),
-        ];
-        let host = self.settings.sandbox_resources.apply(HostConfig {
-            network_mode: Some(names.network.clone()),
-            binds: binds(extras),
-            ..Default::default()
-        });
-        self.create_and_start(
-            id,
-            self.sandbox_config(id, &made.scope, extras, host, Some(env)),
-            made,
-        )
-        .await?;
-        let cid = made.sandbox.clone().unwrap_or_default();
-        let c = self
-            .engine
-            .inspect(&cid)
-            .await
-            .map_err(step(format!("inspect {} ({cid})", names.sandbox)))?;
-        let ip = c
-            .and_then(|c| c.networks.get(&names.network).cloned())
-            .unwrap_or_default();
-        let mut created = self.created(id, &cid, Mode::Restricted, None, &ip, false);
-        created.scope = scope_of(made);
-        Ok(created)
-    }
-
-    /// A network already under one of the sandbox's names is used only if it is what this
-    /// create would have made (`decide::existing_network`); otherwise it goes into
-    /// `made.foreign` (so the undo leaves it alone) and the create fails closed.
-    async fn check_existing_network(
-        &self,
-        network: &str,
-        internal: bool,
-        made: &mut Made,
-    ) -> Result<(), OpError> {
-        let found = self
-            .engine
-            .inspect_network(network)
-            .await
-            .map_err(step(format!("inspect network {network}")))?;
-        let verdict = match &found {
-            Some(n) => decide::existing_network(&n.driver, n.internal, internal),
-            // Gone between the create's 409 and this inspect: whatever that was, it is not
-            // known to be ours, and retrying is the caller's call.
-            None => Err("it vanished right after the create reported it existing".to_owned()),
-        };
-        verdict.map_err(|reason| {
-            tracing::warn!(
-                network,
-                reason,
-                "refusing to use a network found under a sandbox's name"
-            );
-            made.foreign.push(network.to_owned());
-            OpError::UnsafeNetwork {
-                name: network.to_owned(),
-                reason,
-            }
-        })
-    }
-
     /// Creates and starts the sandbox; its ID goes into `made` (and, in open mode, the pending
     /// port reservation to that generation) before the start, so an undo knows what to remove.
-    async fn create_and_start(
+    pub(crate) async fn create_and_start(
         &self,
         id: &str,
         config: Config<String>,
@@ -475,10 +394,10 @@ impl Lifecycle {
 }
 
 /// The binds of a create, `None` when there are none (the body then carries no `Binds`).
-fn binds(extras: &Extras) -> Option<Vec<String>> {
+pub(crate) fn binds(extras: &Extras) -> Option<Vec<String>> {
     (!extras.binds.is_empty()).then(|| extras.binds.clone())
 }
 
-fn scope_of(made: &Made) -> Option<String> {
+pub(crate) fn scope_of(made: &Made) -> Option<String> {
     (!made.scope.is_empty()).then(|| made.scope.clone())
 }

@@ -11,7 +11,6 @@ use bollard::container::{
     Config, CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
     RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
 };
-use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, InspectNetworkOptions};
 use bollard::Docker;
 
 use crate::decide::{is_no_such, is_removal_in_progress, Object};
@@ -32,7 +31,7 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    fn from_bollard(e: bollard::errors::Error, what: &str) -> Self {
+    pub(crate) fn from_bollard(e: bollard::errors::Error, what: &str) -> Self {
         use bollard::errors::Error as B;
         match e {
             B::DockerResponseServerError {
@@ -127,7 +126,7 @@ impl Engine {
         &self.address
     }
 
-    async fn client(&self) -> Result<&Docker, EngineError> {
+    pub(crate) async fn client(&self) -> Result<&Docker, EngineError> {
         self.docker
             .get_or_try_init(|| async {
                 let docker =
@@ -255,12 +254,24 @@ impl Engine {
 
     /// Sandboxes of this stack: (name, ID, state, labels).
     pub async fn list_sandboxes(&self, prefix: &str) -> Result<Vec<ListedContainer>, EngineError> {
+        self.list_role(prefix, "sandbox", &format!("{prefix}sandbox-"))
+            .await
+    }
+
+    /// Containers of the stack (`prefix`) whose `deerflow.role` is `role` and whose names
+    /// start `name_prefix`, in any state.
+    pub async fn list_role(
+        &self,
+        prefix: &str,
+        role: &str,
+        name_prefix: &str,
+    ) -> Result<Vec<ListedContainer>, EngineError> {
         let mut filters = HashMap::new();
         filters.insert(
             "label".to_owned(),
-            vec![format!("{}=sandbox", crate::naming::LABEL_ROLE)],
+            vec![format!("{}={role}", crate::naming::LABEL_ROLE)],
         );
-        filters.insert("name".to_owned(), vec![format!("{prefix}sandbox-")]);
+        filters.insert("name".to_owned(), vec![name_prefix.to_owned()]);
         let opts = ListContainersOptions {
             all: true,
             filters,
@@ -378,89 +389,13 @@ impl Engine {
             ),
         }
     }
-
-    /// Creates a network. One that already exists under this name is `Existed`: the caller
-    /// must inspect it before using it, since anyone allowed that name may have made it with
-    /// other settings (a non-internal network under the internal network's name, say).
-    pub async fn create_network(
-        &self,
-        name: &str,
-        internal: bool,
-        labels: HashMap<String, String>,
-    ) -> Result<NetworkMade, EngineError> {
-        let opts = CreateNetworkOptions {
-            name: name.to_owned(),
-            check_duplicate: true,
-            driver: "bridge".to_owned(),
-            internal,
-            labels,
-            ..Default::default()
-        };
-        match self.client().await?.create_network(opts).await {
-            Ok(_) => Ok(NetworkMade::Made),
-            Err(e) => match EngineError::from_bollard(e, &self.address) {
-                EngineError::Api { status: 409, .. } => Ok(NetworkMade::Existed),
-                other => Err(other),
-            },
-        }
-    }
-
-    /// Inspect a network by exact name; `None` only for "no such network" about this name.
-    pub async fn inspect_network(&self, name: &str) -> Result<Option<Network>, EngineError> {
-        match self
-            .client()
-            .await?
-            .inspect_network(name, None::<InspectNetworkOptions<String>>)
-            .await
-        {
-            Ok(n) => Ok(Some(Network {
-                name: n.name.unwrap_or_default(),
-                driver: n.driver.unwrap_or_default(),
-                // Unset reads as not internal: the unsafe answer, so it never passes a check
-                // that wants an internal network.
-                internal: n.internal.unwrap_or(false),
-                labels: n.labels.unwrap_or_default(),
-            })),
-            Err(e) => {
-                let e = EngineError::from_bollard(e, &self.address);
-                if absent(&e, Object::Network, name) {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
-    }
-
-    pub async fn remove_network(&self, name: &str) -> Result<Done, EngineError> {
-        match self.client().await?.remove_network(name).await {
-            Ok(()) => Ok(Done::Done),
-            Err(e) => gone_or(
-                EngineError::from_bollard(e, &self.address),
-                Object::Network,
-                name,
-            ),
-        }
-    }
-
-    pub async fn connect_network(&self, network: &str, container: &str) -> Result<(), EngineError> {
-        let opts = ConnectNetworkOptions {
-            container: container.to_owned(),
-            endpoint_config: Default::default(),
-        };
-        self.client()
-            .await?
-            .connect_network(network, opts)
-            .await
-            .map_err(|e| EngineError::from_bollard(e, &self.address))
-    }
 }
 
-fn absent(e: &EngineError, object: Object, name: &str) -> bool {
+pub(crate) fn absent(e: &EngineError, object: Object, name: &str) -> bool {
     matches!(e, EngineError::Api { status, message } if is_no_such(object, name, *status, message))
 }
 
-fn gone_or(e: EngineError, object: Object, name: &str) -> Result<Done, EngineError> {
+pub(crate) fn gone_or(e: EngineError, object: Object, name: &str) -> Result<Done, EngineError> {
     match e {
         EngineError::Api { status: 304, .. } => Ok(Done::Done),
         EngineError::Api {

@@ -209,7 +209,7 @@ fn read_generations(dir: &Path) -> Result<Vec<String>, LedgerError> {
 }
 
 /// temp file → fsync → rename → fsync of the directory.
-fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<(), LedgerError> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, data: &[u8]) -> Result<(), LedgerError> {
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
         let mut f = private::options()

@@ -116,19 +116,54 @@ impl Locks {
         }
     }
 
-    async fn flock(&self, path: &Path) -> Result<Flock<File>, LockError> {
+    /// Sandbox `id`'s lock if no one holds it right now (in this process or another), else
+    /// `None` at once: for passes that must never wait on an operation under way.
+    pub fn try_acquire(&self, id: &str) -> Result<Option<SandboxLock>, LockError> {
+        let path = self.path(id);
+        let local = {
+            let mut map = LOCAL
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            map.entry(path.clone()).or_default().clone()
+        };
+        let Ok(local) = local.try_lock_owned() else {
+            return Ok(None);
+        };
+        let file = self.open(&path)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(file) => Ok(Some(SandboxLock {
+                _file: file,
+                _local: local,
+            })),
+            Err((_, Errno::EWOULDBLOCK | Errno::EINTR)) => Ok(None),
+            Err((_, errno)) => Err(LockError::Io {
+                path,
+                source: io::Error::from(errno),
+            }),
+        }
+    }
+
+    fn open(&self, path: &Path) -> Result<File, LockError> {
         let io_err = |source| LockError::Io {
             path: path.to_owned(),
             source,
         };
         private::create_dir_all(&self.dir).map_err(io_err)?;
-        let mut file = private::options()
+        private::options()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)
-            .map_err(io_err)?;
+            .map_err(io_err)
+    }
+
+    async fn flock(&self, path: &Path) -> Result<Flock<File>, LockError> {
+        let io_err = |source| LockError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = self.open(path)?;
         loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => return Ok(locked),
@@ -145,6 +180,24 @@ mod tests {
     use super::*;
 
     const ID: &str = "aaaaaaaaaaaaaaaa";
+
+    #[tokio::test]
+    async fn try_acquire_never_waits_and_sees_every_holder() {
+        let state = tempfile::tempdir().expect("dir");
+        let locks = Locks::new(state.path(), "p-", Duration::from_secs(60));
+        let held = locks.try_acquire(ID).expect("io").expect("free");
+        assert!(locks.try_acquire(ID).expect("io").is_none(), "held here");
+        drop(held);
+        // Held by another open file description, as another process would hold it.
+        let other = File::open(locks.path(ID)).expect("open");
+        let other = Flock::lock(other, FlockArg::LockExclusiveNonblock).expect("lock");
+        assert!(
+            locks.try_acquire(ID).expect("io").is_none(),
+            "held elsewhere"
+        );
+        drop(other);
+        assert!(locks.try_acquire(ID).expect("io").is_some(), "free again");
+    }
 
     #[tokio::test]
     async fn one_holder_at_a_time_and_a_waiter_that_gives_up_leaves_nothing_held() {

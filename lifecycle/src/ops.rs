@@ -63,6 +63,8 @@ pub enum OpError {
     #[error("{0}")]
     Ports(#[from] PortError),
     #[error("{0}")]
+    Intent(#[from] crate::intent::IntentError),
+    #[error("{0}")]
     Lock(#[from] LockError),
     /// A network under one of the sandbox's names exists but is not what lifecycle makes
     /// (`decide::existing_network`); nothing was put on it and it is left as found.
@@ -129,6 +131,9 @@ pub struct Destroyed {
     pub ports_released: Vec<u16>,
     /// Whether quarantine records were retired by an absent teardown.
     pub absent_teardown: bool,
+    /// What was left of the sandbox without its container (a sidecar, networks) and removed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leftovers: Vec<String>,
 }
 
 /// What `destroy_generation` did.
@@ -193,6 +198,7 @@ pub struct Listed {
 pub struct Lifecycle {
     pub engine: Engine,
     pub ledger: Ledger,
+    pub intents: crate::intent::Intents,
     pub ports: Ports,
     pub locks: Locks,
     pub settings: Settings,
@@ -205,6 +211,7 @@ impl Lifecycle {
         Self {
             engine,
             ledger: Ledger::new(state_dir, prefix),
+            intents: crate::intent::Intents::new(state_dir, prefix),
             ports: Ports::new(state_dir),
             locks: Locks::new(state_dir, prefix, settings.lock_timeout),
             settings,

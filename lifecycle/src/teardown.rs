@@ -4,8 +4,10 @@
 //! quarantine record for the generation it was about and keeps that generation's port; success
 //! retires exactly that generation's record and port.
 
+use crate::create::Unguarded;
 use crate::decide::{self, AbsentPlan, Listing};
 use crate::engine::{Container, Done, EngineError};
+use crate::intent::Step as Intent;
 use crate::ledger::UNKNOWN_GENERATION;
 use crate::naming::{self, k, Names};
 use crate::ops::{
@@ -27,8 +29,11 @@ impl Lifecycle {
     pub async fn destroy_any(&self, id: &str) -> Result<Destroyed, OpError> {
         let id = naming::parse_stack_sandbox_id(id)?;
         let _lock = self.locks.acquire(&id).await?;
-        let present = self.inspect_sandbox(&id).await?;
-        self.destroy_locked(id, present).await
+        let step = async {
+            let present = self.inspect_sandbox(&id).await?;
+            self.destroy_locked(id.clone(), present).await
+        };
+        self.with_intent(&id, &Unguarded, step).await
     }
 
     /// `destroy`'s body, once the lock is held and the name inspected (`present`).
@@ -38,7 +43,22 @@ impl Lifecycle {
         present: Option<Container>,
     ) -> Result<Destroyed, OpError> {
         if present.is_none() && !self.ledger.is_quarantined(&id)? {
-            return Err(OpError::NoSuchSandbox(id));
+            // No container and no record: what may be left of it (a sidecar, networks, a port)
+            // is removed too; only when nothing at all is there is it "nothing to destroy".
+            let cleared = self
+                .converge(&id, &Intent::Teardown)
+                .await
+                .map_err(|e| unfinished(&id, e))?;
+            if cleared.is_empty() {
+                return Err(OpError::NoSuchSandbox(id));
+            }
+            return Ok(Destroyed {
+                sandbox_id: id,
+                container_id: None,
+                ports_released: cleared.ports_released,
+                absent_teardown: false,
+                leftovers: cleared.removed,
+            });
         }
         let mut ports_released = Vec::new();
         if let Some(c) = &present {
@@ -55,6 +75,7 @@ impl Lifecycle {
             container_id: present.map(|c| c.id),
             ports_released,
             absent_teardown,
+            leftovers: Vec::new(),
         })
     }
 
@@ -70,6 +91,17 @@ impl Lifecycle {
     ) -> Result<GenerationTeardown, OpError> {
         let id = naming::parse_stack_sandbox_id(id)?;
         let _lock = self.locks.acquire(&id).await?;
+        self.with_intent(&id, &Unguarded, self.generation_locked(&id, generation))
+            .await
+    }
+
+    /// `destroy_generation`'s body, under the lock and an intent record.
+    async fn generation_locked(
+        &self,
+        id: &str,
+        generation: &str,
+    ) -> Result<GenerationTeardown, OpError> {
+        let id = id.to_owned();
         let present = self.inspect_sandbox(&id).await?;
         match present {
             Some(c) if c.id != generation && !c.id.is_empty() => {
@@ -120,6 +152,7 @@ impl Lifecycle {
                 source: EngineError::Unreadable(why.into()),
             });
         }
+        self.changing(id, &Intent::Teardown)?;
         let result = async {
             for step in &plan.steps {
                 match step {
@@ -221,7 +254,8 @@ impl Lifecycle {
     /// Teardown of a sandbox whose container is gone (DESIGN §4), under the sandbox's lock.
     pub async fn complete_absent_teardown(&self, id: &str) -> Result<Teardown, OpError> {
         let _lock = self.locks.acquire(id).await?;
-        self.absent_teardown(id).await
+        self.with_intent(id, &Unguarded, self.absent_teardown(id))
+            .await
     }
 
     /// The absent teardown proper; then the recorded generations' ports and the records. The
@@ -246,6 +280,7 @@ impl Lifecycle {
         if let Some(Listing::Failed(why)) = &listing {
             tracing::warn!(sandbox_id = id, error = %why, "listing the network proxy failed; keeping the restricted cleanup");
         }
+        self.changing(id, &Intent::Teardown)?;
         match plan {
             AbsentPlan::Strict => self.strict_cleanup(&names).await?,
             AbsentPlan::Skip => tracing::info!(
@@ -277,10 +312,13 @@ impl Lifecycle {
     pub async fn retire(&self, id: &str) -> Retired {
         let run = async {
             let _lock = self.locks.acquire(id).await?;
-            if !self.is_absent(id).await? {
-                return Ok(None);
-            }
-            self.absent_teardown(id).await.map(Some)
+            let step = async {
+                if !self.is_absent(id).await? {
+                    return Ok(None);
+                }
+                self.absent_teardown(id).await.map(Some)
+            };
+            self.with_intent(id, &Unguarded, step).await
         };
         match run.await {
             Ok(None) => Retired::Kept {
@@ -380,7 +418,11 @@ impl Lifecycle {
 /// says a record is kept; storage and lock errors stay what they are.
 pub(crate) fn unfinished(id: &str, e: OpError) -> OpError {
     match e {
-        OpError::Ledger(_) | OpError::Ports(_) | OpError::Lock(_) | OpError::Deferred { .. } => e,
+        OpError::Ledger(_)
+        | OpError::Ports(_)
+        | OpError::Intent(_)
+        | OpError::Lock(_)
+        | OpError::Deferred { .. } => e,
         other => deferred(id, other.to_string()),
     }
 }

@@ -64,6 +64,29 @@ pub fn run_and_kill(mut cmd: Command, delay: Duration) -> Run {
     }
 }
 
+/// Runs `cmd` to its end and returns what it printed and how it exited; a run still going after
+/// `limit` is killed and the test fails (a program that hangs fails a test, never the suite).
+pub fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program starts");
+    let start = std::time::Instant::now();
+    while matches!(child.try_wait(), Ok(None)) {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "still running after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("wait")
+}
+
 /// What one sandbox directory of the quarantine ledger holds.
 #[derive(Debug, Default, Clone)]
 pub struct SandboxDir {

@@ -270,6 +270,40 @@ impl Drop for Cleanup {
     }
 }
 
+/// Force-removes every container and network of stack `prefix` on the engine at `socket` (what
+/// a test's stack made there, whatever state it was left in by a test that failed).
+pub fn remove_stack(socket: &Path, prefix: &str) {
+    let filters = |name: &str| {
+        form_urlencoded::byte_serialize(
+            serde_json::json!({ "name": [name] }).to_string().as_bytes(),
+        )
+        .collect::<String>()
+    };
+    if let Ok(r) = raw::get(
+        socket,
+        &format!("/containers/json?all=1&filters={}", filters(prefix)),
+    ) {
+        for c in r.json().as_array().into_iter().flatten() {
+            let named = c["Names"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str())
+                .any(|n| n.trim_start_matches('/').starts_with(prefix));
+            if let (true, Some(id)) = (named, c["Id"].as_str()) {
+                let _ = raw::request(socket, "DELETE", &format!("/containers/{id}?force=1"), None);
+            }
+        }
+    }
+    if let Ok(r) = raw::get(socket, &format!("/networks?filters={}", filters(prefix))) {
+        for n in r.json().as_array().into_iter().flatten() {
+            if let Some(name) = n["Name"].as_str().filter(|n| n.starts_with(prefix)) {
+                let _ = raw::request(socket, "DELETE", &format!("/networks/{name}"), None);
+            }
+        }
+    }
+}
+
 /// A running container `name` (the test image, sleeping) with `labels`, made on the engine at
 /// `socket` itself, behind any proxy's back (what an earlier process or an operator left);
 /// returns its ID.

@@ -2,8 +2,12 @@
 //! it forwards every request as it is, except one matching a rule, which it answers with an
 //! error without forwarding, holds until the test releases it (a "delayed" request with no
 //! clock in it), or forwards and then answers with an error in place of the real answer (the
-//! engine did the work, the client hears it failed). Requests are buffered whole; lifecycle's
-//! calls are all small and none is upgraded.
+//! engine did the work, the client hears it failed). It also counts engine steps (requests that
+//! change the engine: POST, PUT, DELETE) and cuts the client off after the k-th (`cut_at`):
+//! either the engine acted and its answer never comes back, or the answer came back and the
+//! next request never leaves; from then on every request hangs, so the test can kill the client
+//! right there. Requests are buffered whole; lifecycle's calls are all small and none is
+//! upgraded.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -56,6 +60,20 @@ impl Gate {
         true
     }
 
+    /// Whether the held request has arrived, waiting at most `within` (from a plain thread).
+    pub fn wait_arrived_within(&self, within: Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            if *self.arrived.borrow() {
+                return true;
+            }
+            if start.elapsed() >= within {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Lets the held request go on to the proxy.
     pub fn release(&self) {
         self.released.send_replace(true);
@@ -81,10 +99,40 @@ struct Rule {
     times: u32,
 }
 
+/// Where `cut_at` stops the client: after its k-th engine step (counted from the call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// The k-th step is forwarded and done by the engine; its answer never comes back.
+    Acted(u32),
+    /// The k-th step is answered; the next request (of any kind) never leaves.
+    Answered(u32),
+}
+
+#[derive(Debug)]
+struct Cutting {
+    cut: Cut,
+    gate: Gate,
+    steps: u32,
+    /// The k-th step was answered (`Cut::Answered`): the next request is held.
+    next_held: bool,
+    /// The cut happened: every request from now on hangs.
+    fired: bool,
+}
+
+/// What the cut does to one request.
+enum CutAction {
+    Pass,
+    /// Hang before forwarding (the cut happened, or this is the request after it).
+    HoldBefore(Gate),
+    /// Forward, then hang instead of answering.
+    HoldAfter(Gate),
+}
+
 #[derive(Debug, Default)]
 struct Shared {
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Vec<String>>,
+    cutting: Mutex<Option<Cutting>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,6 +140,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
+    fn cut_action(&self, method: &str) -> CutAction {
+        let mut cutting = lock(&self.cutting);
+        let Some(c) = cutting.as_mut() else {
+            return CutAction::Pass;
+        };
+        if c.fired || c.next_held {
+            c.fired = true;
+            return CutAction::HoldBefore(c.gate.clone());
+        }
+        if !matches!(method, "POST" | "PUT" | "DELETE") {
+            return CutAction::Pass;
+        }
+        c.steps += 1;
+        match c.cut {
+            Cut::Acted(k) if c.steps == k => {
+                c.fired = true;
+                CutAction::HoldAfter(c.gate.clone())
+            }
+            Cut::Answered(k) if c.steps == k => {
+                c.next_held = true;
+                CutAction::Pass
+            }
+            _ => CutAction::Pass,
+        }
+    }
+
     fn take(&self, method: &str, path: &str) -> Option<Action> {
         let mut rules = lock(&self.rules);
         let rule = rules
@@ -190,6 +264,20 @@ impl FaultRelay {
         gate
     }
 
+    /// Counts engine steps from now and cuts the client off at `cut` (see `Cut`); the gate
+    /// arrives when the cut happened, and nothing is answered after it.
+    pub fn cut_at(&self, cut: Cut) -> Gate {
+        let gate = Gate::new();
+        *lock(&self.shared.cutting) = Some(Cutting {
+            cut,
+            gate: gate.clone(),
+            steps: 0,
+            next_held: false,
+            fired: false,
+        });
+        gate
+    }
+
     /// Every request line relayed or answered so far (`METHOD /path?query`, version included).
     pub fn requests(&self) -> Vec<String> {
         lock(&self.shared.log).clone()
@@ -228,6 +316,15 @@ async fn relay(
         .map(ToString::to_string)
         .unwrap_or_default();
     lock(&shared.log).push(format!("{} {target}", parts.method));
+    let hang_after = match shared.cut_action(parts.method.as_str()) {
+        CutAction::Pass => None,
+        CutAction::HoldBefore(gate) => {
+            gate.arrived.send_replace(true);
+            std::future::pending::<()>().await;
+            None
+        }
+        CutAction::HoldAfter(gate) => Some(gate),
+    };
     let action = shared.take(parts.method.as_str(), &target);
     let replace = match action {
         Some(Action::Answer(status, message)) => return Ok(answer(status, &message)),
@@ -246,6 +343,11 @@ async fn relay(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let forwarded = forward(Request::from_parts(parts, Full::new(body)), &upstream).await;
+    if let Some(gate) = hang_after {
+        // The engine acted; its answer never reaches the client.
+        gate.arrived.send_replace(true);
+        std::future::pending::<()>().await;
+    }
     Ok(match (replace, forwarded) {
         (Some((status, message)), _) => answer(status, &message),
         (None, Ok(r)) => r,

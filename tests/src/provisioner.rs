@@ -40,6 +40,7 @@ pub struct ApiStack {
     pub addr: SocketAddr,
     /// The provider's monotonic clock, stepped by the test.
     pub clock: Arc<FakeClock>,
+    fake: bool,
     _root: tempfile::TempDir,
     _state: tempfile::TempDir,
     /// Holds the metrics endpoint's socket (`--metrics-listen`).
@@ -174,6 +175,7 @@ impl ApiStack {
             max_replicas,
             adopt_grace: Duration::from_secs(1),
             lease_timeout: Duration::ZERO,
+            shutdown_parallel: 8,
         };
         let api = ApiConfig {
             mount_root: Some(root.clone()),
@@ -203,6 +205,7 @@ impl ApiStack {
             root,
             addr,
             clock,
+            fake: e.is_fake(),
             _root: root_dir,
             _state: state,
             sockets,
@@ -283,8 +286,13 @@ impl ApiStack {
 }
 
 impl Drop for ApiStack {
+    /// Stops the provider; on a real engine every container and network of the stack goes too,
+    /// however the test ended (a fake engine goes with its process).
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        if !self.fake {
+            crate::engine::remove_stack(&self.engine, &self.prefix);
+        }
     }
 }
 

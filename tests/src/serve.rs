@@ -39,6 +39,7 @@ pub fn config(idle_secs: u64, max_replicas: usize) -> ProviderConfig {
         max_replicas,
         adopt_grace: Duration::from_secs(1),
         lease_timeout: Duration::ZERO,
+        shutdown_parallel: 8,
     }
 }
 

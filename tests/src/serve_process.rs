@@ -28,8 +28,21 @@ impl ServeProcess {
         global: &[&str],
         serve: &[&str],
     ) -> Self {
+        Self::start_in("open", proxy, prefix, state, sock, global, serve)
+    }
+
+    /// `start` in `mode` (`open` or `restricted`).
+    pub fn start_in(
+        mode: &str,
+        proxy: &Path,
+        prefix: &str,
+        state: &Path,
+        sock: PathBuf,
+        global: &[&str],
+        serve: &[&str],
+    ) -> Self {
         let log = std::fs::File::create(sock.with_extension("stderr")).expect("stderr file");
-        let mut child = lifecycle_base(proxy, prefix, "open", state)
+        let mut child = lifecycle_base(proxy, prefix, mode, state)
             .args(global)
             .arg("serve")
             .arg("--listen")

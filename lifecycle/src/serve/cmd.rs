@@ -106,7 +106,12 @@ pub struct ServeArgs {
     /// address, where only the scraper reaches (docs/metrics.md) [default: off].
     #[arg(long, env = "LIFECYCLE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
-    /// What SIGTERM does with the sandboxes this process owns.
+    /// Teardowns a shutdown runs at once; a unit's stop grace must cover
+    /// ceil(--max-replicas / this) × (2 × --stop-timeout + 5) + 30 seconds. 1 to 64.
+    #[arg(long, env = "LIFECYCLE_SHUTDOWN_PARALLEL", default_value_t = 8)]
+    pub shutdown_parallel: usize,
+    /// What SIGTERM does with the sandboxes this process owns (`/v1/` ones: the provisioner
+    /// API's are deer-flow's and always kept).
     #[arg(
         long,
         env = "LIFECYCLE_ON_SHUTDOWN",
@@ -220,6 +225,15 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
         max_replicas: a.max_replicas,
         adopt_grace: secs("adopt-grace", a.adopt_grace)?,
         lease_timeout: secs("lease-timeout", a.lease_timeout)?,
+        shutdown_parallel: match a.shutdown_parallel {
+            n @ 1..=64 => n,
+            n => {
+                return Err(ServeSetupError::Flag(
+                    "shutdown-parallel",
+                    format!("{n}: expected 1 to 64"),
+                ))
+            }
+        },
     };
     let own = Ownership::new(store, me, ttl);
     Ok(Provider::new(lc, own, Arc::new(SystemClock::default()), config).with_api(api(a)?))

@@ -19,13 +19,33 @@ pub enum Torn {
     Destroyed,
     /// The name holds another generation, left running; the tracked one is gone.
     Replaced,
+    /// No container was there; what was left of the sandbox (a sidecar, networks, a port,
+    /// records) is removed.
+    Cleaned,
+    /// Nothing of the sandbox was there.
+    Absent,
+    /// Holders remain: the last release destroys it.
+    Deferred,
 }
 
 impl Torn {
+    /// The `/v1/` answer's word (and the metric's): a sandbox found gone is "destroyed".
     pub fn as_str(self) -> &'static str {
+        match self {
+            Torn::Destroyed | Torn::Cleaned | Torn::Absent => "destroyed",
+            Torn::Replaced => "replaced",
+            Torn::Deferred => "deferred",
+        }
+    }
+
+    /// What the teardown did, as the provisioner API's `DELETE` answers it.
+    pub fn did(self) -> &'static str {
         match self {
             Torn::Destroyed => "destroyed",
             Torn::Replaced => "replaced",
+            Torn::Cleaned => "cleaned",
+            Torn::Absent => "absent",
+            Torn::Deferred => "deferred",
         }
     }
 }
@@ -68,7 +88,7 @@ impl Provider {
     /// provider's kind made: deer-flow's own, say) unless `force`.
     pub async fn destroy(&self, id: &str, force: bool) -> Result<&'static str, ServeError> {
         let id = naming::parse_sandbox_id(id)?;
-        self.destroy_checked(id, force).await
+        self.destroy_checked(id, force).await.map(Torn::as_str)
     }
 
     /// `destroy` of an ID already checked (a derived one, or the provisioner API's).
@@ -76,21 +96,20 @@ impl Provider {
         &self,
         id: String,
         force: bool,
-    ) -> Result<&'static str, ServeError> {
+    ) -> Result<Torn, ServeError> {
         let serial = self.serial(&id);
         let _serial = serial.lock().await;
         let plan = self.pool().plan_destroy(&id);
         tracing::info!(sandbox_id = %id, plan = ?plan, force, "destroy");
         match plan {
-            DestroyPlan::Deferred { .. } => Ok("deferred"),
+            DestroyPlan::Deferred { .. } => Ok(Torn::Deferred),
             DestroyPlan::AlreadyDestroying => Err(ServeError::Busy { id }),
-            DestroyPlan::Now => self.destroy_fenced(&id).await.map(Torn::as_str),
+            DestroyPlan::Now => self.destroy_fenced(&id).await,
             DestroyPlan::Untracked => {
                 let present = self.lc.inspect_sandbox(&id).await?;
                 let generation = match present {
-                    None if !self.lc.ledger.is_quarantined(&id).map_err(OpError::from)? => {
-                        return Err(OpError::NoSuchSandbox(id).into())
-                    }
+                    // Nothing under the name: what may be left of it (a sidecar, networks, a
+                    // port, records) is removed; only when nothing at all was there is it 404.
                     None => None,
                     Some(c) if !c.labels.contains_key(naming::LABEL_SCOPE) && !force => {
                         tracing::warn!(sandbox_id = %id, container_id = %c.id, "destroy refused: the container carries no lifecycle.scope label (not a lifecycle sandbox); ?force=true destroys it anyway");
@@ -98,9 +117,10 @@ impl Provider {
                     }
                     Some(c) => Some(c.id),
                 };
-                self.destroy_engine(&id, generation.as_deref())
-                    .await
-                    .map(Torn::as_str)
+                match self.destroy_engine(&id, generation.as_deref()).await? {
+                    Torn::Absent => Err(OpError::NoSuchSandbox(id).into()),
+                    torn => Ok(torn),
+                }
             }
         }
     }
@@ -166,9 +186,17 @@ impl Provider {
                 .map(GenerationTeardown::Destroyed),
         };
         let torn = match result {
-            Ok(GenerationTeardown::Destroyed(_)) | Err(OpError::NoSuchSandbox(_)) => {
+            Ok(GenerationTeardown::Destroyed(d)) if d.container_id.is_some() => {
                 tracing::info!(sandbox_id = id, "destroyed");
                 Torn::Destroyed
+            }
+            Ok(GenerationTeardown::Destroyed(d)) => {
+                tracing::info!(sandbox_id = id, leftovers = ?d.leftovers, records = d.absent_teardown, "no container was there; what was left of it is removed");
+                Torn::Cleaned
+            }
+            Err(OpError::NoSuchSandbox(_)) => {
+                tracing::info!(sandbox_id = id, "nothing of the sandbox was there");
+                Torn::Absent
             }
             Ok(GenerationTeardown::Replaced { found, .. }) => {
                 tracing::warn!(sandbox_id = id, tracked = ?generation, found = %found, "destroy: the name holds another generation now; left it running, retired the tracked one's record");
@@ -182,7 +210,9 @@ impl Provider {
                 return Err(e.into());
             }
         };
-        self.metrics.destroy(torn.as_str());
+        if torn != Torn::Absent {
+            self.metrics.destroy(torn.as_str());
+        }
         let _ = self.own.release(id).await;
         Ok(torn)
     }

@@ -10,7 +10,8 @@
 //! `api_http` its answers, `v1_http` the project API's; `routes` the one route table of both
 //! APIs, `http` the server, `gate` its cap on connections that have not shown the key;
 //! `exposed` what `--metrics-listen` serves;
-//! `background` the reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header
+//! `background` the reaper and heartbeat loops, `reconcile` the reconciliation, `shutdown` the
+//! shutdown; `limits` the socket's header
 //! and write timeouts and connection cap, `write_timeout` the stream wrapper that enforces the
 //! write timeout; `cmd` the command's flags and main loop.
 
@@ -36,9 +37,11 @@ pub mod provider;
 pub mod provision;
 pub mod provisioner;
 pub mod reclaim;
+pub mod reconcile;
 pub mod redis_store;
 pub mod release;
 pub mod routes;
+pub mod shutdown;
 pub mod store;
 pub mod v1_http;
 pub mod write_timeout;

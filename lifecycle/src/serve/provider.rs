@@ -32,6 +32,8 @@ pub struct ProviderConfig {
     /// A lease neither released nor renewed for this long is released by the reaper (zero:
     /// leases last until released).
     pub lease_timeout: Duration,
+    /// Teardowns a shutdown runs at once (`--shutdown-parallel`).
+    pub shutdown_parallel: usize,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -65,6 +67,8 @@ pub struct Provider {
     pub(crate) wake: tokio::sync::Notify,
     /// Sandboxes seen not running by reconciliation, since (monotonic).
     pub(crate) dead_since: Mutex<HashMap<String, Duration>>,
+    /// Sandbox IDs whose restricted objects were seen with no sandbox, since (monotonic).
+    lone_since: Mutex<HashMap<String, Duration>>,
 }
 
 /// Ends a create's reservation under the cap and an acquire's reclaim mark, however the step
@@ -115,6 +119,7 @@ impl Provider {
             api: super::provision::ApiConfig::default(),
             wake: tokio::sync::Notify::new(),
             dead_since: Mutex::new(HashMap::new()),
+            lone_since: Mutex::new(HashMap::new()),
         }
     }
 
@@ -440,6 +445,10 @@ impl Provider {
 
     pub(crate) fn config(&self) -> &ProviderConfig {
         &self.config
+    }
+
+    pub(crate) fn lone_since(&self) -> std::sync::MutexGuard<'_, HashMap<String, Duration>> {
+        self.lone_since.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn dead_since(&self) -> std::sync::MutexGuard<'_, HashMap<String, Duration>> {

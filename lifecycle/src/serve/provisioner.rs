@@ -377,22 +377,21 @@ impl Provider {
         }
     }
 
-    /// `DELETE /api/sandboxes/{id}`: `{"ok":true}` once it is gone (also when it was already);
-    /// a teardown that fails keeps its quarantine record and answers 500.
+    /// `DELETE /api/sandboxes/{id}`: `{"ok":true}` once it is gone (also when it was already),
+    /// with `result` saying what was done: `destroyed` (its container and what went with it),
+    /// `cleaned` (no container was there, what was left of it is removed), `absent` (nothing of
+    /// it was there). A teardown that fails keeps its quarantine record and answers 500.
     pub async fn api_delete(&self, id: &str) -> ApiAnswer {
         if let Err(e) = provision::check_sandbox_id(id) {
             return detail(400, e.to_string());
         }
-        match self.destroy_checked(id.to_owned(), true).await {
-            Ok(result) => {
-                tracing::info!(sandbox_id = id, result, "provisioner delete");
-                ok(json!({ "ok": true, "sandbox_id": id }))
-            }
-            Err(ServeError::Op(OpError::NoSuchSandbox(_))) => {
-                ok(json!({ "ok": true, "sandbox_id": id }))
-            }
-            Err(e) => failed(&e),
-        }
+        let did = match self.destroy_checked(id.to_owned(), true).await {
+            Ok(torn) => torn.did(),
+            Err(ServeError::Op(OpError::NoSuchSandbox(_))) => "absent",
+            Err(e) => return failed(&e),
+        };
+        tracing::info!(sandbox_id = id, result = did, "provisioner delete");
+        ok(json!({ "ok": true, "sandbox_id": id, "result": did }))
     }
 
     /// `GET /api/sandboxes`: every running sandbox of the stack, whichever route or process

@@ -294,6 +294,40 @@ fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
     );
 }
 
+/// The deer-flow compose file's provisioner gets a stop grace that covers its shutdown as its
+/// environment bounds it, so the engine's SIGKILL never cuts a teardown half way.
+#[test]
+fn the_deerflow_compose_files_stop_grace_covers_the_providers_bounded_shutdown() {
+    let text =
+        std::fs::read_to_string(repo().join("deploy/compose.deerflow.yaml")).expect("compose");
+    let provisioner = text
+        .split("\n  provisioner:")
+        .nth(1)
+        .and_then(|rest| rest.split("\nsecrets:").next())
+        .expect("the provisioner service");
+    let value = |key: &str| -> u64 {
+        provisioner
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+            .map(|v| v.trim_matches('"'))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("the provisioner sets {key}"))
+    };
+    let need = lifecycle::serve::shutdown::stop_grace_secs(
+        value("LIFECYCLE_STOP_TIMEOUT"),
+        value("LIFECYCLE_MAX_REPLICAS") as usize,
+        value("LIFECYCLE_SHUTDOWN_PARALLEL") as usize,
+    )
+    .expect("the provisioner caps the replicas");
+    let grace: u64 = provisioner
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("stop_grace_period: "))
+        .and_then(|v| v.strip_suffix('s'))
+        .and_then(|v| v.parse().ok())
+        .expect("stop_grace_period in seconds");
+    assert!(grace >= need, "stop_grace_period: {grace}s < {need}s");
+}
+
 /// The restricted overlay's egress rules as an operator writes them (space-separated, each a
 /// netproxy `--allow` rule with its own comma-separated ports) reach lifecycle through
 /// docker-compose and pass its parser; the comma-separated form the overlay once documented is

@@ -156,6 +156,37 @@ fn systemd_accepts_the_provisioner_unit() {
     );
 }
 
+/// The provisioner unit's stop grace covers its shutdown as the unit bounds it (its own
+/// `--stop-timeout`, `--max-replicas` and `--shutdown-parallel`), so systemd's SIGKILL never
+/// cuts a teardown half way.
+#[test]
+fn the_provisioner_units_stop_grace_covers_its_bounded_shutdown() {
+    let unit =
+        std::fs::read_to_string(repo().join("deploy/systemd/lifecycle-provisioner@.service"))
+            .expect("unit");
+    let env: Vec<(String, String)> = syscalls::unit_values(&unit, "Environment")
+        .iter()
+        .flat_map(|v| env_file(v))
+        .collect();
+    let value = |key: &str| -> u64 {
+        env.iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("the unit sets {key}"))
+    };
+    let need = lifecycle::serve::shutdown::stop_grace_secs(
+        value("LIFECYCLE_STOP_TIMEOUT"),
+        value("LIFECYCLE_MAX_REPLICAS") as usize,
+        value("LIFECYCLE_SHUTDOWN_PARALLEL") as usize,
+    )
+    .expect("the unit caps the replicas");
+    let grace: u64 = syscalls::unit_values(&unit, "TimeoutStopSec")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .expect("TimeoutStopSec in seconds");
+    assert!(grace >= need, "TimeoutStopSec={grace} < {need}");
+}
+
 /// A program started the way a unit's `ExecStart=` starts it, under `strace -f`, with only the
 /// environment given (systemd's is as clean); stopped with SIGTERM as `systemctl stop` does.
 struct Traced {

@@ -121,7 +121,7 @@ def main():
         print(json.dumps({"sandbox_url": url}))
     elif phase == "delete":
         r = requests.delete(one, headers=headers, timeout=60)
-        expect(r.status_code == 200 and r.json() == {"ok": True, "sandbox_id": sandbox_id}, "DELETE", r)
+        expect(r.status_code == 200 and r.json() == {"ok": True, "sandbox_id": sandbox_id, "result": "destroyed"}, "DELETE", r)
         r = requests.get(one, headers=headers, timeout=10)
         expect(r.status_code == 404, "discover after destroy: 404", r)
         expect(r.json() == {"detail": f"Sandbox '{sandbox_id}' not found"}, "404 detail", r)
@@ -129,7 +129,8 @@ def main():
         ids = [s.get("sandbox_id") for s in r.json().get("sandboxes", [])]
         expect(sandbox_id not in ids, "list no longer holds it", r)
         r = requests.delete(one, headers=headers, timeout=60)
-        expect(r.status_code == 200 and r.json().get("ok") is True, "DELETE of a gone sandbox is ok", r)
+        expect(r.status_code == 200 and r.json() == {"ok": True, "sandbox_id": sandbox_id, "result": "absent"},
+               "DELETE of a gone sandbox is ok and says nothing was there", r)
         print(json.dumps({"deleted": sandbox_id}))
     else:
         fail(f"unknown phase {phase}")

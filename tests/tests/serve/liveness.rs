@@ -134,3 +134,104 @@ async fn a_container_that_exits_at_once_is_a_failed_create_and_is_undone() {
         "its port released"
     );
 }
+
+/// `DELETE` answers what it did: a sandbox whose container is gone but whose sidecar and
+/// network are left is "cleaned" (they are removed), where it once answered `{"ok":true}` and
+/// removed nothing; then nothing of it is there ("absent").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_what_a_gone_sandbox_left_and_says_what_it_did() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = ApiStack::start(&e, Mode::Restricted, Some(KEY)).await;
+    let id = derived("left");
+    let digest = hex(&<sha2::Sha256 as sha2::Digest>::digest(
+        format!("{}sandbox:{id}", s.prefix).as_bytes(),
+    ))[..16]
+        .to_owned();
+    let ours = |role: &str| {
+        json!({"deerflow.role": role, "deerflow.sandbox_id": id,
+               "deerflow.network_mode": "allowlist", "deerflow.stack": s.prefix})
+    };
+    let sidecar = format!("{}netproxy-{digest}", s.prefix);
+    s.make(&sidecar, ours("netproxy"));
+    let net = format!("{}sandbox-net-{digest}", s.prefix);
+    let made = sockproxy_tests::raw::request(
+        &s.engine,
+        "POST",
+        "/networks/create",
+        Some(
+            json!({"Name": net, "Internal": true, "Labels": ours("network")})
+                .to_string()
+                .as_bytes(),
+        ),
+    )
+    .expect("answer");
+    assert_eq!(made.status, 201, "{}", made.text());
+    let key = [("X-API-Key", KEY)];
+    let path = format!("/api/sandboxes/{id}");
+    let (status, text) = s.call("DELETE", &path, &key, None).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+        json!({"ok": true, "sandbox_id": id, "result": "cleaned"})
+    );
+    assert!(!s.exists(&format!("/containers/{sidecar}/json")));
+    assert!(!s.exists(&format!("/networks/{net}")));
+    let (status, text) = s.call("DELETE", &path, &key, None).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+        json!({"ok": true, "sandbox_id": id, "result": "absent"})
+    );
+}
+
+/// In restricted mode the reconciler removes the sidecar and network lifecycle made for a
+/// sandbox ID no container holds (what a sandbox removed from under it left), and leaves those
+/// of a sandbox that is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciler_removes_a_lone_sidecar_and_network() {
+    let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
+    let s = ApiStack::start(&e, Mode::Restricted, Some(KEY)).await;
+    let (status, text) = s.create(&create_body("kept")).await;
+    assert_eq!(status, 200, "{text}");
+    let id = derived("lone");
+    let digest = hex(&<sha2::Sha256 as sha2::Digest>::digest(
+        format!("{}sandbox:{id}", s.prefix).as_bytes(),
+    ))[..16]
+        .to_owned();
+    let ours = |role: &str| {
+        json!({"deerflow.role": role, "deerflow.sandbox_id": id,
+               "deerflow.network_mode": "allowlist", "deerflow.stack": s.prefix})
+    };
+    let sidecar = format!("{}netproxy-{digest}", s.prefix);
+    s.make(&sidecar, ours("netproxy"));
+    let net = format!("{}sandbox-egress-{digest}", s.prefix);
+    let made = sockproxy_tests::raw::request(
+        &s.engine,
+        "POST",
+        "/networks/create",
+        Some(
+            json!({"Name": net, "Labels": ours("network")})
+                .to_string()
+                .as_bytes(),
+        ),
+    )
+    .expect("answer");
+    assert_eq!(made.status, 201, "{}", made.text());
+    lifecycle::serve::background::reconcile(&s.provider).await;
+    assert!(
+        !s.exists(&format!("/containers/{sidecar}/json")),
+        "the lone sidecar"
+    );
+    assert!(!s.exists(&format!("/networks/{net}")), "the lone network");
+    // The running sandbox's own sidecar stays.
+    let kept = derived("kept");
+    let kept_digest = hex(&<sha2::Sha256 as sha2::Digest>::digest(
+        format!("{}sandbox:{kept}", s.prefix).as_bytes(),
+    ))[..16]
+        .to_owned();
+    assert!(s.exists(&format!(
+        "/containers/{}netproxy-{kept_digest}/json",
+        s.prefix
+    )));
+    assert_eq!(s.inspect(&s.name(&kept))["State"]["Running"], json!(true));
+}

@@ -7,6 +7,7 @@
 //! Run on its own with `cargo test -p sockproxy-tests --test serve`.
 
 mod claims;
+mod crash_steps;
 mod findings;
 mod keyed;
 mod leases;
@@ -21,3 +22,4 @@ mod resources;
 mod seed;
 mod seed_teardown;
 mod shutdown;
+mod shutdown_api;
