@@ -26,12 +26,8 @@ pub enum InfoMode {
     Deny,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Plain,
-    Json,
-}
+/// `--log-format`: the toolkit's one (`scrape::logging`).
+pub use scrape::LogFormat;
 
 /// Per-stack Docker Engine API proxy: a stack sees and changes only its own containers.
 #[derive(Debug, Default, Parser, Serialize, Deserialize)]

@@ -190,7 +190,9 @@ fn socket_mode_stale_files_and_sigterm() {
         .output()
         .expect("runs");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already listening"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another process is serving on this socket")
+    );
     let status = terminate(&mut child);
     assert!(status.success(), "{status}");
     assert!(!sock.exists(), "the socket file is removed on exit");

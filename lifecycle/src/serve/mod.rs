@@ -7,8 +7,8 @@
 //! Unix or TCP listeners, `apikey` the provisioner API's key, `provision` its pure input and
 //! mount rules, `provisioner` its work and `api_http` its routes; `http` the API; `background` the
 //! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header and write
-//! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
-//! timeout; `cmd` the command's flags and main loop.
+//! timeouts (the write timeout enforced by `scrape::write_timeout`) and connection cap; `cmd`
+//! the command's flags and main loop.
 
 mod answer;
 pub mod api_http;
@@ -32,4 +32,3 @@ pub mod reclaim;
 pub mod redis_store;
 pub mod release;
 pub mod store;
-pub mod write_timeout;

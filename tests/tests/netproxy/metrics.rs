@@ -45,7 +45,7 @@ fn endpoint(metrics: Arc<Metrics>) -> (SocketAddr, tokio::sync::oneshot::Sender<
             .expect("runtime");
         rt.block_on(async move {
             let at = scrape::Listen::Tcp("127.0.0.1:0".parse().expect("addr"));
-            let listener = scrape::bind(&at).expect("binds");
+            let listener = scrape::bind(&at, scrape::METRICS_MODE, None).expect("binds");
             tx.send(listener.local_tcp().expect("tcp")).expect("told");
             scrape::serve(listener, Arc::new(Exposed(metrics)), async {
                 let _ = stopped.await;
