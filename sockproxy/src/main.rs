@@ -52,9 +52,9 @@ fn run() -> Result<(), Failure> {
     }
     // Plain or JSON lines on stderr, each written whole by its thread (`scrape::logging`).
     scrape::logging::init("SOCKPROXY_LOG", cfg.log_format);
-    // tokio's multi-thread runtime, `--event-loops` workers; large bodies and lists are parsed
+    // tokio's multi-thread runtime, `--worker-threads` workers; large bodies and lists are parsed
     // and filtered on its blocking pool.
-    let runtime = server::runtime(cfg.event_loops)
+    let runtime = server::runtime(cfg.worker_threads)
         .context("starting the runtime")
         .map_err(Failure::Runtime)?;
     let served = runtime.block_on(serve(cfg)).map_err(Failure::Runtime);
@@ -84,6 +84,11 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             "--require-stack-label with the stack named after its prefix (the default): other stacks on this prefix get the same label; give each its own --stack"
         );
     }
+    if cfg.old_worker_flag {
+        tracing::warn!(
+            "--event-loops (SOCKPROXY_EVENT_LOOPS) is now --worker-threads (SOCKPROXY_WORKER_THREADS); the old name goes in a later release"
+        );
+    }
     let bound = server::bind(&cfg).context("cannot listen")?;
     if bound.made.is_none() && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
         tracing::warn!(
@@ -96,7 +101,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         prefix = %cfg.scope.prefix(),
         restricted = cfg.scope.restricted(),
         stack = %cfg.stack,
-        event_loops = cfg.event_loops,
+        worker_threads = cfg.worker_threads,
         socket_activation = bound.made.is_none(),
         metrics_listen = cfg.metrics_listen.as_ref().map(|m| m.to_string()),
         "sockproxy listening"

@@ -361,7 +361,7 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
     scrape::raw_answer::send(stream, &answer, std::time::Duration::from_millis(500)).await;
 }
 
-/// The multi-thread runtime the proxy runs on: `workers` worker threads (`--event-loops`),
+/// The multi-thread runtime the proxy runs on: `workers` worker threads (`--worker-threads`),
 /// named `sp-loop-0`, `sp-loop-1`…, and the blocking pool's threads (large bodies and lists),
 /// `sp-blocking`. tokio starts its workers as it builds the runtime, before any blocking
 /// thread, so the first `workers` names are theirs.
@@ -391,7 +391,7 @@ pub struct Background {
 impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
         // As the binary's (main.rs).
-        let runtime = runtime(cfg.event_loops).map_err(io_err(&cfg.listen))?;
+        let runtime = runtime(cfg.worker_threads).map_err(io_err(&cfg.listen))?;
         let bound = {
             let _guard = runtime.enter();
             bind(&cfg)?
