@@ -7,8 +7,9 @@
 //! decision and end lines; `server` is the listener and its limits (`caps` the connection caps every listener keeps), `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `relay` the inbound relay listener (`--relay`) and `relay_target` where it may connect; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
 //! `config` the flags, `startup` their validated `Config` and the one-line start-up errors; `fds`
-//! the descriptor limit; `timed_write` the limit on a write the client does not take; `metrics`
-//! the metric families and what `--metrics-listen` serves.
+//! the descriptor limit; `metrics` the metric families and what `--metrics-listen` serves. The
+//! limit on a write the client does not take is `scrape::write_timeout`, shared with
+//! `lifecycle serve`.
 
 pub mod addr;
 // The rule language lives in `egress` (lifecycle reads it too); its paths stay as they were.
@@ -38,5 +39,4 @@ pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
 pub mod startup;
-pub mod timed_write;
 pub mod tunnel;

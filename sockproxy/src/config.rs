@@ -26,12 +26,8 @@ pub enum InfoMode {
     Deny,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Plain,
-    Json,
-}
+/// `--log-format`: the toolkit's one (`scrape::logging`).
+pub use scrape::LogFormat;
 
 /// Per-stack Docker Engine API proxy: a stack sees and changes only its own containers.
 #[derive(Debug, Default, Parser, Serialize, Deserialize)]
@@ -185,7 +181,12 @@ pub struct Args {
     pub header_timeout: Option<u64>,
     /// Worker threads of the multi-thread runtime that serves client connections (threads
     /// sp-loop-0…) [default: 1].
-    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_WORKER_THREADS")]
+    #[serde(skip)]
+    pub worker_threads: Option<usize>,
+    /// The old name of --worker-threads (and SOCKPROXY_EVENT_LOOPS of its variable), kept for
+    /// one release; --worker-threads wins where both are given.
+    #[arg(long, env = "SOCKPROXY_EVENT_LOOPS", hide = true)]
     #[serde(skip)]
     pub event_loops: Option<usize>,
     /// Client connections served at once; more are answered 503 and closed [default: 256].
@@ -256,8 +257,8 @@ pub enum ConfigError {
     MinApiVersion(String),
     #[error("--policy {0:?}: {1}")]
     PolicyFile(PathBuf, String),
-    #[error("--event-loops {0}: expected 1 to {MAX_EVENT_LOOPS}")]
-    EventLoops(usize),
+    #[error("--worker-threads {0}: expected 1 to {MAX_WORKER_THREADS}")]
+    WorkerThreads(usize),
     #[error("{0}")]
     Spend(String),
     #[error("--metrics-listen {0}")]
@@ -265,12 +266,12 @@ pub enum ConfigError {
 }
 
 /// More workers than this would only add threads: each is a whole core's worth of work.
-pub const MAX_EVENT_LOOPS: usize = 64;
+pub const MAX_WORKER_THREADS: usize = 64;
 
 /// One worker: on a two-core host shared with dockerd a second one made `/_ping` cost 24-28 µs
 /// of CPU instead of 19.4-19.6, with fewer requests answered (docs/benchmarks.md, "Issue 39"):
 /// the request's task and the engine connection's task woke each other across threads.
-fn default_event_loops() -> usize {
+fn default_worker_threads() -> usize {
     1
 }
 
@@ -290,7 +291,9 @@ pub struct Config {
     pub header_timeout: std::time::Duration,
     pub max_connections: usize,
     /// Worker threads of the runtime serving client connections (`server::runtime`).
-    pub event_loops: usize,
+    pub worker_threads: usize,
+    /// Whether the workers were set by their old name (`--event-loops`), which the log says.
+    pub old_worker_flag: bool,
     pub shutdown_grace: std::time::Duration,
     /// What creates may ask for, and `--require-stack-label` (which pinning reads too).
     pub create_rules: CreateRules,
@@ -336,9 +339,13 @@ impl Config {
         let min_api_version = sockproxy_policy::settings::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
             .ok_or_else(|| ConfigError::MinApiVersion(min_raw.to_owned()))?;
-        let event_loops = args.event_loops.unwrap_or_else(default_event_loops);
-        if !(1..=MAX_EVENT_LOOPS).contains(&event_loops) {
-            return Err(ConfigError::EventLoops(event_loops));
+        let old_worker_flag = args.worker_threads.is_none() && args.event_loops.is_some();
+        let worker_threads = args
+            .worker_threads
+            .or(args.event_loops)
+            .unwrap_or_else(default_worker_threads);
+        if !(1..=MAX_WORKER_THREADS).contains(&worker_threads) {
+            return Err(ConfigError::WorkerThreads(worker_threads));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
         let metrics_listen = args
@@ -369,7 +376,8 @@ impl Config {
             min_api_version,
             header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
             max_connections: args.max_connections.unwrap_or(256).max(1),
-            event_loops,
+            worker_threads,
+            old_worker_flag,
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,

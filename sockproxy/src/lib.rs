@@ -1,6 +1,6 @@
 //! sockproxy: a per-stack Docker Engine API proxy, the transport half. Every decision is
 //! `sockproxy_policy`'s, made without I/O at one seam, `evaluate(request, facts, policy)`: the
-//! transport serves the socket (`server`: tokio's multi-thread runtime, `--event-loops` workers,
+//! transport serves the socket (`server`: tokio's multi-thread runtime, `--worker-threads` workers,
 //! a task per connection behind headguard's scanner) and hands each request (`proxy`) to one
 //! loop (`decide`): evaluate, gather the fact the plan needs (`exchange`: the JSON body, read
 //! bounded by `body`; an inspect through `upstream` on `engine`'s one HTTP/1 client,

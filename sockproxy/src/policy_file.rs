@@ -47,6 +47,7 @@ pub fn over(flags: Args, text: &str) -> Result<Args, String> {
         metrics_listen: flags.metrics_listen,
         log_format: flags.log_format,
         shutdown_grace: flags.shutdown_grace,
+        worker_threads: flags.worker_threads,
         event_loops: flags.event_loops,
         policy: flags.policy,
         print_policy: flags.print_policy,

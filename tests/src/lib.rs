@@ -4,9 +4,11 @@
 //! upstream that proves what was (not) forwarded (`recorder`), and deer-flow's gateway replayed
 //! as docker CLI steps (`deerflow`). Every test finds this build's programs through `bins`,
 //! runs a case on each engine with `engine::each_engine`, skips only through `skip::skip`, and
-//! names the steps of a long scenario with `step::step`.
+//! names the steps of a long scenario with `step::step`, and waits for a program it runs with
+//! `bounded`.
 
 pub mod bins;
+pub mod bounded;
 pub mod cli;
 /// SIGKILLed runs and on-disk state readers for the crash-safety test (`ledger_crash`).
 pub mod crash;

@@ -47,7 +47,8 @@ impl StackProxy {
             header_timeout: std::time::Duration::from_secs(10),
             max_connections: 256,
             // What the binary runs on CI's two cores: two runtime workers.
-            event_loops: 2,
+            worker_threads: 2,
+            old_worker_flag: false,
             shutdown_grace: std::time::Duration::from_secs(2),
             create_rules: Default::default(),
             name_cache: true,

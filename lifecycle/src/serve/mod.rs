@@ -12,8 +12,8 @@
 //! `exposed` what `--metrics-listen` serves;
 //! `background` the reaper and heartbeat loops, `reconcile` the reconciliation, `shutdown` the
 //! shutdown; `limits` the socket's header
-//! and write timeouts and connection cap, `write_timeout` the stream wrapper that enforces the
-//! write timeout; `cmd` the command's flags and main loop.
+//! and write timeouts (the write timeout enforced by `scrape::write_timeout`) and connection
+//! cap; `cmd` the command's flags and main loop.
 
 mod answer;
 pub mod api_http;
@@ -44,4 +44,3 @@ pub mod routes;
 pub mod shutdown;
 pub mod store;
 pub mod v1_http;
-pub mod write_timeout;

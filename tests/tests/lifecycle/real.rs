@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use lifecycle::naming::sandbox_id;
+use sockproxy_tests::bounded::{OutputWithin, LONG};
 use sockproxy_tests::engine::{real_engine, Cleanup};
 use sockproxy_tests::lc::{lifecycle_command, names as names_of};
 use sockproxy_tests::raw;
@@ -27,7 +28,7 @@ fn lifecycle(sock: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str])
             "1",
         ])
         .args(args)
-        .output()
+        .output_within(LONG)
         .expect("lifecycle runs")
 }
 

@@ -6,6 +6,7 @@
 use lifecycle::decide::Mode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use sockproxy_tests::bounded::{OutputWithin, SHORT};
 use sockproxy_tests::engine::Engine;
 use sockproxy_tests::provisioner::{engine_asked, hex, ApiStack, KEY};
 use sockproxy_tests::stack::StackProxy;
@@ -255,7 +256,7 @@ async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix
             .args(["serve", "--listen", "tcp://127.0.0.1:1"])
             .args(&extra)
             .env_remove("LIFECYCLE_API_KEY_FILE")
-            .output()
+            .output_within(SHORT)
             .expect("runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
