@@ -100,7 +100,9 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "RestartPolicy", restart_policy)?;
     r.keep(&mut o, "AutoRemove", fields::any_bool)?;
     r.keep(&mut o, "VolumesFrom", |_, p, v| {
-        own_containers(ctx, p, v, true)
+        let list = own_containers(ctx, p, v, true)?;
+        volumes_from_unpinned(ctx, p, &list)?;
+        Ok(list)
     })?;
     r.keep(&mut o, "Links", |_, p, v| own_containers(ctx, p, v, false))?;
     r.keep(&mut o, "ConsoleSize", console_size)?;
@@ -245,6 +247,23 @@ pub fn resources(
             "IOMaximumBandwidth",
         ],
     )
+}
+
+/// With `--allow-bind-root`, no `VolumesFrom`: the copy of a pinned bind that dockerd (20.10)
+/// makes for the inheriting container loses what makes a missing `Mounts` source fail the
+/// start, so once the pin is gone (a reboot) the engine would recreate the staging path as an
+/// empty directory and start the sandbox on it (`bind_pins`; docs/security-model.md).
+fn volumes_from_unpinned(ctx: &Ctx, path: &str, list: &Value) -> Result<(), Refusal> {
+    let named = list.as_array().is_some_and(|l| !l.is_empty());
+    if named && !ctx.rules.bind_roots.is_empty() {
+        return Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!(
+                "{path} is not allowed with --allow-bind-root (an inherited bind would lose its pin); name the volumes or binds in this container"
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, Refusal> {

@@ -11,12 +11,14 @@
 //! rules are reached through `evaluate` only, and the engine's other answers through `answers`). Bodies are
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
-//! `spend_host`. Answers are cut to the stack's view: lists (`list_query`, `filter`,
+//! `spend_host`; `bind_pins` says which host paths a create binds, for the transport to pin,
+//! and writes the body forwarded with the staging paths it pinned them on. Answers are cut to the stack's view: lists (`list_query`, `filter`,
 //! `volumes`), events (`events`) and `info`. A refusal (`refusal`) carries dockerd's error
 //! shape. `props` and `evaluate_props` hold the properties the fuzz targets assert.
 
 pub mod answers;
 pub mod api;
+pub mod bind_pins;
 pub mod canon;
 pub mod create_body;
 pub mod create_props;
