@@ -39,6 +39,9 @@ pub struct Source {
     pub beneath: PathBuf,
     /// Where it lands in the container, cleaned as dockerd compares it.
     pub target: String,
+    /// The field that named it (`HostConfig.Binds`, `HostConfig.Mounts[1].Source`), for a
+    /// refusal's words.
+    pub field: String,
 }
 
 /// A source the transport pinned: the staging path the engine is sent instead.
@@ -57,7 +60,11 @@ enum At<'a> {
         modes: &'a str,
     },
     /// `HostConfig.Mounts[i]` of type `bind`.
-    Mount { source: &'a str, target: &'a str },
+    Mount {
+        i: usize,
+        source: &'a str,
+        target: &'a str,
+    },
 }
 
 /// The host-path binds of a checked body, `Binds` first, each in order: the order `rewrite`
@@ -80,8 +87,10 @@ fn host_binds(body: &Value) -> Vec<At<'_>> {
         })
     });
     let mounts = list("Mounts")
-        .filter(|m| m.get("Type").and_then(Value::as_str) == Some("bind"))
-        .map(|m| At::Mount {
+        .enumerate()
+        .filter(|(_, m)| m.get("Type").and_then(Value::as_str) == Some("bind"))
+        .map(|(i, m)| At::Mount {
+            i,
             source: m.get("Source").and_then(Value::as_str).unwrap_or(""),
             target: m.get("Target").and_then(Value::as_str).unwrap_or(""),
         });
@@ -95,7 +104,7 @@ fn host_binds(body: &Value) -> Vec<At<'_>> {
 pub fn sources(body: &Value, rules: &CreateRules) -> Result<Vec<Source>, Refusal> {
     let mut out = Vec::new();
     for at in host_binds(body) {
-        let (path, target) = match at {
+        let (path, target, field) = match at {
             At::Bind {
                 source,
                 target,
@@ -110,9 +119,11 @@ pub fn sources(body: &Value, rules: &CreateRules) -> Result<Vec<Source>, Refusal
                     let bind = format!("{source}:{target}:{modes}");
                     return Err(value_not_allowed(OP, "HostConfig.Binds", &bind, why));
                 }
-                (source, target)
+                (source, target, "HostConfig.Binds".to_owned())
             }
-            At::Mount { source, target } => (source, target),
+            At::Mount { i, source, target } => {
+                (source, target, format!("HostConfig.Mounts[{i}].Source"))
+            }
         };
         let path = PathBuf::from(path);
         let Some(root) = deepest_root(&path, &rules.bind_roots) else {
@@ -128,6 +139,7 @@ pub fn sources(body: &Value, rules: &CreateRules) -> Result<Vec<Source>, Refusal
             beneath,
             target: clean_target(target),
             path,
+            field,
         });
     }
     Ok(out)
@@ -148,7 +160,7 @@ pub fn rewrite(mut body: Value, pins: &[Pinned]) -> Result<Value, Refusal> {
     let found: Vec<(PathBuf, String)> = host_binds(&body)
         .into_iter()
         .map(|at| match at {
-            At::Bind { source, target, .. } | At::Mount { source, target } => {
+            At::Bind { source, target, .. } | At::Mount { source, target, .. } => {
                 (source.into(), clean_target(target))
             }
         })

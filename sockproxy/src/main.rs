@@ -106,6 +106,12 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             "--require-stack-label with the stack named after its prefix (the default): other stacks on this prefix get the same label; give each its own --stack"
         );
     }
+    // Before the socket: a proxy that cannot pin bind sources does not serve.
+    let pins = sockproxy::pins::Pins::open(&cfg.pins, &cfg.create_rules.bind_roots)?;
+    let proxy = server::proxy_for(&cfg, pins);
+    if let Some(pins) = &proxy.pins {
+        sockproxy::pin_watch::probe(&proxy.upstream, pins).await?;
+    }
     let bound = server::bind(&cfg).context("cannot listen")?;
     if !bound.made_here && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
         tracing::warn!(
@@ -134,7 +140,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     server::serve(
         bound.listener,
-        server::proxy_for(&cfg),
+        proxy,
         bound.made_here.then(|| cfg.listen.clone()),
         bound.metrics,
         cfg.shutdown_grace,

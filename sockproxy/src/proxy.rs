@@ -53,6 +53,8 @@ pub struct Proxy {
     pub counters: Counters,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The stack's pinned bind sources, with `--allow-bind-root` (`pins`).
+    pub pins: Option<Arc<crate::pins::Pins>>,
 }
 
 /// What bounds the clients the proxy serves and the lists it buffers for them.
@@ -261,9 +263,12 @@ impl Proxy {
                 {
                     return Ok(buffered_response(engine));
                 }
+                let (out, pinned) =
+                    crate::pins::pinned_body(self.pins.as_deref(), out, &self.policy)?;
                 let resp = self
                     .forward_json(&parts, &out, with_query(target.path(), &query))
                     .await?;
+                pinned.answered(resp.status() == StatusCode::CREATED);
                 Ok(self.conflict_names_only(resp).await)
             }
             Plan::Events => {

@@ -6,6 +6,7 @@
 //! runs a case on each engine with `engine::each_engine`, skips only through `skip::skip`, and
 //! names the steps of a long scenario with `step::step`.
 
+pub mod bindroot;
 pub mod bins;
 pub mod cli;
 /// SIGKILLed runs and on-disk state readers for the crash-safety test (`ledger_crash`).
@@ -27,6 +28,7 @@ pub mod skip;
 pub mod stack;
 pub mod step;
 pub mod subject;
+pub mod unpin;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
