@@ -17,6 +17,8 @@ pub mod fake;
 pub mod lc;
 /// A metrics endpoint scraped and checked (`--metrics-listen`).
 pub mod metrics;
+/// A dockerd of a test's own, which it may restart.
+pub mod own_dockerd;
 pub mod provisioner;
 pub mod raw;
 pub mod recorder;

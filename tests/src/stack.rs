@@ -152,6 +152,11 @@ impl StackProxy {
         self.background.names().1
     }
 
+    /// The pin directory the proxy was given by default (`PinnedDir::pins`).
+    pub fn pin_dir(&self) -> PathBuf {
+        self._dir.pins()
+    }
+
     pub fn socket_buf(&self) -> PathBuf {
         self.socket().to_owned()
     }

@@ -7,7 +7,8 @@
 //! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
 //! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
 //! (`restricted`), the name map pinning the right container in one round trip (`names`), and
-//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`);
+//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`), and bind sources
+//! pinned against a swap after the create, across every kind of restart (`pins`, `pins_restarts`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -19,6 +20,8 @@ mod info;
 mod lists;
 mod names;
 mod offline;
+mod pins;
+mod pins_restarts;
 mod restricted;
 mod seccomp;
 mod shared_prefix;
