@@ -22,6 +22,7 @@ mod names;
 mod offline;
 mod pins;
 mod pins_restarts;
+mod pins_startup;
 mod restricted;
 mod seccomp;
 mod shared_prefix;
