@@ -137,25 +137,33 @@ impl PinDir {
     pub fn open(dir: &Path, max: usize) -> Result<Self, PinError> {
         let fail = |why: String| PinError::Dir(dir.to_owned(), why);
         let lines = mounts().map_err(|e| fail(format!("cannot read /proc/self/mountinfo: {e}")))?;
-        // The last mount on a path is the one a lookup sees.
+        // The last mount on a path is the one a lookup sees. Another mount there (compose's
+        // bind of the host's directory) is mounted over, as long as nothing is hidden.
         match lines.iter().rev().find(|m| m.point == dir) {
             Some(m) if m.fstype == "tmpfs" && m.source == TMPFS_SOURCE => {
                 tracing::info!(pin_dir = %dir.display(), "reusing the pin directory an earlier sockproxy mounted");
             }
-            Some(m) => {
-                return Err(fail(format!(
-                    "already a mount point ({} from {}); give the proxy a directory of its own",
-                    m.fstype, m.source
-                )))
-            }
-            None => {
-                if let Some(under) = lines.iter().find(|m| m.point.starts_with(dir)) {
+            _ => {
+                if let Some(under) = lines
+                    .iter()
+                    .find(|m| m.point.starts_with(dir) && m.point != dir)
+                {
                     return Err(fail(format!(
                         "{} is mounted beneath it, which the proxy's tmpfs would hide",
                         under.point.display()
                     )));
                 }
                 std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+                let held = std::fs::read_dir(dir)
+                    .map_err(|e| fail(e.to_string()))?
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .next();
+                if let Some(name) = held {
+                    return Err(fail(format!(
+                        "is not empty (it holds {name:?}), and the proxy's tmpfs would hide what is there; give the proxy a directory of its own"
+                    )));
+                }
                 // Each staging entry is an inode; a few more for `p/`, `lock` and the root.
                 let data = format!("mode=0700,size=256k,nr_inodes={}", max.saturating_add(16));
                 let data = std::ffi::CString::new(data).map_err(|e| fail(e.to_string()))?;

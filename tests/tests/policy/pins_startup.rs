@@ -2,8 +2,8 @@
 //! byte for byte, exit 1, and no socket left behind. Without `CAP_SYS_ADMIN` (`setpriv` drops
 //! it from the bounding set); in a mount namespace whose mounts the engine does not see
 //! (`unshare -m`, against the fake engine, which checks a bind source on its own view as
-//! dockerd does); a pin directory another proxy holds, one inside a bind root, one that is
-//! another mount already.
+//! dockerd does); a pin directory another proxy holds, one inside a bind root, one that holds
+//! files or mounts its tmpfs would hide.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,13 +29,26 @@ fn refused(wrap: &[&str], args: &[String]) -> (Option<i32>, String) {
     if !wrap.is_empty() {
         cmd.arg(bins::sockproxy());
     }
-    let out = cmd
+    let mut child = cmd
         .args(args)
         .env("SOCKPROXY_LOG", "off")
         .env("RUST_BACKTRACE", "1")
         .env_remove("DOCKER_HOST")
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("runs");
+    // A proxy that starts after all must not hold the test up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: sockproxy started, where it should have refused");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -121,25 +134,33 @@ fn a_proxy_that_cannot_pin_does_not_start() {
     );
 
     let other = dir.path().join("other");
-    std::fs::create_dir(&other).expect("other");
-    rustix::mount::mount(
-        "elsewhere",
-        &other,
-        "tmpfs",
-        rustix::mount::MountFlags::empty(),
-        None,
-    )
-    .expect("another mount");
+    std::fs::create_dir_all(other.join("sub")).expect("other");
     let mut c = a.clone();
     c[9] = other.display().to_string();
     assert_eq!(
         refused(&[], &c),
         (
             Some(1),
-            format!("sockproxy: --pin-dir \"{}\": already a mount point (tmpfs from elsewhere); give the proxy a directory of its own\n", other.display())
+            format!("sockproxy: --pin-dir \"{}\": is not empty (it holds \"sub\"), and the proxy's tmpfs would hide what is there; give the proxy a directory of its own\n", other.display())
         )
     );
-    rustix::mount::unmount(&other, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+    rustix::mount::mount(
+        "elsewhere",
+        other.join("sub"),
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .expect("a mount beneath");
+    assert_eq!(
+        refused(&[], &c),
+        (
+            Some(1),
+            format!("sockproxy: --pin-dir \"{0}\": {0}/sub is mounted beneath it, which the proxy's tmpfs would hide\n", other.display())
+        )
+    );
+    rustix::mount::unmount(other.join("sub"), rustix::mount::UnmountFlags::DETACH)
+        .expect("unmount");
 
     let bound = root.path().to_owned();
     let held = pins.clone();
