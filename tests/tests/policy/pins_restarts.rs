@@ -392,3 +392,69 @@ fn one_link_tar(name: &str, target: &str) -> Vec<u8> {
     out.extend_from_slice(&[0u8; 1024]);
     out
 }
+
+/// A release pass that runs while a create is still in flight (on the fake engine, its answer
+/// held 3 s before the container is made) releases the pin of a container that went, and
+/// leaves the in-flight create's alone; that one goes only once its container does.
+#[test]
+fn a_release_pass_leaves_a_create_in_flight_alone() {
+    let test = "a_release_pass_leaves_a_create_in_flight_alone";
+    if !can_pin(test) {
+        return;
+    }
+    let e = Engine::start_fake(Flavor::Debian2010);
+    let fake = e.fake.as_ref().expect("a fake");
+    let root = BindRootDir::new("pinflight");
+    std::fs::create_dir(root.path().join("ws")).expect("ws");
+    let prefix = unique_prefix();
+    let bind_root = root.path().to_owned();
+    let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+        c.create_rules.bind_roots = vec![bind_root]
+    });
+    let pins = p.pin_dir().join("p");
+    let held = || std::fs::read_dir(&pins).map_or(0, Iterator::count);
+    let body = json!({ "Image": e.image, "HostConfig": { "Binds": [format!("{}/ws:/ws", root.path().display())] } });
+    // A container that will go while the other's create is in flight.
+    let gone = format!("{prefix}sandbox-gone");
+    let r = send(
+        p.socket(),
+        "POST",
+        &format!("/containers/create?name={gone}"),
+        &body,
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    wait_for("the first pin", 10, || held() == 1);
+    fake.inject(sockproxy_tests::fake::FaultRule {
+        times: Some(1),
+        ..sockproxy_tests::fake::FaultRule::new(
+            Some("POST"),
+            "/containers/create",
+            sockproxy_tests::fake::Fault::Delay(Duration::from_secs(3)),
+        )
+    });
+    let name = format!("{prefix}sandbox-flight");
+    let (sock, target) = (p.socket_buf(), format!("/containers/create?name={name}"));
+    let creating = std::thread::spawn(move || send(&sock, "POST", &target, &body));
+    wait_for("the in-flight create's pin", 10, || held() == 2);
+    // The first container goes on the engine: its destroy event asks for a pass.
+    let r = raw::request(&e.socket, "DELETE", &format!("/containers/{gone}"), None).expect("rm");
+    assert_eq!(r.status, 204);
+    wait_for("the gone container's pin released", 10, || held() == 1);
+    assert!(!creating.is_finished(), "the create is still in flight");
+    let r = creating.join().expect("create");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let inspect = raw::get(&e.socket, &format!("/containers/{name}/json")).expect("inspect");
+    let staging = inspect.json()["Mounts"][0]["Source"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        mounted(Path::new(&staging)),
+        "the in-flight create's pin: {staging}"
+    );
+    let r = raw::request(p.socket(), "DELETE", &format!("/containers/{name}"), None).expect("rm");
+    assert_eq!(r.status, 204, "{}", r.text());
+    wait_for("the pin released", 10, || {
+        held() == 0 && !mounted(Path::new(&staging))
+    });
+}
