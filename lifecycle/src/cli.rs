@@ -142,6 +142,8 @@ pub struct Args {
         default_value_t = 30
     )]
     pub removal_wait: u64,
+    #[command(flatten)]
+    pub resources: crate::resources::ResourceArgs,
     /// Logs on stderr as plain text or JSON objects, one per line; `LIFECYCLE_LOG` filters them
     /// (an EnvFilter, default `info`).
     #[arg(
@@ -346,23 +348,34 @@ async fn serve_main(
     use crate::serve::cmd;
     let setup = cmd::limits(serve).and_then(|l| Ok((l, cmd::provider(lc, serve)?)));
     let setup = match setup {
-        Ok((l, p)) => cmd::bind(serve).await.map(|b| (l, p, b)),
+        Ok((l, p)) => match cmd::bind(serve).await {
+            Ok(b) => cmd::bind_metrics(serve).map(|m| (l, p, (b, m))),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
-    let (limits, provider, listener) = match setup {
+    let (limits, provider, (listener, metrics)) = match setup {
         Ok(v) => v,
         Err(e) => {
             eprintln!("lifecycle serve: {e}");
             return ExitCode::from(if e.is_runtime() { ERROR } else { USAGE });
         }
     };
-    let all_done = cmd::run(std::sync::Arc::new(provider), listener, serve, limits, stop).await;
+    let provider = std::sync::Arc::new(provider);
+    let all_done = cmd::run(provider, listener, metrics, serve, limits, stop).await;
     ExitCode::from(if all_done { 0 } else { DEFERRED })
 }
 
 async fn run(args: Args, prefix: Prefix) -> ExitCode {
     let engine = match Engine::new(&args.docker_host) {
         Ok(e) => e,
+        Err(e) => {
+            eprintln!("lifecycle: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let (sandbox_resources, sidecar_resources) = match args.resources.resources() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("lifecycle: {e}");
             return ExitCode::from(USAGE);
@@ -386,6 +399,8 @@ async fn run(args: Args, prefix: Prefix) -> ExitCode {
         stop_timeout: args.stop_timeout,
         lock_timeout: Duration::from_secs(args.lock_timeout),
         removal_wait: Duration::from_secs(args.removal_wait),
+        sandbox_resources,
+        sidecar_resources,
     };
     let signalled = signals();
     let lc = Lifecycle::new(engine, &args.state_dir, settings);

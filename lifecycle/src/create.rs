@@ -47,6 +47,12 @@ pub struct Extras {
     pub binds: Vec<String>,
     /// Labels added to the sandbox's own (which they never replace).
     pub labels: Vec<(String, String)>,
+    /// Environment added to the sandbox's own (`MAX_SHELL_SESSIONS=…`).
+    pub env: Vec<String>,
+    /// Answer as soon as the container runs (and, in open mode, its port is known), without
+    /// the readiness wait: the provisioner API's client waits for readiness itself, after a
+    /// create it gives 30 s.
+    pub skip_ready: bool,
 }
 
 /// Asked before a create tears anything down: what a failed create made, or a dead container
@@ -204,6 +210,14 @@ impl Lifecycle {
             }
             Err(e) => return Err(self.undo(id, &made, e, guard).await),
         };
+        if extras.skip_ready {
+            // What the caller is told is running must be: a container that exited right
+            // after its start is undone like any create that failed.
+            return match self.confirm_running(id, &created).await {
+                Ok(()) => Ok(created),
+                Err(e) => Err(self.undo(id, &made, e, guard).await),
+            };
+        }
         let limit = self.settings.ready_timeout;
         if limit.is_zero() || ready::wait(&created.url, limit).await {
             return Ok(created);
@@ -214,6 +228,27 @@ impl Lifecycle {
             secs: limit.as_secs(),
         };
         Err(self.undo(id, &made, not_ready, guard).await)
+    }
+
+    /// The container a create just started still runs (an inspect by its ID).
+    async fn confirm_running(&self, id: &str, created: &Created) -> Result<(), OpError> {
+        let cid = &created.container_id;
+        let name = &created.container_name;
+        let found = self
+            .engine
+            .inspect(cid)
+            .await
+            .map_err(step(format!("inspect {name} ({cid})")))?;
+        match found {
+            Some(c) if c.running => Ok(()),
+            other => Err(OpError::Engine {
+                step: format!("start {name} ({cid})"),
+                source: crate::engine::EngineError::Unreadable(format!(
+                    "sandbox {id} is not running right after its start (state {:?})",
+                    other.map(|c| c.state).unwrap_or_else(|| "gone".into())
+                )),
+            }),
+        }
     }
 
     fn sandbox_config(
@@ -233,6 +268,15 @@ impl Lifecycle {
         if !scope.is_empty() {
             labels.insert(naming::LABEL_SCOPE.to_owned(), scope.to_owned());
         }
+        let env = match (env, extras.env.is_empty()) {
+            (env, true) => env,
+            (env, false) => Some(
+                env.into_iter()
+                    .flatten()
+                    .chain(extras.env.clone())
+                    .collect(),
+            ),
+        };
         Config {
             image: self.settings.image.clone(),
             cmd: self.settings.sandbox_cmd.clone(),
@@ -255,14 +299,14 @@ impl Lifecycle {
             host_ip: Some(self.settings.publish_address.clone()),
             host_port: Some(port.to_string()),
         };
-        let host = HostConfig {
+        let host = self.settings.sandbox_resources.apply(HostConfig {
             binds: binds(extras),
             port_bindings: Some(HashMap::from([(
                 format!("{}/tcp", self.settings.sandbox_port),
                 Some(vec![binding]),
             )])),
             ..Default::default()
-        };
+        });
         self.create_and_start(
             id,
             self.sandbox_config(id, &made.scope, extras, host, None),
@@ -315,10 +359,10 @@ impl Lifecycle {
             image: self.settings.sidecar_image.clone(),
             cmd: Some(sidecar_cmd),
             labels: Some(self.labels(id, "netproxy")),
-            host_config: Some(HostConfig {
+            host_config: Some(self.settings.sidecar_resources.apply(HostConfig {
                 network_mode: Some(names.network.clone()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let sidecar_id = self
@@ -345,11 +389,11 @@ impl Lifecycle {
             format!("http_proxy={proxy}"),
             format!("https_proxy={proxy}"),
         ];
-        let host = HostConfig {
+        let host = self.settings.sandbox_resources.apply(HostConfig {
             network_mode: Some(names.network.clone()),
             binds: binds(extras),
             ..Default::default()
-        };
+        });
         self.create_and_start(
             id,
             self.sandbox_config(id, &made.scope, extras, host, Some(env)),

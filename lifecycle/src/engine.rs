@@ -60,6 +60,8 @@ pub struct Container {
     pub labels: HashMap<String, String>,
     pub networks: HashMap<String, String>,
     pub host_port: Option<u16>,
+    /// `HostConfig.Binds` as the engine holds them.
+    pub binds: Vec<String>,
 }
 
 /// One container of a stack listing.
@@ -183,6 +185,11 @@ impl Engine {
                             .find_map(|b| b.host_port.clone())
                     })
                     .and_then(|p| p.parse().ok());
+                let binds = c
+                    .host_config
+                    .as_ref()
+                    .and_then(|h| h.binds.clone())
+                    .unwrap_or_default();
                 let health = c
                     .state
                     .as_ref()
@@ -203,6 +210,7 @@ impl Engine {
                     labels,
                     networks,
                     host_port,
+                    binds,
                 }))
             }
             Err(e) => {

@@ -3,7 +3,7 @@
 //! bollard client on the one given socket; `ledger` the quarantine records; `ports` host-port
 //! reservations per generation; `lock` the per-sandbox-ID lock; `private` the state tree's modes (0700/0600); `decide` the pure decisions (and `teardown_plan` what a teardown of a present container does);
 //! `ops` the `Lifecycle` value and what operations return, `create` (with `create_undo`) and
-//! `teardown` the operations; `ready` the readiness probe; `cli` the command line; `serve` the long-running provider (`lifecycle serve`).
+//! `teardown` the operations; `ready` the readiness probe; `resources` the memory, CPU and process limits of what it makes; `cli` the command line; `serve` the long-running provider (`lifecycle serve`).
 
 pub mod cli;
 mod create;
@@ -18,6 +18,7 @@ pub mod ports;
 mod private;
 pub mod props;
 pub mod ready;
+pub mod resources;
 pub mod serve;
 mod teardown;
 pub mod teardown_plan;

@@ -12,10 +12,24 @@ pub use stackmodel::{
 /// label tells them apart, and a provider hands a sandbox only to the pair it names.
 pub const LABEL_SCOPE: &str = "lifecycle.scope";
 
+/// The label the provider puts on a sandbox made through deer-flow's provisioner API, and its
+/// value: such a sandbox is deer-flow's (never leased, reaped or evicted by the provider).
+pub const LABEL_ORIGIN: &str = "lifecycle.origin";
+pub const ORIGIN_PROVISIONER: &str = "provisioner";
+
 /// The value of `LABEL_SCOPE` for a user's thread.
 pub fn scope_digest(user_id: &str, thread_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let d = Sha256::digest(format!("{user_id}:{thread_id}").as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The value of `LABEL_SCOPE` for a sandbox whose ID is not derived from a (user, thread) (the
+/// provisioner API's random IDs): the full SHA-256 hex of the user ID alone. A user ID never
+/// holds ':' and a (user, thread)'s preimage always does, so the two kinds never collide.
+pub fn user_scope(user_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(user_id.as_bytes());
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 

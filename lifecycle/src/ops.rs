@@ -44,6 +44,10 @@ pub struct Settings {
     pub lock_timeout: Duration,
     /// How long a removal the engine reports as already in progress may take.
     pub removal_wait: Duration,
+    /// The memory, CPU and process limits of each sandbox.
+    pub sandbox_resources: crate::resources::Resources,
+    /// The same of each netproxy sidecar.
+    pub sidecar_resources: crate::resources::Resources,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +178,15 @@ pub struct Listed {
     /// The published host port (open mode); not printed by `ls`.
     #[serde(skip)]
     pub host_port: Option<u16>,
+    /// Whether it carries a `lifecycle.scope` label (lifecycle made it); not printed by `ls`.
+    #[serde(skip)]
+    pub scoped: bool,
+    /// Whether the provisioner API made it (`lifecycle.origin=provisioner`); not printed.
+    #[serde(skip)]
+    pub provisioned: bool,
+    /// Its labels; not printed.
+    #[serde(skip)]
+    pub labels: HashMap<String, String>,
 }
 
 #[derive(Debug)]
@@ -323,6 +336,10 @@ impl Lifecycle {
                 state: c.state,
                 mode: c.labels.get(naming::LABEL_NETWORK_MODE).cloned(),
                 host_port: c.host_port,
+                scoped: c.labels.contains_key(naming::LABEL_SCOPE),
+                provisioned: c.labels.get(naming::LABEL_ORIGIN).map(String::as_str)
+                    == Some(naming::ORIGIN_PROVISIONER),
+                labels: c.labels,
             })
             .collect())
     }

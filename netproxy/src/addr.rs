@@ -26,6 +26,8 @@ pub enum AddrRefusal {
     OwnNetwork,
     /// In a special-purpose range that no `--allow-cidr` trusts.
     Special(Special),
+    /// Named by a deny rule (an IP or a network: `Policy::denial`).
+    DeniedByRule,
 }
 
 impl AddrRefusal {
@@ -34,6 +36,7 @@ impl AddrRefusal {
         match self {
             Self::OwnNetwork => "proxy_network".to_owned(),
             Self::Special(s) => format!("special_address:{}", s.as_str()),
+            Self::DeniedByRule => "denied_by_rule".to_owned(),
         }
     }
 }

@@ -12,6 +12,24 @@ use std::time::Instant;
 
 use crate::refusal::Refusal;
 
+/// The most a log line or a refusal's body shows of a host or method the client wrote: a
+/// canonical name is at most 253 bytes, so only a refused target is ever cut (a 5 KB one was
+/// written whole, once per refusal). The same bound as a refused head's request line
+/// (`headguard::RequestLine`).
+pub const SHOWN_AT_MOST: usize = 256;
+
+/// `s` cut to `SHOWN_AT_MOST` bytes (on a character boundary).
+pub fn shown(s: &str) -> &str {
+    if s.len() <= SHOWN_AT_MOST {
+        return s;
+    }
+    let mut end = SHOWN_AT_MOST;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// What is known of a request at decision time.
 #[derive(Debug, Default)]
 pub struct Trace {
@@ -36,9 +54,9 @@ impl Trace {
         self.decided = true;
         tracing::info!(
             client = %self.client(),
-            method = %self.method,
-            raw_host = %self.raw_host,
-            host = %self.host,
+            method = %shown(&self.method),
+            raw_host = %shown(&self.raw_host),
+            host = %shown(&self.host),
             port = self.port,
             rule = self.rule.as_deref().unwrap_or(""),
             resolved = ?self.resolved,
@@ -56,9 +74,9 @@ impl Trace {
         }
         tracing::info!(
             client = %self.client(),
-            method = %self.method,
-            raw_host = %self.raw_host,
-            host = %self.host,
+            method = %shown(&self.method),
+            raw_host = %shown(&self.raw_host),
+            host = %shown(&self.host),
             port = self.port,
             rule = self.rule.as_deref().unwrap_or(""),
             resolved = ?self.resolved,
@@ -97,8 +115,8 @@ impl Exchange {
     pub fn new(trace: &Trace) -> Self {
         Self {
             client: trace.client(),
-            method: trace.method.clone(),
-            host: trace.host.clone(),
+            method: shown(&trace.method).to_owned(),
+            host: shown(&trace.host).to_owned(),
             start: Instant::now(),
             chosen: Mutex::new(None),
             up: AtomicU64::new(0),
@@ -196,5 +214,26 @@ impl Drop for Exchange {
             duration_ms = self.start.elapsed().as_secs_f64() * 1000.0,
             "request ended"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_cuts_at_the_bound_on_a_character_boundary() {
+        let at = SHOWN_AT_MOST;
+        for (s, want) in [
+            ("a.test".to_owned(), 6),
+            ("a".repeat(at), at),
+            ("a".repeat(at + 1), at),
+            ("a".repeat(5000), at),
+            // A two-byte character across the bound is left out whole.
+            (format!("{}é", "a".repeat(at - 1)), at - 1),
+        ] {
+            assert_eq!(shown(&s).len(), want, "{} bytes", s.len());
+            assert!(s.starts_with(shown(&s)));
+        }
     }
 }

@@ -34,11 +34,19 @@ pub struct Args {
         default_value = "0.0.0.0:3128"
     )]
     pub listen: SocketAddr,
+    /// An inbound relay, LISTEN_ADDR:PORT=TARGET_HOST:PORT (0.0.0.0:8080=sandbox:8080): every
+    /// connection accepted on LISTEN is carried, byte for byte, to TARGET and nowhere else; a
+    /// name target is looked up at each connection and must be a peer on one of the sidecar's
+    /// own networks (docs/netproxy.md). Repeatable; the env var is whitespace-separated.
+    #[arg(help_heading = "Listening", long, env = "NETPROXY_RELAY")]
+    pub relay: Vec<String>,
     /// Allowed destination: example.com, *.example.com (subdomains only), [2600::1], optional
     /// :PORT[,PORT] (default 80,443). Repeat the flag; the env var is whitespace-separated.
     #[arg(help_heading = "Egress rules", long, env = "NETPROXY_ALLOW")]
     pub allow: Vec<String>,
-    /// Denied destination (wins over --allow; without ports every port). Repeatable.
+    /// Denied destination (wins over --allow; without ports every port): a name, *.name, an
+    /// IP or a network (11.0.0.0/8, [2600::/32]); an IP or network also refuses every name
+    /// that resolves into it. Repeatable.
     #[arg(help_heading = "Egress rules", long, env = "NETPROXY_DENY")]
     pub deny: Vec<String>,
     /// A JSON policy file `{"allow":[…],"deny":[…],"allow_cidr":[…]}`, added to the flags'
@@ -237,7 +245,7 @@ impl PolicyFile {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// A rule from `--allow` or `--deny`.
-    #[error("{flag} {:?}: {}", .rule.rule, .rule.why)]
+    #[error("{flag} {:?}: {}", .rule.rule, .rule.reason())]
     Rule { flag: &'static str, rule: RuleError },
     #[error(transparent)]
     Cidr(#[from] egress::cidr::CidrError),
@@ -245,6 +253,8 @@ pub enum PolicyError {
     File { path: String, why: String },
     #[error("--nat64-prefix {0}")]
     Nat64(Nat64Error),
+    #[error("--relay {:?}: {}", .0.rule, .0.why)]
+    Relay(egress::relay::RelayError),
 }
 
 /// The networks `list` names for `flag` (`egress::cidr::cidrs`), refused as a policy error.
@@ -276,6 +286,7 @@ impl Args {
             ("allow_cidr", &mut a.allow_cidr),
             ("own_cidr", &mut a.own_cidr),
             ("nat64_prefix", &mut a.nat64_prefix),
+            ("relay", &mut a.relay),
         ] {
             if m.value_source(id) == Some(ValueSource::EnvVariable) {
                 *list = list
@@ -311,7 +322,8 @@ impl Args {
                 }
                 for r in from {
                     out.push(
-                        parse(r).map_err(|e| in_file(format!("{key} {:?}: {}", e.rule, e.why)))?,
+                        parse(r)
+                            .map_err(|e| in_file(format!("{key} {:?}: {}", e.rule, e.reason())))?,
                     );
                 }
                 Ok::<_, PolicyError>(out)
@@ -330,6 +342,22 @@ impl Args {
                 .map(|p| p.parse().map_err(PolicyError::Nat64))
                 .collect::<Result<_, _>>()?,
         })
+    }
+
+    /// The relays (`--relay`), each checked whole; two on one listening address are refused.
+    pub fn relays(&self) -> Result<Vec<egress::relay::Relay>, PolicyError> {
+        let mut out: Vec<egress::relay::Relay> = Vec::with_capacity(self.relay.len());
+        for rule in &self.relay {
+            let r = egress::relay::Relay::parse(rule).map_err(PolicyError::Relay)?;
+            if out.iter().any(|o| o.listen == r.listen) {
+                return Err(PolicyError::Relay(egress::relay::RelayError {
+                    rule: rule.clone(),
+                    why: format!("another relay listens on {}", r.listen),
+                }));
+            }
+            out.push(r);
+        }
+        Ok(out)
     }
 
     pub fn timeouts(&self) -> Timeouts {

@@ -43,13 +43,13 @@ fn nat64_prefixes_are_judged_and_checked() {
         .policy()
         .expect("policy");
     let metadata = [ip("2600:64::a9fe:a9fe")];
-    assert_eq!(plain.vet(&[], &metadata), Ok(metadata.to_vec()));
+    assert_eq!(plain.vet(&[], &metadata, 443), Ok(metadata.to_vec()));
     assert_eq!(
-        flagged.vet(&[], &metadata),
+        flagged.vet(&[], &metadata, 443),
         Err(AddrRefusal::Special(Special::LinkLocal))
     );
     let public = [ip("2600:64::808:808")];
-    assert_eq!(flagged.vet(&[], &public), Ok(public.to_vec()));
+    assert_eq!(flagged.vet(&[], &public, 443), Ok(public.to_vec()));
     let bad = Args::load_from(["netproxy", "--nat64-prefix", "2600:64::/80"]).expect("flags");
     assert_eq!(
         bad.policy().map(|_| ()).map_err(|e| e.to_string()),
@@ -133,12 +133,15 @@ fn mapped_form_networks_are_normalised_or_refused() {
         p.allow_cidrs,
         vec!["10.0.0.0/8".parse::<IpNet>().expect("net")]
     );
-    assert_eq!(p.vet(&[], &[ip("11.0.0.7")]), Err(AddrRefusal::OwnNetwork));
     assert_eq!(
-        p.vet(&[], &[ip("::ffff:11.0.0.7")]),
+        p.vet(&[], &[ip("11.0.0.7")], 443),
         Err(AddrRefusal::OwnNetwork)
     );
-    assert_eq!(p.vet(&[], &[ip("10.1.2.3")]), Ok(vec![ip("10.1.2.3")]));
+    assert_eq!(
+        p.vet(&[], &[ip("::ffff:11.0.0.7")], 443),
+        Err(AddrRefusal::OwnNetwork)
+    );
+    assert_eq!(p.vet(&[], &[ip("10.1.2.3")], 443), Ok(vec![ip("10.1.2.3")]));
     let bad = Args::load_from(["netproxy", "--own-cidr", "::ffff:0:0/95"]).expect("flags");
     let e = bad.policy().map(|_| ()).map_err(|e| e.to_string());
     assert!(

@@ -12,6 +12,15 @@ use netproxy::startup::{Config, EXIT_CONFIG, EXIT_RUNTIME};
 use scrape::startup::clap_line;
 
 fn main() -> ExitCode {
+    // SIGHUP held back from the first instruction: its default action ends the process, and
+    // until `run` has tokio's handler in place a reload asked for (lifecycle sends it right
+    // after start) would kill the sidecar. Blocked, it stays pending; `run` unblocks it once
+    // the handler is there, and the pending one is delivered as a reload. Every thread made
+    // from here on (the runtime's) keeps it blocked, so it is delivered to this one.
+    let hup = hup_set();
+    if let Err(e) = hup.thread_block() {
+        return fail(EXIT_RUNTIME, &format!("blocking SIGHUP: {e}"));
+    }
     // Bad configuration first, before the runtime or a log line: exit 2.
     let args = match Args::try_load() {
         Ok(a) => a,
@@ -41,7 +50,18 @@ fn fail(code: u8, line: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
+fn hup_set() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGHUP);
+    set
+}
+
 async fn run(cfg: Config) -> anyhow::Result<()> {
+    // The reload handler first of all, then SIGHUP let through on this thread (the one
+    // `block_on` runs `run` on): one sent since start is delivered now, as a reload.
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("SIGHUP handler")?;
+    hup_set().thread_unblock().context("unblocking SIGHUP")?;
     // Like SOCKPROXY_LOG and LIFECYCLE_LOG: an EnvFilter, default info.
     let filter = tracing_subscriber::EnvFilter::try_from_env("NETPROXY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -80,8 +100,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let reload_proxy = proxy.clone();
     let metrics_listen = cfg.args.metrics_listen.clone();
     let reload_args = cfg.args;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .context("SIGHUP handler")?;
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             // Validate the whole new policy first; only then swap it in.
@@ -99,12 +117,35 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    // Each relay on a listener of its own, bound before the process says it listens.
+    let mut relays = Vec::with_capacity(cfg.relays.len());
+    for relay in cfg.relays {
+        let listener = tokio::net::TcpListener::bind(relay.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (--relay {relay})", relay.listen))?;
+        relays.push((listener, relay));
+    }
+    let relays_shown: Vec<String> = relays.iter().map(|(_, r)| r.to_string()).collect();
+    for (listener, relay) in relays {
+        tokio::spawn(netproxy::relay::serve(
+            listener,
+            relay,
+            proxy.clone(),
+            cfg.limits,
+            std::future::pending(),
+        ));
+    }
     if let Some(at) = &metrics_listen {
         let metrics = scrape::bind(at).with_context(|| format!("--metrics-listen {at}"))?;
         let exposed = Arc::new(netproxy::metrics::Exposed(proxy.metrics.clone()));
         tokio::spawn(scrape::serve(metrics, exposed, std::future::pending()));
     }
-    tracing::info!(listen = %cfg.listen, metrics_listen = metrics_listen.as_ref().map(|m| m.to_string()), "netproxy listening");
+    tracing::info!(
+        listen = %cfg.listen,
+        relays = ?relays_shown,
+        metrics_listen = metrics_listen.as_ref().map(|m| m.to_string()),
+        "netproxy listening"
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("SIGTERM handler")?;
     netproxy::server::serve(listener, proxy, cfg.limits, async move {

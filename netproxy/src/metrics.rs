@@ -24,10 +24,6 @@ const DNS_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-/// `/healthz` answers 503 while lookups failed (no answer from the resolver) within this long
-/// and none has been answered since.
-pub const FAILING_WITHIN: Duration = Duration::from_secs(60);
-
 /// How a name lookup ended, for `netproxy_dns_lookups_total{result}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
@@ -69,6 +65,11 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabel {
     direction: &'static str,
 }
@@ -85,7 +86,12 @@ pub struct Metrics {
     tunnel_bytes: Family<DirectionLabel, Counter>,
     connections_open: Gauge,
     connections_refused: Family<ReasonLabel, Counter>,
+    relay_connections: Family<OutcomeLabel, Counter>,
+    relay_open: Gauge,
+    relay_bytes: Family<DirectionLabel, Counter>,
     started: Instant,
+    /// The proxy's accept loop is running (`server::serve`): what `/healthz` answers on.
+    serving: std::sync::atomic::AtomicBool,
     /// Milliseconds from `started`, plus one; 0 for never.
     dns_answered: AtomicU64,
     dns_failed: AtomicU64,
@@ -94,6 +100,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        scrape::process::register_standard(&mut registry, "netproxy", env!("CARGO_PKG_VERSION"));
         let requests = registered(
             &mut registry,
             "netproxy_requests",
@@ -152,6 +159,28 @@ impl Default for Metrics {
                 .into_iter()
                 .map(|reason| ReasonLabel { reason }),
         );
+        let relay_connections = counters_at_zero(
+            &mut registry,
+            "netproxy_relay_connections",
+            "Inbound connections to a --relay listener, by outcome: relayed, or why not",
+            crate::relay::OUTCOMES
+                .into_iter()
+                .map(|outcome| OutcomeLabel { outcome }),
+        );
+        let relay_open = registered(
+            &mut registry,
+            "netproxy_relay_connections_open",
+            "Relayed connections open",
+            Gauge::default(),
+        );
+        let relay_bytes = counters_at_zero(
+            &mut registry,
+            "netproxy_relay_bytes",
+            "Bytes relayed, counted as each relayed connection closes (up: client to target)",
+            ["up", "down"]
+                .into_iter()
+                .map(|direction| DirectionLabel { direction }),
+        );
         Self {
             registry,
             requests,
@@ -162,7 +191,11 @@ impl Default for Metrics {
             tunnel_bytes,
             connections_open,
             connections_refused,
+            relay_connections,
+            relay_open,
+            relay_bytes,
             started: Instant::now(),
+            serving: std::sync::atomic::AtomicBool::new(false),
             dns_answered: AtomicU64::new(0),
             dns_failed: AtomicU64::new(0),
         }
@@ -257,16 +290,45 @@ impl Metrics {
         }
     }
 
-    /// 200 unless lookups failed within `FAILING_WITHIN` and none was answered since: a
-    /// sidecar nobody has asked lately is healthy (there is nothing to judge the resolver on).
+    /// An inbound connection to a relay listener ended up `outcome` (`relay::OUTCOMES`).
+    pub fn relay_connection(&self, outcome: &'static str) {
+        self.relay_connections
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    pub fn relay_opened(&self) -> Open {
+        self.relay_open.inc();
+        Open(self.relay_open.clone())
+    }
+
+    pub fn relay_closed(&self, up: u64, down: u64) {
+        for (direction, n) in [("up", up), ("down", down)] {
+            self.relay_bytes
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(n);
+        }
+    }
+
+    /// The accept loop started (`true`) or ended (`false`).
+    pub fn serving(&self, on: bool) {
+        self.serving.store(on, Ordering::Relaxed);
+    }
+
+    /// 200 while the proxy serves: its accept loop runs on the runtime that answers this (a
+    /// wedged runtime answers nothing). Not whether the resolver answered lately: a failed
+    /// lookup of one allowed name says nothing about the process, and a health check that a
+    /// sandbox can flip by asking for a name that does not resolve would have an orchestrator
+    /// restart its sidecar. When the resolver last answered and last failed are in the body;
+    /// alert on `netproxy_dns_lookups_total` for the resolver (docs/metrics.md).
     pub fn health(&self) -> scrape::Health {
+        let serving = self.serving.load(Ordering::Relaxed);
         let answered = self.ago(&self.dns_answered);
         let failed = self.ago(&self.dns_failed);
-        let failing = failed.is_some_and(|f| f <= FAILING_WITHIN && answered.is_none_or(|a| a > f));
         scrape::Health {
-            ok: !failing,
+            ok: serving,
             body: serde_json::json!({
-                "status": if failing { "resolver_failing" } else { "ok" },
+                "status": if serving { "ok" } else { "not_serving" },
                 "resolver_answered_secs_ago": answered.map(|a| a.as_secs()),
                 "resolver_failed_secs_ago": failed.map(|f| f.as_secs()),
             }),

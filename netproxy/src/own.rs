@@ -6,10 +6,12 @@
 //! Loopback interfaces are left out: loopback is a special range already, and `--allow-cidr`
 //! may trust it for tests.
 //!
-//! A read can fail (EMFILE at the descriptor limit). It then never stands for "no own
-//! networks": the last list read whole stays in force and the next vetting reads again; with
-//! no list read yet, the networks are unknown and the request is refused
-//! (`own_networks_unknown`). One warning per episode of failures.
+//! Every announced change moves an epoch on (`Interfaces::epoch`): whoever judged an address
+//! at one epoch judges it again once the epoch has moved (the dial, an open tunnel), and a list
+//! read at an older epoch never stands in for the present. A read can fail (EMFILE at the
+//! descriptor limit): the networks are then unknown and a request is refused
+//! (`own_networks_unknown`), never judged against the list from before the change nor an empty
+//! one. One warning per episode of failures.
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use nix::net::if_::InterfaceFlags;
@@ -22,7 +24,21 @@ pub struct OwnUnknown(pub String);
 
 /// Where the own networks come from (tests inject fixed ones).
 pub trait Interfaces: Send + Sync + std::fmt::Debug {
+    /// The networks as they are now.
     fn networks(&self) -> Result<Vec<IpNet>, OwnUnknown>;
+
+    /// How many changes have been announced so far (taking in those queued): an address
+    /// judged when this was `e` must be judged again once it is no longer `e`. Read it before
+    /// `networks`, so that a change made meanwhile counts as one since the judgement.
+    fn epoch(&self) -> u64 {
+        0
+    }
+
+    /// A descriptor that turns readable when a change is announced, for a task that judges the
+    /// open tunnels again (`NetProxy::watch_interfaces`); `None`: changes are never pushed.
+    fn announcements(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
 }
 
 /// How the interfaces are read: `System::read` in the proxy; a test puts a failing one in
@@ -35,7 +51,9 @@ pub struct System;
 
 impl System {
     /// One read (`getifaddrs`: a netlink dump, so it needs descriptors and can fail with
-    /// EMFILE) of the non-loopback interfaces' networks.
+    /// EMFILE) of the non-loopback interfaces' networks, each written with the interface's own
+    /// address (`10.1.0.7/16`: `addr()` is the sidecar's, `contains` the whole network), which
+    /// the relay never dials.
     pub fn read() -> std::io::Result<Vec<IpNet>> {
         let addrs = nix::ifaddrs::getifaddrs().map_err(std::io::Error::from)?;
         Ok(addrs
@@ -47,13 +65,13 @@ impl System {
                     let prefix = u32::from(mask.ip()).count_ones();
                     return Ipv4Net::new(ip.ip(), u8::try_from(prefix).ok()?)
                         .ok()
-                        .map(|n| IpNet::V4(n.trunc()));
+                        .map(IpNet::V4);
                 }
                 let (ip, mask) = (ip.as_sockaddr_in6()?, mask.as_sockaddr_in6()?);
                 let prefix = u128::from(mask.ip()).count_ones();
                 Ipv6Net::new(ip.ip(), u8::try_from(prefix).ok()?)
                     .ok()
-                    .map(|n| IpNet::V6(n.trunc()))
+                    .map(IpNet::V6)
             })
             .collect())
     }
@@ -82,10 +100,12 @@ pub struct Watched {
 /// What the last reads found.
 #[derive(Debug, Default)]
 struct Known {
-    /// The last list read whole.
-    last: Option<Vec<IpNet>>,
-    /// The last read failed: read again on the next vetting, announced or not (the failure
-    /// may have eaten the announcement, and descriptors may be free again).
+    /// Changes announced so far (or suspected: an error on the announcement socket).
+    epoch: u64,
+    /// The last list read whole, and the epoch it was read at: it stands only while no change
+    /// has been announced since.
+    last: Option<(Vec<IpNet>, u64)>,
+    /// The last read failed (for one warning per episode, and a line when reads work again).
     failing: bool,
 }
 
@@ -101,8 +121,8 @@ impl Watched {
     }
 
     /// Reading the interfaces with `reader` (tests inject failures through it). The first
-    /// read is made now, at start-up, while descriptors are plentiful: a flood that later
-    /// exhausts them finds a good list to keep.
+    /// read is made now, at start-up, while descriptors are plentiful: requests before any
+    /// change find a good list.
     pub fn with_reader(reader: Reader) -> Self {
         let w = Self {
             changes: subscribe()
@@ -118,13 +138,15 @@ impl Watched {
         w
     }
 
-    /// Whether anything was announced (or could have been missed) since the last call; empties
-    /// the queue.
-    fn changed(&self) -> bool {
+    /// Takes in the announcements queued (or that could have been missed): the epoch moves on
+    /// once if there were any. Called under the state's lock.
+    fn drain(&self, known: &mut Known) {
         use nix::errno::Errno;
         use nix::sys::socket::{recv, MsgFlags};
         let Some(fd) = &self.changes else {
-            return true;
+            // Nothing announces changes: every call counts as one.
+            known.epoch += 1;
+            return;
         };
         let mut buf = [0u8; 8192];
         let mut changed = false;
@@ -134,14 +156,25 @@ impl Watched {
                 &mut buf,
                 MsgFlags::MSG_DONTWAIT,
             ) {
-                Ok(0) => return changed,
+                Ok(0) | Err(Errno::EAGAIN) => break,
                 Ok(_) => changed = true,
-                Err(Errno::EAGAIN) => return changed,
                 Err(Errno::EINTR) => continue,
                 // ENOBUFS: the kernel dropped announcements; anything else: unknown state.
-                Err(_) => return true,
+                Err(_) => {
+                    changed = true;
+                    break;
+                }
             }
         }
+        if changed {
+            known.epoch += 1;
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -167,41 +200,50 @@ fn subscribe() -> nix::Result<std::os::fd::OwnedFd> {
 }
 
 impl Interfaces for Watched {
-    /// The list as it is now; after a failed read, the last good list (and a new read at the
-    /// next call), or `OwnUnknown` when there has been none. One warning per episode of
-    /// failures, one line when reads work again.
+    /// The list as it is now: the last one read while no change has been announced since, else
+    /// a new read; `OwnUnknown` when that read fails. One warning per episode of failures, one
+    /// line when reads work again.
     fn networks(&self) -> Result<Vec<IpNet>, OwnUnknown> {
-        let mut known = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut known = self.state();
         // Drained under the lock (a vetting on another thread must not find the queue emptied
         // and the old list still in place), and before the read, so a change made during the
         // read is announced for the next one.
-        let changed = self.changed();
-        if let (Some(nets), false, false) = (&known.last, changed, known.failing) {
-            return Ok(nets.clone());
+        self.drain(&mut known);
+        let epoch = known.epoch;
+        if let Some((nets, at)) = &known.last {
+            if *at == epoch {
+                return Ok(nets.clone());
+            }
         }
         match (self.reader)() {
             Ok(nets) => {
                 if std::mem::replace(&mut known.failing, false) {
                     tracing::info!("the interfaces can be read again");
                 }
-                known.last = Some(nets.clone());
+                known.last = Some((nets.clone(), epoch));
                 Ok(nets)
             }
             Err(e) => {
                 if !std::mem::replace(&mut known.failing, true) {
                     tracing::warn!(
                         error = %e,
-                        kept = known.last.is_some(),
-                        "cannot read the interfaces: the last list read stands and reads are \
-                         retried; with none, requests are refused (own_networks_unknown)"
+                        "cannot read the interfaces after a change: requests are refused \
+                         (own_networks_unknown) until they can be read again"
                     );
                 }
-                known.last.clone().ok_or_else(|| OwnUnknown(e.to_string()))
+                Err(OwnUnknown(e.to_string()))
             }
         }
+    }
+
+    fn epoch(&self) -> u64 {
+        let mut known = self.state();
+        self.drain(&mut known);
+        known.epoch
+    }
+
+    fn announcements(&self) -> Option<std::os::fd::OwnedFd> {
+        self.changes.as_ref().and_then(|fd| fd.try_clone().ok())
     }
 }
 
@@ -220,7 +262,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Scripted reads for `fails_closed_and_keeps_the_last_good_list`: 0 fails, 1 reads one
+    /// Scripted reads for `a_failed_read_after_a_change_is_unknown`: 0 fails, 1 reads one
     /// network, 2 fails again, 3 reads another. (One test uses it: a `fn` has no state.)
     static STEP: AtomicUsize = AtomicUsize::new(0);
 
@@ -232,11 +274,12 @@ mod tests {
         }
     }
 
-    /// Issue 38, finding 2: a failed read never yields an empty list. With no good read yet
-    /// the networks are unknown; after one, a failure keeps it, and the next call reads again.
+    /// Issue 38, finding 2, and issue 50, finding 1: a failed read never yields an empty list,
+    /// nor the list from before the change it was to take in: the networks are unknown until a
+    /// read succeeds. Every call here counts as a change (no announcement socket), and moves
+    /// the epoch on.
     #[test]
-    fn fails_closed_and_keeps_the_last_good_list() {
-        // No announcement socket: every call reads, as after an announcement.
+    fn a_failed_read_after_a_change_is_unknown() {
         let w = Watched {
             changes: None,
             reader: scripted,
@@ -248,18 +291,15 @@ mod tests {
         assert_eq!(w.networks(), unknown, "no list yet: unknown, not empty");
         assert_eq!(w.networks(), unknown, "and still unknown");
         STEP.store(1, Ordering::SeqCst);
-        assert_eq!(w.networks(), Ok(ten1.clone()), "retried after the failure");
+        assert_eq!(w.networks(), Ok(ten1), "retried after the failure");
         STEP.store(2, Ordering::SeqCst);
+        let before = w.epoch();
         assert_eq!(
             w.networks(),
-            Ok(ten1.clone()),
-            "a failed read keeps the last list"
+            unknown,
+            "a failed read after a change does not keep the old list"
         );
-        assert_eq!(
-            w.networks(),
-            Ok(ten1),
-            "failure after failure, still the last list"
-        );
+        assert!(w.epoch() > before, "the epoch moved on");
         STEP.store(3, Ordering::SeqCst);
         assert_eq!(
             w.networks(),

@@ -31,20 +31,47 @@ impl Policy {
         rules::decide(&self.allow, &self.deny, &t.host, t.port)
     }
 
-    /// Every answer vetted; one refused answer refuses the name whole, so a rebinding answer
-    /// can never be picked by a later attempt. `interfaces`: the sidecar's interface networks
-    /// as read now. `Ok` holds the addresses to dial (IPv4-mapped folded), in answer order.
+    /// Every answer vetted for `port`; one refused answer refuses the name whole, so a
+    /// rebinding answer can never be picked by a later attempt. `interfaces`: the sidecar's
+    /// interface networks as read now. `Ok` holds the addresses to dial (IPv4-mapped folded),
+    /// in answer order. Each answer is judged by `addr::judge` (own networks, special ranges),
+    /// then by the deny rules naming an IP or a network (`denial`).
     pub fn vet(
         &self,
         interfaces: &[IpNet],
         answers: &[IpAddr],
+        port: u16,
     ) -> Result<Vec<IpAddr>, AddrRefusal> {
         let mut own = self.own_networks.clone();
         own.extend_from_slice(interfaces);
         answers
             .iter()
-            .map(|ip| addr::judge(*ip, &self.allow_cidrs, &own, &self.nat64_prefixes))
+            .map(|ip| {
+                let ip = addr::judge(*ip, &self.allow_cidrs, &own, &self.nat64_prefixes)?;
+                match self.denial(ip, port) {
+                    Some(_) => Err(AddrRefusal::DeniedByRule),
+                    None => Ok(ip),
+                }
+            })
             .collect()
+    }
+
+    /// The first deny rule that refuses the address `ip` on `port`: one naming it or a network
+    /// holding it, or holding an IPv4 it carries (a translator prefix's, as `addr::embedded`
+    /// reads them: the translator would carry the connection there).
+    pub fn denial(&self, ip: IpAddr, port: u16) -> Option<&Rule> {
+        let ip = addr::fold(ip);
+        let mut all = vec![ip];
+        if let IpAddr::V6(v6) = ip {
+            all.extend(
+                addr::embedded(v6, &self.nat64_prefixes)
+                    .into_iter()
+                    .map(IpAddr::V4),
+            );
+        }
+        self.deny
+            .iter()
+            .find(|r| all.iter().any(|a| r.denies_address(*a, port)))
     }
 }
 
@@ -61,7 +88,11 @@ mod tests {
                 Rule::parse("*.allowed.test").expect("rule"),
                 Rule::parse("[2600::1]").expect("rule"),
             ],
-            deny: vec![Rule::parse_deny("secret.allowed.test").expect("rule")],
+            deny: vec![
+                Rule::parse_deny("secret.allowed.test").expect("rule"),
+                Rule::parse_deny("9.9.9.9").expect("rule"),
+                Rule::parse_deny("[2a00::/16]:443").expect("rule"),
+            ],
             allow_cidrs: vec!["10.0.0.0/8".parse().expect("net")],
             own_networks: vec!["10.1.0.0/16".parse().expect("net")],
             nat64_prefixes: vec![],
@@ -91,6 +122,15 @@ mod tests {
             ("a.allowed.test:443", &["10.1.0.1"], Err("proxy_network")),
             ("a.allowed.test:443", &["10.2.0.1"], Err("proxy_network")),
             ("[2600::1]:443", &["2600::1"], Ok(vec!["2600::1"])),
+            // Issue 50, finding 2: deny rules naming an IP or a network judge every answer.
+            ("a.allowed.test:443", &["9.9.9.9"], Err("denied_by_rule")),
+            (
+                "a.allowed.test:443",
+                &["8.8.8.8", "2a00::5"],
+                Err("denied_by_rule"),
+            ),
+            ("a.allowed.test:80", &["2a00::5"], Ok(vec!["2a00::5"])),
+            ("9.9.9.9:443", &["9.9.9.9"], Err("denied_by_rule")),
         ];
         for (target, answers, want) in cases {
             let t = parse_authority(target).expect("target");
@@ -98,7 +138,8 @@ mod tests {
                 NameDecision::Deny { reason, .. } => Err(reason.as_str().to_owned()),
                 NameDecision::Allow { .. } => {
                     let answers: Vec<IpAddr> = answers.iter().map(|a| ip(a)).collect();
-                    p.vet(&ifaces, &answers).map_err(AddrRefusal::reason)
+                    p.vet(&ifaces, &answers, t.port)
+                        .map_err(AddrRefusal::reason)
                 }
             };
             let want = want

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use tokio::net::TcpStream;
 
+use crate::addr::AddrRefusal;
 use crate::audit::{Exchange, Trace};
 use crate::forward::{forward, Guard, Timeouts};
 use crate::framing::{self, HeadRefusal};
@@ -22,11 +22,10 @@ use crate::own::Interfaces;
 pub use crate::policy::Policy;
 use crate::refusal::{full, Reason};
 pub use crate::refusal::{Body, Refusal, ERROR_HEADER};
+use crate::rejudge::{Changes, Vetted};
 use crate::resolve::Resolve;
 use crate::rules::NameDecision;
 use crate::target::{self, Host, Target};
-use crate::tunnel::Revoked;
-use tokio::sync::watch;
 
 /// What a connection holds of the limits (its global permit, its client's share). The server
 /// puts it on every request; a tunnel keeps it for as long as it runs, since hyper lets go of
@@ -46,6 +45,11 @@ pub struct NetProxy {
     pub policy: std::sync::RwLock<Arc<Policy>>,
     /// Bumped by every `set_policy`: each open tunnel judges itself again on the new policy.
     pub policy_changes: tokio::sync::watch::Sender<u64>,
+    /// The network epoch (`own::Interfaces::epoch`) as last announced: each open tunnel judges
+    /// itself again when it moves (`rejudge`).
+    pub network_changes: tokio::sync::watch::Sender<u64>,
+    /// `watch` has started the task that moves `network_changes`.
+    pub watching: std::sync::atomic::AtomicBool,
     pub resolver: Arc<dyn Resolve>,
     /// The sidecar's interfaces, read for every vetting (`own`).
     pub interfaces: Arc<dyn Interfaces>,
@@ -82,6 +86,8 @@ impl NetProxy {
         Self {
             policy: std::sync::RwLock::new(Arc::new(policy)),
             policy_changes: tokio::sync::watch::Sender::new(0),
+            network_changes: tokio::sync::watch::Sender::new(0),
+            watching: std::sync::atomic::AtomicBool::new(false),
             resolver,
             interfaces: Arc::new(crate::own::Watched::new()),
             dns_timeout: Duration::from_secs(5),
@@ -106,61 +112,6 @@ impl NetProxy {
             Err(poisoned) => *poisoned.into_inner() = Arc::new(p),
         }
         self.policy_changes.send_modify(|g| *g = g.wrapping_add(1));
-    }
-
-    /// Whether a tunnel to `t`, dialed at `chosen`, would be opened now: the same name
-    /// decision, and the same address check on the address it is connected to.
-    pub fn still_allows(&self, t: &Target, chosen: SocketAddr) -> bool {
-        let policy = self.policy();
-        // Own networks unknown: the tunnel cannot be shown to be allowed, so it is not.
-        matches!(policy.decide_name(t), NameDecision::Allow { .. })
-            && self
-                .interfaces
-                .networks()
-                .is_ok_and(|own| policy.vet(&own, &[chosen.ip()]).is_ok())
-    }
-
-    /// Resolves once the policy has changed to one that no longer allows this exchange.
-    /// `changes` is the subscription taken before the lookup (`process`), so a reload at any
-    /// moment since is seen: none can fall between a check and the subscription.
-    fn revoked(
-        self: &Arc<Self>,
-        t: Target,
-        chosen: SocketAddr,
-        mut changes: watch::Receiver<u64>,
-    ) -> Revoked {
-        let proxy = self.clone();
-        Box::pin(async move {
-            while changes.changed().await.is_ok() {
-                if !proxy.still_allows(&t, chosen) {
-                    return;
-                }
-            }
-            // The proxy is going away: the exchange ends by its own rules.
-            std::future::pending::<()>().await;
-        })
-    }
-
-    /// After the dial, before any byte is relayed: if a reload came since the decision, the
-    /// address dialed is judged again on the policy now in place.
-    fn recheck(
-        &self,
-        changes: &mut watch::Receiver<u64>,
-        t: &Target,
-        chosen: SocketAddr,
-        exchange: &Exchange,
-    ) -> Result<(), Refusal> {
-        if !changes.has_changed().unwrap_or(false) {
-            return Ok(());
-        }
-        changes.borrow_and_update();
-        if self.still_allows(t, chosen) {
-            return Ok(());
-        }
-        let r = Refusal::new(Reason::Revoked, t.host.to_string());
-        exchange.status(r.status());
-        exchange.end(r.reason.text());
-        Err(r)
     }
 
     pub fn policy(&self) -> Arc<Policy> {
@@ -244,7 +195,7 @@ impl NetProxy {
             .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
         // Subscribed before the policy is read for the decision: a reload from here on is
         // seen by the lookup's re-decision, the post-dial recheck and the relay's watch.
-        let mut changes = self.policy_changes.subscribe();
+        let mut changes = self.changes();
         if req.method() == Method::CONNECT {
             let raw = req
                 .uri()
@@ -267,7 +218,7 @@ impl NetProxy {
             let vetted = self.vet(&t, trace, &mut changes).await?;
             let exchange = Exchange::new(trace);
             let (stream, chosen) = self.dial(&vetted, &t, &exchange).await?;
-            self.recheck(&mut changes, &t, chosen, &exchange)?;
+            self.recheck(&mut changes, &t, &vetted, chosen, &exchange)?;
             exchange.disarm();
             let hold = req.extensions().get::<ConnectionHold>().cloned();
             let on_upgrade = hyper::upgrade::on(&mut req);
@@ -309,7 +260,7 @@ impl NetProxy {
             exchange.cut_by_writes(c.write_timed_out.clone());
         }
         let (stream, chosen) = self.dial(&vetted, &t, &exchange).await?;
-        self.recheck(&mut changes, &t, chosen, &exchange)?;
+        self.recheck(&mut changes, &t, &vetted, chosen, &exchange)?;
         let guard = Guard {
             revoked: self.revoked(t.clone(), chosen, changes),
             connection,
@@ -338,8 +289,8 @@ impl NetProxy {
         &self,
         t: &Target,
         trace: &mut Trace,
-        changes: &mut watch::Receiver<u64>,
-    ) -> Result<Vec<SocketAddr>, Refusal> {
+        changes: &mut Changes,
+    ) -> Result<Vetted, Refusal> {
         let mut policy = self.policy();
         let shown = t.host.to_string();
         trace.host.clone_from(&shown);
@@ -366,63 +317,36 @@ impl NetProxy {
             }
         };
         trace.resolved.clone_from(&answers);
-        if changes.has_changed().unwrap_or(false) {
-            changes.borrow_and_update();
+        if changes.policy.has_changed().unwrap_or(false) {
+            changes.policy.borrow_and_update();
             policy = self.policy();
             decide(&policy, t, trace)?;
         }
         // Own networks are read now, not at start: an interface added since is refused too.
+        // The epoch first: a change announced from here on is one since this vetting.
+        let epoch = self.interfaces.epoch();
         let own = self
             .interfaces
             .networks()
             .map_err(|_| Refusal::new(Reason::OwnNetworksUnknown, shown.clone()))?;
-        let vetted = policy
-            .vet(&own, &answers)
-            .map_err(|why| Refusal::new(Reason::Address(why), shown))?;
+        let vetted = policy.vet(&own, &answers, t.port).map_err(|why| {
+            if why == AddrRefusal::DeniedByRule {
+                // The decision line names the deny rule that refused an answer.
+                trace.rule = answers
+                    .iter()
+                    .find_map(|ip| policy.denial(*ip, t.port))
+                    .map(|r| r.text.clone());
+            }
+            Refusal::new(Reason::Address(why), shown)
+        })?;
         trace.allow();
-        Ok(vetted
-            .into_iter()
-            .map(|ip| SocketAddr::new(ip, t.port))
-            .collect())
-    }
-
-    /// Races the vetted addresses within the connect timeout; records the winner.
-    async fn dial(
-        &self,
-        vetted: &[SocketAddr],
-        t: &Target,
-        exchange: &Exchange,
-    ) -> Result<(TcpStream, SocketAddr), Refusal> {
-        let shown = t.host.to_string();
-        let client = exchange
-            .client_ip()
-            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-        let budget = &self.dials;
-        let race = crate::dial::race(vetted, crate::dial::STAGGER, |addr| {
-            let permit = budget.clone().permit(client);
-            async move {
-                // Held while the socket connects: a half-open socket is a descriptor too.
-                let _permit = permit.await?;
-                TcpStream::connect(addr).await
-            }
-        });
-        let failed = |reason: Reason| {
-            let r = Refusal::new(reason, shown.clone());
-            exchange.status(r.status());
-            exchange.end(r.reason.text());
-            r
-        };
-        match tokio::time::timeout(self.connect_timeout, race).await {
-            Err(_) => Err(failed(Reason::ConnectTimeout)),
-            Ok(Err(e)) => {
-                tracing::debug!(host = %t.host, error = %e, "every vetted address failed");
-                Err(failed(Reason::ConnectFailed))
-            }
-            Ok(Ok((stream, chosen))) => {
-                exchange.chosen(chosen);
-                Ok((stream, chosen))
-            }
-        }
+        Ok(Vetted {
+            addrs: vetted
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, t.port))
+                .collect(),
+            epoch,
+        })
     }
 }
 

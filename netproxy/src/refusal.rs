@@ -100,6 +100,7 @@ impl Reason {
             Self::Name(n) => n.as_str(),
             Self::Address(crate::addr::AddrRefusal::OwnNetwork) => "proxy_network",
             Self::Address(crate::addr::AddrRefusal::Special(_)) => "special_address",
+            Self::Address(crate::addr::AddrRefusal::DeniedByRule) => "denied_by_rule",
             Self::DnsTimeout => "dns_timeout",
             Self::DnsFailure => "dns_failure",
             Self::DnsNoAnswer => "dns_no_answer",
@@ -148,7 +149,8 @@ impl Reason {
     }
 }
 
-/// A refusal: why, and the canonical host it was about (empty when there was none yet).
+/// A refusal: why, and the host it was about (canonical, or as written for a target that does
+/// not parse, cut to `audit::SHOWN_AT_MOST` bytes; empty when there was none yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub reason: Reason,
@@ -157,10 +159,10 @@ pub struct Refusal {
 
 impl Refusal {
     pub fn new(reason: Reason, host: impl Into<String>) -> Self {
-        Self {
-            reason,
-            host: host.into(),
-        }
+        let mut host: String = host.into();
+        let keep = crate::audit::shown(&host).len();
+        host.truncate(keep);
+        Self { reason, host }
     }
 
     pub fn status(&self) -> StatusCode {

@@ -3,10 +3,8 @@
 //! enforces the head size, count and time limits), and an in-process background handle for
 //! tests.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -14,9 +12,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
 use crate::audit::Trace;
+use crate::caps::Caps;
 use crate::client::{ClientIo, ClientRead};
 use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
@@ -54,8 +52,11 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+    // Announced network changes reach the open tunnels from here on.
+    proxy.watch();
+    // `/healthz` is 200 while this loop runs, and not once it has returned.
+    let _serving = Serving::start(proxy.metrics.clone());
+    let caps = Caps::new(limits.max_connections, limits.max_per_client);
     tokio::pin!(shutdown);
     let mut spare = Spare::new();
     let mut backoff = BACKOFF_MIN;
@@ -88,22 +89,17 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.max_per_client) else {
-                    let m = proxy.metrics.clone();
-                    tokio::spawn(async move { busy(stream, peer, Reason::ClientConnectionLimit, &m).await });
-                    continue;
-                };
-                match permits.clone().try_acquire_owned() {
-                    Ok(permit) => {
+                match caps.admit(peer.ip()) {
+                    Ok(held) => {
                         let proxy = proxy.clone();
                         // Counted open as long as the limits hold it: a tunnel keeps it.
                         let open = proxy.metrics.connection_opened();
-                        let hold = ConnectionHold(Arc::new((permit, slot, open)));
+                        let hold = ConnectionHold(Arc::new((held, open)));
                         tokio::spawn(connection(stream, peer, proxy, limits, hold));
                     }
-                    Err(_) => {
+                    Err(reason) => {
                         let m = proxy.metrics.clone();
-                        tokio::spawn(async move { busy(stream, peer, Reason::ConnectionLimit, &m).await });
+                        tokio::spawn(async move { busy(stream, peer, reason, &m).await });
                     }
                 }
             }
@@ -111,10 +107,27 @@ pub async fn serve(
     }
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(5);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The accept loop running, for `/healthz`: set when it starts, cleared when it returns.
+struct Serving(Arc<crate::metrics::Metrics>);
 
-fn is_fd_limit(e: &std::io::Error) -> bool {
+impl Serving {
+    fn start(m: Arc<crate::metrics::Metrics>) -> Self {
+        m.serving(true);
+        Self(m)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving(false);
+    }
+}
+
+/// How long an accept loop waits after a failed accept, doubling up to `BACKOFF_MAX`.
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(5);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+pub(crate) fn is_fd_limit(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE)
 }
 
@@ -156,44 +169,6 @@ impl Spare {
             };
         self.refill();
         answered
-    }
-}
-
-/// One client's share of the connections; released when dropped.
-struct ClientSlot {
-    map: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    ip: IpAddr,
-}
-
-impl ClientSlot {
-    fn take(map: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<Self> {
-        let mut m = map
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = m.entry(ip).or_insert(0);
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(Self {
-            map: map.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut m = self
-            .map
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
     }
 }
 
@@ -281,17 +256,47 @@ impl Background {
         proxy: Arc<NetProxy>,
         limits: Limits,
     ) -> std::io::Result<Self> {
+        Self::run(listen, move |listener, stop| {
+            serve(listener, proxy, limits, stop)
+        })
+    }
+
+    /// A relay listener (`relay::serve`) for `proxy`, on its own thread and runtime.
+    pub fn relay(
+        relay: crate::relay::Relay,
+        proxy: Arc<NetProxy>,
+        limits: Limits,
+    ) -> std::io::Result<Self> {
+        Self::run(relay.listen, move |listener, stop| {
+            crate::relay::serve(listener, relay, proxy, limits, stop)
+        })
+    }
+
+    /// `serve` on a listener bound to `listen`, until the handle is dropped.
+    fn run<S, F>(listen: SocketAddr, serve: S) -> std::io::Result<Self>
+    where
+        S: FnOnce(
+                TcpListener,
+                std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+            ) -> F
+            + Send
+            + 'static,
+        F: std::future::Future<Output = ()>,
+    {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()?;
         let listener = rt.block_on(TcpListener::bind(listen))?;
         let addr = listener.local_addr()?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
-            rt.block_on(serve(listener, proxy, limits, async {
-                let _ = rx.await;
-            }));
+            rt.block_on(serve(
+                listener,
+                Box::pin(async {
+                    let _ = rx.await;
+                }),
+            ));
             rt.shutdown_background();
         });
         Ok(Self {

@@ -21,6 +21,8 @@ pub const EXIT_RUNTIME: u8 = 1;
 #[derive(Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// The inbound relays (`--relay`), each on a listener of its own.
+    pub relays: Vec<crate::relay::Relay>,
     pub policy: Policy,
     pub log_format: LogFormat,
     pub dns_timeout: Duration,
@@ -42,6 +44,7 @@ impl Config {
     pub fn from_args(args: Args) -> Result<Self, PolicyError> {
         Ok(Self {
             listen: args.listen,
+            relays: args.relays()?,
             policy: args.policy()?,
             log_format: args.log_format,
             dns_timeout: Duration::from_millis(args.dns_timeout_ms),
@@ -109,7 +112,15 @@ mod tests {
         )
         .expect("write");
         let f = file.to_str().expect("utf-8 path");
-        let cases: [(&[&str], String); 6] = [
+        let cases: [(&[&str], String); 8] = [
+            (
+                &["--relay", "0.0.0.0:8080=sandbox"],
+                r#"--relay "0.0.0.0:8080=sandbox": target "sandbox": missing port"#.into(),
+            ),
+            (
+                &["--relay", "0.0.0.0:8080=a:80", "--relay", "0.0.0.0:8080=b:80"],
+                r#"--relay "0.0.0.0:8080=b:80": another relay listens on 0.0.0.0:8080"#.into(),
+            ),
             (
                 &["--allow", "a..b.test"],
                 r#"--allow "a..b.test": malformed host"#.into(),

@@ -102,9 +102,12 @@ fn f6_fd_limit_503s_write_their_decision_lines() {
 }
 
 /// Issue 38, finding 2, through the binary: at the descriptor limit an interface read fails
-/// (EMFILE); the own networks read before it still stand, so the sidecar's own address is
-/// refused as `proxy_network` though an `--allow-cidr` covers it (it used to be judged
-/// against an empty list, and only the failing dial kept it from being reached).
+/// (EMFILE). It used to be judged against an empty list (only the failing dial kept the
+/// sidecar's own address from being reached); since issue 50, finding 1, a read that fails
+/// after an announced change leaves the networks unknown, not the list from before the change:
+/// the request is refused `own_networks_unknown` (503), and once descriptors are free again
+/// the networks are read anew and the own address is refused `proxy_network`, though an
+/// `--allow-cidr` covers it.
 #[test]
 fn f2_at_the_fd_limit_own_networks_stay_known() {
     use std::io::Write;
@@ -184,13 +187,24 @@ fn f2_at_the_fd_limit_own_networks_stay_known() {
     ns::ip("addr add 10.66.0.1/24 dev own0");
     let out = ask(&mut a, &format!("http://10.77.0.1:{port}/"));
     assert!(
-        out.starts_with("HTTP/1.1 403")
+        out.starts_with("HTTP/1.1 503")
             && out
                 .to_ascii_lowercase()
-                .contains("x-netproxy-error: proxy_network\r\n"),
+                .contains("x-netproxy-error: own_networks_unknown\r\n"),
         "{out}"
     );
     wait_for(&np.lines, "cannot read the interfaces");
     assert_eq!(own.hits(), 0);
     drop(held);
+    // Descriptors free again (the held clients' connections closed): read anew.
+    let again = (0..250).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        let out = np.get(&format!("http://10.77.0.1:{port}/"));
+        out.to_ascii_lowercase()
+            .contains("x-netproxy-error: proxy_network\r\n")
+            .then_some(out)
+    });
+    assert!(again.is_some(), "refused proxy_network once readable");
+    wait_for(&np.lines, "the interfaces can be read again");
+    assert_eq!(own.hits(), 0);
 }

@@ -135,7 +135,7 @@ proptest! {
             Host::Ip(a) => vec![a],
             Host::Name(_) => answers,
         };
-        if let Ok(dial) = policy.vet(&[], &answers) {
+        if let Ok(dial) = policy.vet(&[], &answers, 443) {
             for a in dial {
                 prop_assert!(named_or_ordinary(a, &allow_cidrs), "{a} dialed for {target}");
                 if let IpAddr::V6(v6) = a {
@@ -179,7 +179,7 @@ proptest! {
         }
         let outer = IpAddr::V6(Ipv6Addr::from(o));
         prop_assert_eq!(
-            policy.vet(&[], &[outer]).is_ok(),
+            policy.vet(&[], &[outer], 443).is_ok(),
             named_or_ordinary(IpAddr::V4(inner), &[]),
             "{} carrying {}", outer, inner
         );

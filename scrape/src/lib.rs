@@ -9,6 +9,7 @@
 pub mod activation;
 pub mod labels;
 pub mod listen;
+pub mod process;
 pub mod serve;
 pub mod startup;
 

@@ -1,17 +1,16 @@
 //! The engine's answers that decisions stand on, read: an inspect of a container or network
 //! (`Named`, whose `inspected` is the fact `evaluate` takes), an exec instance's inspect
-//! (`ExecInfo`), and the list of the stack's own objects (`own_list_path` asks for it,
-//! `own_objects` keeps what the stack may see); an inspect the engine refused
-//! (`inspect_refused`), a conflict answer cut to the requested name (`conflict_names_only`) and
-//! the engine version an archive request needs (`archive_on`). The transport fetches; this reads.
+//! (`ExecInfo`), the list of the stack's own objects (`own_list_path` asks for it,
+//! `own_objects` keeps what the stack may see) and a request's JSON body (`parse_body`); a
+//! conflict answer cut to the requested name (`conflict_names_only`) and the engine version an
+//! archive request needs (`archive_on`). The transport fetches; this reads.
 
-use http::StatusCode;
 use serde::Deserialize;
 
 use crate::evaluate::Policy;
 use crate::filter::{stack_label, StackLabel};
 use crate::pinning::Inspected;
-use crate::reference::{is_full_id, CanonicalName, ObjRef};
+use crate::reference::{is_full_id, CanonicalName};
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope, STACK_LABEL};
 
@@ -175,21 +174,13 @@ pub fn own_objects(kind: Kind, body: &[u8], scope: &Scope) -> Result<Vec<Own>, R
         .collect())
 }
 
-/// An inspect the engine did not answer with 200 (`pinning::inspect_failed`), and under
-/// `--require-stack-label` the engine's 404 for a name (`pinning::not_found`): `Err` is the
-/// refusal the client gets instead; `Ok(())`, the engine's own answer goes back as it is.
-pub fn inspect_refused(
-    kind: Kind,
-    r: &ObjRef,
-    status: StatusCode,
-    body: &[u8],
-    policy: &Policy,
-) -> Result<(), Refusal> {
-    crate::pinning::inspect_failed(kind, r, status, body)?;
-    match crate::pinning::not_found(kind, r, status, &policy.rules()) {
-        Some(absent) => Err(absent),
-        None => Ok(()),
+/// A request's JSON body, read with the key rule (`json::parse_checked_with`, at most
+/// `max_keys` object keys in all). An empty body is an empty object, as dockerd reads it.
+pub fn parse_body(bytes: &[u8], max_keys: usize) -> Result<serde_json::Value, Refusal> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Value::Object(serde_json::Map::new()));
     }
+    crate::json::parse_checked_with(bytes, max_keys)
 }
 
 /// An engine conflict over a name (`Conflict. The container name "/N" is already in use by
@@ -242,6 +233,7 @@ pub fn archive_on(engine_api: Option<&str>) -> Result<(), Refusal> {
 mod tests {
     use super::*;
     use crate::scope::Prefix;
+    use http::StatusCode;
 
     fn scope() -> Scope {
         Scope::new(Prefix::parse("deer-flow-").expect("valid"), false)

@@ -1,5 +1,6 @@
-//! Pinned bind sources (no I/O): which host paths a checked create body binds (`sources`), and
-//! the body forwarded once the transport has pinned each of them (`rewrite`).
+//! Pinned bind sources (no I/O): which host paths a checked create body binds (`sources`, the
+//! facts a create still needs: `Need::BindPins`), and the body forwarded once the transport has
+//! pinned each of them on a staging path (`rewrite`).
 //!
 //! dockerd resolves a bind source with `mount(2)` at every start and restart, long after the
 //! check: a stack that can write above a checked directory could swap it for a link to `/`.
@@ -11,13 +12,14 @@
 //! directory at start (after a reboot, a lost staging mount), while a missing `Mounts` source
 //! fails the start. Each pinned bind carries the path the client named in a label,
 //! `sockproxy.bind.<target>`, so the operator finds it beside the staging path `docker inspect`
-//! shows.
+//! shows. An inherited bind would not keep its pin, so with bind roots a create may not name
+//! `VolumesFrom` (`volumes_from`, read by `host_config`).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::create_rules::CreateRules;
+use crate::create_rules::{CreateRules, Ctx};
 use crate::fields::value_not_allowed;
 use crate::mounts::clean_target;
 use crate::refusal::Refusal;
@@ -30,7 +32,7 @@ const OP: &str = "containers.create";
 
 /// One host path a checked body binds, to be pinned before the body is forwarded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
+pub struct BindSource {
     /// As the client named it (checked clean and absolute, under `root`).
     pub path: PathBuf,
     /// The bind root it is under: the deepest one, if roots nest.
@@ -42,13 +44,6 @@ pub struct Source {
     /// The field that named it (`HostConfig.Binds`, `HostConfig.Mounts[1].Source`), for a
     /// refusal's words.
     pub field: String,
-}
-
-/// A source the transport pinned: the staging path the engine is sent instead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pinned {
-    pub source: Source,
-    pub staging: PathBuf,
 }
 
 /// Where a host-path bind sits in a checked body.
@@ -101,7 +96,7 @@ fn host_binds(body: &Value) -> Vec<At<'_>> {
 /// from. Refuses what a pinned bind cannot keep: SELinux relabelling (`z`, `Z`: a `Mounts`
 /// entry has no such option, and a relabel would change the host directory's label) and
 /// `nocopy` (a volume option dockerd refuses on a bind).
-pub fn sources(body: &Value, rules: &CreateRules) -> Result<Vec<Source>, Refusal> {
+pub(crate) fn sources(body: &Value, rules: &CreateRules) -> Result<Vec<BindSource>, Refusal> {
     let mut out = Vec::new();
     for at in host_binds(body) {
         let (path, target, field) = match at {
@@ -134,7 +129,7 @@ pub fn sources(body: &Value, rules: &CreateRules) -> Result<Vec<Source>, Refusal
             });
         };
         let beneath = path.strip_prefix(root).unwrap_or(Path::new("")).to_owned();
-        out.push(Source {
+        out.push(BindSource {
             root: root.to_owned(),
             beneath,
             target: clean_target(target),
@@ -154,9 +149,14 @@ fn deepest_root<'a>(path: &Path, roots: &'a [PathBuf]) -> Option<&'a PathBuf> {
 
 /// The body to forward: every host-path bind as a `Mounts` entry of type `bind` on its
 /// staging path (read-only, propagation and consistency kept), volume entries left in
-/// `Binds`, and a `sockproxy.bind.<target>` label per pin. `pins` are `sources(body)` in order,
-/// each with its staging path; anything else is refused rather than forwarded unpinned.
-pub fn rewrite(mut body: Value, pins: &[Pinned]) -> Result<Value, Refusal> {
+/// `Binds`, and a `sockproxy.bind.<target>` label per pin. `sources` are `sources(body)` and
+/// `staging` the path each was pinned on, in the same order; anything else is refused rather
+/// than forwarded unpinned.
+pub(crate) fn rewrite(
+    mut body: Value,
+    sources: &[BindSource],
+    staging: &[PathBuf],
+) -> Result<Value, Refusal> {
     let found: Vec<(PathBuf, String)> = host_binds(&body)
         .into_iter()
         .map(|at| match at {
@@ -165,21 +165,21 @@ pub fn rewrite(mut body: Value, pins: &[Pinned]) -> Result<Value, Refusal> {
             }
         })
         .collect();
-    let matches = found.len() == pins.len()
+    let matches = found.len() == sources.len()
+        && staging.len() == sources.len()
         && found
             .iter()
-            .zip(pins)
-            .all(|((path, target), p)| p.source.path == *path && p.source.target == *target);
+            .zip(sources)
+            .all(|((path, target), s)| s.path == *path && s.target == *target);
     if !matches {
         return Err(Refusal::Upstream(
             "the pinned bind sources are not the body's: nothing was forwarded".into(),
         ));
     }
-    let all = pins;
     let Some(host) = body.get_mut("HostConfig").and_then(Value::as_object_mut) else {
         return Ok(body);
     };
-    let mut pins = all.iter();
+    let mut pins = staging.iter();
     let mut converted = Vec::new();
     if let Some(Value::Array(binds)) = host.get_mut("Binds") {
         binds.retain(|b| {
@@ -187,7 +187,7 @@ pub fn rewrite(mut body: Value, pins: &[Pinned]) -> Result<Value, Refusal> {
                 return true;
             };
             if let Some(pin) = pins.next() {
-                converted.push(bind_as_mount(spec, &pin.staging));
+                converted.push(bind_as_mount(spec, pin));
             }
             false
         });
@@ -204,7 +204,7 @@ pub fn rewrite(mut body: Value, pins: &[Pinned]) -> Result<Value, Refusal> {
                 continue;
             }
             if let Some(pin) = pins.next() {
-                m["Source"] = Value::String(pin.staging.display().to_string());
+                m["Source"] = Value::String(pin.display().to_string());
             }
         }
         list.extend(converted);
@@ -217,10 +217,10 @@ pub fn rewrite(mut body: Value, pins: &[Pinned]) -> Result<Value, Refusal> {
             .or_insert_with(|| Value::Object(Map::new()))
     });
     if let Some(Value::Object(labels)) = labels {
-        for p in all {
+        for s in sources {
             labels.insert(
-                format!("{BIND_LABEL_PREFIX}{}", p.source.target),
-                Value::String(p.source.path.display().to_string()),
+                format!("{BIND_LABEL_PREFIX}{}", s.target),
+                Value::String(s.path.display().to_string()),
             );
         }
     }
@@ -259,6 +259,23 @@ fn bind_as_mount(spec: &str, staging: &Path) -> Value {
         }
     }
     Value::Object(m)
+}
+
+/// With `--allow-bind-root`, no `VolumesFrom`: the copy of a pinned bind that dockerd (20.10)
+/// makes for the inheriting container loses what makes a missing `Mounts` source fail the
+/// start, so once the pin is gone (a reboot) the engine would recreate the staging path as an
+/// empty directory and start the sandbox on it (docs/security-model.md).
+pub(crate) fn volumes_from(ctx: &Ctx, path: &str, list: &Value) -> Result<(), Refusal> {
+    let named = list.as_array().is_some_and(|l| !l.is_empty());
+    if named && !ctx.rules.bind_roots.is_empty() {
+        return Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!(
+                "{path} is not allowed with --allow-bind-root (an inherited bind would lose its pin); name the volumes or binds in this container"
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -12,14 +12,10 @@ fn rules() -> CreateRules {
     }
 }
 
-fn staged(sources: &[Source]) -> Vec<Pinned> {
-    sources
-        .iter()
-        .enumerate()
-        .map(|(i, s)| Pinned {
-            source: s.clone(),
-            staging: PathBuf::from(format!("/run/pins/p/{i}")),
-        })
+/// A staging path for each source, as the transport would give them.
+fn staged(sources: &[BindSource]) -> Vec<PathBuf> {
+    (0..sources.len())
+        .map(|i| PathBuf::from(format!("/run/pins/p/{i}")))
         .collect()
 }
 
@@ -115,8 +111,8 @@ fn the_forwarded_body_binds_only_staging_paths_and_keeps_each_mode() {
             "CgroupnsMode": "private",
         },
     });
-    let pins = staged(&sources(&body, &rules()).expect("allowed"));
-    let out = rewrite(body, &pins).expect("rewritten");
+    let srcs = sources(&body, &rules()).expect("allowed");
+    let out = rewrite(body, &srcs, &staged(&srcs)).expect("rewritten");
     assert_eq!(
         out,
         json!({
@@ -149,8 +145,8 @@ fn the_forwarded_body_binds_only_staging_paths_and_keeps_each_mode() {
 #[test]
 fn a_body_with_only_host_binds_forwards_no_binds_key() {
     let body = json!({ "Labels": {}, "HostConfig": { "Binds": ["/data/x:/x"] } });
-    let pins = staged(&sources(&body, &rules()).expect("allowed"));
-    let out = rewrite(body, &pins).expect("rewritten");
+    let srcs = sources(&body, &rules()).expect("allowed");
+    let out = rewrite(body, &srcs, &staged(&srcs)).expect("rewritten");
     assert_eq!(out["HostConfig"].get("Binds"), None, "{out}");
     assert_eq!(bind_sources(&out), ["/run/pins/p/0"]);
 }
@@ -160,18 +156,23 @@ fn a_body_without_binds_is_forwarded_as_it_is() {
     let body = json!({ "Labels": { "sockproxy.stack": "s" },
                        "HostConfig": { "Binds": ["df-vol:/v"], "CgroupnsMode": "private" } });
     assert_eq!(sources(&body, &rules()), Ok(vec![]));
-    assert_eq!(rewrite(body.clone(), &[]), Ok(body));
+    assert_eq!(rewrite(body.clone(), &[], &[]), Ok(body));
 }
 
 #[test]
-fn pins_that_are_not_the_bodys_sources_forward_nothing() {
+fn staging_paths_that_are_not_the_bodys_sources_forward_nothing() {
     let body = json!({ "Labels": {}, "HostConfig": { "Binds": ["/data/x:/x", "/data/y:/y"] } });
     let srcs = sources(&body, &rules()).expect("allowed");
-    let mut swapped = staged(&srcs);
+    let staging = staged(&srcs);
+    let mut swapped = srcs.clone();
     swapped.swap(0, 1);
-    let too_few = &staged(&srcs)[..1];
-    for pins in [&swapped[..], too_few, &[]] {
-        let err = rewrite(body.clone(), pins).expect_err("refused");
+    for (srcs, staging) in [
+        (&swapped[..], &staging[..]),
+        (&srcs[..1], &staging[..1]),
+        (&srcs[..], &staging[..1]),
+        (&[], &[]),
+    ] {
+        let err = rewrite(body.clone(), srcs, staging).expect_err("refused");
         assert_eq!(err.status(), http::StatusCode::BAD_GATEWAY, "{err}");
     }
 }
@@ -206,7 +207,7 @@ fn no_client_path_is_left_in_any_bind() {
             .collect();
         let body = json!({ "Labels": {}, "HostConfig": { "Binds": b, "Mounts": m } });
         let srcs = sources(&body, &rules()).expect("allowed");
-        let out = rewrite(body, &staged(&srcs)).expect("rewritten");
+        let out = rewrite(body, &srcs, &staged(&srcs)).expect("rewritten");
         let left = bind_sources(&out);
         assert_eq!(left.len(), srcs.len(), "{out}");
         assert!(left.iter().all(|s| s.starts_with("/run/pins/p/")), "{out}");
@@ -249,4 +250,126 @@ fn the_check_refuses_volumes_from_with_bind_roots_and_the_proxys_own_labels() {
         check(label, &CreateRules::default()).map_err(|r| r.to_string()),
         Err("sockproxy: containers.create: Labels sockproxy.bind./w is not allowed for this stack (the proxy sets sockproxy.bind.* labels on pinned binds)".into())
     );
+}
+
+/// A host where every path exists and none is a link.
+#[derive(Debug)]
+struct NoLinks;
+
+impl crate::create_rules::HostPaths for NoLinks {
+    fn is_symlink(&self, _: &Path) -> std::io::Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Through `evaluate`: a create that binds a host path asks for its pins last (after the body
+/// and, under `--require-stack-label`, the networks it joins), and its final plan forwards the
+/// body written on the staging paths given; one that binds none, or is refused, asks for none.
+#[test]
+fn a_create_asks_for_its_bind_pins_last_and_forwards_the_staging_paths() {
+    use crate::evaluate::{evaluate, Fact, Facts, Found, Host, Need, Policy, Request, Sent};
+    use crate::reference::ObjRef;
+    use crate::scope::{Kind, Prefix, Scope};
+    use http::{HeaderMap, Method, Uri};
+    use std::sync::Arc;
+    let policy = |label: bool| Policy {
+        // Restricted: the stack's own networks are made by its provisioner.
+        scope: Scope::new(Prefix::parse("df-").expect("valid"), true)
+            .with_required_label(label.then_some("s")),
+        stack: "s".into(),
+        create_rules: CreateRules {
+            require_stack_label: label,
+            ..rules()
+        },
+        allow_images: vec![],
+        min_api_version: (1, 24),
+        host: Host {
+            engine_socket: PathBuf::from("/run/docker.sock"),
+            paths: Arc::new(NoLinks),
+        },
+    };
+    let (method, uri, headers) = (
+        Method::POST,
+        "/v1.41/containers/create?name=df-sandbox-a"
+            .parse::<Uri>()
+            .expect("a URI"),
+        HeaderMap::new(),
+    );
+    let request = Request {
+        method: &method,
+        uri: &uri,
+        headers: &headers,
+    };
+    let bound = json!({ "Image": "i", "HostConfig": {
+        "Binds": ["/data/x:/x:ro"], "NetworkMode": "df-sandbox-net-a" } });
+    let net = Need::Object(Kind::Network, ObjRef::Name("df-sandbox-net-a".into()));
+    let labelled = Fact::Object {
+        found: Found {
+            id: "1".repeat(64),
+            name: "df-sandbox-net-a".into(),
+            stack_label: Some("s".into()),
+        },
+        engine_api: None,
+    };
+    let mut facts = Facts::default();
+    let mut asked = vec![];
+    let plan = loop {
+        let plan = evaluate(&request, &facts, &policy(true))
+            .outcome
+            .expect("allowed");
+        let fact = match &plan.need {
+            Need::Nothing => break plan,
+            Need::Body => Fact::Body(bound.clone()),
+            n if *n == net => labelled.clone(),
+            Need::BindPins(srcs) => Fact::BindPins(staged(srcs)),
+            n => panic!("asked for {n:?}"),
+        };
+        asked.push(plan.need.clone());
+        facts.give(plan.need, fact);
+    };
+    let pins = Need::BindPins(sources(&bound, &rules()).expect("allowed"));
+    assert_eq!(asked, [Need::Body, net, pins]);
+    let Sent::Checked(out) = plan.body else {
+        panic!("{:?}", plan.body)
+    };
+    assert_eq!(bind_sources(&out), ["/run/pins/p/0"]);
+    assert_eq!(out["HostConfig"]["Mounts"][0]["ReadOnly"], json!(true));
+    assert_eq!(out["Labels"]["sockproxy.bind./x"], json!("/data/x"));
+
+    // No host path: final once the body is read. Refused: no pin is asked for.
+    for (body, final_plan) in [
+        (
+            json!({ "Image": "i", "HostConfig": { "Binds": ["df-v:/v"] } }),
+            true,
+        ),
+        (
+            json!({ "Image": "i", "HostConfig": {
+            "Binds": ["/data/x:/x"], "Privileged": true } }),
+            false,
+        ),
+        (
+            json!({ "Image": "i", "HostConfig": { "Binds": ["/etc:/x"] } }),
+            false,
+        ),
+    ] {
+        let mut facts = Facts::default();
+        facts.give(Need::Body, Fact::Body(body.clone()));
+        let d = evaluate(&request, &facts, &policy(false));
+        match d.outcome {
+            Ok(plan) => {
+                assert!(final_plan, "{body}: {plan:?}");
+                assert_eq!(plan.need, Need::Nothing);
+            }
+            Err(r) => assert!(!final_plan, "{body}: {r}"),
+        }
+    }
+    // Staging paths that do not answer the sources are refused, not forwarded.
+    let mut facts = Facts::default();
+    facts.give(Need::Body, Fact::Body(bound.clone()));
+    let d = evaluate(&request, &facts, &policy(false));
+    let need = d.outcome.expect("allowed").need;
+    assert!(matches!(need, Need::BindPins(_)), "{need:?}");
+    facts.give(need, Fact::BindPins(vec![]));
+    let refused = evaluate(&request, &facts, &policy(false)).outcome;
+    assert!(refused.is_err(), "{refused:?}");
 }

@@ -77,7 +77,7 @@ pub struct Ctx<'a> {
 
 /// The one thing a create's check reads off the host: whether a path is a symbolic link (not
 /// followed). The transport answers from the filesystem; the decision and its wording stay here.
-pub trait HostPaths: std::fmt::Debug + Sync {
+pub trait HostPaths: std::fmt::Debug + Send + Sync {
     /// Whether `path` itself is a symbolic link; an error when it cannot be read.
     fn is_symlink(&self, path: &Path) -> std::io::Result<bool>;
 }

@@ -1,30 +1,36 @@
-//! The seam between the policy and the transport: `evaluate(request, facts, policy)`. The
-//! transport hands over a request head and what its I/O has found so far (`Facts`); the answer
-//! is a `Decision`: a `Plan` to act on, or the `Refusal` to send, and the fixed `Reason` the
-//! decision log line carries. A plan that names a container, network or exec instance says
-//! which fact it still needs (`Plan::needs`); the transport gathers it and evaluates again, and
-//! only then does the plan carry the `Pinned` ID the forwarded path is made from. The same holds
-//! for the other objects a request names (the networks a create joins, the container a network
-//! connect names: `Facts::Other`), and an ID prefix or a list filter that names a container is
-//! decided among the stack's own objects (`Facts::Own`), never by the engine.
+//! The seam between the policy and the transport: `evaluate(request, facts, policy)`, a
+//! decision that resumes. The transport hands over a request head and every fact its I/O has
+//! found so far (`Facts`: the request's JSON body, inspects, the stack's own objects); the
+//! answer is a `Decision`: a `Plan` to act on, or the `Refusal` to send, and the fixed
+//! `Reason` the decision log line carries. A plan that still needs a fact says which
+//! (`Plan::need`); the transport gathers it, adds it to the facts and evaluates again, until the
+//! plan needs nothing. Only then does it carry the `Pinned` ID the forwarded path is made from,
+//! and the checked body that is forwarded instead of the client's (a create's with each host
+//! path it binds on the staging path the transport pinned it on: `Need::BindPins`). The route's steps, in the
+//! order they ask for facts, are `steps`'.
 
-use http::{HeaderMap, Method, Uri};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, Uri};
+use serde_json::Value;
 
 use crate::api;
-use crate::api::NetworkOp;
+use crate::bind_pins::BindSource;
 use crate::canon::{self, Target};
-use crate::create_rules::CreateRules;
-use crate::pinning::{self, Rules};
-use crate::policy::{self, Plan as Route};
-use crate::reference::{is_full_id, ObjRef};
+use crate::create_rules::{CreateRules, HostPaths, NoPaths};
+use crate::pinning::Rules;
+use crate::policy::{self, Route};
+use crate::reference::ObjRef;
 use crate::refusal::Refusal;
-use crate::scope::{Access, Kind, Scope};
+use crate::scope::{Kind, Scope};
+use crate::steps::{self, Stop};
 
 /// The facts' and the plan's types: `Pinned` is made only by this crate's pinning rules.
 pub use crate::pinning::{Inspected, Pinned};
 
-/// A request head as the client sent it; the body is read (and checked) by the transport only
-/// when the plan says so.
+/// A request head as the client sent it; its body, when the plan needs it, is a fact.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub method: &'a Method,
@@ -45,6 +51,27 @@ pub struct Policy {
     pub allow_images: Vec<String>,
     /// Requests naming an older `/vX.Y` are refused before anything else.
     pub min_api_version: (u32, u32),
+    /// The host as the proxy sees it, which a create's bind sources are checked on.
+    pub host: Host,
+}
+
+/// The host's side of a create's check: the engine's socket (never a bind source) and the
+/// filesystem a bind source is walked on, both as the proxy sees them.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub engine_socket: PathBuf,
+    pub paths: Arc<dyn HostPaths>,
+}
+
+impl Host {
+    /// A host whose paths are never read (every bind source is unreadable): for decisions
+    /// made away from the proxy (tests, properties).
+    pub fn unread() -> Self {
+        Self {
+            engine_socket: PathBuf::from("/run/docker.sock"),
+            paths: Arc::new(NoPaths),
+        }
+    }
 }
 
 impl Policy {
@@ -58,43 +85,123 @@ impl Policy {
     }
 }
 
-/// What the transport's I/O found about the object the request names.
-#[derive(Debug, Clone, Copy)]
-pub enum Facts<'a> {
-    /// Nothing read from the engine yet.
-    None,
-    /// The container or network, as the engine's inspect (or the name map) describes it.
-    Object(Inspected<'a>),
-    /// The exec instance: its inspect's own ID and container ID, and that container.
-    Exec {
-        reported: (&'a str, &'a str),
-        container: Inspected<'a>,
-    },
+/// What the transport's I/O found so far, each fact the answer to one `Need`. Facts nobody
+/// asked for are never read.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    found: Vec<(Need, Fact)>,
+}
+
+impl Facts {
+    /// Adds the fact `need` asked for (replacing one given before).
+    pub fn give(&mut self, need: Need, fact: Fact) {
+        self.forget(&need);
+        self.found.push((need, fact));
+    }
+
+    /// Takes back the fact for `need` (a pin the name map gave turned out stale).
+    pub fn forget(&mut self, need: &Need) {
+        self.found.retain(|(n, _)| n != need);
+    }
+
+    /// Whether a fact answers `need`.
+    pub fn has(&self, need: &Need) -> bool {
+        self.get(need).is_some()
+    }
+
+    pub(crate) fn get(&self, need: &Need) -> Option<&Fact> {
+        self.found.iter().find(|(n, _)| n == need).map(|(_, f)| f)
+    }
+}
+
+/// One fact, found by the transport.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fact {
+    /// The request's JSON body, parsed with the key rule (`facts::parse_body`).
+    Body(Value),
     /// The stack's own containers or networks, `(full ID, name)` as a list of them answered:
     /// an ID prefix is resolved among them, and a list filter that names a container is
     /// pinned to one of them.
-    Own(&'a [(String, String)]),
-    /// Another object the request names (a network a create joins, the container a network
-    /// connect or disconnect names), with what was found about it (`None`, `Own`, `Object`):
-    /// decided as a change to that object.
-    Other {
-        kind: Kind,
-        r: &'a ObjRef,
-        found: &'a Facts<'a>,
+    Own(Vec<(String, String)>),
+    /// The container or network, as the engine's inspect (or the name map) describes it, and
+    /// the engine's API version as that inspect's `Api-Version` says it (none from the map).
+    Object {
+        found: Found,
+        engine_api: Option<String>,
     },
+    /// The exec instance's inspect: its own ID and its container's.
+    Exec { id: String, container_id: String },
+    /// The engine answered the inspect with this status, not 200, and these bytes.
+    Absent { status: StatusCode, body: Bytes },
+    /// The staging path each of a create's bind sources was pinned on, in the order the
+    /// need named them.
+    BindPins(Vec<PathBuf>),
+}
+
+/// What the decisions read about an inspected container or network, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub id: String,
+    /// As the inspect answered it (a container's carries the leading `/`).
+    pub name: String,
+    /// The `sockproxy.stack` label, when the object has one.
+    pub stack_label: Option<String>,
+}
+
+impl Found {
+    pub fn inspected(&self) -> Inspected<'_> {
+        Inspected {
+            id: &self.id,
+            name: &self.name,
+            stack_label: self.stack_label.as_deref(),
+        }
+    }
+}
+
+impl From<&Inspected<'_>> for Found {
+    fn from(ins: &Inspected<'_>) -> Self {
+        Self {
+            id: ins.id.to_owned(),
+            name: ins.name.to_owned(),
+            stack_label: ins.stack_label.map(str::to_owned),
+        }
+    }
 }
 
 /// The fact a plan still needs before the transport may act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Need {
+    /// None: the plan is final.
     Nothing,
-    /// The stack's own containers or networks (`Facts::Own`): for an ID prefix, or a list
+    /// The request's JSON body (`Fact::Body`).
+    Body,
+    /// The stack's own containers or networks (`Fact::Own`): for an ID prefix, or a list
     /// filter that names a container.
     Own(Kind),
-    /// An inspect of this container or network (a full ID, or a name).
+    /// An inspect of this container or network (a full ID, or a name): `Fact::Object`, or
+    /// `Fact::Absent` when the engine answered otherwise.
     Object(Kind, ObjRef),
-    /// An inspect of this exec instance and of its container.
+    /// An inspect of this exec instance (`Fact::Exec` or `Fact::Absent`); its container's
+    /// inspect is needed next.
     Exec(String),
+    /// These host paths a checked create binds, each pinned on a staging path
+    /// (`Fact::BindPins`): asked last, once nothing else can refuse the create, since pinning
+    /// is a mount the transport undoes if the create is not made.
+    BindPins(Vec<BindSource>),
+}
+
+/// What is sent to the engine as the request's body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// Nothing: the endpoint takes no body, and the transport sees that the client sent none
+    /// (or only a "nothing": whitespace, `{}`, `null`) before it asks the engine anything.
+    Nothing,
+    /// The client's body as it streams in, never read (an archive upload's tar stream).
+    Stream,
+    /// A JSON body, still to be read (`Need::Body`).
+    Unread,
+    /// The body the policy checked, forwarded instead of the client's bytes.
+    Checked(Value),
 }
 
 /// An allowed request: where it goes and how.
@@ -105,18 +212,15 @@ pub struct Plan {
     pub target: Target,
     /// What the transport does with it.
     pub route: Route,
-    /// The full ID the object the facts are about is pinned to (the request's own, or the
-    /// `Facts::Other` one), once its fact was given.
+    /// The full ID the request's own object is pinned to, once the plan is final.
     pub pin: Option<Pinned>,
     /// The fact still to gather before the transport may act (`Need::Nothing` once final).
     pub need: Need,
-}
-
-impl Plan {
-    /// The fact the transport gathers before acting; `Nothing` once the plan is final.
-    pub fn needs(&self) -> Need {
-        self.need.clone()
-    }
+    /// The body sent to the engine.
+    pub body: Sent,
+    /// The engine's own answer to this need's inspect goes back to the client as it is (a
+    /// name the engine does not know), instead of acting.
+    pub relay: Option<Need>,
 }
 
 /// Why a request was allowed or refused: a fixed tag for the decision log line (smokescreen's
@@ -163,8 +267,9 @@ pub struct Decision {
     pub label: &'static str,
 }
 
-/// Decides on `request` with what is known (`facts`) under `policy`. Pure: the same three
-/// give the same decision, so the transport may evaluate again with each fact it gathers.
+/// Decides on `request` with what is known (`facts`) under `policy`. Pure but for the host
+/// paths a create's bind source is walked on: the same three give the same decision, so the
+/// transport evaluates again with each fact it gathers.
 pub fn evaluate(request: &Request, facts: &Facts, policy: &Policy) -> Decision {
     let bad = |refusal: Refusal| Decision {
         reason: Reason::Refused(refusal.reason()),
@@ -187,15 +292,7 @@ pub fn evaluate(request: &Request, facts: &Facts, policy: &Policy) -> Decision {
             crate::spend::plan_query(&policy.create_rules.spend, &route, &op, &target.query)
                 .map(|()| route)
         })
-        .and_then(|route| {
-            let (pin, need, target) = gather(&route, &op, target, facts, policy)?;
-            Ok(Plan {
-                target,
-                route,
-                pin,
-                need,
-            })
-        });
+        .and_then(|route| plan(request.method, route, &op, target, facts, policy));
     let reason = match &outcome {
         Ok(plan) => Reason::of(&plan.route),
         Err(refusal) => Reason::Refused(refusal.reason()),
@@ -205,6 +302,39 @@ pub fn evaluate(request: &Request, facts: &Facts, policy: &Policy) -> Decision {
         reason,
         op,
         label,
+    }
+}
+
+/// The route's steps run with the facts given: a final plan, the next fact to gather, the
+/// engine's answer to relay, or a refusal.
+fn plan(
+    method: &Method,
+    route: Route,
+    op: &str,
+    target: Target,
+    facts: &Facts,
+    policy: &Policy,
+) -> Result<Plan, Refusal> {
+    let unfinished = |target, route, need, relay| Plan {
+        target,
+        body: steps::body_of(&route, method),
+        route,
+        pin: None,
+        need,
+        relay,
+    };
+    match steps::run(method, &route, op, &target, facts, policy) {
+        Ok(done) => Ok(Plan {
+            target: done.target.unwrap_or(target),
+            route,
+            pin: done.pin,
+            need: Need::Nothing,
+            body: done.body,
+            relay: None,
+        }),
+        Err(Stop::Need(need)) => Ok(unfinished(target, route, need, None)),
+        Err(Stop::Relay(need)) => Ok(unfinished(target, route, Need::Nothing, Some(need))),
+        Err(Stop::Refused(refusal)) => Err(refusal),
     }
 }
 
@@ -220,135 +350,6 @@ fn too_old(target: &Target, min: (u32, u32)) -> Option<Refusal> {
                 min.0, min.1
             ))
         })
-}
-
-/// What the plan's facts give: the pin, the fact still needed, and the target to forward.
-type Gathered = (Option<Pinned>, Need, Target);
-
-/// A fact about another kind of object than the plan names: the transport's mistake, refused
-/// rather than acted on.
-fn misplaced() -> Refusal {
-    Refusal::Upstream("a fact for another object".into())
-}
-
-/// An ID shorter than a full one: resolved among the stack's own objects, never by the engine.
-fn prefix(r: &ObjRef) -> Option<&str> {
-    match r {
-        ObjRef::Hex(p) if !is_full_id(p) => Some(p),
-        _ => None,
-    }
-}
-
-/// The fact an object needs first: its own objects for an ID prefix, else its inspect.
-fn first_need(kind: Kind, r: &ObjRef) -> Need {
-    match prefix(r) {
-        Some(_) => Need::Own(kind),
-        None => Need::Object(kind, r.clone()),
-    }
-}
-
-/// The route's object with what the facts say of it.
-fn gather(
-    route: &Route,
-    op: &str,
-    mut target: Target,
-    facts: &Facts,
-    policy: &Policy,
-) -> Result<Gathered, Refusal> {
-    let object = match route {
-        Route::Container { target, access, .. } => Some((Kind::Container, target, *access)),
-        Route::Network { target, access, .. } => Some((Kind::Network, target, *access)),
-        _ => None,
-    };
-    match (facts, route, object) {
-        (Facts::Other { kind, r, found }, _, _) => {
-            let (pin, need) = other(route, op, *kind, r, found, policy)?;
-            Ok((pin, need, target))
-        }
-        (Facts::None, Route::Exec { id, .. }, _) => Ok((None, Need::Exec(id.clone()), target)),
-        (Facts::None, Route::List(Kind::Container), _)
-            if target
-                .query
-                .get("filters")
-                .is_some_and(crate::filter::names_containers) =>
-        {
-            Ok((None, Need::Own(Kind::Container), target))
-        }
-        (Facts::None, _, Some((kind, r, _))) => Ok((None, first_need(kind, r), target)),
-        (Facts::None, _, None) => Ok((None, Need::Nothing, target)),
-        (Facts::Own(own), Route::List(Kind::Container), _) => {
-            if let Some(raw) = target.query.get("filters") {
-                if crate::filter::names_containers(raw) {
-                    let pinned = crate::filter::pin_container_refs(raw, own)?;
-                    target.query = target.query.replaced("filters", pinned);
-                }
-            }
-            Ok((None, Need::Nothing, target))
-        }
-        (Facts::Own(own), _, Some((kind, r, _))) => {
-            Ok((None, resolved_prefix(kind, r, own)?, target))
-        }
-        (Facts::Object(ins), _, Some((kind, r, access))) => {
-            let pin = pinning::inspected(kind, access, op, r, ins, &policy.rules())?;
-            Ok((Some(pin), Need::Nothing, target))
-        }
-        (
-            Facts::Exec {
-                reported,
-                container,
-            },
-            Route::Exec { id, access, .. },
-            _,
-        ) => {
-            let pin = pinning::exec(*access, id, *reported, container, &policy.rules())?;
-            Ok((Some(pin), Need::Nothing, target))
-        }
-        _ => Err(misplaced()),
-    }
-}
-
-/// An ID prefix resolved among the stack's own objects: the inspect of the full ID it stands
-/// for is needed next. Own objects for a full ID or a name are no fact about it.
-fn resolved_prefix(kind: Kind, r: &ObjRef, own: &[(String, String)]) -> Result<Need, Refusal> {
-    let p = prefix(r).ok_or_else(misplaced)?;
-    let full = pinning::own_prefix(kind, p, own)?;
-    Ok(Need::Object(kind, ObjRef::Hex(full)))
-}
-
-/// Another object the request names: a network a create joins, or the container a network
-/// connect or disconnect names; each is changed by the request, so it is decided as a change.
-fn other(
-    route: &Route,
-    op: &str,
-    kind: Kind,
-    r: &ObjRef,
-    found: &Facts,
-    policy: &Policy,
-) -> Result<(Option<Pinned>, Need), Refusal> {
-    let names_it = matches!(
-        (route, kind),
-        (Route::CreateContainer, Kind::Network)
-            | (
-                Route::Network {
-                    op: NetworkOp::Connect | NetworkOp::Disconnect,
-                    ..
-                },
-                Kind::Container,
-            )
-    );
-    if !names_it {
-        return Err(misplaced());
-    }
-    policy::check_name(kind, Access::Change, op, r, &policy.scope)?;
-    match found {
-        Facts::None => Ok((None, first_need(kind, r))),
-        Facts::Own(own) => Ok((None, resolved_prefix(kind, r, own)?)),
-        Facts::Object(ins) => {
-            let pin = pinning::inspected(kind, Access::Change, op, r, ins, &policy.rules())?;
-            Ok((Some(pin), Need::Nothing))
-        }
-        _ => Err(misplaced()),
-    }
 }
 
 #[cfg(test)]

@@ -1,32 +1,41 @@
 //! The properties of `evaluate` that the `evaluate` fuzz target asserts and the stable replay
 //! test (`tests/tests/tools/fuzz_corpus.rs`) checks again on every committed corpus input.
 //!
-//! Input: byte 0 picks the method; byte 1's bits pick `--restricted` (1), `--require-stack-label`
-//! (2), an exec fact instead of an object's (4), whether the fact's object carries the stack's
-//! label (8), the stack's own objects given first (16: one, the fact's object), and a fact about
-//! another object the request names (32: NAME is also its reference, a network with 64, else a
-//! container); the rest is `TARGET \0 NAME \0 BODY`: the request target, the name the engine's
-//! inspect gives the object, and a request body.
+//! The request is decided the way the transport decides it: evaluate, give the fact the plan
+//! needs, evaluate again, until the plan is final, relays the engine's answer, or is refused.
+//! The facts come from a scripted engine that knows one object, and answers every inspect with
+//! it whatever it was asked (an engine that resolves a reference to something else).
 //!
-//! - Never an allow without a `Pinned` for a named object: with no facts, a plan that names a
-//!   container, network or exec instance carries no pin and says which fact it needs; with
-//!   the fact, an allowed plan carries the pin of the fact's ID, and the fact's name is one the
-//!   stack may see. A fact about no named object is refused. The stack's own objects pin
-//!   nothing: they resolve an ID prefix to the full ID to inspect next (the own object's, the
-//!   only one given), or pin a list filter's container; for a name or a full ID they are
-//!   refused. Another object the request names is pinned only by its inspect, to its ID, and
-//!   only when the stack may change it.
+//! Input: byte 0 picks the method; byte 1's bits pick `--restricted` (1), `--require-stack-label`
+//! (2), whether the exec instance exists (4: its inspect names the object as its container),
+//! whether the object carries the stack's label (8), whether the stack's own objects hold it
+//! (16: the list of them is `[(ID, NAME)]`, else empty), and whether inspects answer 404
+//! instead (32; 500 with 64); the rest is `TARGET \0 NAME \0 BODY`: the request target, the
+//! name the engine's inspect gives the object, and the request's body.
+//!
+//! - Every decision's reason says allow exactly when its outcome does.
+//! - Never an allow without a `Pinned` for a named object: with no facts, no plan is pinned,
+//!   and one that names a container, network or exec instance needs a fact first; a need once
+//!   answered is never asked again, and the loop ends. A final plan for a named object carries
+//!   the pin of the object's ID (the exec instance's for an exec), and the object's name is one
+//!   the stack may see for that access (under `--require-stack-label`, it carries the label);
+//!   a final plan for no named object pins nothing. The container a network connect names is
+//!   forwarded by the object's ID, and only when the stack may change it. The engine's answer
+//!   is relayed only after an inspect it did not answer with 200.
 //! - Never a forwarded body that was not re-serialized: a create's body is forwarded as the
 //!   checked value, written anew, and that text read and checked again gives the same value.
 
-use http::{HeaderMap, Method, Uri};
-use serde_json::Value;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, Uri};
 
-use crate::create_rules::{CreateRules, NoPaths};
-use crate::evaluate::{evaluate, Facts, Inspected, Need, Plan, Policy, Request};
-use crate::policy::Plan as Route;
-use crate::reference::{is_full_id, CanonicalName, ObjRef};
-use crate::scope::{Access, Kind, Prefix, Scope};
+use crate::create_rules::CreateRules;
+use crate::evaluate::{
+    evaluate, Fact, Facts, Found, Host, Need, Plan, Policy, Reason, Request, Sent,
+};
+use crate::json::DEFAULT_MAX_JSON_KEYS;
+use crate::policy::Route;
+use crate::reference::CanonicalName;
+use crate::scope::{Access, Kind, Prefix, Scope, PREDEFINED_NETWORKS};
 
 const METHODS: [&str; 5] = ["GET", "HEAD", "POST", "PUT", "DELETE"];
 
@@ -35,6 +44,9 @@ const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcd
 const EXEC_ID: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 
 const STACK: &str = "atlas";
+
+/// More evaluations than any route has steps: a loop that gets here does not end.
+const MAX_EVALUATIONS: usize = 16;
 
 fn policy(restricted: bool, label: bool) -> Result<Policy, String> {
     let prefix = Prefix::parse(crate::props::PREFIX).map_err(|e| format!("test prefix: {e}"))?;
@@ -47,6 +59,7 @@ fn policy(restricted: bool, label: bool) -> Result<Policy, String> {
         },
         allow_images: vec![],
         min_api_version: (1, 24),
+        host: Host::unread(),
     })
 }
 
@@ -59,6 +72,120 @@ fn named(route: &Route) -> Option<(Kind, Access)> {
         Route::Network { access, .. } => Some((Kind::Network, *access)),
         _ => None,
     }
+}
+
+/// The scripted engine: the one object, the exec instance, and how inspects answer.
+struct World<'a> {
+    flags: u8,
+    name: &'a str,
+    body: &'a [u8],
+}
+
+impl World<'_> {
+    /// The fact for `need`; `None` where the transport would refuse (a body that is not JSON).
+    fn fact(&self, need: &Need) -> Option<Fact> {
+        let absent = match self.flags & (32 | 64) {
+            0 => None,
+            32 => Some(StatusCode::NOT_FOUND),
+            _ => Some(StatusCode::INTERNAL_SERVER_ERROR),
+        };
+        let answered = |fact| match absent {
+            Some(status) => Fact::Absent {
+                status,
+                body: Bytes::from_static(b"{\"message\":\"No such object\"}"),
+            },
+            None => fact,
+        };
+        Some(match need {
+            Need::Nothing => return None,
+            Need::Body => {
+                Fact::Body(crate::answers::parse_body(self.body, DEFAULT_MAX_JSON_KEYS).ok()?)
+            }
+            Need::Own(_) if self.flags & 16 == 16 => {
+                Fact::Own(vec![(ID.to_owned(), self.name.to_owned())])
+            }
+            Need::Own(_) => Fact::Own(vec![]),
+            Need::Object(..) => answered(Fact::Object {
+                found: Found {
+                    id: ID.into(),
+                    name: self.name.into(),
+                    stack_label: (self.flags & 8 == 8).then(|| STACK.into()),
+                },
+                engine_api: Some("1.43".into()),
+            }),
+            Need::Exec(_) if self.flags & 4 == 4 => Fact::Exec {
+                id: EXEC_ID.into(),
+                container_id: ID.into(),
+            },
+            Need::Exec(_) => Fact::Absent {
+                status: StatusCode::NOT_FOUND,
+                body: Bytes::from_static(b"{\"message\":\"No such exec instance\"}"),
+            },
+            // No bind roots here: never asked, but pinned as the transport would.
+            Need::BindPins(sources) => Fact::BindPins(
+                (0..sources.len())
+                    .map(|i| format!("/run/sockproxy-pins/{STACK}/{i}").into())
+                    .collect(),
+            ),
+        })
+    }
+}
+
+/// The transport's loop over `world`: the last plan (final, relaying, or refused: `None`).
+fn decide(
+    request: &Request,
+    world: &World,
+    policy: &Policy,
+    target: &str,
+) -> Result<Option<Plan>, String> {
+    let mut facts = Facts::default();
+    let mut asked = Vec::new();
+    for n in 0..MAX_EVALUATIONS {
+        let d = evaluate(request, &facts, policy);
+        if d.outcome.is_err() != matches!(d.reason, Reason::Refused(_)) {
+            return Err(format!(
+                "{target}: reason {:?} for {:?}",
+                d.reason, d.outcome
+            ));
+        }
+        let Ok(plan) = d.outcome else {
+            return Ok(None);
+        };
+        if n == 0 {
+            first_plan(&plan, target)?;
+        }
+        if plan.need == Need::Nothing {
+            if plan.relay.is_some() && world.flags & (32 | 64) == 0 {
+                return Err(format!("{target}: relayed with every inspect answered"));
+            }
+            return Ok(Some(plan));
+        }
+        if plan.pin.is_some() {
+            return Err(format!("{target}: pinned while it needs {:?}", plan.need));
+        }
+        if asked.contains(&plan.need) {
+            return Err(format!("{target}: {:?} asked again", plan.need));
+        }
+        let Some(fact) = world.fact(&plan.need) else {
+            return Ok(None);
+        };
+        asked.push(plan.need.clone());
+        facts.give(plan.need, fact);
+    }
+    Err(format!(
+        "{target}: no final plan after {MAX_EVALUATIONS} evaluations"
+    ))
+}
+
+/// With no facts: no pin, and a named object needs a fact first.
+fn first_plan(plan: &Plan, target: &str) -> Result<(), String> {
+    if plan.pin.is_some() {
+        return Err(format!("{target}: pinned without a fact"));
+    }
+    if named(&plan.route).is_some() && plan.need == Need::Nothing {
+        return Err(format!("{target}: {:?} needs no fact", plan.route));
+    }
+    Ok(())
 }
 
 pub fn evaluate_request(data: &[u8]) -> Result<(), String> {
@@ -87,213 +214,91 @@ pub fn evaluate_request(data: &[u8]) -> Result<(), String> {
         uri: &uri,
         headers: &headers,
     };
-    let first = evaluate(&request, &Facts::None, &policy);
-    if first.outcome.is_err() != matches!(first.reason, crate::evaluate::Reason::Refused(_)) {
-        return Err(format!(
-            "{target}: reason {:?} for {:?}",
-            first.reason, first.outcome
-        ));
-    }
-    let Ok(plan) = first.outcome else {
-        return Ok(());
-    };
-    if plan.pin.is_some() {
-        return Err(format!("{target}: pinned without a fact"));
-    }
-    let object = Inspected {
-        id: ID,
+    let world = World {
+        flags: *flags,
         name,
-        stack_label: (flags & 8 == 8).then_some(STACK),
+        body: body.unwrap_or_default(),
     };
-    if flags & 32 == 32 {
-        let kind = if flags & 64 == 64 {
-            Kind::Network
-        } else {
-            Kind::Container
+    let Some(plan) = decide(&request, &world, &policy, target)? else {
+        return Ok(());
+    };
+    if plan.relay.is_some() {
+        return Ok(());
+    }
+    final_plan(&plan, &world, &policy, target)?;
+    forwarded_body(&request, &plan, &world, &policy, target)
+}
+
+/// A final plan's pins: the object's ID, for a name the stack may see with that access.
+fn final_plan(plan: &Plan, world: &World, policy: &Policy, target: &str) -> Result<(), String> {
+    let allows = |kind, access| {
+        CanonicalName::parse(world.name).is_some_and(|n| {
+            policy.scope.allows(kind, access, n.as_str())
+                && (!policy.scope.requires_label()
+                    || world.flags & 8 == 8
+                    || kind == Kind::Network && PREDEFINED_NETWORKS.contains(&n.as_str()))
+        })
+    };
+    let Some((kind, access)) = named(&plan.route) else {
+        return match &plan.pin {
+            None => Ok(()),
+            Some(pin) => Err(format!("{target}: {:?} pinned {pin:?}", plan.route)),
         };
-        return another_object(&request, target, kind, object, &policy);
-    }
-    if flags & 16 == 16 {
-        own_objects(&request, target, &plan, object, &policy)?;
-    }
-    let facts = if flags & 4 == 4 {
-        Facts::Exec {
-            reported: (EXEC_ID, ID),
-            container: object,
-        }
+    };
+    let want = if matches!(plan.route, Route::Exec { .. }) {
+        EXEC_ID
     } else {
-        Facts::Object(object)
+        ID
     };
-    let again = evaluate(&request, &facts, &policy);
-    match named(&plan.route) {
-        None => {
-            // A list filter that names a container asks for the stack's own containers only.
-            let own_list = matches!(plan.route, Route::List(Kind::Container))
-                && plan.needs() == Need::Own(Kind::Container);
-            if plan.needs() != Need::Nothing && !own_list {
+    if plan.pin.as_ref().map(|p| p.id()) != Some(want) {
+        return Err(format!("{target}: allowed with pin {:?}", plan.pin));
+    }
+    if !allows(kind, access) {
+        return Err(format!(
+            "{target}: pinned {:?}, not the stack's to {access:?}",
+            world.name
+        ));
+    }
+    if let Sent::Checked(body) = &plan.body {
+        if let Route::Network { .. } = plan.route {
+            let connects = body.get("Container").and_then(|c| c.as_str());
+            if connects.is_some_and(|c| c != ID || !allows(Kind::Container, Access::Change)) {
                 return Err(format!(
-                    "{target}: {:?} needs {:?}",
-                    plan.route,
-                    plan.needs()
+                    "{target}: connects {connects:?}, named {:?}",
+                    world.name
                 ));
             }
-            if again.outcome.is_ok() {
-                return Err(format!("{target}: a fact for no named object was taken"));
-            }
-            forwarded_body(&plan, body.unwrap_or_default(), &policy)
         }
-        Some((kind, access)) => {
-            if plan.needs() == Need::Nothing {
-                return Err(format!("{target}: {:?} needs no fact", plan.route));
-            }
-            let Ok(pinned) = again.outcome else {
-                return Ok(());
-            };
-            let want = if matches!(plan.route, Route::Exec { .. }) {
-                EXEC_ID
-            } else {
-                ID
-            };
-            if pinned.pin.as_ref().map(|p| p.id()) != Some(want) {
-                return Err(format!("{target}: allowed with pin {:?}", pinned.pin));
-            }
-            let seen = CanonicalName::parse(name)
-                .is_some_and(|n| policy.scope.allows(kind, access, n.as_str()));
-            if !seen {
-                return Err(format!(
-                    "{target}: pinned {name:?}, not the stack's to {access:?}"
-                ));
-            }
-            Ok(())
-        }
-    }
-}
-
-/// The stack's own objects (one: `object`) as the fact: they pin nothing, and where the plan
-/// asked for them they resolve an ID prefix to the own object's ID, the inspect needed next.
-fn own_objects(
-    request: &Request,
-    target: &str,
-    plan: &Plan,
-    object: Inspected,
-    policy: &Policy,
-) -> Result<(), String> {
-    let own = [(object.id.to_owned(), object.name.to_owned())];
-    let with_own = evaluate(request, &Facts::Own(&own), policy);
-    let asked = matches!(plan.needs(), Need::Own(_));
-    let Ok(got) = with_own.outcome else {
-        return Ok(());
-    };
-    if !asked && named(&plan.route).is_some() {
-        return Err(format!(
-            "{target}: own objects taken for {:?}",
-            plan.needs()
-        ));
-    }
-    if got.pin.is_some() {
-        return Err(format!("{target}: own objects pinned {:?}", got.pin));
-    }
-    match (named(&got.route), got.needs()) {
-        (None, Need::Nothing) => Ok(()),
-        (Some(_), Need::Object(_, ObjRef::Hex(full))) if full == object.id => Ok(()),
-        (_, need) => Err(format!("{target}: own objects left {need:?}")),
-    }
-}
-
-/// A fact about another object the request names (`r`, parsed from the inspect's name): no pin
-/// before its inspect; with it, the pin of its ID and a name the stack may change.
-fn another_object(
-    request: &Request,
-    target: &str,
-    kind: Kind,
-    object: Inspected,
-    policy: &Policy,
-) -> Result<(), String> {
-    let Some(r) = ObjRef::parse(object.name) else {
-        return Ok(());
-    };
-    let own = [(object.id.to_owned(), object.name.to_owned())];
-    for found in [Facts::None, Facts::Own(&own)] {
-        let facts = Facts::Other {
-            kind,
-            r: &r,
-            found: &found,
-        };
-        let Ok(plan) = evaluate(request, &facts, policy).outcome else {
-            continue;
-        };
-        if plan.pin.is_some() || plan.needs() == Need::Nothing {
-            return Err(format!(
-                "{target}: {kind:?} {r:?} with {found:?}: pin {:?}, needs {:?}",
-                plan.pin,
-                plan.needs()
-            ));
-        }
-        let prefix = matches!(&r, ObjRef::Hex(h) if !is_full_id(h));
-        let want = match (&found, prefix) {
-            (Facts::None, true) => Need::Own(kind),
-            (Facts::None, false) => Need::Object(kind, r.clone()),
-            _ => Need::Object(kind, ObjRef::Hex(object.id.to_owned())),
-        };
-        if plan.needs() != want {
-            return Err(format!("{target}: {kind:?} {r:?} needs {:?}", plan.needs()));
-        }
-    }
-    let found = Facts::Object(object);
-    let facts = Facts::Other {
-        kind,
-        r: &r,
-        found: &found,
-    };
-    let Ok(plan) = evaluate(request, &facts, policy).outcome else {
-        return Ok(());
-    };
-    if plan.pin.as_ref().map(|p| p.id()) != Some(ID) {
-        return Err(format!(
-            "{target}: {kind:?} {r:?} allowed with pin {:?}",
-            plan.pin
-        ));
-    }
-    let changeable = CanonicalName::parse(object.name)
-        .is_some_and(|n| policy.scope.allows(kind, Access::Change, n.as_str()));
-    if !changeable {
-        return Err(format!(
-            "{target}: pinned {kind:?} {:?}, not the stack's to change",
-            object.name
-        ));
     }
     Ok(())
 }
 
 /// A create's body as the transport forwards it: the checked value, serialized anew; reading
-/// those bytes and checking them again gives the same value.
-fn forwarded_body(plan: &Plan, body: &[u8], policy: &Policy) -> Result<(), String> {
-    let check = |bytes: &[u8]| -> Option<Value> {
-        let v = crate::json::parse_checked(bytes).ok()?;
-        match plan.route {
-            Route::CreateContainer => crate::create_body::check(
-                v,
-                &policy.scope,
-                &policy.create_rules,
-                std::path::Path::new("/run/docker.sock"),
-                &NoPaths,
-                &policy.stack,
-            )
-            .ok(),
-            Route::CreateNetwork => {
-                crate::write_rules::network_create(v, &policy.scope, &policy.stack).ok()
-            }
-            _ => None,
-        }
-    };
-    let Some(out) = check(body) else {
+/// those bytes and deciding on them again gives the same value.
+fn forwarded_body(
+    request: &Request,
+    plan: &Plan,
+    world: &World,
+    policy: &Policy,
+    target: &str,
+) -> Result<(), String> {
+    let (Route::CreateContainer | Route::CreateNetwork, Sent::Checked(out)) =
+        (&plan.route, &plan.body)
+    else {
         return Ok(());
     };
-    let forwarded = serde_json::to_vec(&out).map_err(|e| e.to_string())?;
-    match check(&forwarded) {
-        Some(again) if again == out => Ok(()),
+    let forwarded = serde_json::to_vec(out).map_err(|e| e.to_string())?;
+    let again = World {
+        body: &forwarded,
+        ..*world
+    };
+    match decide(request, &again, policy, target)? {
+        Some(Plan {
+            body: Sent::Checked(v),
+            ..
+        }) if v == *out => Ok(()),
         other => Err(format!(
-            "the forwarded body {} checks as {other:?}",
+            "the forwarded body {} decides as {other:?}",
             String::from_utf8_lossy(&forwarded)
         )),
     }

@@ -1,4 +1,5 @@
-//! Table tests of `evaluate`: the first decision with no facts, and the pin each fact gives.
+//! Table tests of `evaluate`: the first decision with no facts, the fact each plan asks for
+//! next, and the pin and body the facts give.
 use super::*;
 use crate::scope::Prefix;
 
@@ -12,6 +13,7 @@ fn policy() -> Policy {
         create_rules: CreateRules::default(),
         allow_images: vec![],
         min_api_version: (1, 24),
+        host: Host::unread(),
     }
 }
 
@@ -28,6 +30,40 @@ fn eval_in(policy: &Policy, method: Method, uri: &str, facts: &Facts) -> Decisio
         headers: &headers,
     };
     evaluate(&request, facts, policy)
+}
+
+fn plan(d: Decision) -> Plan {
+    d.outcome.expect("allowed")
+}
+
+fn object(name: &str, label: Option<&str>) -> Fact {
+    Fact::Object {
+        found: Found {
+            id: ID.into(),
+            name: name.into(),
+            stack_label: label.map(str::to_owned),
+        },
+        engine_api: Some("1.41".into()),
+    }
+}
+
+fn facts(given: impl IntoIterator<Item = (Need, Fact)>) -> Facts {
+    let mut facts = Facts::default();
+    for (need, fact) in given {
+        facts.give(need, fact);
+    }
+    facts
+}
+
+fn named(kind: Kind, name: &str) -> Need {
+    Need::Object(kind, ObjRef::Name(name.into()))
+}
+
+fn absent(status: StatusCode) -> Fact {
+    Fact::Absent {
+        status,
+        body: Bytes::from_static(b"{\"message\":\"No such container: x\"}"),
+    }
 }
 
 #[test]
@@ -62,7 +98,7 @@ fn every_decision_says_why() {
             "bad_request",
         ),
     ] {
-        let d = eval(method.clone(), uri, &Facts::None);
+        let d = eval(method.clone(), uri, &Facts::default());
         assert_eq!(
             (d.op.as_str(), d.reason.as_str()),
             (op, reason),
@@ -75,200 +111,347 @@ fn every_decision_says_why() {
 
 #[test]
 fn a_named_object_is_pinned_only_by_its_fact() {
-    let d = eval(
-        Method::POST,
-        "/containers/deer-flow-sandbox-1/stop",
-        &Facts::None,
-    );
-    let plan = d.outcome.expect("allowed");
-    assert!(plan.pin.is_none());
-    let r = ObjRef::Name("deer-flow-sandbox-1".into());
-    assert_eq!(plan.needs(), Need::Object(Kind::Container, r));
+    let stop = "/containers/deer-flow-sandbox-1/stop";
+    let first = plan(eval(Method::POST, stop, &Facts::default()));
+    assert!(first.pin.is_none());
+    let need = named(Kind::Container, "deer-flow-sandbox-1");
+    assert_eq!(first.need, need);
+    assert_eq!(first.body, Sent::Nothing);
 
-    let ours = Inspected {
-        id: ID,
-        name: "deer-flow-sandbox-1",
-        stack_label: None,
-    };
-    let d = eval(
-        Method::POST,
-        "/containers/deer-flow-sandbox-1/stop",
-        &Facts::Object(ours),
-    );
-    let plan = d.outcome.expect("allowed");
-    assert_eq!(plan.pin.as_ref().map(Pinned::id), Some(ID));
-    assert_eq!(plan.needs(), Need::Nothing);
+    let ours = facts([(need.clone(), object("/deer-flow-sandbox-1", None))]);
+    let d = eval(Method::POST, stop, &ours);
     assert_eq!(d.reason, Reason::InScope);
+    let done = plan(d);
+    assert_eq!(done.pin.as_ref().map(Pinned::id), Some(ID));
+    assert_eq!((done.need, done.relay), (Need::Nothing, None));
 
     // The engine resolved a short ID to another stack's container.
-    let theirs = Inspected {
-        name: "other-sandbox",
-        ..ours
-    };
-    let d = eval(
-        Method::POST,
-        "/containers/1111/stop",
-        &Facts::Object(theirs),
+    let short = Need::Object(Kind::Container, ObjRef::Hex("1111".into()));
+    let mut theirs = facts([(
+        Need::Own(Kind::Container),
+        Fact::Own(vec![(ID.into(), "deer-flow-sandbox-1".into())]),
+    )]);
+    theirs.give(
+        Need::Object(Kind::Container, ObjRef::Hex(ID.into())),
+        object("/other-sandbox", None),
     );
+    let d = eval(Method::POST, "/containers/1111/stop", &theirs);
     assert_eq!(d.outcome, Err(Refusal::NoSuchContainer("1111".into())));
     assert_eq!(d.reason.as_str(), "absent_or_out_of_scope");
+    assert!(!theirs.has(&short), "a prefix is never inspected by itself");
 
-    // A fact about an exec for a container plan is refused, not acted on.
-    let d = eval(
-        Method::POST,
-        "/containers/deer-flow-sandbox-1/stop",
-        &Facts::Exec {
-            reported: (EXEC, ID),
-            container: ours,
+    // A fact nobody asked for is no fact about the object: it is still needed.
+    let exec = facts([(
+        Need::Exec(EXEC.into()),
+        Fact::Exec {
+            id: EXEC.into(),
+            container_id: ID.into(),
         },
+    )]);
+    assert_eq!(plan(eval(Method::POST, stop, &exec)).need, need);
+    // A fact of the wrong kind for its need is refused, not acted on.
+    let wrong = facts([(need, Fact::Own(vec![]))]);
+    assert!(eval(Method::POST, stop, &wrong).outcome.is_err());
+}
+
+#[test]
+fn an_inspect_the_engine_refused_is_relayed_or_refused() {
+    let stop = "/containers/deer-flow-sandbox-1/stop";
+    let need = named(Kind::Container, "deer-flow-sandbox-1");
+    // A name the engine does not know: its own answer goes back.
+    let gone = facts([(need.clone(), absent(StatusCode::NOT_FOUND))]);
+    let relayed = plan(eval(Method::POST, stop, &gone));
+    assert_eq!(
+        (relayed.need, relayed.relay, relayed.pin),
+        (Need::Nothing, Some(need.clone()), None)
     );
-    assert!(d.outcome.is_err());
+    // Under `--require-stack-label` it is answered in the words of another stack's.
+    let labelled = Policy {
+        scope: policy().scope.with_required_label(Some("atlas")),
+        create_rules: CreateRules {
+            require_stack_label: true,
+            ..CreateRules::default()
+        },
+        ..policy()
+    };
+    assert_eq!(
+        eval_in(&labelled, Method::POST, stop, &gone).outcome,
+        Err(Refusal::NoSuchContainer("deer-flow-sandbox-1".into()))
+    );
+    // An engine failure is the proxy's 502.
+    let failed = facts([(need, absent(StatusCode::INTERNAL_SERVER_ERROR))]);
+    assert_eq!(
+        eval(Method::POST, stop, &failed).reason.as_str(),
+        "upstream_unavailable"
+    );
 }
 
 #[test]
 fn an_exec_is_pinned_by_its_container() {
     let uri = format!("/exec/{EXEC}/json");
-    let plan = eval(Method::GET, &uri, &Facts::None)
-        .outcome
-        .expect("allowed");
-    assert_eq!(plan.needs(), Need::Exec(EXEC.into()));
-    let container = Inspected {
-        id: ID,
-        name: "deer-flow-sandbox-1",
-        stack_label: None,
-    };
-    let facts = Facts::Exec {
-        reported: (EXEC, ID),
-        container,
-    };
-    let plan = eval(Method::GET, &uri, &facts).outcome.expect("allowed");
-    assert_eq!(plan.pin.as_ref().map(Pinned::id), Some(EXEC));
-    let other = Facts::Exec {
-        reported: (EXEC, ID),
-        container: Inspected {
-            name: "other",
-            ..container
+    let exec = Need::Exec(EXEC.into());
+    assert_eq!(plan(eval(Method::GET, &uri, &Facts::default())).need, exec);
+    let mut found = facts([(
+        exec.clone(),
+        Fact::Exec {
+            id: EXEC.into(),
+            container_id: ID.into(),
         },
-    };
-    assert!(eval(Method::GET, &uri, &other).outcome.is_err());
+    )]);
+    let container = Need::Object(Kind::Container, ObjRef::Hex(ID.into()));
+    assert_eq!(plan(eval(Method::GET, &uri, &found)).need, container);
+    found.give(container.clone(), object("/deer-flow-sandbox-1", None));
+    let done = plan(eval(Method::GET, &uri, &found));
+    assert_eq!(done.pin.as_ref().map(Pinned::id), Some(EXEC));
+    found.give(container.clone(), object("/other", None));
+    assert_eq!(
+        eval(Method::GET, &uri, &found).outcome,
+        Err(Refusal::NoSuchExec(EXEC.into()))
+    );
+    // Gone between the two inspects.
+    found.give(container, absent(StatusCode::NOT_FOUND));
+    assert_eq!(
+        eval(Method::GET, &uri, &found).outcome,
+        Err(Refusal::NoSuchExec(EXEC.into()))
+    );
+    // The engine knows no such exec, or failed.
+    for (status, reason) in [
+        (StatusCode::NOT_FOUND, "absent_or_out_of_scope"),
+        (StatusCode::BAD_GATEWAY, "upstream_unavailable"),
+    ] {
+        let d = eval(Method::GET, &uri, &facts([(exec.clone(), absent(status))]));
+        assert_eq!(d.reason.as_str(), reason, "{status}");
+    }
 }
 
 #[test]
 fn an_id_prefix_is_resolved_among_the_stacks_own_objects() {
-    let plan = eval(Method::POST, "/containers/1111/stop", &Facts::None)
-        .outcome
-        .expect("allowed");
-    assert_eq!(plan.needs(), Need::Own(Kind::Container));
-    let own = [(ID.to_owned(), "deer-flow-sandbox-1".to_owned())];
-    let plan = eval(Method::POST, "/containers/1111/stop", &Facts::Own(&own))
-        .outcome
-        .expect("allowed");
-    assert!(plan.pin.is_none());
+    let first = plan(eval(
+        Method::POST,
+        "/containers/1111/stop",
+        &Facts::default(),
+    ));
+    assert_eq!(first.need, Need::Own(Kind::Container));
+    let own = facts([(
+        Need::Own(Kind::Container),
+        Fact::Own(vec![(ID.into(), "deer-flow-sandbox-1".into())]),
+    )]);
+    let next = plan(eval(Method::POST, "/containers/1111/stop", &own));
+    assert!(next.pin.is_none());
     assert_eq!(
-        plan.needs(),
+        next.need,
         Need::Object(Kind::Container, ObjRef::Hex(ID.into()))
     );
     // Another stack's container sharing the prefix is not among the stack's own: absent.
-    let d = eval(Method::POST, "/containers/2222/stop", &Facts::Own(&own));
+    let d = eval(Method::POST, "/containers/2222/stop", &own);
     assert_eq!(d.outcome, Err(Refusal::NoSuchContainer("2222".into())));
-    // The own objects are no fact about a name.
-    let d = eval(
-        Method::POST,
-        "/containers/deer-flow-sandbox-1/stop",
-        &Facts::Own(&own),
-    );
-    assert!(d.outcome.is_err());
 }
 
 #[test]
 fn a_list_filter_naming_a_container_is_pinned_among_the_stacks_own() {
     let uri = "/containers/json?filters=%7B%22before%22%3A%5B%22deer-flow-sandbox-1%22%5D%7D";
-    let plan = eval(Method::GET, uri, &Facts::None)
-        .outcome
-        .expect("allowed");
-    assert_eq!(plan.needs(), Need::Own(Kind::Container));
-    let own = [(ID.to_owned(), "deer-flow-sandbox-1".to_owned())];
-    let plan = eval(Method::GET, uri, &Facts::Own(&own))
-        .outcome
-        .expect("allowed");
-    assert_eq!(plan.needs(), Need::Nothing);
     assert_eq!(
-        plan.target.query.get("filters"),
+        plan(eval(Method::GET, uri, &Facts::default())).need,
+        Need::Own(Kind::Container)
+    );
+    let own = facts([(
+        Need::Own(Kind::Container),
+        Fact::Own(vec![(ID.into(), "deer-flow-sandbox-1".into())]),
+    )]);
+    let done = plan(eval(Method::GET, uri, &own));
+    assert_eq!(done.need, Need::Nothing);
+    assert_eq!(
+        done.target.query.get("filters"),
         Some(format!(r#"{{"before":{{"{ID}":true}}}}"#).as_str())
     );
-    let d = eval(Method::GET, uri, &Facts::Own(&[]));
+    let none = facts([(Need::Own(Kind::Container), Fact::Own(vec![]))]);
     assert_eq!(
-        d.outcome,
+        eval(Method::GET, uri, &none).outcome,
         Err(Refusal::NoSuchContainer("deer-flow-sandbox-1".into()))
     );
 }
 
 #[test]
-fn another_object_a_request_names_is_pinned_by_its_own_fact() {
+fn a_body_is_a_fact_read_before_the_engine_is_asked() {
+    let create = "/containers/create?name=deer-flow-sandbox-2";
+    let first = plan(eval(Method::POST, create, &Facts::default()));
+    assert_eq!((first.need, first.body), (Need::Body, Sent::Unread));
+    let body = |v: serde_json::Value| facts([(Need::Body, Fact::Body(v))]);
+    let done = plan(eval(
+        Method::POST,
+        create,
+        &body(serde_json::json!({"Image": "busybox"})),
+    ));
+    let Sent::Checked(out) = done.body else {
+        panic!("forwarded as checked: {:?}", done.body)
+    };
+    assert_eq!(out["Labels"]["sockproxy.stack"], "atlas");
+    let d = eval(
+        Method::POST,
+        create,
+        &body(serde_json::json!({"HostConfig": {"Privileged": true}})),
+    );
+    assert_eq!(d.reason.as_str(), "setting_not_allowed");
+    // An exec create reads its body before the container is inspected.
+    let exec = "/containers/deer-flow-sandbox-1/exec";
+    assert_eq!(
+        plan(eval(Method::POST, exec, &Facts::default())).need,
+        Need::Body
+    );
+    let read = body(serde_json::json!({"Cmd": ["true"]}));
+    assert_eq!(
+        plan(eval(Method::POST, exec, &read)).need,
+        named(Kind::Container, "deer-flow-sandbox-1")
+    );
+    // An archive upload streams; an archive needs an engine that says API 1.43.
+    let archive = "/containers/deer-flow-sandbox-1/archive?path=%2Ftmp";
+    assert_eq!(
+        plan(eval(Method::PUT, archive, &Facts::default())).body,
+        Sent::Stream
+    );
+    let need = named(Kind::Container, "deer-flow-sandbox-1");
+    let old = facts([(need.clone(), object("/deer-flow-sandbox-1", None))]);
+    assert_eq!(
+        eval(Method::PUT, archive, &old).reason.as_str(),
+        "setting_not_allowed"
+    );
+    let new = facts([(
+        need,
+        Fact::Object {
+            found: Found {
+                id: ID.into(),
+                name: "/deer-flow-sandbox-1".into(),
+                stack_label: None,
+            },
+            engine_api: Some("1.43".into()),
+        },
+    )]);
+    let done = plan(eval(Method::PUT, archive, &new));
+    assert_eq!(
+        (done.body, done.pin.as_ref().map(Pinned::id)),
+        (Sent::Stream, Some(ID))
+    );
+}
+
+#[test]
+fn other_objects_a_request_names_are_pinned_by_their_own_facts() {
     // Networks are the stack's to change in restricted mode only.
     let restricted = Policy {
         scope: Scope::new(Prefix::parse("deer-flow-").expect("valid"), true),
         ..policy()
     };
     let eval = |method, uri, facts: &Facts| eval_in(&restricted, method, uri, facts);
-    let net = ObjRef::Name("deer-flow-sandbox-net-1".into());
-    let found = Facts::None;
-    let joins = Facts::Other {
-        kind: Kind::Network,
-        r: &net,
-        found: &found,
-    };
-    let plan = eval(
-        Method::POST,
-        "/containers/create?name=deer-flow-sandbox-2",
-        &joins,
-    )
-    .outcome
-    .expect("allowed");
-    assert_eq!(plan.needs(), Need::Object(Kind::Network, net.clone()));
-    let ins = Inspected {
-        id: ID,
-        name: "deer-flow-sandbox-net-1",
-        stack_label: None,
-    };
-    let found = Facts::Object(ins);
-    let joins = Facts::Other {
-        kind: Kind::Network,
-        r: &net,
-        found: &found,
-    };
-    let plan = eval(
-        Method::POST,
-        "/containers/create?name=deer-flow-sandbox-2",
-        &joins,
-    )
-    .outcome
-    .expect("allowed");
-    assert_eq!(plan.pin.as_ref().map(Pinned::id), Some(ID));
-    // A container a create names this way, or a network another's: not the request's to name.
-    let c = Facts::Other {
-        kind: Kind::Container,
-        r: &net,
-        found: &found,
-    };
-    assert!(eval(
-        Method::POST,
-        "/containers/create?name=deer-flow-sandbox-2",
-        &c
-    )
-    .outcome
-    .is_err());
-    // The container a connect names is decided as a change, by name before any inspect.
-    let other = ObjRef::Name("other".into());
-    let connect = Facts::Other {
-        kind: Kind::Container,
-        r: &other,
-        found: &Facts::None,
-    };
-    let d = eval(
-        Method::POST,
-        "/networks/deer-flow-sandbox-net-1/connect",
-        &connect,
+    let connect = "/networks/deer-flow-sandbox-net-1/connect";
+    let body = serde_json::json!({"Container": "deer-flow-sandbox-2"});
+    let mut found = facts([(Need::Body, Fact::Body(body))]);
+    let net = named(Kind::Network, "deer-flow-sandbox-net-1");
+    assert_eq!(plan(eval(Method::POST, connect, &found)).need, net);
+    found.give(net, object("deer-flow-sandbox-net-1", None));
+    let container = named(Kind::Container, "deer-flow-sandbox-2");
+    assert_eq!(plan(eval(Method::POST, connect, &found)).need, container);
+    found.give(
+        container,
+        Fact::Object {
+            found: Found {
+                id: EXEC.into(),
+                name: "/deer-flow-sandbox-2".into(),
+                stack_label: None,
+            },
+            engine_api: None,
+        },
     );
-    assert_eq!(d.reason.as_str(), "out_of_scope");
+    let done = plan(eval(Method::POST, connect, &found));
+    assert_eq!(done.pin.as_ref().map(Pinned::id), Some(ID));
+    assert_eq!(
+        done.body,
+        Sent::Checked(serde_json::json!({"Container": EXEC}))
+    );
+    // The container a connect names is decided as a change, by name before any inspect.
+    let other = facts([
+        (
+            Need::Body,
+            Fact::Body(serde_json::json!({"Container": "other"})),
+        ),
+        (
+            named(Kind::Network, "deer-flow-sandbox-net-1"),
+            object("deer-flow-sandbox-net-1", None),
+        ),
+    ]);
+    assert_eq!(
+        eval(Method::POST, connect, &other).reason.as_str(),
+        "out_of_scope"
+    );
+
+    // Under `--require-stack-label` each network a create joins is inspected for the label.
+    let labelled = Policy {
+        scope: restricted.scope.clone().with_required_label(Some("atlas")),
+        create_rules: CreateRules {
+            require_stack_label: true,
+            ..CreateRules::default()
+        },
+        ..restricted.clone()
+    };
+    let create = "/containers/create?name=deer-flow-sandbox-2";
+    let body = serde_json::json!({"Image": "busybox", "HostConfig": {"NetworkMode": "deer-flow-sandbox-net-1"}});
+    let mut found = facts([(Need::Body, Fact::Body(body))]);
+    let net = named(Kind::Network, "deer-flow-sandbox-net-1");
+    assert_eq!(
+        plan(eval_in(&labelled, Method::POST, create, &found)).need,
+        net
+    );
+    found.give(net.clone(), object("deer-flow-sandbox-net-1", None));
+    assert_eq!(
+        eval_in(&labelled, Method::POST, create, &found).outcome,
+        Err(Refusal::NoSuchNetwork("deer-flow-sandbox-net-1".into()))
+    );
+    found.give(net, object("deer-flow-sandbox-net-1", Some("atlas")));
+    let done = plan(eval_in(&labelled, Method::POST, create, &found));
+    assert!(matches!(done.body, Sent::Checked(_)) && done.pin.is_none());
+}
+
+/// The transport's loop over a fixed set of answers: the evaluations it takes and the needs it
+/// asks for.
+fn count(method: Method, uri: &str, answer: impl Fn(&Need) -> Fact) -> (usize, Vec<Need>) {
+    let mut facts = Facts::default();
+    let mut asked = vec![];
+    for n in 1..10 {
+        let p = plan(eval(method.clone(), uri, &facts));
+        if p.need == Need::Nothing {
+            return (n, asked);
+        }
+        facts.give(p.need.clone(), answer(&p.need));
+        asked.push(p.need);
+    }
+    panic!("{uri}: no final plan");
+}
+
+#[test]
+fn each_fact_is_asked_for_once() {
+    let (n, asked) = count(Method::POST, "/containers/deer-flow-sandbox-1/stop", |_| {
+        object("/deer-flow-sandbox-1", None)
+    });
+    assert_eq!(
+        (n, asked),
+        (2, vec![named(Kind::Container, "deer-flow-sandbox-1")])
+    );
+    let (n, asked) = count(Method::GET, "/_ping", |_| unreachable!());
+    assert_eq!((n, asked), (1, vec![]));
+    let exec = format!("/exec/{EXEC}/start");
+    let (n, asked) = count(Method::POST, &exec, |need| match need {
+        Need::Body => Fact::Body(serde_json::json!({"Detach": true})),
+        Need::Exec(_) => Fact::Exec {
+            id: EXEC.into(),
+            container_id: ID.into(),
+        },
+        _ => object("/deer-flow-sandbox-1", None),
+    });
+    assert_eq!(n, 4);
+    assert_eq!(
+        asked,
+        [
+            Need::Body,
+            Need::Exec(EXEC.into()),
+            Need::Object(Kind::Container, ObjRef::Hex(ID.into()))
+        ]
+    );
 }

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::create_rules::Ctx;
-use crate::fields::{self, not_allowed, value_not_allowed, Reader};
+use crate::fields::{self, value_not_allowed, Reader};
 use crate::host_refs::{namespace, network_mode, own_containers};
 use crate::mounts;
 use crate::refusal::Refusal;
@@ -101,7 +101,7 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "AutoRemove", fields::any_bool)?;
     r.keep(&mut o, "VolumesFrom", |_, p, v| {
         let list = own_containers(ctx, p, v, true)?;
-        volumes_from_unpinned(ctx, p, &list)?;
+        crate::bind_pins::volumes_from(ctx, p, &list)?;
         Ok(list)
     })?;
     r.keep(&mut o, "Links", |_, p, v| own_containers(ctx, p, v, false))?;
@@ -249,23 +249,6 @@ pub fn resources(
     )
 }
 
-/// With `--allow-bind-root`, no `VolumesFrom`: the copy of a pinned bind that dockerd (20.10)
-/// makes for the inheriting container loses what makes a missing `Mounts` source fail the
-/// start, so once the pin is gone (a reboot) the engine would recreate the staging path as an
-/// empty directory and start the sandbox on it (`bind_pins`; docs/security-model.md).
-fn volumes_from_unpinned(ctx: &Ctx, path: &str, list: &Value) -> Result<(), Refusal> {
-    let named = list.as_array().is_some_and(|l| !l.is_empty());
-    if named && !ctx.rules.bind_roots.is_empty() {
-        return Err(Refusal::Setting {
-            op: ctx.op.to_owned(),
-            why: format!(
-                "{path} is not allowed with --allow-bind-root (an inherited bind would lose its pin); name the volumes or binds in this container"
-            ),
-        });
-    }
-    Ok(())
-}
-
 fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, Refusal> {
     let n = fields::int(path, v)?;
     if (min..=max).contains(&n) {
@@ -374,7 +357,14 @@ fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
         .and_then(Value::as_object)
         .is_some_and(|c| !c.is_empty());
     if default_driver && has_options {
-        return Err(not_allowed(ctx.op, &format!("{path}.Config")));
+        // `docker run --log-opt` without `--log-driver`: options are read by the driver they
+        // are for, so they go with it.
+        return Err(Refusal::Setting {
+            op: ctx.op.to_owned(),
+            why: format!(
+                "{path}.Config is not allowed for this stack without {path}.Type: name the driver the options are for (docker run --log-driver json-file --log-opt …)"
+            ),
+        });
     }
     if let (Some(driver), Some(config)) = (
         o.get("Type").and_then(Value::as_str),

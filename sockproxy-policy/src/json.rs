@@ -14,13 +14,6 @@ use crate::refusal::Refusal;
 /// docker CLI's creates hold a few dozen; a body with many labels a few hundred.
 pub const DEFAULT_MAX_JSON_KEYS: usize = 10_000;
 
-pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, Refusal> {
-    match parse_checked(bytes)? {
-        Value::Object(map) => Ok(map),
-        _ => Err(Refusal::BadRequest("body is not a JSON object".into())),
-    }
-}
-
 /// Parses JSON (decoding `\u` escapes), refusing at every object level a key that is not
 /// ASCII (Go folds `ſ` to `s` and the Kelvin sign to `k`) and keys that fold to the same field
 /// (Go would take the last; a reader that takes the first would decide on another value).
@@ -143,23 +136,6 @@ impl<'de> serde::de::Visitor<'de> for CheckedVisitor<'_> {
     }
 }
 
-/// The key that dockerd would read as `field`, if any (keys are already checked unique).
-pub fn field_key(map: &Map<String, Value>, field: &str) -> Option<String> {
-    map.keys().find(|k| k.eq_ignore_ascii_case(field)).cloned()
-}
-
-/// The string value dockerd would read as `field`; a non-string value is refused.
-pub fn string_field<'a>(
-    map: &'a Map<String, Value>,
-    field: &str,
-) -> Result<Option<&'a str>, Refusal> {
-    match field_key(map, field).and_then(|k| map.get(&k)) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(Refusal::BadRequest(format!("{field} must be a string"))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,8 +228,8 @@ mod tests {
 
     #[test]
     fn key_rules() {
-        let ok = parse_object(br#"{"name":"a","Driver":"bridge"}"#).expect("ok");
-        assert_eq!(string_field(&ok, "Name").expect("ok"), Some("a"));
+        let ok = parse_checked(br#"{"name":"a","Driver":"bridge"}"#).expect("ok");
+        assert_eq!(ok["name"], "a");
         for (body, why) in [
             (
                 &br#"{"Name":"a","name":"b"}"#[..],
@@ -271,23 +247,17 @@ mod tests {
                 br#"{"\u017fecret":1}"#,
                 "body key \"\u{17f}ecret\" is not ASCII",
             ),
-            (b"[]", "body is not a JSON object"),
             (
                 b"nope",
                 "body is not JSON: expected ident at line 1 column 2",
             ),
         ] {
             assert_eq!(
-                parse_object(body),
+                parse_checked(body),
                 Err(Refusal::BadRequest(why.into())),
                 "{}",
                 String::from_utf8_lossy(body)
             );
         }
-        let num = parse_object(br#"{"Name":1}"#).expect("object");
-        assert_eq!(
-            string_field(&num, "Name"),
-            Err(Refusal::BadRequest("Name must be a string".into()))
-        );
     }
 }

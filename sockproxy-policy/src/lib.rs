@@ -1,49 +1,101 @@
 //! sockproxy-policy: what a stack may ask of the Docker Engine API, decided without I/O. The
-//! seam is one function, `evaluate::evaluate(request, facts, policy) -> Decision`: the transport
+//! front door is one function, `evaluate(request, facts, policy) -> Decision`: the transport
 //! (the `sockproxy` crate) hands it a request head and what its I/O found (`Facts`), and acts on
 //! the `Plan` it answers, or sends the `Refusal`. A plan that names an object says which fact it
 //! needs; only with that fact does it carry the `Pinned` ID, which nothing outside this crate
-//! can make. The body and answer rules below are public too: the transport calls them when a
-//! plan says to read a body or cut an answer.
+//! can make. Besides `evaluate` and its types, the crate shows the transport what it reads off
+//! the engine (`facts`), the filters every answer passes before the stack sees it (`filters`),
+//! the operator's settings as the policy takes them (`settings`), and the properties the fuzz
+//! targets assert (`props`). Everything else is private.
 //!
 //! Within: a request is canonicalized (`canon`), typed (`api`, `reference`) and decided
-//! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`, private: its
-//! rules are reached through `evaluate` only, and the engine's other answers through `answers`). Bodies are
+//! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`). Bodies are
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
-//! `spend_host`; `bind_pins` says which host paths a create binds, for the transport to pin,
-//! and writes the body forwarded with the staging paths it pinned them on. Answers are cut to the stack's view: lists (`list_query`, `filter`,
-//! `volumes`), events (`events`) and `info`. A refusal (`refusal`) carries dockerd's error
-//! shape. `props` and `evaluate_props` hold the properties the fuzz targets assert.
+//! `spend_host`; `bind_pins` says which host paths a checked create binds (the transport pins
+//! each, `Need::BindPins`) and writes the body forwarded on the staging paths it pinned them
+//! on. Answers are cut to the stack's view: lists (`list_query`, `filter`,
+//! `volumes`), events (`events`) and `info`; `answers` reads the engine's answers the decisions
+//! stand on. A refusal (`refusal`) carries dockerd's error shape.
 
-pub mod answers;
-pub mod api;
-pub mod bind_pins;
-pub mod canon;
-pub mod create_body;
-pub mod create_props;
-pub mod create_rules;
-pub mod evaluate;
-pub mod evaluate_props;
-pub mod events;
-pub mod fields;
-pub mod filter;
-pub mod host_config;
-pub mod host_refs;
-pub mod images;
-pub mod info;
-pub mod json;
-pub mod list_query;
-pub mod mounts;
-pub mod paths;
-pub(crate) mod pinning;
-pub mod policy;
+mod answers;
+mod api;
+mod bind_pins;
+mod canon;
+mod create_body;
+mod create_props;
+mod create_rules;
+mod evaluate;
+mod evaluate_props;
+mod events;
+mod fields;
+mod filter;
+mod host_config;
+mod host_refs;
+mod images;
+mod info;
+mod json;
+mod list_query;
+mod mounts;
+mod paths;
+mod pinning;
+mod policy;
 pub mod props;
-pub mod reference;
-pub mod refusal;
-pub mod scope;
-pub mod seccomp;
-pub mod spend;
-pub mod spend_host;
-pub mod volumes;
-pub mod write_rules;
+mod reference;
+mod refusal;
+mod scope;
+mod seccomp;
+mod spend;
+mod spend_host;
+mod steps;
+mod volumes;
+mod write_rules;
+
+pub use crate::api::{ContainerOp, ExecOp, NetworkOp};
+pub use crate::bind_pins::{BindSource, BIND_LABEL_PREFIX};
+pub use crate::canon::{Query, Target};
+pub use crate::evaluate::{
+    evaluate, Decision, Fact, Facts, Found, Host, Inspected, Need, Pinned, Plan, Policy, Reason,
+    Request, Sent,
+};
+pub use crate::policy::Route;
+pub use crate::reference::{is_full_id, CanonicalName, ObjRef};
+pub use crate::refusal::Refusal;
+pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope, STACK_LABEL};
+
+/// The engine's answers and the client's body as the transport reads them into `Facts`: an
+/// inspect (`Named`), an exec instance's inspect (`ExecInfo`), the list of the stack's own
+/// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), and a JSON
+/// body (`parse_body`, the key rule).
+pub mod facts {
+    pub use crate::answers::{
+        own_list_path, own_objects, parse_body, ExecInfo, Named, Own, ARCHIVE_SAFE_API,
+    };
+}
+
+/// What the transport does to the engine's answers before the stack sees them: lists asked
+/// for the stack's own (`own_list_filters`) and cut to them (`stack_list`, `stack_volumes`), a
+/// network's endpoints (`own_endpoints`), events (`keep_event`), `/info` (`info_for_stack`), and
+/// a name conflict (`conflict_names_only`).
+pub mod filters {
+    pub use crate::answers::conflict_names_only;
+    pub use crate::events::keep as keep_event;
+    pub use crate::filter::{own_endpoints, parse_limit, stack_list, FilterError, OwnIds};
+    pub use crate::info::{for_stack as info_for_stack, State};
+    pub use crate::list_query::{own_list_filters, ListAsk, Names};
+    pub use crate::volumes::stack_volumes;
+}
+
+/// The operator's settings as the policy takes them: what creates may ask for
+/// (`CreateRules`, `Spend`), the host paths a bind source is walked on (`HostPaths`), and the
+/// readers the flags and the policy file are validated with (`clean_absolute`: a path
+/// setting is absolute, with no `.`, `..` or doubled `/`).
+pub mod settings {
+    pub use crate::canon::api_version;
+    pub use crate::create_rules::{default_log_drivers, CreateRules, HostPaths, DEFAULT_MAX_SHM};
+    pub use crate::images::normalize_image;
+    pub use crate::paths::clean_absolute;
+    pub use crate::seccomp::{canonical as canonical_seccomp, Canonical};
+    pub use crate::spend::{parse_duration, show_duration, Spend};
+    pub use crate::spend_host::ram_in_bytes;
+}

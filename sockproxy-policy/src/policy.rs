@@ -11,7 +11,7 @@ use crate::scope::{Access, Kind, Scope};
 
 /// What the proxy will do for an allowed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
+pub enum Route {
     /// Forward unchanged (ping, version, image inspect).
     Forward,
     /// Forward, then keep only entries visible to the stack.
@@ -54,20 +54,20 @@ pub fn decide(
     query: &Query,
     scope: &Scope,
     allow_images: &[String],
-) -> Result<Plan, Refusal> {
+) -> Result<Route, Refusal> {
     let op = ep.op();
     match ep {
-        Endpoint::Events => Ok(Plan::Events),
-        Endpoint::Info if scope.info_for_stack() => Ok(Plan::Info),
+        Endpoint::Events => Ok(Route::Events),
+        Endpoint::Info if scope.info_for_stack() => Ok(Route::Info),
         Endpoint::Info => Err(Refusal::NotAllowed { op }),
         Endpoint::ImagePull => pull(query, allow_images),
         Endpoint::ImageInspect { reference } => image_inspect(reference, allow_images),
-        Endpoint::Ping | Endpoint::Version => Ok(Plan::Forward),
+        Endpoint::Ping | Endpoint::Version => Ok(Route::Forward),
         Endpoint::ContainerList => {
             unsized_list(&op, query)?;
-            Ok(Plan::List(Kind::Container))
+            Ok(Route::List(Kind::Container))
         }
-        Endpoint::NetworkList => Ok(Plan::List(Kind::Network)),
+        Endpoint::NetworkList => Ok(Route::List(Kind::Network)),
         Endpoint::ContainerCreate => {
             known_params(&op, query, CREATE_PARAMS)?;
             let raw = query.get("name").unwrap_or("");
@@ -75,7 +75,8 @@ pub fn decide(
             if CanonicalName::parse(raw)
                 .is_some_and(|n| scope.allows(Kind::Container, Access::Change, n.as_str()))
             {
-                Ok(Plan::CreateContainer)
+                name_bound(&op, name)?;
+                Ok(Route::CreateContainer)
             } else {
                 Err(Refusal::ContainerOutOfScope {
                     op,
@@ -106,8 +107,9 @@ pub fn decide(
                     let new = CanonicalName::stripped(new);
                     return Err(out_of_scope(Kind::Container, &op, new));
                 }
+                name_bound(&op, CanonicalName::stripped(new))?;
             }
-            Ok(Plan::Container {
+            Ok(Route::Container {
                 op: *cop,
                 target: target.clone(),
                 access,
@@ -115,7 +117,7 @@ pub fn decide(
         }
         Endpoint::Exec { op: eop, id } => {
             known_params(&op, query, eop.query_params())?;
-            Ok(Plan::Exec {
+            Ok(Route::Exec {
                 op: *eop,
                 id: id.clone(),
                 access: if *eop == ExecOp::Inspect {
@@ -125,7 +127,7 @@ pub fn decide(
                 },
             })
         }
-        Endpoint::NetworkCreate if scope.restricted() => Ok(Plan::CreateNetwork),
+        Endpoint::NetworkCreate if scope.restricted() => Ok(Route::CreateNetwork),
         Endpoint::Network { op: nop, target } => {
             let access = if *nop == NetworkOp::Inspect {
                 Access::Read
@@ -136,7 +138,7 @@ pub fn decide(
             };
             check_name(Kind::Network, access, &op, target, scope)?;
             known_params(&op, query, nop.query_params())?;
-            Ok(Plan::Network {
+            Ok(Route::Network {
                 op: *nop,
                 target: target.clone(),
                 access,
@@ -144,7 +146,7 @@ pub fn decide(
         }
         Endpoint::VolumeList => {
             known_params(&op, query, &["filters"])?;
-            Ok(Plan::VolumeList)
+            Ok(Route::VolumeList)
         }
         Endpoint::Volume { op: vop, name } => {
             known_params(&op, query, vop.query_params())?;
@@ -152,7 +154,7 @@ pub fn decide(
             // Under --require-stack-label a volume carries no label the stack could have set,
             // so the stack has none (mounts refuses named volumes there alike).
             if scope.visible(name) && !scope.requires_label() {
-                Ok(Plan::Volume)
+                Ok(Route::Volume)
             } else {
                 Err(Refusal::NoSuchVolume(name.clone()))
             }
@@ -171,6 +173,25 @@ pub fn decide(
 
 /// Query parameters of `POST /containers/create` (dockerd's `postContainersCreate`).
 const CREATE_PARAMS: &[&str] = &["name", "platform"];
+
+/// The longest container name a stack may give (create, rename). dockerd sets no bound; a name
+/// is copied into every log line a `{{.Name}}` tag writes (`spend_host::tag_template`), and
+/// into every list and inspect answer.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// A container name within `MAX_NAME_BYTES`.
+fn name_bound(op: &str, name: &str) -> Result<(), Refusal> {
+    if name.len() <= MAX_NAME_BYTES {
+        return Ok(());
+    }
+    Err(Refusal::Setting {
+        op: op.to_owned(),
+        why: format!(
+            "a name of {} bytes is not allowed for this stack (at most {MAX_NAME_BYTES})",
+            name.len()
+        ),
+    })
+}
 
 /// Only the parameters dockerd reads for `op` reach it: an allowlist, so a parameter a later
 /// engine starts to read (or an experimental one, like `start`'s `checkpoint`) is refused by
@@ -226,7 +247,7 @@ fn top_args(op: &str, query: &Query) -> Result<(), Refusal> {
 }
 
 /// A pull names `fromImage` (and `tag`); only exact `--allow-image` references are pulled.
-fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
+fn pull(query: &Query, allow_images: &[String]) -> Result<Route, Refusal> {
     if query.get("fromSrc").is_some() {
         return Err(Refusal::NotAllowed {
             op: "images.import".into(),
@@ -257,7 +278,7 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
         None => from.to_owned(),
     };
     if !from.is_empty() && allow_images.contains(&crate::images::normalize_image(&reference)) {
-        Ok(Plan::Forward)
+        Ok(Route::Forward)
     } else {
         Err(Refusal::Setting {
             op: "images.pull".into(),
@@ -272,13 +293,13 @@ fn pull(query: &Query, allow_images: &[String]) -> Result<Plan, Refusal> {
 /// their environments among them. Anything else is absent, as the engine says it, so
 /// `docker inspect NAME` walks on to the next kind of object. Without the flag the stack may
 /// create from any image, so there is nothing its inspect could add.
-fn image_inspect(reference: &str, allow_images: &[String]) -> Result<Plan, Refusal> {
+fn image_inspect(reference: &str, allow_images: &[String]) -> Result<Route, Refusal> {
     let hex = reference.strip_prefix("sha256:").unwrap_or(reference);
     if allow_images.is_empty()
         || crate::reference::is_full_id(hex)
         || allow_images.contains(&crate::images::normalize_image(reference))
     {
-        Ok(Plan::Forward)
+        Ok(Route::Forward)
     } else {
         Err(Refusal::NoSuchImage(crate::images::normalize_image(
             reference,

@@ -206,7 +206,7 @@ mod names {
         );
         assert_eq!(
             decide(&Endpoint::Events, &Query::default(), &s, &[]),
-            Ok(Plan::Events)
+            Ok(Route::Events)
         );
     }
 
@@ -221,14 +221,14 @@ mod names {
         for r in ["sandbox:1", "busybox", "docker.io/library/busybox:latest"] {
             assert_eq!(
                 decide(&ep(r), &Query::default(), &s, &allowed),
-                Ok(Plan::Forward),
+                Ok(Route::Forward),
                 "{r}"
             );
         }
         for r in [full.clone(), format!("sha256:{full}")] {
             assert_eq!(
                 decide(&ep(&r), &Query::default(), &s, &allowed),
-                Ok(Plan::Forward),
+                Ok(Route::Forward),
                 "{r}"
             );
         }
@@ -249,7 +249,7 @@ mod names {
         // Without a list the stack may create from any image, and so inspect any.
         assert_eq!(
             decide(&ep("b8"), &Query::default(), &s, &[]),
-            Ok(Plan::Forward)
+            Ok(Route::Forward)
         );
     }
 

@@ -85,14 +85,14 @@ pub(crate) mod table {
             target: ObjRef::parse("deer-flow-net-1").expect("ref"),
         };
         // Each passes, with the plan of its endpoint.
-        let on_sb = |op, access| Plan::Container {
+        let on_sb = |op, access| Route::Container {
             op,
             target: ObjRef::parse(sb).expect("ref"),
             access,
         };
         let (read, change) = (Access::Read, Access::Change);
-        let allowed: Vec<(Endpoint, &str, Plan)> = vec![
-            (Endpoint::ContainerCreate, "name=deer-flow-sandbox-1&platform=linux%2Famd64", Plan::CreateContainer),
+        let allowed: Vec<(Endpoint, &str, Route)> = vec![
+            (Endpoint::ContainerCreate, "name=deer-flow-sandbox-1&platform=linux%2Famd64", Route::CreateContainer),
             (container(C::Start, sb), "", on_sb(C::Start, change)),
             (container(C::Start, sb), "detachKeys=ctrl-p", on_sb(C::Start, change)),
             (container(C::Stop, sb), "t=5&signal=SIGTERM", on_sb(C::Stop, change)),
@@ -123,12 +123,12 @@ pub(crate) mod table {
             (
                 exec(ExecOp::Resize),
                 "h=1&w=2",
-                Plan::Exec { op: ExecOp::Resize, id: "e".repeat(64), access: change },
+                Route::Exec { op: ExecOp::Resize, id: "e".repeat(64), access: change },
             ),
             (
                 network(NetworkOp::Inspect),
                 "verbose=1&scope=local",
-                Plan::Network {
+                Route::Network {
                     op: NetworkOp::Inspect,
                     target: ObjRef::parse("deer-flow-net-1").expect("ref"),
                     access: read,
@@ -230,7 +230,7 @@ pub(crate) mod table {
             "size=NONE",
             "size=%20false%20",
         ] {
-            assert_eq!(list(raw), Ok(Plan::List(Kind::Container)), "{raw}");
+            assert_eq!(list(raw), Ok(Route::List(Kind::Container)), "{raw}");
         }
         for (raw, v) in [
             ("size=1", "1"),
@@ -263,10 +263,10 @@ pub(crate) mod table {
         let labelled = scope(false).with_required_label(Some("atlas"));
         let missing = |n: &str| Err(format!("get {n}: no such volume"));
         let cases = [
-            (Endpoint::VolumeList, "", &open, Ok(Plan::VolumeList)),
-            (Endpoint::VolumeList, "filters=%7B%7D", &labelled, Ok(Plan::VolumeList)),
-            (vol(VolumeOp::Inspect, "deer-flow-data"), "", &open, Ok(Plan::Volume)),
-            (vol(VolumeOp::Remove, "deer-flow-data"), "force=1", &open, Ok(Plan::Volume)),
+            (Endpoint::VolumeList, "", &open, Ok(Route::VolumeList)),
+            (Endpoint::VolumeList, "filters=%7B%7D", &labelled, Ok(Route::VolumeList)),
+            (vol(VolumeOp::Inspect, "deer-flow-data"), "", &open, Ok(Route::Volume)),
+            (vol(VolumeOp::Remove, "deer-flow-data"), "force=1", &open, Ok(Route::Volume)),
             (vol(VolumeOp::Inspect, "other-data"), "", &open, missing("other-data")),
             (vol(VolumeOp::Remove, "other-data"), "", &open, missing("other-data")),
             (vol(VolumeOp::Remove, "Deer-flow-data"), "", &open, missing("Deer-flow-data")),
@@ -303,7 +303,7 @@ pub(crate) mod table {
             let ep = Endpoint::Exec { op, id: id.clone() };
             assert_eq!(
                 decide(&ep, &Query::default(), &scope(false), &[]),
-                Ok(Plan::Exec {
+                Ok(Route::Exec {
                     op,
                     id: id.clone(),
                     access
@@ -311,6 +311,34 @@ pub(crate) mod table {
                 "{op:?}"
             );
         }
+    }
+
+    #[test]
+    fn names_are_at_most_max_name_bytes() {
+        let at = |n: usize| format!("deer-flow-sandbox-{}", "a".repeat(n - 18));
+        let create = |name: &str| {
+            let q = Query::parse(Some(&format!("name={name}"))).expect("query");
+            decide(&Endpoint::ContainerCreate, &q, &scope(false), &[]).map_err(|r| r.to_string())
+        };
+        let rename = |name: &str| {
+            let q = Query::parse(Some(&format!("name={name}"))).expect("query");
+            let ep = container(ContainerOp::Rename, "deer-flow-sandbox-a");
+            decide(&ep, &q, &scope(false), &[]).map_err(|r| r.to_string())
+        };
+        assert!(create(&at(MAX_NAME_BYTES)).is_ok());
+        assert!(create(&format!("/{}", at(MAX_NAME_BYTES))).is_ok());
+        assert!(rename(&at(MAX_NAME_BYTES)).is_ok());
+        assert_eq!(
+            create(&at(MAX_NAME_BYTES + 1)),
+            Err("sockproxy: containers.create: a name of 129 bytes is not allowed for this stack (at most 128)".into())
+        );
+        assert_eq!(
+            rename(&at(MAX_NAME_BYTES + 1)),
+            Err("sockproxy: containers.rename: a name of 129 bytes is not allowed for this stack (at most 128)".into())
+        );
+        // Out of scope is said first, whatever the length.
+        assert!(create(&"x".repeat(300))
+            .is_err_and(|e| e.contains("is not one of this stack's sandboxes")));
     }
 
     #[test]

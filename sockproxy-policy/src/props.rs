@@ -6,19 +6,23 @@
 //! - `request`: bytes → (method, target) → `canon` → `api::parse` → `policy::decide`; an
 //!   allowed request, re-serialized as the proxy forwards it, parses back to the same target,
 //!   endpoint and plan, and the plan is one the scope allows.
-//! - `create_body` is `create_props`'.
+//! - `create_body` is `create_props`' (re-exported here).
 //! - `list_filter`: `filter::filter_list` keeps a subset of the input entries, in order,
 //!   verbatim, all visible to the scope, and every visible one up to `limit`.
-//! - `evaluate` is `evaluate_props`'; `engine_answer` is the transport's (`sockproxy::props`).
+//! - `evaluate_request` is `evaluate_props`' (re-exported here); `engine_answer` is the
+//!   transport's (`sockproxy::props`).
 
 use http::{HeaderMap, Method, Uri};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+pub use crate::create_props::create_body;
+pub use crate::evaluate_props::evaluate_request;
+
 use crate::api;
 use crate::canon::{canonicalize, Target};
 use crate::filter::filter_list;
-use crate::policy::{decide, Plan};
+use crate::policy::{decide, Route};
 use crate::reference::ObjRef;
 use crate::scope::{Access, Kind, Prefix, Scope};
 
@@ -94,18 +98,18 @@ pub fn request(data: &[u8]) -> Result<(), String> {
 }
 
 /// What an allowed plan acts on is in the scope (names are decided without the engine).
-fn plan_in_scope(plan: &Plan, target: &Target, scope: &Scope) -> Result<(), String> {
+fn plan_in_scope(plan: &Route, target: &Target, scope: &Scope) -> Result<(), String> {
     let name_ok = |kind, access, r: &ObjRef| match r {
         ObjRef::Name(n) => scope.allows(kind, access, n) && !n.contains('/'),
         ObjRef::Hex(h) => h.bytes().all(|b| b.is_ascii_hexdigit()) && !h.is_empty(),
     };
     let ok = match plan {
-        Plan::CreateContainer => {
+        Route::CreateContainer => {
             let name = target.query.get("name").unwrap_or("");
             let name = name.strip_prefix('/').unwrap_or(name);
             scope.allows(Kind::Container, Access::Change, name) && !name.contains('/')
         }
-        Plan::Container {
+        Route::Container {
             op: crate::api::ContainerOp::Rename,
             target: r,
             access,
@@ -117,17 +121,17 @@ fn plan_in_scope(plan: &Plan, target: &Target, scope: &Scope) -> Result<(), Stri
                 && scope.allows(Kind::Container, Access::Change, new)
                 && !new.contains('/')
         }
-        Plan::Container {
+        Route::Container {
             target: r, access, ..
         } => name_ok(Kind::Container, *access, r),
-        Plan::Network {
+        Route::Network {
             target: r, access, ..
         } => name_ok(Kind::Network, *access, r),
-        Plan::CreateNetwork => scope.restricted(),
-        Plan::Exec { id, .. } => id.bytes().all(|b| b.is_ascii_hexdigit()),
-        Plan::Forward | Plan::List(_) | Plan::Events | Plan::Info | Plan::VolumeList => true,
+        Route::CreateNetwork => scope.restricted(),
+        Route::Exec { id, .. } => id.bytes().all(|b| b.is_ascii_hexdigit()),
+        Route::Forward | Route::List(_) | Route::Events | Route::Info | Route::VolumeList => true,
         // The one volume named in the path is the stack's, and never under the label rule.
-        Plan::Volume => {
+        Route::Volume => {
             target.segments.len() == 2
                 && target.segments[0] == "volumes"
                 && scope.visible(&target.segments[1])

@@ -276,19 +276,25 @@ pub fn stop_query(spend: &Spend, op: &str, query: &crate::canon::Query) -> Resul
     Ok(())
 }
 
-/// The query rules of an allowed plan: stop and restart's (`stop_query`).
+/// The query rules of an allowed plan: stop and restart's (`stop_query`), and a list's
+/// filters, which must be ones the proxy can read, with a bounded number of `name` values
+/// (`list_query::read_filters`), before anything is asked of the engine.
 pub fn plan_query(
     spend: &Spend,
-    plan: &crate::policy::Plan,
+    plan: &crate::policy::Route,
     op: &str,
     query: &crate::canon::Query,
 ) -> Result<(), Refusal> {
     use crate::api::ContainerOp;
+    use crate::policy::Route;
     match plan {
-        crate::policy::Plan::Container {
+        Route::Container {
             op: ContainerOp::Stop | ContainerOp::Restart,
             ..
         } => stop_query(spend, op, query),
+        Route::List(_) | Route::VolumeList => {
+            crate::list_query::read_filters(query.get("filters")).map(drop)
+        }
         _ => Ok(()),
     }
 }

@@ -10,26 +10,81 @@ use crate::fields::{self, value_not_allowed, Reader};
 use crate::refusal::Refusal;
 use crate::spend::Spend;
 
-/// Log options each built-in driver may be given (dockerd's `ValidateLogOpt` of each): the
-/// file drivers' size, count, compression and the attributes taken from the container's own
-/// labels and environment. `--allow-log-opt DRIVER:KEY` adds to these.
+/// Log options each built-in driver may be given without the operator's word: the file
+/// drivers' size, count and compression, which bound what the engine writes. The options the
+/// engine expands or copies into every line it writes (`tag`, a Go template dockerd runs;
+/// `labels`, `labels-regex`, `env`, `env-regex`, which copy the container's own labels and
+/// environment) are not among them for any driver: a 10 KB `tag` took dockerd to gigabytes
+/// and turned a 2-byte line into hundreds of megabytes. `--allow-log-opt DRIVER:KEY` adds to
+/// these; an allowed `tag` is still held to `tag_template`.
 const LOG_OPTS: [(&str, &[&str]); 3] = [
-    (
-        "json-file",
-        &[
-            "max-size",
-            "max-file",
-            "compress",
-            "labels",
-            "labels-regex",
-            "env",
-            "env-regex",
-            "tag",
-        ],
-    ),
+    ("json-file", &["max-size", "max-file", "compress"]),
     ("local", &["max-size", "max-file", "compress"]),
     ("none", &[]),
 ];
+
+/// What a `tag` may add to each log line, at most, with every placeholder at its longest.
+pub const MAX_TAG_BYTES: usize = 256;
+
+/// The placeholders a `tag` may hold, each with the most it expands to: dockerd's
+/// `logger.Info` values that describe the container and nothing of the host (`{{.Hostname}}`
+/// would print the host's name, `{{.Command}}` and the `Container*` fields are as long as the
+/// stack makes them). `{{.Name}}` is bounded by `MAX_NAME_BYTES`.
+const TAG_PLACEHOLDERS: [(&str, usize); 6] = [
+    ("ID", 12),
+    ("FullID", 64),
+    ("Name", crate::policy::MAX_NAME_BYTES),
+    ("ImageID", 12),
+    ("ImageFullID", 71),
+    ("DaemonName", 6),
+];
+
+/// The most `tag` adds to a line: literal text plus placeholders from `TAG_PLACEHOLDERS`
+/// (`{{.ID}}`, or `{{ .ID }}`), with no function, pipeline, definition, width or range; `Err`
+/// says what is not allowed.
+pub fn tag_template(tag: &str) -> Result<usize, String> {
+    let mut total = 0usize;
+    let mut rest = tag;
+    while let Some(open) = rest.find("{{") {
+        total += literal(&rest[..open])?;
+        let after = &rest[open + 2..];
+        let close = after
+            .find("}}")
+            .ok_or_else(|| "an unclosed {{".to_owned())?;
+        let action = after[..close].trim_matches(' ');
+        let field = action.strip_prefix('.').unwrap_or("");
+        let (_, most) = TAG_PLACEHOLDERS
+            .iter()
+            .find(|(name, _)| *name == field)
+            .ok_or_else(|| {
+                format!(
+                    "{{{{{action}}}}} is not a placeholder a tag may hold (only {})",
+                    TAG_PLACEHOLDERS
+                        .iter()
+                        .map(|(name, _)| format!("{{{{.{name}}}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+        total += most;
+        rest = &after[close + 2..];
+    }
+    total += literal(rest)?;
+    if total > MAX_TAG_BYTES {
+        return Err(format!(
+            "it may add up to {total} bytes to each log line; at most {MAX_TAG_BYTES}"
+        ));
+    }
+    Ok(total)
+}
+
+/// Literal tag text: no braces outside a placeholder (the template parser would read them).
+fn literal(text: &str) -> Result<usize, String> {
+    if text.contains(['{', '}']) {
+        return Err("a brace outside a placeholder".to_owned());
+    }
+    Ok(text.len())
+}
 
 fn bounded(r: &Reader, p: &str, n: i64, min: i64, max: i64, flag: &str) -> Result<i64, Refusal> {
     if (min..=max).contains(&n) {
@@ -152,6 +207,16 @@ pub fn log_options(
         }
         let value = value.as_str().unwrap_or_default();
         match key.as_str() {
+            "tag" => {
+                if let Err(why) = tag_template(value) {
+                    return Err(value_not_allowed(
+                        op,
+                        &at,
+                        &cut(value),
+                        &format!("a tag is expanded at every log line: {why}"),
+                    ));
+                }
+            }
             "max-size" => match ram_in_bytes(value) {
                 Some(n) if (1..=spend.max_log_size).contains(&n) => {}
                 _ => {
@@ -178,6 +243,19 @@ pub fn log_options(
         }
     }
     Ok(())
+}
+
+/// A refused value as the refusal quotes it: at most 64 bytes of it.
+fn cut(value: &str) -> String {
+    const SHOWN: usize = 64;
+    if value.len() <= SHOWN {
+        return value.to_owned();
+    }
+    let mut end = SHOWN;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &value[..end], value.len())
 }
 
 #[cfg(test)]

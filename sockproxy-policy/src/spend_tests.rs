@@ -201,7 +201,7 @@ fn stop_and_restart_queries_are_bounded_too() {
     // Only stop and restart: kill's signal is what the client asks the process to get.
     use crate::api::ContainerOp;
     use crate::reference::ObjRef;
-    let plan = |op| crate::policy::Plan::Container {
+    let plan = |op| crate::policy::Route::Container {
         op,
         target: ObjRef::Name("deer-flow-sandbox-a".into()),
         access: crate::scope::Access::Change,

@@ -14,7 +14,7 @@ use crate::scope::Scope;
 /// stack's volume). An answer of any other shape is refused whole.
 pub fn stack_volumes(body: &[u8], scope: &Scope, names: &Names) -> Result<Vec<u8>, FilterError> {
     #[derive(serde::Deserialize)]
-    struct Answer<'a> {
+    struct Listed<'a> {
         #[serde(rename = "Volumes", borrow)]
         volumes: Option<Vec<&'a serde_json::value::RawValue>>,
     }
@@ -24,7 +24,7 @@ pub fn stack_volumes(body: &[u8], scope: &Scope, names: &Names) -> Result<Vec<u8
         name: String,
     }
     let bad = |e: serde_json::Error| FilterError::new(format!("volume list: {e}"));
-    let answer: Answer = serde_json::from_slice(body).map_err(bad)?;
+    let answer: Listed = serde_json::from_slice(body).map_err(bad)?;
     let mut kept = Vec::new();
     for raw in answer.volumes.unwrap_or_default() {
         let e: Entry = serde_json::from_str(raw.get()).map_err(bad)?;
@@ -67,7 +67,7 @@ mod tests {
             "{\"Volumes\":[{\"Name\":\"deer-flow-data\",\"Driver\":\"local\",\"Labels\":null},\
              {\"Name\":\"deer-flow-cache\", \"Driver\":\"local\"}],\"Warnings\":null}\n"
         );
-        let named = Names::new(vec!["cache$".into()]);
+        let named = Names::compile(vec!["cache$".into()]).expect("compiles");
         let out = stack_volumes(body, &scope(), &named).expect("kept");
         let v: Value = serde_json::from_slice(&out).expect("json");
         assert_eq!(v["Volumes"][0]["Name"], "deer-flow-cache");

@@ -1,28 +1,21 @@
 //! Reading request bodies off the wire, bounded: a JSON body up to `MAX_BODY` (parsed with
-//! `sockproxy_policy::json`'s key rule), and the nothing an endpoint without a body may carry.
+//! the policy's key rule), and the nothing an endpoint without a body may carry.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use serde_json::{Map, Value};
-use sockproxy_policy::json::parse_checked_with;
-use sockproxy_policy::refusal::Refusal;
+use serde_json::Value;
+use sockproxy_policy::facts::parse_body;
+use sockproxy_policy::Refusal;
 
 use crate::upstream::Body;
 
 /// Largest request body the proxy reads to decide on (DESIGN: oversized ⇒ deny).
 pub const MAX_BODY: usize = 1 << 20;
 
-pub async fn read_json_object(body: Body, max_keys: usize) -> Result<Map<String, Value>, Refusal> {
-    match read_checked(body, max_keys).await? {
-        Value::Object(map) => Ok(map),
-        _ => Err(Refusal::BadRequest("body is not a JSON object".into())),
-    }
-}
-
-/// Reads a body (at most `MAX_BODY`, else 413) and parses it with the key rule, refusing a body
-/// with more than `max_keys` object keys in all. An empty body is an empty object, as dockerd
-/// reads it.
-pub async fn read_checked(body: Body, max_keys: usize) -> Result<Value, Refusal> {
+/// Reads a JSON body (at most `MAX_BODY`, else 413) and parses it with the policy's key rule
+/// (`facts::parse_body`: at most `max_keys` object keys in all; an empty body is an empty
+/// object, as dockerd reads it).
+pub async fn read_json(body: Body, max_keys: usize) -> Result<Value, Refusal> {
     let bytes: Bytes = Limited::new(body, MAX_BODY)
         .collect()
         .await
@@ -36,15 +29,12 @@ pub async fn read_checked(body: Body, max_keys: usize) -> Result<Value, Refusal>
             }
         })?
         .to_bytes();
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Object(Map::new()));
-    }
     if bytes.len() <= PARSE_INLINE_MAX {
-        return parse_checked_with(&bytes, max_keys);
+        return parse_body(&bytes, max_keys);
     }
     // Off the event loop: a large body takes milliseconds to parse and check, and every other
     // client on the loop would wait meanwhile.
-    tokio::task::spawn_blocking(move || parse_checked_with(&bytes, max_keys))
+    tokio::task::spawn_blocking(move || parse_body(&bytes, max_keys))
         .await
         .map_err(|e| Refusal::BadRequest(format!("reading body: {e}")))?
 }

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use sockproxy_policy::create_rules::CreateRules;
-use sockproxy_policy::images::normalize_image;
-use sockproxy_policy::scope::{Prefix, PrefixError, Scope};
+use sockproxy_policy::settings::{normalize_image, CreateRules};
+use sockproxy_policy::{Prefix, PrefixError, Scope};
 
 const DEFAULT_UPSTREAM: &str = "unix:///var/run/docker.sock";
 /// Largest list answer the proxy buffers to filter; over it the list fails closed (502).
@@ -347,7 +346,7 @@ impl Config {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let min_raw = args.min_api_version.as_deref().unwrap_or("1.24");
-        let min_api_version = sockproxy_policy::canon::api_version(min_raw)
+        let min_api_version = sockproxy_policy::settings::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
             .ok_or_else(|| ConfigError::MinApiVersion(min_raw.to_owned()))?;
         let event_loops = args.event_loops.unwrap_or_else(default_event_loops);
@@ -396,9 +395,9 @@ impl Config {
                 allow_sysctls: args.allow_sysctl,
                 max_shm_size: args
                     .max_shm_size
-                    .unwrap_or(sockproxy_policy::create_rules::DEFAULT_MAX_SHM),
+                    .unwrap_or(sockproxy_policy::settings::DEFAULT_MAX_SHM),
                 allow_log_drivers: if args.allow_log_driver.is_empty() {
-                    sockproxy_policy::create_rules::default_log_drivers()
+                    sockproxy_policy::settings::default_log_drivers()
                 } else {
                     args.allow_log_driver
                 },

@@ -1,5 +1,5 @@
 //! The proxy's one HTTP/1 client toward the engine: hyper-util's pooled client on connections
-//! to the engine's Unix socket (`Connector`), and the body of the answers it reads (`Answer`).
+//! to the engine's Unix socket (`Connector`), and the body of the answers it reads (`EngineBody`).
 //! Requests are framed and answers parsed by hyper alone, for plain requests, streamed uploads
 //! and upgrades (attach, exec) alike. A connection goes back to the pool once its answer has
 //! been read to the end, so a stream (logs, events, wait) holds its own and an upgraded one
@@ -130,15 +130,15 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 
 /// An engine answer's body, as hyper reads it.
 #[derive(Debug)]
-pub struct Answer(Incoming);
+pub struct EngineBody(Incoming);
 
-impl Answer {
+impl EngineBody {
     pub(crate) fn new(body: Incoming) -> Self {
         Self(body)
     }
 }
 
-impl HttpBody for Answer {
+impl HttpBody for EngineBody {
     type Data = Bytes;
     type Error = BoxError;
 

@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
-use sockproxy_policy::events::keep;
-use sockproxy_policy::scope::Scope;
+use sockproxy_policy::filters::keep_event as keep;
+use sockproxy_policy::Scope;
 
 /// Longest event line kept in memory; a longer one is dropped.
 const MAX_LINE: usize = 1 << 20;
@@ -91,7 +91,7 @@ where
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
-    use sockproxy_policy::scope::Prefix;
+    use sockproxy_policy::Prefix;
 
     fn scope() -> Scope {
         Scope::new(Prefix::parse("deer-flow-").expect("valid"), false)

@@ -11,9 +11,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered};
-use sockproxy_policy::canon::Target;
-use sockproxy_policy::evaluate::Pinned;
-use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::{Pinned, Refusal, Target};
 
 /// Most a refusal reads of a body it will never forward, and for how long.
 const DRAIN_CAP: usize = 1 << 20;
@@ -117,7 +115,7 @@ fn drop_answer_hops(headers: &mut HeaderMap) {
     }
 }
 
-pub(crate) fn stream_response(resp: Response<upstream::Answer>) -> Response<Body> {
+pub(crate) fn stream_response(resp: Response<upstream::EngineBody>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     drop_answer_hops(&mut parts.headers);
     Response::from_parts(parts, body.boxed())

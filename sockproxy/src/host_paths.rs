@@ -1,9 +1,9 @@
 //! The host's paths as the proxy sees them: the filesystem read the policy's bind-source walk
-//! asks for (`sockproxy_policy::create_rules::HostPaths`), answered without following links.
+//! asks for (`sockproxy_policy::settings::HostPaths`), answered without following links.
 
 use std::path::Path;
 
-use sockproxy_policy::create_rules::HostPaths;
+use sockproxy_policy::settings::HostPaths;
 
 /// The filesystem as the proxy process sees it (deploy/README.md: the bind roots must look the
 /// same from the proxy as from the engine).

@@ -87,16 +87,10 @@ fn run() -> Result<(), Failure> {
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {
-    if tokio::net::UnixStream::connect(&cfg.upstream)
-        .await
-        .is_err()
-    {
+    if let Err(e) = tokio::net::UnixStream::connect(&cfg.upstream).await {
         // Keep running: the proxy connects on demand, so it works as soon as an engine starts.
-        tracing::warn!(
-            "no Docker engine answers at unix://{}: start one (sudo systemctl start docker, or dockerd --host unix://{}) or pass --upstream; requests get 502 until then",
-            cfg.upstream.display(),
-            cfg.upstream.display()
-        );
+        use sockproxy::engine_reach::{found, notice};
+        tracing::warn!("{}", notice(&cfg.upstream, &found(&cfg.upstream, &e)));
     }
     if cfg.create_rules.require_stack_label && cfg.stack == cfg.scope.prefix().as_str() {
         // The label is what tells stacks on one prefix apart; with the default name, every

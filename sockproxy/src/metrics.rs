@@ -104,6 +104,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        scrape::process::register_standard(&mut registry, "sockproxy", env!("CARGO_PKG_VERSION"));
         let decisions = registered(
             &mut registry,
             "sockproxy_decisions",

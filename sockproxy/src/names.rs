@@ -19,50 +19,16 @@
 //!   an object that *was* the stack's own under that name: names in scope are only ever given
 //!   by this stack (its creates and renames are checked), IDs are never reused, and a label
 //!   never changes. A pin to an ID that no longer exists gets the engine's 404, and the proxy
-//!   then inspects afresh and tries once more (`plans`). The same window exists without the map,
+//!   then inspects afresh and tries once more (`proxy`'s `with_fresh_pin`). The same window exists without the map,
 //!   between an inspect and the request it pins.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use sockproxy_policy::evaluate::Inspected;
-use sockproxy_policy::reference::is_full_id;
-use sockproxy_policy::reference::CanonicalName;
-use sockproxy_policy::reference::ObjRef;
-use sockproxy_policy::scope::{Kind, Scope};
+use sockproxy_policy::{is_full_id, CanonicalName, Found, Inspected, Kind, ObjRef, Scope};
 
 /// Objects remembered per kind; past this, fills are dropped (lookups then inspect).
 const MAX_ENTRIES: usize = 65_536;
-
-/// What the pinning decision reads about an object, as its inspect answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub id: String,
-    /// As the inspect answered it (a container's carries the leading `/`).
-    pub name: String,
-    pub stack_label: Option<String>,
-}
-
-impl From<&Inspected<'_>> for Entry {
-    fn from(ins: &Inspected<'_>) -> Self {
-        Self {
-            id: ins.id.to_owned(),
-            name: ins.name.to_owned(),
-            stack_label: ins.stack_label.map(str::to_owned),
-        }
-    }
-}
-
-impl Entry {
-    /// What the pinning decision reads, as from an inspect answer.
-    pub fn inspected(&self) -> Inspected<'_> {
-        Inspected {
-            id: &self.id,
-            name: &self.name,
-            stack_label: self.stack_label.as_deref(),
-        }
-    }
-}
 
 /// When a lookup or an inspect was made, for `Names::fill`: a fill is taken only if no event
 /// that concerns the stack came in between, and the subscription never dropped.
@@ -71,7 +37,7 @@ pub struct Stamp(u64);
 
 #[derive(Debug, Default)]
 struct Table {
-    by_name: HashMap<String, Entry>,
+    by_name: HashMap<String, Found>,
     by_id: HashMap<String, String>,
 }
 
@@ -209,7 +175,7 @@ impl Names {
 
     /// The entry for what the client named, if the map holds it: a name, or a full ID. An ID
     /// prefix is never looked up here (it is resolved among the stack's listed objects).
-    pub fn lookup(&self, kind: Kind, r: &ObjRef) -> Option<Entry> {
+    pub fn lookup(&self, kind: Kind, r: &ObjRef) -> Option<Found> {
         let mut s = self.lock();
         if !s.live {
             return None;
@@ -249,7 +215,7 @@ impl Names {
         t.remove_id(ins.id);
         t.remove_name(bare);
         t.by_id.insert(ins.id.to_owned(), bare.to_owned());
-        t.by_name.insert(bare.to_owned(), Entry::from(ins));
+        t.by_name.insert(bare.to_owned(), Found::from(ins));
     }
 
     /// Forgets the entry pinned to `id` (the engine said it does not exist).

@@ -1,5 +1,5 @@
 use super::*;
-use sockproxy_policy::scope::Prefix;
+use sockproxy_policy::Prefix;
 
 fn scope() -> Scope {
     Scope::new(Prefix::parse("deer-flow-").expect("valid"), false)
@@ -8,8 +8,8 @@ fn scope() -> Scope {
 const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-fn entry(id: &str, name: &str) -> Entry {
-    Entry {
+fn entry(id: &str, name: &str) -> Found {
+    Found {
         id: id.into(),
         name: format!("/{name}"),
         stack_label: Some("atlas".into()),

@@ -119,7 +119,7 @@ pub struct PinDir {
 pub fn check_dir(dir: &Path, roots: &[PathBuf]) -> Result<(), PinError> {
     let clean = dir
         .to_str()
-        .is_some_and(sockproxy_policy::paths::clean_absolute)
+        .is_some_and(sockproxy_policy::settings::clean_absolute)
         && dir != Path::new("/");
     let apart = roots
         .iter()

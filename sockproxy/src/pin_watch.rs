@@ -71,7 +71,7 @@ async fn follow(upstream: &Upstream, pins: &Pins, stack: &str) -> Result<(), Str
     let filters = json!({
         "type": ["container"],
         "event": ["destroy"],
-        "label": [format!("{}={stack}", sockproxy_policy::scope::STACK_LABEL)],
+        "label": [format!("{}={stack}", sockproxy_policy::STACK_LABEL)],
     })
     .to_string();
     let query = form_urlencoded::Serializer::new(String::new())
@@ -146,9 +146,9 @@ pub async fn probe(upstream: &Upstream, pins: &Pins) -> Result<(), PinError> {
         .pin(&[pins.probe_source()])
         .map_err(|r| PinError::Probe(r.to_string()))?;
     let staging = set
-        .pinned
+        .staging
         .first()
-        .map(|p| p.staging.display().to_string())
+        .map(|p| p.display().to_string())
         .unwrap_or_default();
     let body = json!({
         "Image": "sockproxy pin probe",

@@ -1,12 +1,13 @@
 //! Pinned bind sources (I/O): each host path a create binds is opened beneath its bind root
 //! (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, from a
 //! descriptor of the root opened at start-up) and bind-mounted, from that descriptor, onto a
-//! fresh staging path in the pin directory (`pin_dir`); the engine is sent the staging path
-//! (`sockproxy_policy::bind_pins`), so the kernel mounts the directory that was checked at
+//! fresh staging path in the pin directory (`pin_dir`). The policy asks for this once a
+//! create's body is checked (`Need::BindPins`, gathered by `exchange`), and writes the body
+//! forwarded on the staging paths, so the kernel mounts the directory that was checked at
 //! every start and restart, whatever is renamed or replaced later.
 //!
 //! The table of the stack's pins: a pin is in flight while its create is; the engine refusing
-//! the create releases it at once; otherwise it stays until no container refers to it, which
+//! the create, or the proxy not forwarding it, releases it at once; otherwise it stays until no container refers to it, which
 //! `pin_watch` asks the engine after each of the stack's containers goes (and at start-up: a
 //! proxy restarted finds the earlier one's pins in the directory and keeps those in use). At
 //! most `--max-bind-pins` at once. Staging names are 128 random bits, never reused: a
@@ -18,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags, StatVfsMountFlags};
-use sockproxy_policy::bind_pins::{Pinned, Source};
-use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::{BindSource, Refusal};
 
 use crate::pin_dir::{self, PinDir, PinError};
 
@@ -135,13 +135,13 @@ impl Pins {
     }
 
     /// The first bind root itself, as a bind source: what start-up pins to prove it can.
-    pub fn probe_source(&self) -> Source {
+    pub fn probe_source(&self) -> BindSource {
         let root = self
             .roots
             .first()
             .map(|(r, _)| r.clone())
             .unwrap_or_default();
-        Source {
+        BindSource {
             path: root.clone(),
             root,
             beneath: PathBuf::new(),
@@ -157,11 +157,11 @@ impl Pins {
 
     /// Pins each source for one create; on any failure the ones made are released and the
     /// create is refused.
-    pub fn pin(&self, sources: &[Source]) -> Result<PinSet<'_>, Refusal> {
+    pub fn pin(&self, sources: &[BindSource]) -> Result<PinSet<'_>, Refusal> {
         let mut set = PinSet {
             pins: Some(self),
             names: Vec::with_capacity(sources.len()),
-            pinned: Vec::with_capacity(sources.len()),
+            staging: Vec::with_capacity(sources.len()),
             settled: false,
         };
         if sources.is_empty() {
@@ -183,10 +183,7 @@ impl Pins {
             match self.mount_one(s) {
                 Ok((name, staging)) => {
                     set.names.push(name);
-                    set.pinned.push(Pinned {
-                        source: s.clone(),
-                        staging,
-                    });
+                    set.staging.push(staging);
                 }
                 Err(refusal) => {
                     set.release();
@@ -198,7 +195,7 @@ impl Pins {
     }
 
     /// Opens `s` beneath its root and mounts it on a new staging path, recorded in flight.
-    fn mount_one(&self, s: &Source) -> Result<(String, PathBuf), Refusal> {
+    fn mount_one(&self, s: &BindSource) -> Result<(String, PathBuf), Refusal> {
         let refuse = |why: String| Refusal::Setting {
             op: OP.into(),
             why: format!("{} {} {why}", s.field, s.path.display()),
@@ -320,37 +317,29 @@ impl Pins {
     }
 }
 
-/// A checked create body as it is forwarded: each host-path bind pinned and the body written
-/// on the staging paths (`bind_pins`), with the pins to settle once the engine answers. With no
-/// pins set up (no `--allow-bind-root`) a body that binds a host path is refused: one is never
-/// forwarded unpinned.
-pub fn pinned_body<'a>(
+/// The pins of a create's bind sources (`Need::BindPins`: the policy checked the body and
+/// names each host path it binds), logged with the staging path each went to. With no pins set
+/// up (no `--allow-bind-root`) the create is refused: a host path is never forwarded unpinned.
+pub fn for_create<'a>(
     pins: Option<&'a Pins>,
-    out: serde_json::Value,
-    policy: &sockproxy_policy::evaluate::Policy,
-) -> Result<(serde_json::Value, PinSet<'a>), Refusal> {
-    let sources = sockproxy_policy::bind_pins::sources(&out, &policy.create_rules)?;
+    sources: &[BindSource],
+    stack: &str,
+) -> Result<PinSet<'a>, Refusal> {
     let Some(pins) = pins else {
-        if sources.is_empty() {
-            return Ok((out, PinSet::none()));
-        }
         return Err(Refusal::Setting {
             op: OP.into(),
             why: "binds a host path, and this proxy pins none (no --allow-bind-root)".into(),
         });
     };
-    let set = pins.pin(&sources)?;
-    if !set.pinned.is_empty() {
-        // Where each source went, beside the `sockproxy.bind.<target>` labels.
-        let each: Vec<String> = set
-            .pinned
-            .iter()
-            .map(|p| format!("{}={}", p.source.path.display(), p.staging.display()))
-            .collect();
-        tracing::info!(stack = %policy.stack, pins = %each.join(","), "bind sources pinned");
-    }
-    let out = sockproxy_policy::bind_pins::rewrite(out, &set.pinned)?;
-    Ok((out, set))
+    let set = pins.pin(sources)?;
+    // Where each source went, beside the `sockproxy.bind.<target>` labels.
+    let each: Vec<String> = sources
+        .iter()
+        .zip(&set.staging)
+        .map(|(s, staging)| format!("{}={}", s.path.display(), staging.display()))
+        .collect();
+    tracing::info!(%stack, pins = %each.join(","), "bind sources pinned");
+    Ok(set)
 }
 
 /// 128 random bits in hex.
@@ -396,24 +385,14 @@ pub struct PinSet<'a> {
     /// `None`: a create with nothing pinned.
     pins: Option<&'a Pins>,
     names: Vec<String>,
-    /// Each source with its staging path, in the order `bind_pins::rewrite` takes.
-    pub pinned: Vec<Pinned>,
+    /// Each source's staging path, in the order the sources were given (`Fact::BindPins`).
+    pub staging: Vec<PathBuf>,
     settled: bool,
 }
 
 impl PinSet<'_> {
-    /// A create that pins nothing.
-    pub fn none() -> Self {
-        Self {
-            pins: None,
-            names: Vec::new(),
-            pinned: Vec::new(),
-            settled: true,
-        }
-    }
-
     /// The engine answered the create: created (`true`), the pins stay while a container
-    /// refers to them; refused, they are released at once.
+    /// refers to them; refused (or never forwarded: `false`), they are released at once.
     pub fn answered(mut self, created: bool) {
         if created {
             self.settle();

@@ -234,7 +234,7 @@ pub fn effective(cfg: &Config) -> Args {
         no_name_cache: !cfg.name_cache,
         spend: SpendArgs {
             max_json_keys: Some(r.spend.max_json_keys),
-            min_healthcheck_interval: Some(sockproxy_policy::spend::show_duration(
+            min_healthcheck_interval: Some(sockproxy_policy::settings::show_duration(
                 r.spend.min_healthcheck_interval_ns,
             )),
             max_healthcheck_retries: Some(r.spend.max_healthcheck_retries),

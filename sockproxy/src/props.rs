@@ -60,7 +60,7 @@ async fn read_answer(raw: &[u8], method: Method) -> Result<usize, String> {
             .map_err(|e| e.to_string())?;
         let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
         let budget = crate::upstream::ListBudget::new(ANSWER_CAP);
-        let resp = resp.map(crate::upstream::Answer::new);
+        let resp = resp.map(crate::upstream::EngineBody::new);
         let read = crate::upstream::read_budgeted(resp, ANSWER_CAP, Some(&budget)).await;
         read.map(|(answer, _)| answer.body.len())
             .map_err(|e| e.to_string())

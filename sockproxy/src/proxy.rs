@@ -1,4 +1,5 @@
-//! The request handler: parse → decide → resolve → act, and one log line per decision.
+//! The request handler: decide (`decide`'s loop: evaluate, gather, evaluate again) → act, and
+//! one log line per decision.
 //! Nothing reaches the engine before `policy` has allowed it; every container, network and exec
 //! path that is forwarded is pinned to the full ID the check was made on.
 
@@ -14,20 +15,21 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use serde_json::Value;
 
-use crate::body;
+use crate::decide::{decide, Settled};
 use crate::decision_line::Decided;
 use crate::exchange::Exchange;
 use crate::forward::{
-    buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade, with_query,
+    buffered_response, drain, splice, stream_response, upstream_request, wants_upgrade,
 };
 use crate::refused::IntoResponse;
 use crate::upstream::{self, Body, Buffered, Upstream};
 
-use sockproxy_policy::evaluate::{self, Facts, Policy};
-use sockproxy_policy::filter;
-use sockproxy_policy::policy::Plan;
-use sockproxy_policy::refusal::Refusal;
-use sockproxy_policy::scope::Kind;
+use sockproxy_policy::filters;
+use sockproxy_policy::{self as policy, Facts, Kind, Plan, Policy, Refusal, Route};
+
+/// The proxy's answer to one request: the engine's (or the proxy's own) response, or the
+/// refusal it sends instead.
+pub(crate) type Reply = Result<Response<Body>, Refusal>;
 
 /// Who is on the other end of the proxy's socket (`SO_PEERCRED`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -98,7 +100,7 @@ struct Outcome {
     /// `op` as a metric label (`Endpoint::op_label`).
     label: &'static str,
     reason: &'static str,
-    result: Result<Response<Body>, Refusal>,
+    result: Reply,
 }
 
 impl Proxy {
@@ -181,24 +183,25 @@ impl Proxy {
 
     async fn process(&self, req: Request<Incoming>, upgrade: Option<OnUpgrade>) -> Outcome {
         let (parts, body) = req.into_parts();
-        let mut body = Some(body.map_err(crate::upstream::boxed_error).boxed());
-        let request = evaluate::Request {
+        let body = body.map_err(crate::upstream::boxed_error).boxed();
+        let request = policy::Request {
             method: &parts.method,
             uri: &parts.uri,
             headers: &parts.headers,
         };
-        let decision = evaluate::evaluate(&request, &Facts::None, &self.policy);
-        crate::metrics::set_op(decision.label);
+        let mut ex = Exchange::new(self, &parts, body, upgrade);
+        let Settled {
+            decision, facts, ..
+        } = decide(&request, &self.policy, Facts::default(), &mut ex).await;
         let reason = decision.reason.as_str();
         let result = match decision.outcome {
             Err(r) => Err(r),
-            Ok(plan) => {
-                self.act(&plan, &decision.op, parts, &mut body, upgrade)
-                    .await
-            }
+            Ok(plan) => self.answer(&request, plan, facts, &mut ex).await,
         };
+        // Pins still held here belong to a create that was never forwarded.
+        ex.release_pins();
         if result.is_err() {
-            if let Some(unread) = body.take() {
+            if let Some(unread) = ex.body.take() {
                 drain(unread).await;
             }
         }
@@ -210,108 +213,51 @@ impl Proxy {
         }
     }
 
-    async fn act(
+    /// Answers a decided request: the engine's own answer where the plan relays it, else the
+    /// plan acted on, and once more with fresh pins where a remembered one was stale.
+    async fn answer(
         &self,
-        plan: &evaluate::Plan,
-        op: &str,
-        parts: Parts,
-        body: &mut Option<Body>,
-        upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, Refusal> {
-        let target = &plan.target;
-        let query = target.query.encode_without(&[]);
-        // The body stays in the caller's slot until it is forwarded or read, so a refusal on
-        // the way can drain it and the client sees the refusal rather than a broken pipe.
-        let mut take = || body.take().unwrap_or_else(upstream::empty);
-        let exchange = |parts, body, upgrade| Exchange {
-            op,
-            parts,
-            body,
-            target,
-            upgrade,
-        };
-        match plan.route.clone() {
-            Plan::Forward | Plan::Volume => {
-                body::no_body(take()).await?;
-                let path = with_query(target.path(), &query);
-                self.forward(&parts, upstream::empty(), path, None).await
-            }
-            Plan::VolumeList => {
-                body::no_body(take()).await?;
-                self.volume_list(parts, target).await
-            }
-            Plan::CreateContainer => {
-                let checked =
-                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
-                        .await?;
-                let out = sockproxy_policy::create_body::check(
-                    checked,
-                    &self.policy.scope,
-                    &self.policy.create_rules,
-                    self.upstream.path(),
-                    &crate::host_paths::ProxyView,
-                    &self.policy.stack,
-                )?;
-                let request = evaluate::Request {
-                    method: &parts.method,
-                    uri: &parts.uri,
-                    headers: &parts.headers,
-                };
-                if let Some(engine) = self
-                    .check_joined_networks(&request, op, &out, target.version.as_deref())
-                    .await?
-                {
-                    return Ok(buffered_response(engine));
-                }
-                let (out, pinned) =
-                    crate::pins::pinned_body(self.pins.as_deref(), out, &self.policy)?;
-                let resp = self
-                    .forward_json(&parts, &out, with_query(target.path(), &query))
-                    .await?;
-                pinned.answered(resp.status() == StatusCode::CREATED);
-                Ok(self.conflict_names_only(resp).await)
-            }
-            Plan::Events => {
-                body::no_body(take()).await?;
-                let path = with_query(target.path(), &query);
-                let req = upstream_request(&parts, path, upstream::empty(), false)?;
-                let resp = self.upstream.send(req).await.map_err(upstream_err)?;
-                if resp.status() != StatusCode::OK {
-                    return Ok(stream_response(resp));
-                }
-                let (mut rparts, body) = resp.into_parts();
-                rparts.headers.remove(header::CONTENT_LENGTH);
-                let filtered = crate::event_stream::Filtered::new(body, self.policy.scope.clone());
-                Ok(Response::from_parts(rparts, filtered.boxed()))
-            }
-            Plan::List(kind) => self.list(kind, parts, plan).await,
-            Plan::Info => {
-                body::no_body(take()).await?;
-                self.info(target.version.as_deref()).await
-            }
-            Plan::Container {
-                op: cop, target: r, ..
-            } => {
-                self.container(cop, &r, exchange(parts, body, upgrade))
-                    .await
-            }
-            Plan::Exec { op: eop, id, .. } => {
-                self.exec(eop, &id, exchange(parts, body, upgrade)).await
-            }
-            Plan::CreateNetwork => {
-                let v = sockproxy_policy::write_rules::network_create(
-                    body::read_checked(take(), self.policy.create_rules.spend.max_json_keys)
-                        .await?,
-                    &self.policy.scope,
-                    &self.policy.stack,
-                )?;
-                self.forward_json(&parts, &v, with_query(target.path(), &query))
-                    .await
-            }
-            Plan::Network {
-                op: nop, target: r, ..
-            } => self.network(nop, &r, exchange(parts, body, upgrade)).await,
+        request: &policy::Request<'_>,
+        plan: Plan,
+        facts: Facts,
+        ex: &mut Exchange<'_>,
+    ) -> Reply {
+        if let Some(need) = &plan.relay {
+            return Ok(buffered_response(ex.answer(need)?));
         }
+        ex.settle_body(&plan).await?;
+        let resp = self.act(&plan, ex).await?;
+        let retried = matches!(plan.route, Route::Container { .. } | Route::Network { .. });
+        if resp.status() != StatusCode::NOT_FOUND || !retried || ex.remembered.is_empty() {
+            return Ok(resp);
+        }
+        self.with_fresh_pin(request, plan, facts, resp, ex).await
+    }
+
+    /// After the engine answered 404 to a request pinned by the name map: perhaps the object
+    /// is gone, its event still on the way. Every remembered pin is forgotten and inspected
+    /// afresh, once; when that pins the same IDs, the 404 was about the request, not the name,
+    /// and it stands (the request is not sent twice).
+    async fn with_fresh_pin(
+        &self,
+        request: &policy::Request<'_>,
+        stale: Plan,
+        mut facts: Facts,
+        resp: Response<Body>,
+        ex: &mut Exchange<'_>,
+    ) -> Reply {
+        ex.forget_remembered(&mut facts);
+        let fresh = decide(request, &self.policy, facts, ex)
+            .await
+            .decision
+            .outcome?;
+        if let Some(need) = &fresh.relay {
+            return Ok(buffered_response(ex.answer(need)?));
+        }
+        if fresh.pin == stale.pin && fresh.body == stale.body {
+            return Ok(resp);
+        }
+        self.act(&fresh, ex).await
     }
 
     pub(crate) async fn forward(
@@ -320,7 +266,7 @@ impl Proxy {
         body: Body,
         path_and_query: String,
         client_upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let req = upstream_request(parts, path_and_query, body, client_upgrade.is_some())?;
         self.send_forwarded(req, client_upgrade).await
     }
@@ -330,7 +276,7 @@ impl Proxy {
         &self,
         req: Request<Body>,
         client_upgrade: Option<OnUpgrade>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let mut resp = self.upstream.send(req).await.map_err(upstream_err)?;
         if let Some(client) = client_upgrade {
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -345,17 +291,6 @@ impl Proxy {
             }
         }
         Ok(stream_response(resp))
-    }
-
-    /// Forwards the JSON the proxy checked, not the bytes it received.
-    pub(crate) async fn forward_json(
-        &self,
-        parts: &Parts,
-        v: &Value,
-        path: String,
-    ) -> Result<Response<Body>, Refusal> {
-        let bytes = serde_json::to_vec(v).map_err(|e| Refusal::BadRequest(e.to_string()))?;
-        self.forward_body(parts, bytes, path).await
     }
 
     /// Under `--require-stack-label`, the engine's 409 over a name (create, rename) names only
@@ -378,7 +313,7 @@ impl Proxy {
             return Refusal::Upstream("unreadable conflict answer".into()).into_response();
         };
         let mut out = serde_json::to_vec(&serde_json::json!({
-            "message": sockproxy_policy::answers::conflict_names_only(&message)
+            "message": filters::conflict_names_only(&message)
         }))
         .unwrap_or_default();
         out.push(b'\n');
@@ -386,12 +321,7 @@ impl Proxy {
         Response::from_parts(parts, upstream::full(out))
     }
 
-    pub(crate) async fn forward_body(
-        &self,
-        parts: &Parts,
-        bytes: Vec<u8>,
-        path: String,
-    ) -> Result<Response<Body>, Refusal> {
+    pub(crate) async fn forward_body(&self, parts: &Parts, bytes: Vec<u8>, path: String) -> Reply {
         let req = json_request(parts, bytes, path, false)?;
         self.send_forwarded(req, None).await
     }
@@ -402,7 +332,7 @@ impl Proxy {
     pub(crate) async fn own_ids(
         &self,
         version: Option<&str>,
-    ) -> Result<Option<filter::OwnIds>, Refusal> {
+    ) -> Result<Option<filters::OwnIds>, Refusal> {
         if !self.policy.scope.requires_label() {
             return Ok(None);
         }
@@ -416,11 +346,11 @@ impl Proxy {
         &self,
         inspected: Buffered,
         version: Option<&str>,
-    ) -> Result<Response<Body>, Refusal> {
+    ) -> Reply {
         let mut v: Value = serde_json::from_slice(&inspected.body)
             .map_err(|e| Refusal::Upstream(format!("unreadable network inspect answer: {e}")))?;
         let own = self.own_ids(version).await?;
-        filter::own_endpoints(&mut v, &self.policy.scope, own.as_ref());
+        filters::own_endpoints(&mut v, &self.policy.scope, own.as_ref());
         let mut out = serde_json::to_vec(&v).map_err(|e| Refusal::Upstream(e.to_string()))?;
         out.push(b'\n');
         Ok(buffered_response(Buffered {

@@ -2,7 +2,7 @@
 //! `Content-Type: application/json`, as dockerd sends its errors.
 
 use http::{header, HeaderValue, Response};
-use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::Refusal;
 
 use crate::upstream::{full, Body};
 

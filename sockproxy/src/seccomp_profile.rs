@@ -1,7 +1,7 @@
 //! `--allow-seccomp-profile` values as the digests the policy compares: a `sha256:HEX` as it is,
 //! or a profile file read now, at start-up, and canonicalized by `sockproxy_policy::seccomp`.
 
-use sockproxy_policy::seccomp::canonical;
+use sockproxy_policy::settings::canonical_seccomp as canonical;
 
 /// One `--allow-seccomp-profile` value as a digest: `sha256:HEX` (the canonical JSON's digest,
 /// as `--print-policy` shows it), or the path of a profile file, read and canonicalized now.

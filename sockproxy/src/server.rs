@@ -14,16 +14,16 @@ use headguard::{Answered, ClientRead, HeadLimits, Scanner, Verdicts};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use sockproxy_policy::evaluate::Policy;
+use sockproxy_policy::Policy;
 use tokio::net::{UnixListener, UnixStream};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::answer::Answer;
+use crate::client_body::ClientBody;
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy, Serving};
 use crate::upstream::Upstream;
-use sockproxy_policy::refusal::Refusal;
+use sockproxy_policy::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -121,6 +121,10 @@ pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
             create_rules: cfg.create_rules.clone(),
             allow_images: cfg.allow_images.clone(),
             min_api_version: cfg.min_api_version,
+            host: sockproxy_policy::Host {
+                engine_socket: cfg.upstream.clone(),
+                paths: Arc::new(crate::host_paths::ProxyView),
+            },
         },
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         names: Default::default(),
@@ -143,7 +147,7 @@ pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
 /// connections close, responses in progress complete) and waits for in-flight work, upgrade
 /// streams included, up to `grace`.
 /// `made`: the socket file to remove at the end (`None` for one systemd passed). `metrics`: the
-/// metrics endpoint's listener, served until the proxy stops.
+/// metrics endpoint's listener, served until the main listener closes.
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
@@ -153,7 +157,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let _metrics = metrics.map(|l| {
+    let metrics = metrics.map(|l| {
         let exposed = Arc::new(crate::exposed::Exposed(proxy.clone()));
         AbortOnDrop(tokio::spawn(scrape::serve(
             l,
@@ -218,6 +222,12 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // The metrics endpoint goes with the main socket: a replacement started during the grace
+    // period binds both (one left bound made it exit), and no scrape reports a proxy that no
+    // longer takes clients.
+    if let Some(mut m) = metrics {
+        m.stop().await;
+    }
     if let Some(path) = made {
         if let Err(e) = std::fs::remove_file(&path) {
             tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
@@ -265,6 +275,14 @@ impl Held {
 /// Stops a background task when its owner goes.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
+impl AbortOnDrop {
+    /// Stops the task and waits until it is gone, with what it held (a listener: closed).
+    async fn stop(&mut self) {
+        self.0.abort();
+        let _ = (&mut self.0).await;
+    }
+}
+
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
@@ -311,7 +329,7 @@ async fn serve_connection(
                 Some(why) => Ok(p.refuse_head(peer, why)),
                 None => p.handle(peer, req).await,
             };
-            resp.map(|r| r.map(|body| Answer::new(body, answered)))
+            resp.map(|r| r.map(|body| ClientBody::new(body, answered)))
         }
     });
     // No `max_headers`: hyper's default is 100, the scanner's limit, and the scanner refuses a

@@ -1,7 +1,7 @@
 //! The flags that bound what a stack may spend (`--max-*`, `--min-*`, `--allow-host-port`,
 //! `--allow-log-opt`): configuration, read into the policy crate's `Spend`.
 
-use sockproxy_policy::spend::{parse_duration, Spend};
+use sockproxy_policy::settings::{parse_duration, Spend};
 
 /// The flags that set `Spend` (each with a `SOCKPROXY_*` fallback); absent ones keep the
 /// defaults above.
@@ -55,7 +55,8 @@ pub struct SpendArgs {
     #[arg(long, env = "SOCKPROXY_MAX_LOG_FILES")]
     pub max_log_files: Option<u64>,
     /// A log option DRIVER:KEY containers may give an allowed driver, beyond json-file's and
-    /// local's own (repeatable).
+    /// local's own (max-size, max-file, compress); tag, labels and env (and their -regex forms)
+    /// need it for every driver, and an allowed tag is still a bounded template (repeatable).
     #[arg(
         long = "allow-log-opt",
         env = "SOCKPROXY_ALLOW_LOG_OPT",
@@ -116,7 +117,7 @@ impl SpendArgs {
                 d.max_core_ulimit,
             )?,
             max_log_size: match &self.max_log_size {
-                Some(raw) => sockproxy_policy::spend_host::ram_in_bytes(raw).ok_or_else(|| {
+                Some(raw) => sockproxy_policy::settings::ram_in_bytes(raw).ok_or_else(|| {
                     format!("--max-log-size {raw:?}: expected a size such as 100m")
                 })?,
                 None => d.max_log_size,

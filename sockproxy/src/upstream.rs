@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
-pub use crate::engine::Answer;
+pub use crate::engine::EngineBody;
 use crate::engine::EngineClient;
 pub use crate::wire::{boxed_error, empty, full, Body, BoxError, UpstreamError};
 
@@ -89,7 +89,7 @@ impl Upstream {
     }
 
     /// Sends `req`, whose URI is a path and query, to the engine.
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<EngineBody>, UpstreamError> {
         let started = Instant::now();
         let answered = self.round_trip(req).await;
         self.metrics.engine(
@@ -99,7 +99,7 @@ impl Upstream {
         answered
     }
 
-    async fn round_trip(&self, req: Request<Body>) -> Result<Response<Answer>, UpstreamError> {
+    async fn round_trip(&self, req: Request<Body>) -> Result<Response<EngineBody>, UpstreamError> {
         let (mut parts, body) = req.into_parts();
         parts.uri = crate::engine::on_engine(parts.uri)?;
         let resp = self
@@ -107,7 +107,7 @@ impl Upstream {
             .request(Request::from_parts(parts, body))
             .await
             .map_err(|e| crate::engine::client_error(&e))?;
-        Ok(resp.map(Answer::new))
+        Ok(resp.map(EngineBody::new))
     }
 
     /// A bounded GET whose whole answer is read, for inspects and lists.
@@ -132,7 +132,7 @@ impl Upstream {
     /// buffered); a failure to read it is counted as the engine's.
     pub async fn read_budgeted(
         &self,
-        resp: Response<Answer>,
+        resp: Response<EngineBody>,
         cap: usize,
         budget: Option<&ListBudget>,
     ) -> Result<(Buffered, Held), UpstreamError> {
@@ -148,7 +148,7 @@ impl Upstream {
 /// Content-Length when the engine sends one (lists run to megabytes; growing and then joining
 /// chunks copied them twice), holding blocks of `budget` for every byte buffered.
 pub(crate) async fn read_budgeted(
-    resp: Response<Answer>,
+    resp: Response<EngineBody>,
     cap: usize,
     budget: Option<&ListBudget>,
 ) -> Result<(Buffered, Held), UpstreamError> {

@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 
 use crate::names::{Event, Names};
 use crate::upstream::{self, Upstream};
-use sockproxy_policy::scope::Scope;
+use sockproxy_policy::Scope;
 
 /// The events that change a name or an ID; `Names` also checks each line itself.
 const FILTERS: &str = r#"{"type":["container","network"],"event":["create","rename","destroy"]}"#;

@@ -297,6 +297,8 @@ fn sigterm_lets_docker_logs_f_finish_and_refuses_new_clients() {
     let engine = dir.path().join("engine.sock");
     streaming_engine(&engine);
     let upstream = format!("unix://{}", engine.display());
+    let metrics = dir.path().join("metrics.sock");
+    let metrics_at = metrics.display().to_string();
     let (mut child, sock) = proxy(
         dir.path(),
         &[
@@ -306,9 +308,12 @@ fn sigterm_lets_docker_logs_f_finish_and_refuses_new_clients() {
             &upstream,
             "--shutdown-grace",
             "10",
+            "--metrics-listen",
+            &metrics_at,
         ],
         &[],
     );
+    assert!(UnixStream::connect(&metrics).is_ok(), "metrics served");
     let config = tempfile::tempdir().expect("dir");
     let mut logs = Command::new("docker")
         .args(["logs", "-f", "deer-flow-sandbox-x"])
@@ -336,6 +341,13 @@ fn sigterm_lets_docker_logs_f_finish_and_refuses_new_clients() {
         UnixStream::connect(&sock).is_err(),
         "new connections are refused"
     );
+    // The metrics endpoint goes with it, while the stream is still in flight: a replacement
+    // started meanwhile can bind it.
+    assert!(
+        !metrics.exists(),
+        "the metrics socket file is removed with the main one"
+    );
+    assert!(UnixStream::connect(&metrics).is_err(), "no scrape answered");
     let mut rest = String::new();
     out.read_to_string(&mut rest).expect("rest of the stream");
     assert_eq!(rest, "second\n", "the stream finished");

@@ -53,6 +53,9 @@ pub fn settings(prefix: &str, mode: Mode) -> Settings {
         stop_timeout: 1,
         lock_timeout: Duration::from_secs(60),
         removal_wait: Duration::from_secs(10),
+        sandbox_resources: lifecycle::resources::Resources::default(),
+        sidecar_resources: lifecycle::resources::Resources::parse("256m", "1", 128)
+            .expect("the sidecar's defaults"),
     }
 }
 

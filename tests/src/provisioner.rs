@@ -42,6 +42,8 @@ pub struct ApiStack {
     pub clock: Arc<FakeClock>,
     _root: crate::bindroot::BindRootDir,
     _state: tempfile::TempDir,
+    /// Holds the metrics endpoint's socket (`--metrics-listen`).
+    sockets: tempfile::TempDir,
     stop: watch::Sender<bool>,
 }
 
@@ -59,12 +61,66 @@ impl ApiStack {
             format!("api-{}", std::process::id()),
             Duration::from_secs(600),
         );
-        Self::start_full(e, mode, key, limits, own).await
+        Self::start_full(e, mode, key, limits, own, 0).await
     }
 
     /// `start` with the given ownership store (Redis, for the claims).
     pub async fn start_owned(e: &Engine, mode: Mode, key: Option<&str>, own: Ownership) -> Self {
-        Self::start_full(e, mode, key, Limits::default(), own).await
+        Self::start_full(e, mode, key, Limits::default(), own, 0).await
+    }
+
+    /// `start` (open mode, memory store) with a replica cap (`--max-replicas`).
+    pub async fn start_capped(e: &Engine, key: &str, max_replicas: usize) -> Self {
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        Self::start_full(
+            e,
+            Mode::Open,
+            Some(key),
+            Limits::default(),
+            own,
+            max_replicas,
+        )
+        .await
+    }
+
+    /// `start` (memory store) whose sandboxes never answer HTTP (the fake's never do; on the
+    /// real engine they sleep) while creates would wait `ready_timeout` for an answer.
+    pub async fn start_never_ready(e: &Engine, mode: Mode, ready_timeout: Duration) -> Self {
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        Self::start_tuned(e, mode, Some(KEY), Limits::default(), own, 0, |settings| {
+            settings.ready_timeout = ready_timeout;
+            settings.sandbox_cmd = Some(vec!["sleep".into(), "600".into()]);
+        })
+        .await
+    }
+
+    /// `start` (open mode, memory store) whose sandboxes exit as soon as they start.
+    pub async fn start_exiting(e: &Engine) -> Self {
+        let own = Ownership::new(
+            Store::Memory(Memory::default()),
+            format!("api-{}", std::process::id()),
+            Duration::from_secs(600),
+        );
+        Self::start_tuned(
+            e,
+            Mode::Open,
+            Some(KEY),
+            Limits::default(),
+            own,
+            0,
+            |settings| {
+                settings.sandbox_cmd = Some(vec!["false".into()]);
+            },
+        )
+        .await
     }
 
     async fn start_full(
@@ -73,6 +129,21 @@ impl ApiStack {
         key: Option<&str>,
         limits: Limits,
         own: Ownership,
+        max_replicas: usize,
+    ) -> Self {
+        Self::start_tuned(e, mode, key, limits, own, max_replicas, |_| {}).await
+    }
+
+    /// `start_full` with lifecycle's settings changed by `tune` last.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_tuned(
+        e: &Engine,
+        mode: Mode,
+        key: Option<&str>,
+        limits: Limits,
+        own: Ownership,
+        max_replicas: usize,
+        tune: impl FnOnce(&mut lifecycle::ops::Settings),
     ) -> Self {
         let root_dir = crate::bindroot::BindRootDir::new("dfroot");
         let root = root_dir.path().to_owned();
@@ -89,6 +160,7 @@ impl ApiStack {
             s.sandbox_cmd = Some(vec!["sh".into(), "-c".into(), SERVING_CMD.into()]);
             s.ready_timeout = Duration::from_secs(30);
         }
+        tune(&mut s);
         let lc = Lifecycle::new(
             Client::new(&format!("unix://{}", proxy.socket().display())).expect("address"),
             state.path(),
@@ -96,7 +168,7 @@ impl ApiStack {
         );
         let config = ProviderConfig {
             idle_timeout: Duration::from_secs(1),
-            max_replicas: 0,
+            max_replicas,
             adopt_grace: Duration::from_secs(1),
             lease_timeout: Duration::ZERO,
         };
@@ -112,6 +184,8 @@ impl ApiStack {
             .expect("bind");
         let addr = listener.local_addr().expect("address");
         let (stop, rx) = watch::channel(false);
+        let sockets = tempfile::tempdir().expect("socket dir");
+        crate::serve::serve_metrics(&provider, &sockets.path().join("metrics.sock"), rx.clone());
         tokio::spawn(lifecycle::serve::http::serve(
             listener,
             provider.clone(),
@@ -128,6 +202,7 @@ impl ApiStack {
             clock,
             _root: root_dir,
             _state: state,
+            sockets,
             stop,
         }
     }
@@ -169,6 +244,27 @@ impl ApiStack {
             Some(body.to_string().into_bytes()),
         )
         .await
+    }
+
+    /// lifecycle's state directory.
+    pub fn state(&self) -> &Path {
+        self._state.path()
+    }
+
+    /// Every port reservation file under the state directory (`ports/…`), as paths.
+    pub fn port_reservations(&self) -> Vec<String> {
+        crate::crash::scan_ports(self.state())
+            .into_iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect()
+    }
+
+    /// `GET /metrics` on the provider's metrics endpoint: the text.
+    pub async fn metrics(&self) -> String {
+        let at = self.sockets.path().join("metrics.sock");
+        let (status, v) = crate::serve::call(&at, "GET", "/metrics", None).await;
+        assert_eq!(status, 200, "{v}");
+        v.as_str().unwrap_or_default().to_owned()
     }
 
     /// One request to the API: (status, body as text).

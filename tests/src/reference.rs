@@ -75,7 +75,8 @@ fn section(out: &mut String, cmd: &clap::Command, path: &str) {
             );
         }
     }
-    for sub in cmd.get_subcommands() {
+    // `help` repeats what each command's own section says.
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
         let path = format!("{path} {}", sub.get_name());
         let _ = write!(out, "\n## `{path}`\n");
         section(out, sub, &path);
@@ -98,31 +99,55 @@ fn flag(a: &clap::Arg) -> String {
 
 fn env(a: &clap::Arg) -> String {
     a.get_env()
-        .map(|e| format!("`{}`", e.to_string_lossy()))
-        .unwrap_or_default()
+        .map_or_else(|| "—".to_owned(), |e| format!("`{}`", e.to_string_lossy()))
 }
 
+/// The flag's default, never blank: clap's own, else the `[default: …]` its help states, else
+/// what leaving it out means by its kind (a switch is off; a flag that may repeat, or an
+/// optional value with no stated default, is none).
 fn default(a: &clap::Arg) -> String {
     let values: Vec<String> = a
         .get_default_values()
         .iter()
         .map(|v| v.to_string_lossy().into_owned())
         .collect();
-    if values.is_empty() || !a.get_action().takes_values() {
-        String::new()
-    } else {
-        format!("`{}`", values.join(","))
+    if !a.get_action().takes_values() {
+        return "off".to_owned();
     }
+    if !values.is_empty() {
+        return format!("`{}`", values.join(","));
+    }
+    if let Some((_, stated)) = stated_default(&raw_help(a)) {
+        return stated.replace('|', "\\|");
+    }
+    if a.is_required_set() {
+        return "required".to_owned();
+    }
+    "none".to_owned()
 }
 
-fn help(a: &clap::Arg) -> String {
-    let mut text = a
-        .get_long_help()
+/// The help text as written, on one line.
+fn raw_help(a: &clap::Arg) -> String {
+    a.get_long_help()
         .or_else(|| a.get_help())
         .map(ToString::to_string)
         .unwrap_or_default()
         .replace('\n', " ")
-        .replace('|', "\\|");
+}
+
+/// A help text's trailing `[default: X]`: (the text before it, X).
+fn stated_default(text: &str) -> Option<(&str, &str)> {
+    let trimmed = text.trim_end();
+    let body = trimmed.strip_suffix(']')?;
+    let at = body.rfind("[default: ")?;
+    Some((body[..at].trim_end(), &body[at + "[default: ".len()..]))
+}
+
+fn help(a: &clap::Arg) -> String {
+    let raw = raw_help(a);
+    // A stated default is in its own column.
+    let text = stated_default(&raw).map_or(raw.as_str(), |(before, _)| before);
+    let mut text = text.replace('|', "\\|");
     let values: Vec<String> = a
         .get_possible_values()
         .iter()

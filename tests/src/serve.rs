@@ -145,6 +145,7 @@ impl Served {
         let sock = dir.path().join("serve.sock");
         let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
         let (stop, rx) = watch::channel(false);
+        serve_metrics(&provider, &dir.path().join("metrics.sock"), rx.clone());
         tokio::spawn(lifecycle::serve::http::serve(
             listener,
             provider.clone(),
@@ -167,6 +168,17 @@ impl Served {
 
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         call(&self.socket(), method, path, body).await
+    }
+
+    /// `GET /metrics` on the provider's metrics endpoint (`--metrics-listen`).
+    pub async fn metrics(&self) -> (u16, Value) {
+        call(
+            &self.dir.path().join("metrics.sock"),
+            "GET",
+            "/metrics",
+            None,
+        )
+        .await
     }
 
     /// One request with a raw body; the whole answer, headers included.
@@ -276,6 +288,17 @@ impl Drop for Served {
     fn drop(&mut self) {
         self.stop.send_replace(true);
     }
+}
+
+/// Serves `provider`'s `--metrics-listen` endpoint on the Unix socket `at` until `stop` turns
+/// true, as `lifecycle serve` does.
+pub fn serve_metrics(provider: &Arc<Provider>, at: &Path, mut stop: watch::Receiver<bool>) {
+    let listener =
+        scrape::bind(&scrape::Listen::Unix(at.to_owned())).expect("bind the metrics endpoint");
+    let exposed = Arc::new(lifecycle::serve::exposed::Exposed(provider.clone()));
+    tokio::spawn(scrape::serve(listener, exposed, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }));
 }
 
 /// One request on a provider's socket, from a blocking thread (the raw client is blocking).

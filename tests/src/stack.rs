@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use sockproxy::config::{Config, LogFormat};
 use sockproxy::server::Background;
-use sockproxy_policy::scope::{Prefix, Scope};
+use sockproxy_policy::{Prefix, Scope};
 
 #[derive(Debug)]
 pub struct StackProxy {

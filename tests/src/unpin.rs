@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use sockproxy_policy::bind_pins::BIND_LABEL_PREFIX;
+use sockproxy_policy::BIND_LABEL_PREFIX;
 
 /// Target → the path the client named, from a container's `sockproxy.bind.*` labels.
 pub fn pinned_sources(inspect: &Value) -> BTreeMap<String, String> {

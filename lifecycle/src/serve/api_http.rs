@@ -7,36 +7,25 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{HeaderMap, Method, Response};
+use hyper::{Method, Response};
 use serde_json::json;
 
 use super::answer::{answer, detached, Answer};
 use super::provider::Provider;
 use super::provisioner::ApiAnswer;
+use super::routes::Route;
 
-/// Whether `path` is the provisioner API's (answered here, not by the `/v1/` router).
-pub(super) fn is_api(path: &str) -> bool {
-    path == "/health" || path == "/api" || path.starts_with("/api/")
-}
-
-/// The 401 for an `/api/` request without the right `X-API-Key` (none when it passes, or on a
-/// Unix socket with no key configured). One warn line, never the key.
-pub(super) fn refuse_unauthorized(
+/// The 401 of a request without the right `X-API-Key` on a listener with a key: the same
+/// answer whatever the route, and whether the key was missing, empty, wrong or a part of it
+/// (deer-flow's `Unauthorized`). One warn line naming method, path and peer, never the key.
+pub(super) fn unauthorized(
     p: &Provider,
     method: &Method,
     path: &str,
     peer: &str,
-    headers: &HeaderMap,
-) -> Option<Answer> {
-    if !path.starts_with("/api") {
-        return None;
-    }
-    let key = p.api.api_key.as_ref()?;
-    let offered = headers.get("x-api-key").map(|v| v.as_bytes());
-    if offered.is_some_and(|k| key.matches(k)) {
-        return None;
-    }
-    tracing::warn!(%method, path, peer, key_given = offered.is_some(), "provisioner API: missing or wrong X-API-Key; 401");
+    key_given: bool,
+) -> Answer {
+    tracing::warn!(%method, path, peer, key_given, "missing or wrong X-API-Key; 401");
     p.metrics.api_request(route_name(path), 401);
     let mut r = Response::new(Full::new(Bytes::from_static(b"Unauthorized")));
     *r.status_mut() = hyper::StatusCode::UNAUTHORIZED;
@@ -49,7 +38,7 @@ pub(super) fn refuse_unauthorized(
         hyper::header::CONNECTION,
         hyper::header::HeaderValue::from_static("close"),
     );
-    Some(r)
+    r
 }
 
 /// The route's name in the metric (a template, never the sandbox ID).
@@ -60,6 +49,7 @@ fn route_name(path: &str) -> &'static str {
         ["api", "capabilities"] => "capabilities",
         ["api", "sandboxes"] => "sandboxes",
         ["api", "sandboxes", _] => "sandbox",
+        ["healthz"] | ["v1", ..] => "v1",
         _ => "other",
     }
 }
@@ -69,55 +59,54 @@ fn to_answer(a: ApiAnswer) -> Answer {
 }
 
 /// Answers one request of the provisioner API whose key (if one is needed) was checked.
-pub(super) async fn dispatch(p: Arc<Provider>, method: &Method, path: &str, body: Bytes) -> Answer {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let r = match (method, segments.as_slice()) {
-        (&Method::GET, ["health"]) => answer(200, &json!({ "status": "ok" })),
-        (&Method::GET, ["api", "capabilities"]) => answer(
+pub(super) async fn dispatch(
+    p: Arc<Provider>,
+    route: Route<'_>,
+    path: &str,
+    body: Bytes,
+) -> Answer {
+    let r = match route {
+        Route::Health => answer(200, &json!({ "status": "ok" })),
+        Route::Capabilities => answer(
             200,
-            // No Lark CLI images here: deer-flow then provisions the runtime its own way.
-            &json!({ "lark_cli_init_image": false, "lark_cli_broker_image": false }),
+            // No Lark CLI images here: deer-flow then provisions the runtime its own way. The
+            // mount contract is the layout every sandbox made here has.
+            &json!({
+                "lark_cli_init_image": false,
+                "lark_cli_broker_image": false,
+                "mount_contract_version": super::provision::MOUNT_CONTRACT_VERSION,
+            }),
         ),
-        (&Method::POST, ["api", "sandboxes"]) => {
+        Route::ApiCreate => {
             let task = p.clone();
             match detached(async move { task.api_create(&body).await }).await {
                 Ok(a) => to_answer(a),
                 Err(r) => r,
             }
         }
-        (&Method::GET, ["api", "sandboxes"]) => to_answer(p.api_list().await),
-        (&Method::GET, ["api", "sandboxes", id]) => to_answer(p.api_get(id).await),
-        (&Method::DELETE, ["api", "sandboxes", id]) => {
+        Route::ApiList => to_answer(p.api_list().await),
+        Route::ApiGet(id) => to_answer(p.api_get(id).await),
+        Route::ApiDelete(id) => {
             let task = p.clone();
-            let id = (*id).to_owned();
+            let id = id.to_owned();
             match detached(async move { task.api_delete(&id).await }).await {
                 Ok(a) => to_answer(a),
                 Err(r) => r,
             }
         }
-        (_, segs) => match allowed(segs) {
-            Some(allow) => {
-                let mut r = answer(405, &json!({ "detail": "Method Not Allowed" }));
-                r.headers_mut().insert(
-                    hyper::header::ALLOW,
-                    hyper::header::HeaderValue::from_static(allow),
-                );
-                r
-            }
-            None => answer(404, &json!({ "detail": "Not Found" })),
-        },
+        Route::NotAllowed { allow, .. } => {
+            let mut r = answer(405, &json!({ "detail": "Method Not Allowed" }));
+            r.headers_mut().insert(
+                hyper::header::ALLOW,
+                hyper::header::HeaderValue::from_static(allow),
+            );
+            r
+        }
+        // The project's own routes never reach here (`http::route` keeps them).
+        _ => answer(404, &json!({ "detail": "Not Found" })),
     };
     p.metrics.api_request(route_name(path), r.status().as_u16());
     r
-}
-
-fn allowed(segments: &[&str]) -> Option<&'static str> {
-    match segments {
-        ["health"] | ["api", "capabilities"] => Some("GET"),
-        ["api", "sandboxes"] => Some("GET, POST"),
-        ["api", "sandboxes", _] => Some("GET, DELETE"),
-        _ => None,
-    }
 }
 
 /// The answer to an `/api/` body that is too big or unreadable (FastAPI's shape).
@@ -146,10 +135,13 @@ mod tests {
             ("/api/sandboxes/7d9ac0ff9b98cd06", "sandbox"),
             ("/api/sandboxes/a/b", "other"),
             ("/api", "other"),
+            ("/v1/sandboxes", "v1"),
+            ("/v1/leases/x/release", "v1"),
+            ("/healthz", "v1"),
+            ("/metrics", "other"),
+            ("/v2/new", "other"),
         ] {
             assert_eq!(route_name(path), want, "{path}");
         }
-        assert!(is_api("/health") && is_api("/api/x") && is_api("/api"));
-        assert!(!is_api("/v1/sandboxes") && !is_api("/healthz") && !is_api("/apix"));
     }
 }

@@ -63,6 +63,8 @@ async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiv
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             _ = tick.tick() => {}
+            // A sandbox was found not running: reconcile now.
+            () = p.wake.notified() => {}
         }
         p.reap().await;
         reconcile(p).await;
@@ -198,11 +200,25 @@ pub async fn reconcile(p: &Provider) {
     };
     let now = p.now();
     let mut candidates = Vec::new();
+    let mut dead = Vec::new();
     for l in listed {
         let Some(id) = adoptable_id(p, &l) else {
             continue;
         };
-        if l.state != "running" || p.pool().get(&id).is_some() {
+        if l.state != "running" {
+            p.unowned_since().remove(&id);
+            // Created, exited or dead: a leftover once it stays so for the grace (a create
+            // under way holds the sandbox's lock, which the teardown below waits out).
+            if l.scoped {
+                let since = *p.dead_since().entry(id.clone()).or_insert(now);
+                if now.saturating_sub(since) >= grace {
+                    dead.push((id, l.container_id));
+                }
+            }
+            continue;
+        }
+        p.dead_since().remove(&id);
+        if p.pool().get(&id).is_some() {
             p.unowned_since().remove(&id);
             continue;
         }
@@ -226,16 +242,73 @@ pub async fn reconcile(p: &Provider) {
     for id in candidates {
         adopt(p, &id).await;
     }
+    for (id, generation) in dead {
+        tear_down_dead(p, &id, &generation).await;
+    }
 }
 
-/// The ID a listed container may be adopted under: its `deerflow.sandbox_id` label, only if that
-/// is a sandbox ID and the container's name is exactly that ID's sandbox name. Anything else
-/// (an ID lifecycle could never have made, or a label naming another sandbox) is skipped: once
-/// adopted, it could never be destroyed (`destroy` refuses the ID, or acts on another
-/// container), its `del:` claim would be renewed forever and shutdown would report it failed.
+/// A sandbox lifecycle made that is not running (created, exited or dead) is a leftover: torn
+/// down by the generation listed, under its lock and a `del:` claim (never one another provider
+/// owns). A tracked one held by a lease is left to its holder (the next acquire's health check
+/// replaces it); a tracked unheld one is destroyed as the reaper would.
+async fn tear_down_dead(p: &Provider, id: &str, generation: &str) {
+    p.dead_since().remove(id);
+    let serial = p.serial(id);
+    let Ok(_serial) = serial.try_lock() else {
+        tracing::info!(
+            sandbox_id = id,
+            "reconcile: in use here; a sandbox not running is left for a later pass"
+        );
+        return;
+    };
+    let tracked = p
+        .pool()
+        .get(id)
+        .map(|e| (e.holders.len(), e.container_id.clone()));
+    let result = match tracked {
+        Some((held, _)) if held > 0 => return,
+        Some((_, tracked)) if tracked == generation => {
+            if !p.pool().begin_destroy(id) {
+                return;
+            }
+            p.destroy_fenced(id).await.map(super::destroy::Torn::as_str)
+        }
+        // Tracked under another generation: that one's fate is the reaper's and the acquire's.
+        Some(_) => return,
+        None => p
+            .destroy_engine(id, Some(generation))
+            .await
+            .map(super::destroy::Torn::as_str),
+    };
+    match result {
+        Ok(result) => {
+            tracing::info!(
+                sandbox_id = id,
+                container_id = generation,
+                result,
+                "reconcile: a sandbox that was not running is torn down"
+            )
+        }
+        Err(e) => {
+            tracing::warn!(sandbox_id = id, container_id = generation, error = %e, "reconcile: a sandbox that was not running could not be torn down; kept for a later pass")
+        }
+    }
+}
+
+/// The ID a listed container may be adopted (or torn down) under: its `deerflow.sandbox_id`
+/// label, only if that is a sandbox ID (a derived one; any ID of the stack for one the
+/// provisioner API made, whose IDs deer-flow names) and the container's name is exactly that
+/// ID's sandbox name. Anything else (an ID lifecycle could never have made, or a label naming
+/// another sandbox) is skipped: once adopted, it could never be destroyed (`destroy` refuses the
+/// ID, or acts on another container), its `del:` claim would be renewed forever and shutdown
+/// would report it failed.
 fn adoptable_id(p: &Provider, l: &crate::ops::Listed) -> Option<String> {
     let label = l.sandbox_id.as_deref()?;
-    let id = match naming::parse_sandbox_id(label) {
+    let parsed = match l.provisioned {
+        true => naming::parse_stack_sandbox_id(label),
+        false => naming::parse_sandbox_id(label),
+    };
+    let id = match parsed {
         Ok(id) => id,
         Err(e) => {
             tracing::warn!(container = %l.container_name, container_id = %l.container_id, error = %e, "reconcile: its sandbox ID label is not a sandbox ID; not adopted");

@@ -52,15 +52,6 @@ impl Pool {
         AcquirePlan::Create { evict }
     }
 
-    /// `plan_create` for a create that is not an acquire (the provisioner API's): the victims
-    /// to evict first, or `None` when the cap is reached with nothing warm to evict.
-    pub fn plan_create_slot(&mut self, id: &str) -> Option<Vec<String>> {
-        match self.plan_create(id) {
-            AcquirePlan::Create { evict } => Some(evict),
-            _ => None,
-        }
-    }
-
     /// The create of `id` ended without a committed entry (failed, refused, or cut short):
     /// its slot is free again. Idempotent.
     pub fn end_create(&mut self, id: &str) {
@@ -79,38 +70,6 @@ mod tests {
     use std::time::Duration;
 
     use super::super::pool::{AcquirePlan, Pool};
-
-    const S: Duration = Duration::from_secs(1);
-
-    /// A pool holding `id` warm since `since`.
-    fn warm(p: &mut Pool, id: &str, since: Duration) {
-        p.commit_acquire(
-            id,
-            "s",
-            &format!("c-{id}"),
-            "u",
-            &format!("l-{id}"),
-            "h",
-            since,
-        );
-        p.release(&format!("l-{id}"), since);
-        p.warm(id, since);
-    }
-
-    #[test]
-    fn a_provisioner_create_gets_a_slot_victims_or_nothing() {
-        let mut p = Pool::new(Duration::ZERO, 2);
-        assert_eq!(p.plan_create_slot("a"), Some(vec![]), "under the cap");
-        assert_eq!(p.counted(), 1);
-        warm(&mut p, "w", S);
-        assert_eq!(
-            p.plan_create_slot("b"),
-            Some(vec!["w".to_owned()]),
-            "at the cap"
-        );
-        assert_eq!(p.plan_create_slot("c"), None, "nothing left to evict");
-        assert_eq!(p.plan_acquire("c", "s"), AcquirePlan::Full);
-    }
 
     #[test]
     fn a_replacement_holds_a_slot_until_its_create_ends() {

@@ -101,6 +101,11 @@ pub struct ServeArgs {
     /// Client connections served at once; more are answered 503 and closed.
     #[arg(long, env = "LIFECYCLE_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Serve GET /metrics (Prometheus text) and GET /healthz here, apart from the API (a
+    /// scraper cannot send the API key): a Unix socket path or tcp://HOST:PORT with a numeric
+    /// address, where only the scraper reaches (docs/metrics.md) [default: off].
+    #[arg(long, env = "LIFECYCLE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// What SIGTERM does with the sandboxes this process owns.
     #[arg(
         long,
@@ -209,6 +214,7 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
     };
     let me = a.owner_id.clone().unwrap_or_else(owner_name);
     tick(a)?;
+    metrics_listen(a)?;
     let config = ProviderConfig {
         idle_timeout: secs("idle-timeout", a.idle_timeout)?,
         max_replicas: a.max_replicas,
@@ -354,10 +360,30 @@ pub async fn bind(a: &ServeArgs) -> Result<Bound, ServeSetupError> {
     })
 }
 
+/// `--metrics-listen`, parsed (a bad address is bad configuration).
+pub fn metrics_listen(a: &ServeArgs) -> Result<Option<scrape::Listen>, ServeSetupError> {
+    a.metrics_listen
+        .as_deref()
+        .map(scrape::Listen::parse)
+        .transpose()
+        .map_err(|e| ServeSetupError::Flag("metrics-listen", e.to_string()))
+}
+
+/// Binds `--metrics-listen` (`scrape::bind`), if given; must run inside the runtime.
+pub fn bind_metrics(a: &ServeArgs) -> Result<Option<scrape::Listener>, ServeSetupError> {
+    let Some(at) = metrics_listen(a)? else {
+        return Ok(None);
+    };
+    scrape::bind(&at)
+        .map(Some)
+        .map_err(|e| ServeSetupError::Bind(format!("--metrics-listen {e}")))
+}
+
 /// Serves until `stop` turns true; returns whether every shutdown teardown succeeded.
 pub async fn run(
     p: Arc<Provider>,
     bound: Bound,
+    metrics: Option<scrape::Listener>,
     a: &ServeArgs,
     limits: Limits,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -365,6 +391,13 @@ pub async fn run(
     // Checked by `provider` at start-up; the fallback is never reached.
     let tick = tick(a).unwrap_or(Duration::from_secs(10));
     let bg = tokio::spawn(background::run(p.clone(), tick, stop.clone()));
+    if let Some(listener) = metrics {
+        let mut until = stop.clone();
+        let exposed = Arc::new(super::exposed::Exposed(p.clone()));
+        tokio::spawn(scrape::serve(listener, exposed, async move {
+            let _ = until.wait_for(|s| *s).await;
+        }));
+    }
     let Bound {
         listener,
         made_here,

@@ -16,6 +16,14 @@ pub enum ServeError {
     Busy { id: String },
     #[error("sandbox {id} is owned by {owner} (another provider)")]
     Owned { id: String, owner: String },
+    /// The sandbox is the other API's: made through the provisioner API (deer-flow's, never
+    /// leased through `/v1/`), or leased through `/v1/` right now (not handed to the
+    /// provisioner API while a lease holds it).
+    #[error("sandbox {id} {why}")]
+    OtherApi { id: String, why: &'static str },
+    /// A provisioner create found its sandbox made with other mounts than it asks for.
+    #[error("sandbox {id} was made with other mounts than this create asks for (skills path, thread data or extra mounts); delete it first")]
+    Mounts { id: String },
     #[error("no such lease {0}")]
     UnknownLease(String),
     /// `--max-replicas` is reached and nothing warm could be evicted.
@@ -41,6 +49,8 @@ impl ServeError {
             ServeError::Collision { .. }
             | ServeError::Busy { .. }
             | ServeError::Owned { .. }
+            | ServeError::OtherApi { .. }
+            | ServeError::Mounts { .. }
             | ServeError::NotLifecycle { .. } => 409,
             ServeError::Store(_) | ServeError::Full { .. } => 503,
             ServeError::Op(OpError::NoSuchSandbox(_)) => 404,
@@ -71,6 +81,8 @@ pub fn failure_kind(e: &ServeError) -> &'static str {
         ServeError::NotLifecycle { .. } => "not_lifecycle",
         ServeError::Collision { .. } => "collision",
         ServeError::Busy { .. } => "busy",
+        ServeError::OtherApi { .. } => "other_api",
+        ServeError::Mounts { .. } => "mounts",
         ServeError::Owned { .. } => "owned",
         ServeError::UnknownLease(_) => "lease",
         ServeError::Store(_) => "store",

@@ -22,20 +22,44 @@ pub enum Listener {
     Tcp(TcpListener),
 }
 
+/// Who is on the other end of a connection: how a log line names it, and the address the cap
+/// on connections that have not shown the key counts by (`gate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// `ADDRESS:PORT`, or `unix`.
+    pub shown: String,
+    /// The client's IP address; on a Unix socket its user (`uid:N`, from the kernel's peer
+    /// credentials), so that another local user's connections are counted apart from the
+    /// gateway's.
+    pub address: String,
+}
+
 impl Listener {
-    /// The next client and how to name it in a log line (its address, or `unix`).
-    pub async fn accept(&self) -> io::Result<(Conn, String)> {
+    /// The next client and who it is.
+    pub async fn accept(&self) -> io::Result<(Conn, Peer)> {
         match self {
             Listener::Unix(l) => {
                 let (s, _) = l.accept().await?;
-                Ok((Conn::Unix(s), "unix".to_owned()))
+                let address = s
+                    .peer_cred()
+                    .map(|c| format!("uid:{}", c.uid()))
+                    .unwrap_or_else(|_| "unix".to_owned());
+                let peer = Peer {
+                    shown: "unix".to_owned(),
+                    address,
+                };
+                Ok((Conn::Unix(s), peer))
             }
             Listener::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
                 // Answers are small and each one is a whole request's reply: no need to wait
                 // for more bytes to fill a segment.
                 let _ = s.set_nodelay(true);
-                Ok((Conn::Tcp(s), peer.to_string()))
+                let peer = Peer {
+                    shown: peer.to_string(),
+                    address: super::gate::peer_address(peer.ip()),
+                };
+                Ok((Conn::Tcp(s), peer))
             }
         }
     }

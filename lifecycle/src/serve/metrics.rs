@@ -27,6 +27,11 @@ struct StateLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {
     route: &'static str,
     code: u16,
@@ -48,6 +53,7 @@ pub struct Metrics {
     lease_renewals: Family<ResultLabel, Counter>,
     leases_lapsed: Family<ResultLabel, Counter>,
     api_requests: Family<ApiLabels, Counter>,
+    connections_refused: Family<ReasonLabel, Counter>,
     pool: Family<StateLabel, Gauge>,
     quarantined: Gauge,
     abandoned: Counter,
@@ -56,6 +62,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        scrape::process::register_standard(&mut registry, "lifecycle", env!("CARGO_PKG_VERSION"));
         let acquire = registered(
             &mut registry,
             "lifecycle_acquire_seconds",
@@ -105,6 +112,12 @@ impl Default for Metrics {
             "Provisioner API requests, by route template and status code",
             Family::default(),
         );
+        let connections_refused = registered(
+            &mut registry,
+            "lifecycle_connections_refused",
+            "API connections refused before any request was read, by why",
+            Family::default(),
+        );
         let pool = registered(
             &mut registry,
             "lifecycle_pool_sandboxes",
@@ -126,6 +139,7 @@ impl Default for Metrics {
             lease_renewals,
             leases_lapsed,
             api_requests,
+            connections_refused,
             pool,
             quarantined,
             abandoned,
@@ -178,6 +192,14 @@ impl Metrics {
             .inc();
     }
 
+    /// A connection refused unread: `max_connections` (every slot taken) or
+    /// `unauthenticated_per_peer` (its peer holds as many connections without the key as it may).
+    pub fn connection_refused(&self, reason: &'static str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
     /// The text exposition, with the pool's (active, warm, destroying) sizes and the ledger's
     /// record count read now.
     pub fn render(
@@ -210,6 +232,7 @@ mod tests {
         m.api_request("sandboxes", 401);
         m.observe_acquire("created", std::time::Duration::from_millis(20));
         m.acquire_abandoned();
+        m.connection_refused("unauthenticated_per_peer");
         let text = m.render((1, 2, 0), 0);
         for (name, kind) in [
             ("lifecycle_pool_sandboxes", "gauge"),
@@ -218,6 +241,7 @@ mod tests {
             ("lifecycle_api_requests_total", "counter"),
             ("lifecycle_acquire_seconds", "histogram"),
             ("lifecycle_acquires_abandoned_total", "counter"),
+            ("lifecycle_connections_refused_total", "counter"),
         ] {
             let typed: Vec<&str> = text
                 .lines()
@@ -235,6 +259,7 @@ mod tests {
             "lifecycle_acquire_seconds_bucket{source=\"created\",le=\"0.05\"} 1",
             "lifecycle_acquire_seconds_count{source=\"created\"} 1",
             "lifecycle_acquires_abandoned_total 1",
+            "lifecycle_connections_refused_total{reason=\"unauthenticated_per_peer\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -1,14 +1,18 @@
 //! `lifecycle serve`: the sandbox provider a gateway calls (DESIGN §4b). `pool` is the pure
-//! state (leases, holders, warm pool, expiry, cap), table-tested; `clock` the injectable
-//! monotonic clock; `claims` the pure ownership rule, `store` the ownership store (memory), `redis_store` the
-//! shared one; `error` the provider's errors and identity rule; `cap` the replica cap (pure, on
-//! the pool); `provider` does the I/O around the pool (acquire; `release` the releases), `destroy` its
-//! teardowns and the reaper's pass; `reclaim` where a handed-out sandbox came from; `listen`
-//! Unix or TCP listeners, `apikey` the provisioner API's key, `provision` its pure input and
-//! mount rules, `provisioner` its work and `api_http` its routes; `http` the API; `background` the
-//! reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header and write
-//! timeouts and connection cap, `write_timeout` the stream wrapper that enforces the write
-//! timeout; `cmd` the command's flags and main loop.
+//! state (leases, holders, warm pool, expiry, cap), table-tested; `plan` what an acquire, a
+//! provisioner create and a destroy must do first (one acquire decision for both routes);
+//! `clock` the injectable monotonic clock; `claims` the pure ownership rule, `store` the
+//! ownership store (memory), `redis_store` the shared one; `error` the provider's errors and
+//! identity rule; `cap` the replica cap (pure, on the pool); `provider` does the I/O around the
+//! pool (acquire; `release` the releases), `destroy` its teardowns and the reaper's pass;
+//! `reclaim` where a handed-out sandbox came from; `listen` Unix or TCP listeners, `apikey` the
+//! provisioner API's key, `provision` its pure input and mount rules, `provisioner` its work and
+//! `api_http` its answers, `v1_http` the project API's; `routes` the one route table of both
+//! APIs, `http` the server, `gate` its cap on connections that have not shown the key;
+//! `exposed` what `--metrics-listen` serves;
+//! `background` the reaper, heartbeat, reconciliation and shutdown; `limits` the socket's header
+//! and write timeouts and connection cap, `write_timeout` the stream wrapper that enforces the
+//! write timeout; `cmd` the command's flags and main loop.
 
 mod answer;
 pub mod api_http;
@@ -20,10 +24,13 @@ pub mod clock;
 pub mod cmd;
 pub mod destroy;
 pub mod error;
+pub mod exposed;
+pub mod gate;
 pub mod http;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
+pub mod plan;
 pub mod pool;
 pub mod provider;
 pub mod provision;
@@ -31,5 +38,7 @@ pub mod provisioner;
 pub mod reclaim;
 pub mod redis_store;
 pub mod release;
+pub mod routes;
 pub mod store;
+pub mod v1_http;
 pub mod write_timeout;

@@ -11,6 +11,7 @@ use std::time::Duration;
 /// Whose sandbox it is: the `lifecycle.scope` digest of (user, thread).
 pub type Scope = String;
 
+pub use super::plan::{AcquirePlan, DestroyPlan, ProvisionPlan};
 pub use super::reclaim::{reclaim_probe, Source, RECLAIM_PROBE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,30 +81,6 @@ pub fn retry_backoff(failures: u32) -> Duration {
 /// The longest the reaper waits between two retries of a failed teardown.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(300);
 
-/// What an acquire must do first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AcquirePlan {
-    /// The sandbox is tracked for another (user, thread): refuse, touch nothing.
-    Collision,
-    /// A destroy is under way or deferred: refuse until it is done.
-    Busy,
-    /// Tracked and held (`Cached`) or warm (`Warm`): health-check container `container_id`,
-    /// then hand it out, or drop it and create.
-    Reuse {
-        source: Source,
-        container_id: String,
-    },
-    /// Not tracked: destroy `evict` (oldest warm first, for the replica cap; already fenced),
-    /// then create. A slot under the cap is reserved for it until `commit_acquire` or
-    /// `end_create`.
-    Create { evict: Vec<String> },
-    /// The replica cap is reached and nothing warm can be evicted: refuse (503), create nothing.
-    Full,
-    /// Tracked, unheld, and its teardown failed earlier: fenced now; retry that teardown, then
-    /// create (or discover a replacement generation).
-    RetryTeardown,
-}
-
 /// What a release leaves to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Release {
@@ -134,19 +111,6 @@ pub enum IdleCheck {
     Fenced,
     /// Still idle: health-check container `container_id` of `scope`, then keep it warm.
     Check { scope: Scope, container_id: String },
-}
-
-/// What a destroy request must do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DestroyPlan {
-    /// Not tracked here: destroy on the engine (the caller checks ownership).
-    Untracked,
-    /// Holders remain: the last release destroys it.
-    Deferred { holders: usize },
-    /// Destroying now (the entry is fenced against acquires meanwhile).
-    Now,
-    /// Another destroy is already under way.
-    AlreadyDestroying,
 }
 
 /// One lease: the sandbox it holds, and when it was granted or last renewed (monotonic).
@@ -235,39 +199,6 @@ impl Pool {
             }
         }
         sizes
-    }
-
-    /// What an acquire of `id` for `scope` does first. Decided and recorded under the pool's
-    /// lock: a warm entry is marked as being reclaimed, a create reserves its slot under the
-    /// cap and fences its victims, so concurrent acquires never count past the cap or pick the
-    /// same victim (`cap.rs`).
-    pub fn plan_acquire(&mut self, id: &str, scope: &str) -> AcquirePlan {
-        match self.entries.get_mut(id) {
-            Some(e) if e.scope != scope => AcquirePlan::Collision,
-            Some(e)
-                if e.destroy_pending
-                    && e.holders.is_empty()
-                    && matches!(e.state, State::Warm { .. }) =>
-            {
-                e.state = State::Destroying;
-                AcquirePlan::RetryTeardown
-            }
-            Some(e) if e.destroy_pending || e.state == State::Destroying => AcquirePlan::Busy,
-            Some(e) => {
-                let source = if e.state == State::Active {
-                    Source::Cached
-                } else {
-                    e.reclaiming = true;
-                    Source::Warm
-                };
-                AcquirePlan::Reuse {
-                    source,
-                    container_id: e.container_id.clone(),
-                }
-            }
-            None if self.creating.contains(id) => AcquirePlan::Busy,
-            None => self.plan_create(id),
-        }
     }
 
     /// The reclaim of `id` is over (handed out, dropped, or cut short).
@@ -360,23 +291,6 @@ impl Pool {
             // A destroy under way (shutdown, say) is never undone by a late release.
             if e.holders.is_empty() && e.state != State::Destroying {
                 e.state = State::Warm { since: now };
-            }
-        }
-    }
-
-    pub fn plan_destroy(&mut self, id: &str) -> DestroyPlan {
-        match self.entries.get_mut(id) {
-            None => DestroyPlan::Untracked,
-            Some(e) if e.state == State::Destroying => DestroyPlan::AlreadyDestroying,
-            Some(e) if !e.holders.is_empty() => {
-                e.destroy_pending = true;
-                DestroyPlan::Deferred {
-                    holders: e.holders.len(),
-                }
-            }
-            Some(e) => {
-                e.state = State::Destroying;
-                DestroyPlan::Now
             }
         }
     }
@@ -486,6 +400,10 @@ impl Pool {
         entry.container_id = container_id.to_owned();
         entry.url = url.to_owned();
         entry.provisioned = true;
+        // deer-flow's from now on (a warm `/v1/` one taken over too): in use, never warm.
+        if entry.state != State::Destroying {
+            entry.state = State::Active;
+        }
         entry.reclaiming = false;
         self.creating.remove(id);
     }

@@ -61,6 +61,10 @@ pub struct Provider {
     pub(crate) inflight: tokio::sync::RwLock<()>,
     /// deer-flow's provisioner API: mount root, sandbox host, key.
     pub api: super::provision::ApiConfig,
+    /// Wakes the reconciliation pass before its tick (a sandbox found not running).
+    pub(crate) wake: tokio::sync::Notify,
+    /// Sandboxes seen not running by reconciliation, since (monotonic).
+    pub(crate) dead_since: Mutex<HashMap<String, Duration>>,
 }
 
 /// Ends a create's reservation under the cap and an acquire's reclaim mark, however the step
@@ -109,6 +113,8 @@ impl Provider {
             unowned_since: Mutex::new(HashMap::new()),
             inflight: tokio::sync::RwLock::new(()),
             api: super::provision::ApiConfig::default(),
+            wake: tokio::sync::Notify::new(),
+            dead_since: Mutex::new(HashMap::new()),
         }
     }
 
@@ -220,6 +226,12 @@ impl Provider {
         let evict = match plan {
             AcquirePlan::Collision => return Err(ServeError::Collision { id }),
             AcquirePlan::Busy => return Err(ServeError::Busy { id }),
+            AcquirePlan::Provisioned { .. } => {
+                return Err(ServeError::OtherApi {
+                    id,
+                    why: "was made through the provisioner API: it is deer-flow's and is not leased through /v1/",
+                })
+            }
             AcquirePlan::Full => {
                 self.metrics.cap_refusal();
                 return Err(ServeError::Full {
@@ -419,8 +431,19 @@ impl Provider {
         renewed.ok_or_else(|| ServeError::UnknownLease(lease.to_owned()))
     }
 
+    /// Hands sandbox `id`, found not running, to the reconciler: its pass runs now rather than
+    /// at its next tick.
+    pub(crate) fn suspect(&self, id: &str) {
+        tracing::debug!(sandbox_id = id, "waking the reconciler");
+        self.wake.notify_one();
+    }
+
     pub(crate) fn config(&self) -> &ProviderConfig {
         &self.config
+    }
+
+    pub(crate) fn dead_since(&self) -> std::sync::MutexGuard<'_, HashMap<String, Duration>> {
+        self.dead_since.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn unowned_since(&self) -> std::sync::MutexGuard<'_, HashMap<String, Duration>> {

@@ -1,7 +1,9 @@
 //! deer-flow's provisioner API, the pure part: its settings (`ApiConfig`) and origin label, the
-//! create body as deer-flow's remote backend sends it, its checks (IDs, extra mounts), the bind mounts a sandbox gets under the mount
-//! root (deer-flow's provisioner layout), and the engine state → pod phase table. No I/O:
-//! `provisioner` does the filesystem checks, the engine work and the answers.
+//! create body as deer-flow's remote backend sends it, its checks (IDs, the mount contract,
+//! extra mounts, the skills root, shell sessions), the bind mounts a sandbox gets under the
+//! mount root (deer-flow's provisioner layout), the labels discovery reads back, and the engine
+//! state → pod phase table. No I/O: `provisioner` does the filesystem checks, the engine work
+//! and the answers.
 
 use std::path::{Path, PathBuf};
 
@@ -9,8 +11,7 @@ use super::apikey::ApiKey;
 
 /// The label that marks a sandbox made through this API, so a restarted provider adopts it as
 /// deer-flow's (never reaped) rather than into its own warm pool.
-pub const LABEL_ORIGIN: &str = "lifecycle.origin";
-pub const ORIGIN_PROVISIONER: &str = "provisioner";
+pub use crate::naming::{LABEL_ORIGIN, ORIGIN_PROVISIONER};
 
 /// What the provisioner API needs beyond the provider.
 #[derive(Debug, Clone)]
@@ -36,11 +37,32 @@ impl Default for ApiConfig {
 
 /// deer-flow's default user when a create names none.
 pub const DEFAULT_USER: &str = "default";
-/// Most extra mounts one create may ask for (deer-flow's provisioner's limit).
+/// Most extra mounts one create may ask for (deer-flow's provisioner's limit was 10; its mount
+/// contract 2 allows 9, a subset of this).
 pub const MAX_EXTRA_MOUNTS: usize = 10;
 
-/// The container paths an extra mount may target: deer-flow's provisioner's list.
-pub const EXTRA_MOUNT_PATHS: [&str; 7] = [
+/// The mount contract whose layout these sandboxes have (deer-flow's `mount_contract_version`):
+/// the thread's data at `users/{user}/threads/{thread}/user-data`, the three skills views, the
+/// upload conversions read-only inside the thread's data, and a sandbox handed out again only to
+/// the (user, thread) and the mounts it was made with.
+pub const MOUNT_CONTRACT_VERSION: u32 = 2;
+
+/// Where deer-flow's sandboxes see their skills unless a create says otherwise
+/// (`skills_container_path`, deer-flow's `skills.container_path`).
+pub const DEFAULT_SKILLS_PATH: &str = "/mnt/skills";
+
+/// The most shell sessions a create may ask a sandbox to hold (`max_shell_sessions`; the AIO
+/// sandbox's own default is 10).
+pub const MAX_SHELL_SESSIONS: u64 = 1024;
+
+/// Where deer-flow's upload conversions are mounted, read-only, inside the thread's data.
+const UPLOAD_CONVERSIONS: &str = "/mnt/user-data/.upload-conversions";
+
+/// The container paths an extra mount may target: deer-flow's provisioner's list, the upload
+/// conversions of its mount contract 2, and the lark-cli lock directory of its older one.
+/// `/mnt/skills/…` ones are the skills views' and follow `skills_container_path`.
+pub const EXTRA_MOUNT_PATHS: [&str; 8] = [
+    UPLOAD_CONVERSIONS,
     "/mnt/acp-workspace",
     "/mnt/skills/custom",
     "/mnt/skills/integrations",
@@ -49,6 +71,25 @@ pub const EXTRA_MOUNT_PATHS: [&str; 7] = [
     "/mnt/integrations/lark-cli/data",
     "/mnt/integrations/lark-cli/runtime",
 ];
+
+/// Mount targets that may sit inside another (parent, child): everything else is disjoint.
+const NESTED: [(&str, &str); 2] = [
+    ("/mnt/user-data", UPLOAD_CONVERSIONS),
+    (
+        "/mnt/integrations/lark-cli/config",
+        "/mnt/integrations/lark-cli/config/locks",
+    ),
+];
+
+/// Labels a provisioner sandbox carries, read back by discovery and the list.
+pub const LABEL_USER: &str = "lifecycle.user_id";
+pub const LABEL_THREAD: &str = "lifecycle.thread_id";
+pub const LABEL_CONTRACT: &str = "lifecycle.mount_contract";
+pub const LABEL_SHELL_SESSIONS: &str = "lifecycle.max_shell_sessions";
+/// The digest of the binds a provisioner sandbox was made with (`Provision::mounts_digest`):
+/// what a later create of the ID must ask for to be handed it, whatever path the engine shows
+/// for a bind.
+pub const LABEL_MOUNTS: &str = "lifecycle.mounts";
 
 /// `POST /api/sandboxes`'s body. Unknown fields are ignored (deer-flow adds fields over
 /// time); a body that is not this shape is a 422.
@@ -67,6 +108,17 @@ pub struct CreateBody {
     pub provision_lark_cli_runtime: Option<bool>,
     #[serde(default)]
     pub provision_lark_cli_broker: Option<bool>,
+    /// The mount contract the client derived this create from (deer-flow's rolling-upgrade
+    /// guard): another version than `MOUNT_CONTRACT_VERSION` is refused before anything.
+    #[serde(default)]
+    pub required_mount_contract_version: Option<i64>,
+    /// Where the sandbox sees its skills (default `/mnt/skills`).
+    #[serde(default)]
+    pub skills_container_path: Option<String>,
+    /// The shell sessions the sandbox must hold (`MAX_SHELL_SESSIONS` in its environment); read
+    /// back by deer-flow from the answers.
+    #[serde(default)]
+    pub max_shell_sessions: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -99,15 +151,65 @@ pub struct Provision {
     pub sandbox_id: String,
     pub user_id: String,
     pub thread_id: String,
-    /// `lifecycle.scope` when `sandbox_id` is deer-flow's derivation of (user, thread);
-    /// otherwise none (the ID says nothing about whose it is).
-    pub scope: Option<String>,
+    /// `lifecycle.scope`: the (user, thread)'s when `sandbox_id` is deer-flow's derivation of
+    /// them (`sha256("{user}:{thread}")` or its mount contract's `sha256("mount-v2:{user}:
+    /// {thread}")`, first 16 hex); otherwise the user's (`naming::user_scope`), since
+    /// deer-flow names a sandbox with no thread by a random ID that says nothing about whose it
+    /// is: that ID then serves only the user who made it.
+    pub scope: String,
     pub binds: Vec<Bind>,
     /// Directories to create empty when missing (the skills views and the thread's data).
     pub make_dirs: Vec<PathBuf>,
+    /// `MAX_SHELL_SESSIONS` for the sandbox's environment, when asked for.
+    pub max_shell_sessions: Option<u64>,
 }
 
-/// Why a create was refused before any engine call (a 400 naming the field).
+impl Provision {
+    /// The sandbox's environment beyond lifecycle's own.
+    pub fn env(&self) -> Vec<String> {
+        self.max_shell_sessions
+            .map(|n| format!("MAX_SHELL_SESSIONS={n}"))
+            .into_iter()
+            .collect()
+    }
+
+    /// The labels discovery and the list read back (the origin label aside).
+    pub fn labels(&self) -> Vec<(String, String)> {
+        let mut labels = vec![
+            (LABEL_USER.to_owned(), self.user_id.clone()),
+            (LABEL_THREAD.to_owned(), self.thread_id.clone()),
+            (
+                LABEL_CONTRACT.to_owned(),
+                MOUNT_CONTRACT_VERSION.to_string(),
+            ),
+            (LABEL_MOUNTS.to_owned(), self.mounts_digest()),
+        ];
+        if let Some(n) = self.max_shell_sessions {
+            labels.push((LABEL_SHELL_SESSIONS.to_owned(), n.to_string()));
+        }
+        labels
+    }
+
+    /// The binds in dockerd's form, sorted: what an existing sandbox's must equal for it to be
+    /// handed out again.
+    pub fn bind_specs(&self) -> Vec<String> {
+        let mut specs: Vec<String> = self.binds.iter().map(Bind::spec).collect();
+        specs.sort();
+        specs
+    }
+
+    /// The SHA-256 hex of the sorted binds, one per line (`LABEL_MOUNTS`).
+    pub fn mounts_digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(self.bind_specs().join("\n").as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// Why a create was refused before any engine call (a 400 naming the field; a changed mount
+/// contract a 409).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InputError {
     #[error("sandbox_id {0:?}: expected 1 to 64 of a-z, 0-9, '_' and '-'")]
@@ -124,6 +226,41 @@ pub enum InputError {
     HostPath(String),
     #[error("extra_mounts: host_path {0:?} is not under the mount root {1:?}")]
     OutsideRoot(String, String),
+    #[error("extra_mounts: {UPLOAD_CONVERSIONS} must be read-only and come from {0:?} (the requested user's and thread's data)")]
+    UploadConversions(String),
+    #[error("mount contract {0} was required; this provisioner serves {MOUNT_CONTRACT_VERSION}")]
+    ContractChanged(i64),
+    #[error("skills_container_path {0:?}: expected an absolute, clean path of a-z, A-Z, 0-9, '.', '_', '-' (at most 255 bytes), not '/' and not under /proc, /sys or /dev")]
+    SkillsPath(String),
+    #[error("mount targets {0:?} and {1:?} overlap (skills_container_path must stay clear of the other mounts)")]
+    Overlap(String, String),
+    #[error("max_shell_sessions {0}: expected 1 to {MAX_SHELL_SESSIONS}")]
+    ShellSessions(i64),
+    #[error("provision_lark_cli_broker: this provisioner runs no lark-cli broker (its capabilities say lark_cli_broker_image: false)")]
+    Broker,
+}
+
+impl InputError {
+    /// The status deer-flow's provisioner answers it with.
+    pub fn status(&self) -> u16 {
+        match self {
+            InputError::ContractChanged(_) => 409,
+            _ => 400,
+        }
+    }
+
+    /// The `detail` of the answer: deer-flow's object for a changed contract (its client reads
+    /// `code` and `actual`), the message otherwise.
+    pub fn detail(&self) -> serde_json::Value {
+        match self {
+            InputError::ContractChanged(expected) => serde_json::json!({
+                "code": "mount_contract_changed",
+                "expected": expected,
+                "actual": MOUNT_CONTRACT_VERSION,
+            }),
+            other => serde_json::Value::String(other.to_string()),
+        }
+    }
 }
 
 /// `sandbox_id`: 1–64 of `[a-z0-9_-]` (a valid tail for a container name, lower case so two
@@ -143,9 +280,74 @@ fn is_clean_absolute(raw: &str) -> bool {
     })
 }
 
+/// `skills_container_path`, checked: a clean absolute path of plain characters, off the
+/// kernel's and devices' trees.
+fn skills_path(raw: Option<&str>) -> Result<String, InputError> {
+    let raw = raw.unwrap_or(DEFAULT_SKILLS_PATH);
+    let plain = raw
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
+    let kernel = ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|k| raw == *k || raw.starts_with(&format!("{k}/")));
+    if !plain || raw.len() > 255 || !is_clean_absolute(raw) || raw == "/" || kernel {
+        return Err(InputError::SkillsPath(raw.to_owned()));
+    }
+    Ok(raw.to_owned())
+}
+
+/// Whether `sandbox_id` is deer-flow's derivation of (user, thread): its classic one, or its
+/// mount contract's.
+fn derived(sandbox_id: &str, user: &str, thread: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let contract = format!("mount-v{MOUNT_CONTRACT_VERSION}:{user}:{thread}");
+    let hex: String = Sha256::digest(contract.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    stackmodel::sandbox_id(user, thread) == sandbox_id || hex[..16] == *sandbox_id
+}
+
+/// The container path an extra mount lands at: a skills view's follows the skills root.
+fn extra_target(container_path: &str, skills: &str) -> Option<String> {
+    if let Some(view) = container_path.strip_prefix("/mnt/skills/") {
+        return EXTRA_MOUNT_PATHS
+            .contains(&container_path)
+            .then(|| format!("{skills}/{view}"));
+    }
+    if let Some(view) = container_path.strip_prefix(&format!("{skills}/")) {
+        let standard = format!("/mnt/skills/{view}");
+        return EXTRA_MOUNT_PATHS
+            .contains(&standard.as_str())
+            .then(|| container_path.to_owned());
+    }
+    EXTRA_MOUNT_PATHS
+        .contains(&container_path)
+        .then(|| container_path.to_owned())
+}
+
+/// No two mount targets are one, and none is inside another but `NESTED`'s.
+fn disjoint(binds: &[Bind]) -> Result<(), InputError> {
+    for a in binds {
+        for b in binds {
+            let (a, b) = (a.container.as_str(), b.container.as_str());
+            let inside = b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/');
+            if inside && !NESTED.contains(&(a, b)) {
+                return Err(InputError::Overlap(a.to_owned(), b.to_owned()));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a create body and plans its mounts under `root` (already the directory's real
 /// path). Pure: the symbolic-link check of each host path is the caller's.
 pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
+    if let Some(v) = body.required_mount_contract_version {
+        if v != i64::from(MOUNT_CONTRACT_VERSION) {
+            return Err(InputError::ContractChanged(v));
+        }
+    }
     check_sandbox_id(&body.sandbox_id)?;
     let user = body.user_id.clone().unwrap_or_else(|| DEFAULT_USER.into());
     // deer-flow's provisioner: a create without a thread is the sandbox's own thread.
@@ -154,23 +356,36 @@ pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
         .clone()
         .unwrap_or_else(|| body.sandbox_id.clone());
     stackmodel::check_ids(&user, &thread)?;
-    let scope = (stackmodel::sandbox_id(&user, &thread) == body.sandbox_id)
-        .then(|| crate::naming::scope_digest(&user, &thread));
+    if body.provision_lark_cli_broker == Some(true) {
+        return Err(InputError::Broker);
+    }
+    let max_shell_sessions = match body.max_shell_sessions {
+        None => None,
+        Some(n) => match u64::try_from(n) {
+            Ok(v) if (1..=MAX_SHELL_SESSIONS).contains(&v) => Some(v),
+            _ => return Err(InputError::ShellSessions(n)),
+        },
+    };
+    let skills = skills_path(body.skills_container_path.as_deref())?;
+    let scope = if derived(&body.sandbox_id, &user, &thread) {
+        crate::naming::scope_digest(&user, &thread)
+    } else {
+        crate::naming::user_scope(&user)
+    };
+    let user_dir = root.join("users").join(&user);
+    let data_dir = user_dir.join("threads").join(&thread).join("user-data");
     let extras = body.extra_mounts.as_deref().unwrap_or_default();
     if extras.len() > MAX_EXTRA_MOUNTS {
         return Err(InputError::TooManyMounts(extras.len()));
     }
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
     let mut extra_binds = Vec::new();
     for m in extras {
-        let target = m.container_path.as_str();
-        if !EXTRA_MOUNT_PATHS.contains(&target) {
-            return Err(InputError::ContainerPath(m.container_path.clone()));
-        }
+        let target = extra_target(&m.container_path, &skills)
+            .ok_or_else(|| InputError::ContainerPath(m.container_path.clone()))?;
         if seen.contains(&target) {
             return Err(InputError::Duplicate(m.container_path.clone()));
         }
-        seen.push(target);
         if !is_clean_absolute(&m.host_path) {
             return Err(InputError::HostPath(m.host_path.clone()));
         }
@@ -182,30 +397,36 @@ pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
                 root.display().to_string(),
             ));
         }
+        if target == UPLOAD_CONVERSIONS {
+            let want = data_dir.join(".upload-conversions");
+            if !m.read_only || host != want {
+                return Err(InputError::UploadConversions(want.display().to_string()));
+            }
+        }
+        seen.push(target.clone());
         extra_binds.push(Bind {
             host,
-            container: m.container_path.clone(),
+            container: target,
             read_only: m.read_only,
         });
     }
-    let user_dir = root.join("users").join(&user);
     let standard = [
-        (root.join("skills_view/public"), "/mnt/skills/public", true),
+        (
+            root.join("skills_view/public"),
+            format!("{skills}/public"),
+            true,
+        ),
         (
             user_dir.join("skills_view/custom"),
-            "/mnt/skills/custom",
+            format!("{skills}/custom"),
             true,
         ),
         (
             user_dir.join("skills_view/legacy"),
-            "/mnt/skills/legacy",
+            format!("{skills}/legacy"),
             true,
         ),
-        (
-            user_dir.join("threads").join(&thread).join("user-data"),
-            "/mnt/user-data",
-            false,
-        ),
+        (data_dir, "/mnt/user-data".to_owned(), false),
     ];
     let mut binds = Vec::new();
     let mut make_dirs = Vec::new();
@@ -215,7 +436,7 @@ pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
         if !seen.contains(&container) {
             binds.push(Bind {
                 host,
-                container: container.to_owned(),
+                container,
                 read_only,
             });
         }
@@ -224,6 +445,7 @@ pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
         make_dirs.push(b.host.clone());
     }
     binds.extend(extra_binds);
+    disjoint(&binds)?;
     Ok(Provision {
         sandbox_id: body.sandbox_id.clone(),
         user_id: user,
@@ -231,6 +453,7 @@ pub fn plan(body: &CreateBody, root: &Path) -> Result<Provision, InputError> {
         scope,
         binds,
         make_dirs,
+        max_shell_sessions,
     })
 }
 
@@ -247,210 +470,5 @@ pub fn phase(engine_state: &str) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(v: serde_json::Value) -> CreateBody {
-        serde_json::from_value(v).expect("a create body")
-    }
-
-    fn root() -> PathBuf {
-        PathBuf::from("/srv/df")
-    }
-
-    #[test]
-    fn deer_flows_body_plans_its_mounts() {
-        let b = body(serde_json::json!({
-            "sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-1", "user_id": "user-1",
-            "extra_mounts": [{"host_path": "/srv/df/users/user-1/threads/thread-1/acp-workspace",
-                              "container_path": "/mnt/acp-workspace", "read_only": false}],
-            "include_legacy_skills": true, "provision_lark_cli_runtime": false,
-            "required_mount_contract_version": 0, "some_future_field": {"x": 1}
-        }));
-        let p = plan(&b, &root()).expect("valid");
-        // The derived ID: the sandbox carries its (user, thread)'s scope label.
-        assert_eq!(
-            p.scope.as_deref(),
-            Some(crate::naming::scope_digest("user-1", "thread-1").as_str())
-        );
-        let specs: Vec<String> = p.binds.iter().map(Bind::spec).collect();
-        assert_eq!(
-            specs,
-            vec![
-                "/srv/df/skills_view/public:/mnt/skills/public:ro",
-                "/srv/df/users/user-1/skills_view/custom:/mnt/skills/custom:ro",
-                "/srv/df/users/user-1/skills_view/legacy:/mnt/skills/legacy:ro",
-                "/srv/df/users/user-1/threads/thread-1/user-data:/mnt/user-data",
-                "/srv/df/users/user-1/threads/thread-1/acp-workspace:/mnt/acp-workspace",
-            ]
-        );
-        assert_eq!(p.make_dirs.len(), 5);
-    }
-
-    #[test]
-    fn defaults_and_an_underived_id() {
-        let p = plan(
-            &body(serde_json::json!({"sandbox_id": "my-box_1"})),
-            &root(),
-        )
-        .expect("ok");
-        assert_eq!(
-            (p.user_id.as_str(), p.thread_id.as_str()),
-            ("default", "my-box_1")
-        );
-        assert_eq!(p.scope, None, "not derived: no scope label");
-        // An extra mount at a standard place replaces it.
-        let p = plan(
-            &body(serde_json::json!({"sandbox_id": "b", "extra_mounts": [
-                {"host_path": "/srv/df/x", "container_path": "/mnt/skills/custom", "read_only": true}]})),
-            &root(),
-        )
-        .expect("ok");
-        let custom: Vec<&Bind> = p
-            .binds
-            .iter()
-            .filter(|b| b.container == "/mnt/skills/custom")
-            .collect();
-        assert_eq!(custom.len(), 1);
-        assert_eq!(custom[0].host, PathBuf::from("/srv/df/x"));
-    }
-
-    #[test]
-    fn refusals_table() {
-        let mount = |host: &str, container: &str| serde_json::json!({"host_path": host, "container_path": container});
-        let eleven: Vec<_> = EXTRA_MOUNT_PATHS
-            .iter()
-            .cycle()
-            .take(11)
-            .enumerate()
-            .map(|(i, _)| mount(&format!("/srv/df/{i}"), "/mnt/acp-workspace"))
-            .collect();
-        let cases = [
-            (serde_json::json!({"sandbox_id": ""}), "sandbox_id \"\""),
-            (
-                serde_json::json!({"sandbox_id": "Upper"}),
-                "sandbox_id \"Upper\"",
-            ),
-            (serde_json::json!({"sandbox_id": "a/b"}), "sandbox_id"),
-            (
-                serde_json::json!({"sandbox_id": "a".repeat(65)}),
-                "sandbox_id",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "thread_id": "a:b"}),
-                "thread ID may contain only",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "thread_id": "t".repeat(65)}),
-                "thread ID must be at most 64",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "user_id": "../x"}),
-                "user ID may contain only",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "user_id": ""}),
-                "user ID must not be empty",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": eleven}),
-                "11 given; at most 10",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/df/a", "/etc")]}),
-                "container_path \"/etc\"",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/df/a", "/mnt/acp-workspace/")]}),
-                "is not one the provisioner mounts",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/df/a", "/mnt/acp-workspace"), mount("/srv/df/b", "/mnt/acp-workspace")]}),
-                "given twice",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("srv/df/a", "/mnt/acp-workspace")]}),
-                "absolute, clean",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/df/../etc", "/mnt/acp-workspace")]}),
-                "absolute, clean",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/df/./a", "/mnt/acp-workspace")]}),
-                "absolute, clean",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv//df/a", "/mnt/acp-workspace")]}),
-                "absolute, clean",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/df/a/", "/mnt/acp-workspace")]}),
-                "absolute, clean",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/srv/dfX/a", "/mnt/acp-workspace")]}),
-                "not under the mount root",
-            ),
-            (
-                serde_json::json!({"sandbox_id": "s", "extra_mounts": [mount("/etc", "/mnt/acp-workspace")]}),
-                "not under the mount root",
-            ),
-        ];
-        for (b, want) in cases {
-            let got = plan(&body(b.clone()), &root())
-                .expect_err("refused")
-                .to_string();
-            assert!(got.contains(want), "{b}: {got}");
-        }
-    }
-
-    /// Ten extra mounts pass the count (the limit is "at most 10"): a body of ten is refused
-    /// only for what else is wrong with it, here a repeated container path.
-    #[test]
-    fn ten_extra_mounts_pass_the_count() {
-        let mounts = |n: usize| -> Vec<serde_json::Value> {
-            (0..n)
-                .map(|i| serde_json::json!({"host_path": format!("/srv/df/{i}"), "container_path": "/mnt/acp-workspace"}))
-                .collect()
-        };
-        let err = |n: usize| {
-            plan(
-                &body(serde_json::json!({"sandbox_id": "s", "extra_mounts": mounts(n)})),
-                &root(),
-            )
-            .expect_err("refused")
-            .to_string()
-        };
-        assert!(err(10).contains("given twice"), "{}", err(10));
-        assert!(err(11).contains("11 given; at most 10"), "{}", err(11));
-        // Every allowed path once: seven binds of its own, one replacing a standard one.
-        let all: Vec<serde_json::Value> = EXTRA_MOUNT_PATHS
-            .iter()
-            .enumerate()
-            .map(|(i, c)| serde_json::json!({"host_path": format!("/srv/df/{i}"), "container_path": c}))
-            .collect();
-        let p = plan(
-            &body(serde_json::json!({"sandbox_id": "s", "extra_mounts": all})),
-            &root(),
-        )
-        .expect("valid");
-        assert_eq!(p.binds.len(), 4 - 1 + 7);
-    }
-
-    #[test]
-    fn phases_table() {
-        for (state, want) in [
-            ("running", "Running"),
-            ("created", "Pending"),
-            ("restarting", "Pending"),
-            ("exited", "Failed"),
-            ("dead", "Failed"),
-            ("paused", "Unknown"),
-            ("removing", "Unknown"),
-            ("", "Unknown"),
-        ] {
-            assert_eq!(phase(state), want, "{state}");
-        }
-    }
-}
+#[path = "provision_tests.rs"]
+mod tests;

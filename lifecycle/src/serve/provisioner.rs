@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::claims::Claim;
 use super::error::ServeError;
-use super::pool::State;
+use super::plan::{provision_checked, Checked, ProvisionPlan};
 use super::provider::{Planned, Provider};
 use super::provision::{self, Bind, Provision};
 use crate::create::Extras;
@@ -44,7 +44,11 @@ fn ok(body: Value) -> ApiAnswer {
 fn failed(e: &ServeError) -> ApiAnswer {
     let status = match e {
         ServeError::Invalid(_) | ServeError::BadInput(_) => 400,
-        ServeError::Collision { .. } | ServeError::Busy { .. } | ServeError::Owned { .. } => 409,
+        ServeError::Collision { .. }
+        | ServeError::Busy { .. }
+        | ServeError::Owned { .. }
+        | ServeError::OtherApi { .. }
+        | ServeError::Mounts { .. } => 409,
         ServeError::NotLifecycle { .. } => 409,
         ServeError::Op(OpError::NotOurs { .. }) => 409,
         ServeError::Full { .. } | ServeError::Store(_) => 503,
@@ -52,6 +56,45 @@ fn failed(e: &ServeError) -> ApiAnswer {
         ServeError::Op(_) => 500,
     };
     detail(status, e.to_string())
+}
+
+/// A sandbox as the API answers it: where it is and its state, and what it was made for, read
+/// back from its labels (`null` for what a sandbox made before they existed does not say).
+fn answered(
+    id: &str,
+    url: &str,
+    status: &str,
+    labels: &std::collections::HashMap<String, String>,
+) -> Value {
+    let number = |k: &str| labels.get(k).and_then(|v| v.parse::<u64>().ok());
+    json!({
+        "sandbox_id": id,
+        "sandbox_url": url,
+        "status": status,
+        "user_id": labels.get(provision::LABEL_USER),
+        "thread_id": labels.get(provision::LABEL_THREAD),
+        "mount_contract_version": number(provision::LABEL_CONTRACT),
+        "max_shell_sessions": number(provision::LABEL_SHELL_SESSIONS),
+    })
+}
+
+/// A sandbox handed out again must mount exactly what this create asks for (the skills root,
+/// the thread's data, the extra mounts), as deer-flow's provisioner checks a pod's mount
+/// signature: one made for other mounts is refused (409), never answered as this one. Its
+/// mounts label says what it was made with; one made before the label existed is judged by
+/// the binds the engine shows.
+fn same_mounts(id: &str, plan: &Provision, c: &Container) -> Result<(), ServeError> {
+    let mut have = c.binds.clone();
+    have.sort();
+    let same = match c.labels.get(provision::LABEL_MOUNTS) {
+        Some(digest) => *digest == plan.mounts_digest(),
+        None => have == plan.bind_specs(),
+    };
+    if same {
+        return Ok(());
+    }
+    tracing::warn!(sandbox_id = id, have = ?have, want = ?plan.bind_specs(), "provisioner create: the sandbox under this ID mounts other paths; refused");
+    Err(ServeError::Mounts { id: id.to_owned() })
 }
 
 /// Creates the directories a sandbox mounts (empty when missing), refusing any path under the
@@ -154,7 +197,12 @@ impl Provider {
         };
         let plan = match provision::plan(&body, &root) {
             Ok(p) => p,
-            Err(e) => return detail(400, e.to_string()),
+            Err(e) => {
+                return ApiAnswer {
+                    status: e.status(),
+                    body: json!({ "detail": e.detail() }),
+                }
+            }
         };
         if let Err(why) = prepare_dirs(&root, &plan.make_dirs) {
             return detail(400, why);
@@ -170,36 +218,71 @@ impl Provider {
 
     async fn provision(&self, plan: &Provision) -> Result<Value, ServeError> {
         let id = plan.sandbox_id.clone();
-        let scope = plan.scope.clone().unwrap_or_default();
+        let scope = plan.scope.clone();
         let serial = self.serial(&id);
         let _serial = serial.lock().await;
-        let tracked = self.pool().get(&id).cloned();
-        if let Some(e) = tracked {
-            if e.scope != scope {
-                return Err(ServeError::Collision { id });
+        let decided = self.pool().plan_provision(&id, &scope);
+        tracing::info!(sandbox_id = %id, plan = ?decided, "provisioner create");
+        // However this create ends, its slot under the cap and its reclaim mark go with it.
+        let _planned = Planned::new(self, &id);
+        let evict = match decided {
+            ProvisionPlan::Collision => return Err(ServeError::Collision { id }),
+            ProvisionPlan::Busy => return Err(ServeError::Busy { id }),
+            ProvisionPlan::Full => {
+                self.metrics.cap_refusal();
+                return Err(ServeError::Full {
+                    max: self.config().max_replicas,
+                });
             }
-            if e.destroy_pending || e.state == State::Destroying {
-                return Err(ServeError::Busy { id });
+            ProvisionPlan::Leased => {
+                return Err(ServeError::OtherApi {
+                    id,
+                    why: "is leased through /v1/ right now; it is not handed to the provisioner API while a lease holds it",
+                })
             }
-            match self.lc.inspect_sandbox(&id).await? {
-                Some(c) if c.id == e.container_id && c.running => {
-                    self.pool()
-                        .commit_provisioned(&id, &scope, &c.id, &e.url, self.now());
-                    return Ok(self.answer(&id, &c));
+            ProvisionPlan::Check { container_id } => {
+                let found = self.lc.inspect_sandbox(&id).await?;
+                let seen = found.as_ref().map(|c| (c.id.as_str(), c.running));
+                match provision_checked(&container_id, seen) {
+                    Checked::Reuse => {
+                        let Some(c) = found else {
+                            return Err(ServeError::Busy { id });
+                        };
+                        same_mounts(&id, plan, &c)?;
+                        let url = self
+                            .pool()
+                            .get(&id)
+                            .map(|e| e.url.clone())
+                            .unwrap_or_default();
+                        self.pool()
+                            .commit_provisioned(&id, &scope, &container_id, &url, self.now());
+                        return Ok(self.answer(&id, &c));
+                    }
+                    Checked::Replace => {
+                        // Dead or replaced under its name: torn down by the generation
+                        // tracked, then made afresh in its slot.
+                        self.pool().begin_destroy(&id);
+                        self.pool().reserve_replacement(&id);
+                        self.destroy_fenced(&id).await?;
+                        Vec::new()
+                    }
                 }
-                _ if !e.holders.is_empty() => return Err(ServeError::Busy { id }),
-                _ => {
-                    // Dead or replaced under its name: torn down by the generation tracked,
-                    // then made afresh below.
-                    self.pool().begin_destroy(&id);
-                    self.pool().reserve_replacement(&id);
-                    self.destroy_fenced(&id).await?;
-                }
             }
-        }
+            ProvisionPlan::RetryTeardown => {
+                // As for an acquire: a teardown that failed earlier is retried first, and a
+                // fresh sandbox is made only once the tracked generation is gone.
+                self.pool().reserve_replacement(&id);
+                let torn = self.destroy_fenced(&id).await?;
+                tracing::info!(sandbox_id = %id, result = torn.as_str(), "failed teardown retried before the provisioner create");
+                Vec::new()
+            }
+            ProvisionPlan::Create { evict } => evict,
+        };
+        // The plan fenced its victims: they are torn down whatever this create finds next.
+        self.evict(evict).await?;
         if let Some(c) = self.lc.inspect_sandbox(&id).await? {
-            // The scope label must be this request's (none for an ID not derived from one):
-            // an ID collision never hands one tenant's sandbox to another.
+            // The scope label must be this request's (its user's, for an ID not derived from
+            // a thread): an ID collision never hands one tenant's sandbox to another.
             if c.labels
                 .get(naming::LABEL_SCOPE)
                 .cloned()
@@ -209,26 +292,26 @@ impl Provider {
                 tracing::warn!(sandbox_id = %id, "provisioner create: the container under this ID is another (user, thread)'s; refused");
                 return Err(ServeError::Collision { id });
             }
-        }
-        let evict = match self.pool().plan_create_slot(&id) {
-            Some(evict) => evict,
-            None => {
-                return Err(ServeError::Full {
-                    max: self.config().max_replicas,
-                })
+            // A running one is handed out as it is (a dead one is replaced by the create): it
+            // must have been made with what this create asks for.
+            if c.running {
+                same_mounts(&id, plan, &c)?;
             }
-        };
-        let _slot = Planned::new(self, &id);
-        self.evict(evict).await?;
+        }
         match self.own.claim(&id).await? {
             Claim::Ours => {}
             Claim::Owned(owner) | Claim::Deleting(owner) => {
                 return Err(ServeError::Owned { id, owner })
             }
         }
+        let mut labels = vec![(LABEL_ORIGIN.to_owned(), ORIGIN_PROVISIONER.to_owned())];
+        labels.extend(plan.labels());
         let extras = Extras {
             binds: plan.binds.iter().map(Bind::spec).collect(),
-            labels: vec![(LABEL_ORIGIN.to_owned(), ORIGIN_PROVISIONER.to_owned())],
+            labels,
+            env: plan.env(),
+            // deer-flow waits for readiness itself, after a POST it gives 30 s.
+            skip_ready: true,
         };
         let created = match self
             .lc
@@ -254,25 +337,41 @@ impl Provider {
             self.now(),
         );
         tracing::info!(sandbox_id = %id, container_id = %created.container_id, discovered = created.discovered, "provisioner: sandbox ready");
-        Ok(json!({ "sandbox_id": id, "sandbox_url": url, "status": "Running" }))
+        Ok(json!({
+            "sandbox_id": id,
+            "sandbox_url": url,
+            "status": "Running",
+            "user_id": plan.user_id,
+            "thread_id": plan.thread_id,
+            "mount_contract_version": provision::MOUNT_CONTRACT_VERSION,
+            "max_shell_sessions": plan.max_shell_sessions,
+        }))
     }
 
     fn answer(&self, id: &str, c: &Container) -> Value {
-        json!({
-            "sandbox_id": id,
-            "sandbox_url": self.container_url(id, c),
-            "status": provision::phase(&c.state),
-        })
+        answered(
+            id,
+            &self.container_url(id, c),
+            provision::phase(&c.state),
+            &c.labels,
+        )
     }
 
-    /// `GET /api/sandboxes/{id}`: what the engine holds under the ID now.
+    /// `GET /api/sandboxes/{id}`: the sandbox under the ID if it runs. One that does not run
+    /// (created, exited, dead) is answered as a missing one is (deer-flow registers what this
+    /// returns without checking it) and handed to the reconciler.
     pub async fn api_get(&self, id: &str) -> ApiAnswer {
         let not_found = || detail(404, format!("Sandbox '{id}' not found"));
         if provision::check_sandbox_id(id).is_err() {
             return not_found();
         }
         match self.lc.inspect_sandbox(id).await {
-            Ok(Some(c)) => ok(self.answer(id, &c)),
+            Ok(Some(c)) if c.running => ok(self.answer(id, &c)),
+            Ok(Some(c)) => {
+                tracing::info!(sandbox_id = id, container_id = %c.id, state = %c.state, "provisioner get: not running; answered 404 and handed to the reconciler");
+                self.suspect(id);
+                not_found()
+            }
             Ok(None) => not_found(),
             Err(e) => detail(500, e.to_string()),
         }
@@ -316,11 +415,7 @@ impl Provider {
                     _ => continue,
                 },
             };
-            out.push(json!({
-                "sandbox_id": id,
-                "sandbox_url": url,
-                "status": provision::phase(&l.state),
-            }));
+            out.push(answered(&id, &url, provision::phase(&l.state), &l.labels));
         }
         let count = out.len();
         ok(json!({ "sandboxes": out, "count": count }))

@@ -2,8 +2,10 @@
 //! netproxy whose JSON log lines can be waited for. Not every test file uses every helper.
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod logs;
 pub mod ns;
+pub mod peer;
 pub mod scripted;
 
 use std::ffi::OsStr;

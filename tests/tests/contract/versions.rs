@@ -40,7 +40,7 @@ fn version_negotiation_matches_the_engine() {
         );
         let at_min = s.get(&format!("/v{min}/version"));
         let below_proxy_min =
-            sockproxy_policy::canon::api_version(&min).is_some_and(|v| v < (1, 24));
+            sockproxy_policy::settings::api_version(&min).is_some_and(|v| v < (1, 24));
         if s.via_proxy() && below_proxy_min {
             // Below 1.24 a start body replaces the HostConfig: the proxy refuses such versions.
             assert_eq!(at_min.status, 400, "{}", at_min.text());

@@ -8,7 +8,9 @@
 
 mod activation;
 mod compose;
+mod examples;
 mod images;
+mod monitoring;
 mod pins_unit;
 mod syscalls;
 mod systemd;

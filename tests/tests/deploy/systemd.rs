@@ -435,7 +435,7 @@ fn the_provisioner_unit_filter_allows_every_call_lifecycle_serve_makes() {
     });
     let body = r#"{"user_id":"u1","thread_id":"t1","holder":"syscalls"}"#;
     let acquire = format!(
-        "POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /v1/acquire HTTP/1.1\r\nHost: x\r\nX-API-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let (status, answer) = http(&addr, &acquire).expect("acquire");

@@ -61,6 +61,10 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
     no_dir.args(["serve", "--listen"]).arg(&missing_dir);
     let mut served = base(&engine, &state);
     served.args(["serve", "--listen"]).arg(&taken);
+    let mut small = base(&engine, &state);
+    small.args(["--sandbox-memory", "1k", "ls"]);
+    let mut no_pids = base(&engine, &state);
+    no_pids.args(["--sidecar-pids-limit", "0", "ls"]);
 
     let cases = [
         (
@@ -93,6 +97,18 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
             no_dir,
             1,
             format!("lifecycle serve: cannot listen on {m}: No such file or directory (os error 2)\n"),
+        ),
+        (
+            "a sandbox memory limit dockerd would refuse",
+            small,
+            2,
+            "lifecycle: --sandbox-memory: \"1k\": expected a size such as 512m or 2g (b, k, m or g; at least 6m)\n".to_owned(),
+        ),
+        (
+            "no process limit for the sidecar",
+            no_pids,
+            2,
+            "lifecycle: --sidecar-pids-limit: 0: expected a number of processes from 1 to 4194304\n".to_owned(),
         ),
         (
             "another process serving on the socket",

@@ -1,7 +1,7 @@
 //! netproxy's metrics endpoint (`--metrics-listen`, docs/metrics.md) as a Prometheus scraper
 //! and a health check see it: every family typed as documented, a refused CONNECT moving
 //! exactly its own refusal series by one, a tunnel counted open and its bytes when it closes,
-//! a resolver timeout counted and `/healthz` 503 until the resolver answers again, a connection
+//! a resolver timeout counted (and `/healthz` still 200: the process serves), a connection
 //! over the cap counted; and the program's flag. Every address dialed is 127.0.0.1; refused
 //! names end in `.invalid` or are never answered.
 
@@ -19,7 +19,7 @@ use sockproxy_tests::metrics::{get, promtool_check, At, Scrape};
 
 use crate::loopback::{connect, read_head, tunnel_to, upstream, Scripted};
 
-const FAMILIES: [(&str, &str); 8] = [
+const FAMILIES: [(&str, &str); 11] = [
     ("netproxy_requests_total", "counter"),
     ("netproxy_refusals_total", "counter"),
     ("netproxy_dns_lookup_duration_seconds", "histogram"),
@@ -28,6 +28,9 @@ const FAMILIES: [(&str, &str); 8] = [
     ("netproxy_tunnel_bytes_total", "counter"),
     ("netproxy_connections_open", "gauge"),
     ("netproxy_connections_refused_total", "counter"),
+    ("netproxy_relay_connections_total", "counter"),
+    ("netproxy_relay_connections_open", "gauge"),
+    ("netproxy_relay_bytes_total", "counter"),
 ];
 
 /// The metrics endpoint for `metrics` on 127.0.0.1, port chosen by the system, served on a
@@ -178,9 +181,16 @@ fn tunnels_refusals_dns_and_health_are_counted() {
         s.value(r#"netproxy_refusals_total{reason="dns_timeout"}"#),
         1.0
     );
+    // Issue 50, finding 3: health is the process serving, not the last lookup; the resolver's
+    // figures are in the body (it used to answer 503 `resolver_failing` here).
     let h = get(at, "/healthz");
-    assert_eq!(h.status, 503, "{}", h.text());
-    assert_eq!(h.json()["status"], "resolver_failing");
+    assert_eq!(h.status, 200, "{}", h.text());
+    assert_eq!(h.json()["status"], "ok");
+    assert!(
+        h.json()["resolver_failed_secs_ago"].is_u64(),
+        "{}",
+        h.text()
+    );
     drop(tunnel_to(p.addr, "allowed.test", up.port()));
     let h = get(at, "/healthz");
     assert_eq!(h.status, 200, "{}", h.text());
@@ -270,7 +280,13 @@ fn the_program_serves_its_metrics_listen_and_refuses_a_bare_address() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let h = get(At::Unix(&m), "/healthz");
+    // The metrics socket is bound just before the accept loop starts: /healthz is 200 once
+    // it runs.
+    let mut h = get(At::Unix(&m), "/healthz");
+    while h.status != 200 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+        h = get(At::Unix(&m), "/healthz");
+    }
     let s = Scrape::take(At::Unix(&m));
     let _ = child.kill();
     let _ = child.wait();

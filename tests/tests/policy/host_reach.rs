@@ -308,8 +308,8 @@ fn archive_requests_reach_only_engines_that_mount_them_apart() {
             let p = StackProxy::start(&e.socket, &prefix, false);
             let ping = raw::get(&e.socket, "/_ping").expect("answer");
             let api = ping.header("api-version").unwrap_or("").to_owned();
-            let old = sockproxy_policy::canon::api_version(&api).expect("an Api-Version")
-                < sockproxy_policy::answers::ARCHIVE_SAFE_API;
+            let old = sockproxy_policy::settings::api_version(&api).expect("an Api-Version")
+                < sockproxy_policy::facts::ARCHIVE_SAFE_API;
             let name = clean.container(&format!("{prefix}sandbox-cp"));
             let body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
             let r = send(
@@ -410,7 +410,7 @@ fn with_an_image_list_no_other_image_can_be_inspected() {
         Fakes::Debian,
         |e| {
             let prefix = unique_prefix();
-            let allowed = sockproxy_policy::images::normalize_image(&e.image);
+            let allowed = sockproxy_policy::settings::normalize_image(&e.image);
             let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
                 c.allow_images = vec![allowed.clone()];
                 c.create_rules.allow_images = vec![allowed.clone()];

@@ -7,8 +7,11 @@
 //! exec, pulls and network options with the docker CLI (`writes`), what `info`/`version`/the
 //! bridge network say for a stack (`info`), `--restricted`'s network and sidecar scopes
 //! (`restricted`), the name map pinning the right container in one round trip (`names`), and
-//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`), and bind sources
-//! pinned against a swap after the create, across every kind of restart (`pins`, `pins_restarts`);
+//! two stacks given one prefix under `--require-stack-label` (`shared_prefix`), log options the
+//! engine expands at every line (`log_templates`), list filters the proxy cannot read or that
+//! would compile too much (`list_filters`), and bind sources pinned against a swap after the
+//! create, across every kind of restart, and a proxy that cannot pin refusing to start (`pins`,
+//! `pins_restarts`, `pins_startup`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -17,7 +20,9 @@ mod floors;
 mod host_reach;
 mod http_layer;
 mod info;
+mod list_filters;
 mod lists;
+mod log_templates;
 mod names;
 mod offline;
 mod pins;

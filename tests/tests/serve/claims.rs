@@ -128,7 +128,7 @@ async fn a_failed_rollback_keeps_its_del_claim_renewed_fenced_and_reported() {
         Some(Some("del:me".into())),
         "a lapsed fenced claim comes back as del:"
     );
-    let (_, metrics) = s.call("GET", "/metrics", None).await;
+    let (_, metrics) = s.metrics().await;
     let metrics = metrics.as_str().unwrap_or_default().to_owned();
     for line in [
         "lifecycle_destroys_total{result=\"failed\"} 1",

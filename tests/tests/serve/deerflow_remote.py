@@ -2,7 +2,12 @@
 them, with `requests` as it does: a test client for `lifecycle serve`'s provisioner API.
 
 Usage: deerflow_remote.py BASE_URL KEY create SANDBOX_ID USER THREAD EXTRA_MOUNTS_JSON
+       deerflow_remote.py BASE_URL KEY create-newest SANDBOX_ID USER THREAD EXTRA_MOUNTS_JSON
        deerflow_remote.py BASE_URL KEY delete SANDBOX_ID
+
+`create-newest` is deer-flow's newest backend: it negotiates the mount contract from the
+capabilities, sends it with `skills_container_path` and `max_shell_sessions`, and reads back
+the identity, the contract and the shell capacity from every answer.
 Prints one JSON line with what the test needs next; exits 1 naming the first broken promise.
 """
 
@@ -71,6 +76,48 @@ def main():
         ids = [s.get("sandbox_id") for s in listed.get("sandboxes", [])]
         expect(sandbox_id in ids, "list holds the sandbox", r)
         expect(listed.get("count") == len(ids), "list: count", r)
+        print(json.dumps({"sandbox_url": url}))
+    elif phase == "create-newest":
+        user, thread, extra = sys.argv[5], sys.argv[6], json.loads(sys.argv[7])
+        r = requests.get(f"{base}/api/capabilities", headers=headers, timeout=5)
+        expect(r.status_code == 200, "GET /api/capabilities", r)
+        version = r.json().get("mount_contract_version", 0)
+        expect(isinstance(version, int) and version >= 2, "capabilities: mount_contract_version", r)
+        payload = {
+            "sandbox_id": sandbox_id,
+            "thread_id": thread,
+            "user_id": user,
+            "required_mount_contract_version": version,
+            "include_legacy_skills": False,
+            "skills_container_path": "/custom-skills",
+            "max_shell_sessions": 13,
+            "provision_lark_cli_runtime": False,
+            "provision_lark_cli_broker": False,
+            "extra_mounts": extra,
+        }
+        r = requests.post(f"{base}/api/sandboxes", json=payload, headers=headers, timeout=30)
+        expect(r.status_code == 200, "POST /api/sandboxes", r)
+        made = r.json()
+        got = (made.get("sandbox_id"), made.get("user_id"), made.get("thread_id"), made.get("mount_contract_version"))
+        expect(got == (sandbox_id, user, thread, version), "create: identity and contract read back", r)
+        expect(made.get("max_shell_sessions") == 13, "create: shell capacity read back", r)
+        url = made.get("sandbox_url")
+        # A stale contract is refused before anything, in deer-flow's shape.
+        stale = dict(payload, required_mount_contract_version=version - 1)
+        r = requests.post(f"{base}/api/sandboxes", json=stale, headers=headers, timeout=30)
+        detail = r.json().get("detail") if r.status_code == 409 else None
+        expect(isinstance(detail, dict) and detail.get("code") == "mount_contract_changed"
+               and detail.get("actual") == version, "stale contract: 409 mount_contract_changed", r)
+        # discover: the contract and the identity, as the newest backend checks them
+        r = requests.get(one, headers=headers, timeout=10)
+        expect(r.status_code == 200, "discover", r)
+        found = r.json()
+        expect(found.get("mount_contract_version") == version and found.get("user_id") == user
+               and found.get("thread_id") == thread and found.get("sandbox_url") == url, "discover: contract and identity", r)
+        expect(found.get("max_shell_sessions") == 13, "discover: shell capacity", r)
+        r = requests.get(f"{base}/api/sandboxes", headers=headers, timeout=10)
+        mine = [s for s in r.json().get("sandboxes", []) if s.get("sandbox_id") == sandbox_id]
+        expect(len(mine) == 1 and mine[0].get("max_shell_sessions") == 13, "list: shell capacity", r)
         print(json.dumps({"sandbox_url": url}))
     elif phase == "delete":
         r = requests.delete(one, headers=headers, timeout=60)

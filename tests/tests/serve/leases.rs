@@ -63,7 +63,7 @@ async fn a_lease_not_renewed_within_the_timeout_is_released_and_its_sandbox_goes
     assert_eq!(entry["state"], "warm", "{entry}");
     assert!(holders(&entry).is_empty(), "{entry}");
     assert!(s.running(&alive["generation"]));
-    let (_, metrics) = s.call("GET", "/metrics", None).await;
+    let (_, metrics) = s.metrics().await;
     let metrics = metrics.as_str().unwrap_or_default().to_owned();
     for line in [
         "lifecycle_leases_lapsed_total{result=\"held\"} 1",

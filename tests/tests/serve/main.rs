@@ -8,13 +8,16 @@
 
 mod claims;
 mod findings;
+mod keyed;
 mod leases;
 mod limits;
+mod liveness;
 mod provider;
 mod provisioner;
 mod provisioner_guards;
 mod real;
 mod redis;
+mod resources;
 mod seed;
 mod seed_teardown;
 mod shutdown;

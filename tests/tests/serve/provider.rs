@@ -289,7 +289,7 @@ async fn health_metrics_and_errors() {
     let a = s.acquired("user-1", "m", "run").await;
     s.release(&a["lease"]).await;
     s.destroy(&a["sandbox_id"]).await;
-    let (status, text) = s.call("GET", "/metrics", None).await;
+    let (status, text) = s.metrics().await;
     assert_eq!(status, 200);
     let text = text.as_str().unwrap_or_default().to_owned();
     for line in [

@@ -91,17 +91,30 @@ async fn deer_flows_remote_backend_creates_finds_checks_lists_and_destroys() {
                     json!(format!("http://localhost:{port}"))
                 );
                 if !e.is_fake() {
-                    // The URL answers HTTP (busybox httpd in the sandbox).
+                    // The URL answers HTTP (busybox httpd in the sandbox) once it is up: the
+                    // create answered when the container ran, and deer-flow waits for
+                    // readiness itself, as this does (within its own bound).
                     let answered = tokio::task::spawn_blocking(move || {
                         use std::io::{Read, Write};
-                        let mut t = std::net::TcpStream::connect(format!("127.0.0.1:{port}"))
-                            .expect("connect to the sandbox");
-                        t.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-                            .ok();
-                        t.write_all(b"GET / HTTP/1.0\r\n\r\n").expect("send");
-                        let mut buf = [0u8; 12];
-                        let n = t.read(&mut buf).unwrap_or(0);
-                        String::from_utf8_lossy(&buf[..n]).into_owned()
+                        let mut last = String::new();
+                        for _ in 0..300 {
+                            if let Ok(mut t) =
+                                std::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+                            {
+                                t.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                                    .ok();
+                                if t.write_all(b"GET / HTTP/1.0\r\n\r\n").is_ok() {
+                                    let mut buf = [0u8; 12];
+                                    let n = t.read(&mut buf).unwrap_or(0);
+                                    last = String::from_utf8_lossy(&buf[..n]).into_owned();
+                                    if last.starts_with("HTTP/1.") {
+                                        break;
+                                    }
+                                }
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        last
                     })
                     .await
                     .expect("probe");
@@ -241,7 +254,9 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
     );
     let warm = s.make(&s.name(&warm_id), labels(&warm_id, "warm", None));
     lifecycle::serve::background::reconcile(&s.provider).await;
-    let (_, listed) = s.call("GET", "/v1/sandboxes", &[], None).await;
+    let (_, listed) = s
+        .call("GET", "/v1/sandboxes", &[("X-API-Key", KEY)], None)
+        .await;
     assert!(
         listed.contains(&kept_id) && listed.contains(&warm_id),
         "{listed}"
@@ -259,4 +274,82 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
         json!({"sandbox_id": "7d9ac0ff9b98cd06", "thread_id": "thread-2", "user_id": "user-9"});
     let (status, text) = s.create(&other).await;
     assert_eq!(status, 409, "{text}");
+}
+
+/// deer-flow's newest remote backend (its mount contract, `skills_container_path`,
+/// `max_shell_sessions`), with Python `requests` as it calls: every field is honoured on the
+/// engine and read back from every answer; a create of the same ID with other mounts is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deer_flows_newest_backend_gets_its_fields_honoured_and_read_back() {
+    each_engine_async(
+        "deer_flows_newest_backend_gets_its_fields_honoured_and_read_back",
+        Fakes::Debian,
+        |e| {
+            Box::pin(async move {
+                let s = ApiStack::start(e, Mode::Open, Some(KEY)).await;
+                // The mount contract's own derivation, computed here.
+                let id = hex(&Sha256::digest(b"mount-v2:alice:thread-7"))[..16].to_owned();
+                let r = s.root.display().to_string();
+                let conv = format!("{r}/users/alice/threads/thread-7/user-data/.upload-conversions");
+                let integrations = format!("{r}/users/alice/skills_view/integrations");
+                let extra = json!([
+                    {"host_path": conv, "container_path": "/mnt/user-data/.upload-conversions", "read_only": true},
+                    {"host_path": integrations, "container_path": "/mnt/skills/integrations", "read_only": true},
+                ])
+                .to_string();
+                let (url, key, sid) = (s.url(), KEY.to_owned(), id.clone());
+                tokio::task::spawn_blocking(move || {
+                    python(
+                        &script(),
+                        &[&url, &key, "create-newest", &sid, "alice", "thread-7", &extra],
+                    )
+                })
+                .await
+                .expect("python");
+                let c = s.inspect(&s.name(&id));
+                let env: Vec<&str> = c["Config"]["Env"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                assert!(env.contains(&"MAX_SHELL_SESSIONS=13"), "{env:?}");
+                let mut binds: Vec<String> = c["HostConfig"]["Binds"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|b| b.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default();
+                binds.sort();
+                let mut want = vec![
+                    format!("{r}/skills_view/public:/custom-skills/public:ro"),
+                    format!("{r}/users/alice/skills_view/custom:/custom-skills/custom:ro"),
+                    format!("{r}/users/alice/skills_view/legacy:/custom-skills/legacy:ro"),
+                    format!("{r}/users/alice/threads/thread-7/user-data:/mnt/user-data"),
+                    format!("{conv}:/mnt/user-data/.upload-conversions:ro"),
+                    format!("{integrations}:/custom-skills/integrations:ro"),
+                ];
+                want.sort();
+                assert_eq!(binds, want, "the skills under their root, conversions read-only");
+                let labels = &c["Config"]["Labels"];
+                assert_eq!(labels["lifecycle.mount_contract"], "2");
+                assert_eq!(labels["lifecycle.user_id"], "alice");
+                assert_eq!(
+                    labels["lifecycle.scope"],
+                    json!(hex(&Sha256::digest(b"alice:thread-7"))),
+                    "the contract's derivation scopes the (user, thread)"
+                );
+                // The same ID asked for with other mounts (the default skills root) is not
+                // handed out as if it were that sandbox.
+                let other = json!({"sandbox_id": id, "user_id": "alice", "thread_id": "thread-7"});
+                let (status, text) = s.create(&other).await;
+                assert_eq!(status, 409, "{text}");
+                assert!(text.contains("other mounts"), "{text}");
+                let (url, key, sid) = (s.url(), KEY.to_owned(), id.clone());
+                tokio::task::spawn_blocking(move || {
+                    python(&script(), &[&url, &key, "delete", &sid])
+                })
+                .await
+                .expect("python");
+                assert_eq!(s.inspect(&s.name(&id)), Value::Null);
+            })
+        },
+    )
+    .await;
 }

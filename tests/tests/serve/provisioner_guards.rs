@@ -1,6 +1,7 @@
-//! Issue 36's guards on the provisioner API: the key on every route (and the binary's refusals
-//! of a TCP listener without a private key), concurrent creates of one ID, bad input refused
-//! before any engine call, the socket's limits for TCP clients, and ownership claims in Redis.
+//! Issue 36's guards on the provisioner API: the key on every route but `/health` (and the
+//! binary's refusals of a TCP listener without a private key), concurrent creates of one ID,
+//! bad input refused before any engine call, the socket's limits for TCP clients, and ownership
+//! claims in Redis.
 
 use lifecycle::decide::Mode;
 use serde_json::{json, Value};
@@ -9,19 +10,30 @@ use sockproxy_tests::engine::Engine;
 use sockproxy_tests::provisioner::{engine_asked, hex, ApiStack, KEY};
 use sockproxy_tests::stack::StackProxy;
 
+/// On a listener with a key, no route but `/health` answers without it: deer-flow's, the
+/// project's `/v1/` and `/healthz`, `/metrics`, a 405 and a path no route has (one added later
+/// is keyed the same way); a missing, empty, wrong, longer or partial key gets the same 401.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_key_is_required_on_every_api_route_and_health_is_open() {
-    if !sockproxy_tests::bindroot::can_pin(
-        "the_api_key_is_required_on_every_api_route_and_health_is_open",
-    ) {
+async fn the_key_guards_every_route_but_health() {
+    if !sockproxy_tests::bindroot::can_pin("the_key_guards_every_route_but_health") {
         return;
     }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     let create = Some(json!({"sandbox_id": "s1"}).to_string().into_bytes());
+    let acquire = Some(
+        json!({"user_id": "user-1", "thread_id": "thread-1"})
+            .to_string()
+            .into_bytes(),
+    );
     let other_length = "k".repeat(KEY.len() + 7);
+    let longer = format!("{KEY}x");
+    let prefix = &KEY[..KEY.len() - 1];
     for (headers, why) in [
         (vec![], "no key"),
+        (vec![("X-API-Key", "")], "an empty key"),
+        (vec![("X-API-Key", prefix)], "a prefix of the key"),
+        (vec![("X-API-Key", longer.as_str())], "the key and more"),
         (vec![("X-API-Key", "wrong-key-of-same-len")], "wrong key"),
         (vec![("X-API-Key", other_length.as_str())], "another length"),
         (vec![("Authorization", KEY)], "another header"),
@@ -33,6 +45,15 @@ async fn the_api_key_is_required_on_every_api_route_and_health_is_open() {
             ("POST", "/api/sandboxes", create.clone()),
             ("GET", "/api/sandboxes/s1", None),
             ("DELETE", "/api/sandboxes/s1", None),
+            ("GET", "/healthz", None),
+            ("GET", "/metrics", None),
+            ("GET", "/v1/sandboxes", None),
+            ("POST", "/v1/acquire", acquire.clone()),
+            ("POST", "/v1/leases/l/release", None),
+            ("POST", "/v1/leases/l/renew", None),
+            ("POST", "/v1/sandboxes/7d9ac0ff9b98cd06/destroy", None),
+            ("POST", "/health", None),
+            ("GET", "/v2/added-later", None),
         ] {
             let (status, text) = s.call(method, path, &headers, body).await;
             assert_eq!(
@@ -49,17 +70,32 @@ async fn the_api_key_is_required_on_every_api_route_and_health_is_open() {
             .count(),
         0
     );
+    let (_, listed) = s
+        .call("GET", "/v1/sandboxes", &[("X-API-Key", KEY)], None)
+        .await;
+    assert_eq!(listed.trim(), r#"{"sandboxes":[]}"#, "nothing acquired");
     let (status, text) = s.call("GET", "/health", &[], None).await;
     assert_eq!((status, text.trim()), (200, r#"{"status":"ok"}"#));
-    let (status, _) = s
-        .call("GET", "/api/capabilities", &[("X-API-Key", KEY)], None)
-        .await;
-    assert_eq!(status, 200);
-    let (_, metrics) = s.call("GET", "/metrics", &[], None).await;
+    let key = [("X-API-Key", KEY)];
+    for path in ["/api/capabilities", "/healthz", "/v1/sandboxes"] {
+        let (status, text) = s.call("GET", path, &key, None).await;
+        assert_eq!(status, 200, "{path}: {text}");
+    }
+    // The metrics left the API's listener for `--metrics-listen`.
+    let (status, text) = s.call("GET", "/metrics", &key, None).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("--metrics-listen"), "{text}");
+    let metrics = s.metrics().await;
     assert!(
         metrics
             .lines()
-            .any(|l| l == r#"lifecycle_api_requests_total{route="sandboxes",code="401"} 10"#),
+            .any(|l| l == r#"lifecycle_api_requests_total{route="sandboxes",code="401"} 16"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"lifecycle_api_requests_total{route="v1",code="401"} 48"#),
         "{metrics}"
     );
     assert!(
@@ -289,6 +325,11 @@ async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix
     );
     assert_eq!(get("/api/capabilities", Some(KEY)).status, 200);
     assert_eq!(get("/health", None).status, 200);
+    // The key guards the project's own routes on this socket too.
+    let r = get("/v1/sandboxes", None);
+    assert_eq!((r.status, r.text()), (401, "Unauthorized".to_owned()));
+    assert_eq!(get("/v1/sandboxes", Some(KEY)).status, 200);
+    assert_eq!(get("/healthz", None).status, 401);
     drop(serve);
 }
 

@@ -96,7 +96,7 @@ pub(crate) fn sandbox_labels(s: &Served, user: &str, thread: &str) -> Value {
 
 /// The value of the counter line `series` (name and labels) in `/metrics`, 0 when absent.
 pub(crate) async fn counter(s: &Served, series: &str) -> u64 {
-    let (status, text) = s.call("GET", "/metrics", None).await;
+    let (status, text) = s.metrics().await;
     assert_eq!(status, 200);
     text.as_str()
         .unwrap_or_default()

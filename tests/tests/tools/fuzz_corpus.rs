@@ -17,12 +17,9 @@ fn ledger_paths(data: &[u8]) -> Result<(), String> {
 /// a new target cannot go unreplayed.
 const TARGETS: [(&str, Prop); 8] = [
     ("sockproxy_request", sockproxy_policy::props::request),
-    (
-        "evaluate",
-        sockproxy_policy::evaluate_props::evaluate_request,
-    ),
+    ("evaluate", sockproxy_policy::props::evaluate_request),
     ("engine_answer", sockproxy::props::engine_answer),
-    ("create_body", sockproxy_policy::create_props::create_body),
+    ("create_body", sockproxy_policy::props::create_body),
     ("list_filter", sockproxy_policy::props::list_filter),
     ("netproxy_target", netproxy::props::target),
     ("netproxy_framing", netproxy::props::framing),

@@ -21,7 +21,7 @@ use crate::socket::{rounds_of_loads, start_each};
 use crate::Args;
 
 /// Every container of this part's is named with this, and only these are removed.
-const OURS: &str = "bench-sandbox-budget-";
+pub const OURS: &str = "bench-sandbox-budget-";
 /// The stack's containers present while `docker ps -a` is timed.
 const LISTED: usize = 50;
 

@@ -63,7 +63,9 @@ pub fn reachable(part: &str) -> anyhow::Result<Option<PathBuf>> {
 const LISTED: usize = 50;
 const CYCLED: &str = "bench-sandbox-cycle-";
 
-/// Removes every container of the bench's own on the real engine.
+/// Removes every container of this part's own on the real engine: the bench's prefix, but not
+/// the budget part's (`budget_real`), which may be running at the same time on the same engine
+/// (the smoke tests run both parts side by side; removing its containers failed its inspect).
 fn remove_bench_containers(engine: &Path) {
     let all = raw::get(engine, "/containers/json?all=1").map(|r| r.json());
     for c in all
@@ -76,7 +78,9 @@ fn remove_bench_containers(engine: &Path) {
             .and_then(|n| n.first())
             .and_then(|n| n.as_str());
         if let (Some(name), Some(id)) = (named, c["Id"].as_str()) {
-            if name.starts_with(&format!("/{PREFIX}")) {
+            if name.starts_with(&format!("/{PREFIX}"))
+                && !name.starts_with(&format!("/{}", crate::budget_real::OURS))
+            {
                 let _ = raw::request(engine, "DELETE", &format!("/containers/{id}?force=1"), None);
             }
         }

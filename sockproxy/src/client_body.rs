@@ -12,18 +12,18 @@ use http_body::{Frame, SizeHint};
 use crate::upstream::{Body, BoxError};
 
 #[derive(Debug)]
-pub struct Answer {
+pub struct ClientBody {
     body: Body,
     answered: headguard::Answered,
 }
 
-impl Answer {
+impl ClientBody {
     pub fn new(body: Body, answered: headguard::Answered) -> Self {
         Self { body, answered }
     }
 }
 
-impl http_body::Body for Answer {
+impl http_body::Body for ClientBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -43,7 +43,7 @@ impl http_body::Body for Answer {
     }
 }
 
-impl Drop for Answer {
+impl Drop for ClientBody {
     fn drop(&mut self) {
         self.answered.one();
     }
