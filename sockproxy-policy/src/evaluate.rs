@@ -6,8 +6,8 @@
 //! (`Plan::need`); the transport gathers it, adds it to the facts and evaluates again, until the
 //! plan needs nothing. Only then does it carry the `Pinned` ID the forwarded path is made from,
 //! and the checked body that is forwarded instead of the client's (a create's with each host
-//! path it binds on the staging path the transport pinned it on: `Need::BindPins`). The route's steps, in the
-//! order they ask for facts, are `steps`'.
+//! path it binds on the staging path the transport pinned it on: `Need::BindPins`). The
+//! route's steps, in the order they ask for facts, are `steps`'.
 
 use std::path::PathBuf;
 use std::sync::Arc;

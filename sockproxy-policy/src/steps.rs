@@ -2,9 +2,9 @@
 //! costs the engine nothing), then the request's own object (an ID prefix among the stack's
 //! own objects, then the inspect), then the other objects the body names (the networks a
 //! create joins, the container a network connect names), and last a create's bind sources,
-//! pinned by the transport (a mount it undoes if the create is refused). `run` replays them with the facts
-//! given and stops at the first one missing (`Stop::Need`), so `evaluate` resumes where the
-//! transport's last fact left it.
+//! pinned by the transport (a mount it undoes if the create is refused). `run` replays them
+//! with the facts given and stops at the first one missing (`Stop::Need`), so `evaluate`
+//! resumes where the transport's last fact left it.
 
 use http::Method;
 use serde_json::Value;
@@ -106,9 +106,8 @@ pub(crate) fn run(
             if rules.require_stack_label {
                 joined_networks(op, &checked, facts, policy)?;
             }
-            Ok(Done::sent(Sent::Checked(bind_pins(
-                checked, facts, policy,
-            )?)))
+            let forwarded = bind_pins(checked, facts, policy)?;
+            Ok(Done::sent(Sent::Checked(forwarded)))
         }
         Route::CreateNetwork => Ok(Done::sent(Sent::Checked(
             crate::write_rules::network_create(body()?, &policy.scope, &policy.stack)?,

@@ -1,9 +1,9 @@
 //! What the transport does with a final plan: forward it to the path pinned to the checked ID,
 //! with the checked body (or the client's stream, or nothing; a create's on the staging paths
-//! its bind sources were pinned on, settled by the engine's answer), and shape the answer: lists,
-//! events and `/info` cut to the stack's view, an inspect answered with the inspect the check
-//! was made on, the engine's errors in the client's words. Every engine call here comes after
-//! `evaluate` made the plan final.
+//! its bind sources were pinned on, settled by the engine's answer), and shape the answer:
+//! lists, events and `/info` cut to the stack's view, an inspect answered with the inspect the
+//! check was made on, the engine's errors in the client's words. Every engine call here comes
+//! after `evaluate` made the plan final.
 
 use http::{header, Response, StatusCode};
 use http_body_util::BodyExt;

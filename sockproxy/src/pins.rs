@@ -7,10 +7,10 @@
 //! every start and restart, whatever is renamed or replaced later.
 //!
 //! The table of the stack's pins: a pin is in flight while its create is; the engine refusing
-//! the create, or the proxy not forwarding it, releases it at once; otherwise it stays until no container refers to it, which
-//! `pin_watch` asks the engine after each of the stack's containers goes (and at start-up: a
-//! proxy restarted finds the earlier one's pins in the directory and keeps those in use). At
-//! most `--max-bind-pins` at once. Staging names are 128 random bits, never reused: a
+//! the create, or the proxy not forwarding it, releases it at once; otherwise it stays until
+//! no container refers to it, which `pin_watch` asks the engine after each of the stack's
+//! containers goes (and at start-up: a proxy restarted finds the earlier one's pins in the
+//! directory and keeps those in use). At most `--max-bind-pins` at once. Staging names are 128 random bits, never reused: a
 //! container that refers to a pin lost at a reboot can never meet another one's.
 
 use std::collections::{HashMap, HashSet};

@@ -281,6 +281,11 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
 /// engine and read back from every answer; a create of the same ID with other mounts is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deer_flows_newest_backend_gets_its_fields_honoured_and_read_back() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "deer_flows_newest_backend_gets_its_fields_honoured_and_read_back",
+    ) {
+        return;
+    }
     each_engine_async(
         "deer_flows_newest_backend_gets_its_fields_honoured_and_read_back",
         Fakes::Debian,
@@ -312,11 +317,8 @@ async fn deer_flows_newest_backend_gets_its_fields_honoured_and_read_back() {
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
                 assert!(env.contains(&"MAX_SHELL_SESSIONS=13"), "{env:?}");
-                let mut binds: Vec<String> = c["HostConfig"]["Binds"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|b| b.as_str().map(str::to_owned)).collect())
-                    .unwrap_or_default();
-                binds.sort();
+                // Pinned by the proxy: read back through the labels it names each source in.
+                let binds = sockproxy_tests::unpin::host_binds(&c);
                 let mut want = vec![
                     format!("{r}/skills_view/public:/custom-skills/public:ro"),
                     format!("{r}/users/alice/skills_view/custom:/custom-skills/custom:ro"),

@@ -21,6 +21,11 @@ fn derived(thread: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandboxes_and_sidecars_get_memory_cpu_and_process_limits() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "sandboxes_and_sidecars_get_memory_cpu_and_process_limits",
+    ) {
+        return;
+    }
     each_engine_async(
         "sandboxes_and_sidecars_get_memory_cpu_and_process_limits",
         Fakes::Debian,
@@ -94,6 +99,11 @@ fn answers(addr: &str, limit: Duration) -> bool {
 /// every probe throughout (the probes stop after 60 s or 240 probes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_in_one_sandbox_leaves_another_stacks_sandbox_answering() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "a_fork_bomb_in_one_sandbox_leaves_another_stacks_sandbox_answering",
+    ) {
+        return;
+    }
     let test = "a_fork_bomb_in_one_sandbox_leaves_another_stacks_sandbox_answering";
     let Some(e) = real_engine(test) else {
         return;
