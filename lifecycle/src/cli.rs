@@ -71,6 +71,7 @@ pub struct Args {
     pub sidecar_cmd: Option<String>,
     /// Egress rules passed to the sidecar (repeatable, or space-separated in the env var; a
     /// rule's own ports are comma-separated, `example.com:80,8080`, as netproxy reads them).
+    /// None, or an empty value, allows no egress at all (deer-flow's isolated mode).
     #[arg(
         help_heading = "Restricted mode",
         long = "egress-allow",
@@ -278,7 +279,7 @@ fn check_egress(a: &Args) -> Result<(), String> {
 
 /// The whole program; `main` only calls this.
 pub fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let mut args = match Args::try_parse() {
         Ok(a) => a,
         // One line, as every start-up error (netproxy words clap's refusals the same way).
         Err(e) => match scrape::startup::clap_line(&e) {
@@ -291,6 +292,9 @@ pub fn main() -> ExitCode {
         },
     };
     init_logging(args.log_format);
+    // `LIFECYCLE_EGRESS_ALLOW=` (compose's `${EGRESS_ALLOW:-}`) is no rule, not an empty one:
+    // the sidecar then allows nothing, and every command, destroy included, still runs.
+    args.egress_allow.retain(|r| !r.trim().is_empty());
     // The same rule sockproxy enforces (DESIGN §1), from the one place it is written.
     let prefix = match Prefix::parse(&args.prefix) {
         Ok(p) => p,

@@ -25,6 +25,35 @@ const DNS_BUCKETS: [f64; 12] = [
 ];
 
 /// How a name lookup ended, for `netproxy_dns_lookups_total{result}`.
+/// Every `X-Netproxy-Error` kind (`Reason::kind`), for `netproxy_refusals_total`'s series at 0.
+pub const REFUSAL_KINDS: [&str; 25] = [
+    "not_allowed",
+    "denied_by_rule",
+    "special_address",
+    "proxy_network",
+    "dns_timeout",
+    "dns_failure",
+    "dns_no_answer",
+    "connect_timeout",
+    "connect_failed",
+    "upstream_handshake",
+    "upstream_failed",
+    "upstream_response_timeout",
+    "request_body_timeout",
+    "request_timeout",
+    "connection_limit",
+    "client_connection_limit",
+    "fd_limit",
+    "own_networks_unknown",
+    "revoked",
+    "host_header_mismatch",
+    "bad_head",
+    "bad_target",
+    "bad_header",
+    "duplicate_host",
+    "version",
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
     /// Addresses.
@@ -107,11 +136,12 @@ impl Default for Metrics {
             "Requests, by op (connect, http) and outcome (carried, refused)",
             Family::default(),
         );
-        let refusals = registered(
+        // Every kind at 0 from the start, so an alert on `increase()` sees the first refusal.
+        let refusals = counters_at_zero(
             &mut registry,
             "netproxy_refusals",
             "Refusals answered, by reason (the X-Netproxy-Error kinds)",
-            Family::default(),
+            REFUSAL_KINDS.iter().map(|&reason| ReasonLabel { reason }),
         );
         let dns_seconds = registered(
             &mut registry,

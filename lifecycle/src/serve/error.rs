@@ -74,6 +74,22 @@ pub fn renew_word(r: Renew) -> &'static str {
     }
 }
 
+/// Every kind `failure_kind` answers, for the metric's series at 0.
+pub const FAILURE_KINDS: [&str; 12] = [
+    "invalid",
+    "full",
+    "not_lifecycle",
+    "collision",
+    "busy",
+    "other_api",
+    "mounts",
+    "owned",
+    "lease",
+    "store",
+    "rollback",
+    "engine",
+];
+
 pub fn failure_kind(e: &ServeError) -> &'static str {
     match e {
         ServeError::Invalid(_) | ServeError::BadInput(_) => "invalid",

@@ -70,11 +70,14 @@ impl Default for Metrics {
             Histograms::new_with_constructor(acquire_histogram),
         );
         // Counters are registered without `_total`: the encoder adds it.
-        let failures = registered(
+        // Every kind at 0 from the start, so an alert on `increase()` sees the first failure.
+        let failures = scrape::labels::counters_at_zero(
             &mut registry,
             "lifecycle_failures",
             "Failed acquires, by kind",
-            Family::default(),
+            crate::serve::error::FAILURE_KINDS
+                .iter()
+                .map(|&kind| KindLabel { kind }),
         );
         let cap_refusals = registered(
             &mut registry,

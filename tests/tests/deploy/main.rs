@@ -8,6 +8,7 @@
 
 mod activation;
 mod compose;
+mod dashboards;
 mod examples;
 mod images;
 mod monitoring;

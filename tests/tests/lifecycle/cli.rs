@@ -463,3 +463,42 @@ fn serve_help_names_the_global_flags_it_needs() {
         assert!(help.contains(want), "{want} in\n{help}");
     }
 }
+
+/// `LIFECYCLE_EGRESS_ALLOW=` (compose's `${EGRESS_ALLOW:-}` left unset) is no egress at all,
+/// not a bad rule (issue 51): every command runs, destroy included, and the sidecar is started
+/// with no allow rule (deer-flow's isolated mode).
+#[test]
+fn an_empty_egress_allow_is_deny_all_not_an_error() {
+    let s = LcStack::new(true);
+    let sock = s.proxy.socket_buf();
+    let state = s.state_dir();
+    let run = |args: &[&str]| {
+        sockproxy_tests::lc::lifecycle_base(&sock, &s.prefix, "restricted", &state)
+            .args(["--sidecar-image", TEST_IMAGE, "--sandbox-cmd", "sleep 600"])
+            .args(["--ready-timeout", "0"])
+            .env("LIFECYCLE_EGRESS_ALLOW", "")
+            .args(args)
+            .output()
+            .expect("lifecycle runs")
+    };
+    let ls = run(&["ls"]);
+    assert!(ls.status.success(), "{}", stderr(&ls));
+    let out = run(&["create", "--user", "user-1", "--thread", "isolated"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = s.id("isolated");
+    let sidecar = sockproxy_tests::raw::get(
+        s.proxy.socket(),
+        &format!("/containers/{}/json", s.names(&id).sidecar),
+    )
+    .expect("inspect")
+    .json();
+    let cmd: Vec<String> = sidecar["Config"]["Cmd"]
+        .as_array()
+        .expect("a command")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(cmd, ["--listen", "0.0.0.0:3128"], "no --allow: no egress");
+    let out = run(&["destroy", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
