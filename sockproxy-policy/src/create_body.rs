@@ -126,6 +126,17 @@ pub(crate) fn stamp_stack_label(
         .map(|l| fields::str_map("Labels", l))
         .transpose()?
         .unwrap_or_default();
+    if let Some(k) = labels
+        .keys()
+        .find(|k| k.starts_with(crate::bind_pins::BIND_LABEL_PREFIX))
+    {
+        return Err(value_not_allowed(
+            r.op(),
+            "Labels",
+            k,
+            "the proxy sets sockproxy.bind.* labels on pinned binds",
+        ));
+    }
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
     o.insert("Labels".into(), Value::Object(labels));
     Ok(())

@@ -5,8 +5,9 @@
 //! `Reason` the decision log line carries. A plan that still needs a fact says which
 //! (`Plan::need`); the transport gathers it, adds it to the facts and evaluates again, until the
 //! plan needs nothing. Only then does it carry the `Pinned` ID the forwarded path is made from,
-//! and the checked body that is forwarded instead of the client's. The route's steps, in the
-//! order they ask for facts, are `steps`'.
+//! and the checked body that is forwarded instead of the client's (a create's with each host
+//! path it binds on the staging path the transport pinned it on: `Need::BindPins`). The
+//! route's steps, in the order they ask for facts, are `steps`'.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 
 use crate::api;
+use crate::bind_pins::BindSource;
 use crate::canon::{self, Target};
 use crate::create_rules::{CreateRules, HostPaths, NoPaths};
 use crate::pinning::Rules;
@@ -131,6 +133,9 @@ pub enum Fact {
     Exec { id: String, container_id: String },
     /// The engine answered the inspect with this status, not 200, and these bytes.
     Absent { status: StatusCode, body: Bytes },
+    /// The staging path each of a create's bind sources was pinned on, in the order the
+    /// need named them.
+    BindPins(Vec<PathBuf>),
 }
 
 /// What the decisions read about an inspected container or network, owned.
@@ -179,6 +184,10 @@ pub enum Need {
     /// An inspect of this exec instance (`Fact::Exec` or `Fact::Absent`); its container's
     /// inspect is needed next.
     Exec(String),
+    /// These host paths a checked create binds, each pinned on a staging path
+    /// (`Fact::BindPins`): asked last, once nothing else can refuse the create, since pinning
+    /// is a mount the transport undoes if the create is not made.
+    BindPins(Vec<BindSource>),
 }
 
 /// What is sent to the engine as the request's body.

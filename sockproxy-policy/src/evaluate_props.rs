@@ -121,6 +121,12 @@ impl World<'_> {
                 status: StatusCode::NOT_FOUND,
                 body: Bytes::from_static(b"{\"message\":\"No such exec instance\"}"),
             },
+            // No bind roots here: never asked, but pinned as the transport would.
+            Need::BindPins(sources) => Fact::BindPins(
+                (0..sources.len())
+                    .map(|i| format!("/run/sockproxy-pins/{STACK}/{i}").into())
+                    .collect(),
+            ),
         })
     }
 }

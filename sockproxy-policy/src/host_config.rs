@@ -100,7 +100,9 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "RestartPolicy", restart_policy)?;
     r.keep(&mut o, "AutoRemove", fields::any_bool)?;
     r.keep(&mut o, "VolumesFrom", |_, p, v| {
-        own_containers(ctx, p, v, true)
+        let list = own_containers(ctx, p, v, true)?;
+        crate::bind_pins::volumes_from(ctx, p, &list)?;
+        Ok(list)
     })?;
     r.keep(&mut o, "Links", |_, p, v| own_containers(ctx, p, v, false))?;
     r.keep(&mut o, "ConsoleSize", console_size)?;

@@ -1,9 +1,10 @@
 //! Each route's steps, in the order they ask for facts: the body first (so a refused body
 //! costs the engine nothing), then the request's own object (an ID prefix among the stack's
 //! own objects, then the inspect), then the other objects the body names (the networks a
-//! create joins, the container a network connect names). `run` replays them with the facts
-//! given and stops at the first one missing (`Stop::Need`), so `evaluate` resumes where the
-//! transport's last fact left it.
+//! create joins, the container a network connect names), and last a create's bind sources,
+//! pinned by the transport (a mount it undoes if the create is refused). `run` replays them
+//! with the facts given and stops at the first one missing (`Stop::Need`), so `evaluate`
+//! resumes where the transport's last fact left it.
 
 use http::Method;
 use serde_json::Value;
@@ -105,7 +106,8 @@ pub(crate) fn run(
             if rules.require_stack_label {
                 joined_networks(op, &checked, facts, policy)?;
             }
-            Ok(Done::sent(Sent::Checked(checked)))
+            let forwarded = bind_pins(checked, facts, policy)?;
+            Ok(Done::sent(Sent::Checked(forwarded)))
         }
         Route::CreateNetwork => Ok(Done::sent(Sent::Checked(
             crate::write_rules::network_create(body()?, &policy.scope, &policy.stack)?,
@@ -216,6 +218,21 @@ fn joined_networks(op: &str, checked: &Value, facts: &Facts, policy: &Policy) ->
         other(Kind::Network, &r, op, facts, policy)?;
     }
     Ok(())
+}
+
+/// A checked create's body as it is forwarded: with no host path bound, as it is; else once
+/// the transport has pinned each source, written on the staging paths (`bind_pins`).
+fn bind_pins(checked: Value, facts: &Facts, policy: &Policy) -> Result<Value, Stop> {
+    let sources = crate::bind_pins::sources(&checked, &policy.create_rules)?;
+    if sources.is_empty() {
+        return Ok(checked);
+    }
+    let need = Need::BindPins(sources.clone());
+    match facts.get(&need) {
+        None => Err(Stop::Need(need)),
+        Some(Fact::BindPins(staging)) => Ok(crate::bind_pins::rewrite(checked, &sources, staging)?),
+        Some(_) => Err(misplaced()),
+    }
 }
 
 /// A fact of another kind than its need's: the transport's mistake, refused rather than

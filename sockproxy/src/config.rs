@@ -104,6 +104,12 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub allow_bind_root: Vec<PathBuf>,
+    /// Where bind sources are pinned: a directory only the proxy writes, on which it mounts a
+    /// small tmpfs of its own (docs/sockproxy.md, "Pinned bind sources") [default:
+    /// /run/sockproxy-pins/STACK].
+    #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_PIN_DIR")]
+    #[serde(skip)]
+    pub pin_dir: Option<PathBuf>,
     /// Let containers publish ports on addresses other than loopback.
     #[arg(
         help_heading = "Create policy",
@@ -211,6 +217,9 @@ pub struct Args {
     // In the file, the switch says what is kept: `name-cache = false`.
     #[serde(rename = "name-cache", with = "turned_off")]
     pub no_name_cache: bool,
+    /// Bind sources the stack may hold pinned at once, over all its containers [default: 4096].
+    #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_BIND_PINS")]
+    pub max_bind_pins: Option<usize>,
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
     #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_LIST_BYTES")]
     pub max_list_bytes: Option<usize>,
@@ -263,6 +272,8 @@ pub enum ConfigError {
     Spend(String),
     #[error("--metrics-listen {0}")]
     MetricsListen(#[from] scrape::ListenError),
+    #[error("--pin-dir: {0}")]
+    PinDir(String),
 }
 
 /// More workers than this would only add threads: each is a whole core's worth of work.
@@ -303,6 +314,8 @@ pub struct Config {
     pub allow_images: Vec<String>,
     /// Where `/metrics` and `/healthz` are served (`--metrics-listen`); `None`: nowhere.
     pub metrics_listen: Option<scrape::Listen>,
+    /// Where and how many bind sources are pinned (used with `--allow-bind-root`).
+    pub pins: crate::pins::PinSettings,
 }
 
 impl Config {
@@ -358,11 +371,14 @@ impl Config {
             .iter()
             .map(|r| normalize_image(r))
             .collect();
+        let stack = args.stack.unwrap_or_else(|| prefix.to_string());
+        let pins = crate::pins::settings(args.pin_dir, args.max_bind_pins, &stack)
+            .map_err(ConfigError::PinDir)?;
         Ok(Self {
             // Clap requires it unless --print-policy, which never listens.
             listen: args.listen.unwrap_or_default(),
             upstream,
-            stack: args.stack.unwrap_or_else(|| prefix.to_string()),
+            stack,
             scope: Scope::new(prefix, args.restricted)
                 .with_info(args.info.unwrap_or(InfoMode::Stack) == InfoMode::Stack),
             socket_mode,
@@ -400,6 +416,7 @@ impl Config {
             name_cache: !args.no_name_cache,
             allow_images,
             metrics_listen,
+            pins,
         })
     }
 }

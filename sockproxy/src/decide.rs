@@ -1,13 +1,14 @@
 //! The one loop every request is decided by: evaluate, gather the fact the plan needs (its
-//! JSON body, an inspect, the stack's own objects: `Gather`), evaluate again with it, until the
-//! plan needs nothing, relays the engine's answer, or is refused. Every route goes through it;
-//! nothing else calls `evaluate`.
+//! JSON body, an inspect, the stack's own objects, a create's pinned bind sources: `Gather`),
+//! evaluate again with it, until the plan needs nothing, relays the engine's answer, or is
+//! refused. Every route goes through it; nothing else calls `evaluate`.
 
 use sockproxy_policy::{evaluate, Decision, Fact, Facts, Need, Plan, Policy, Refusal, Request};
 
-/// More evaluations than any route has steps (an exec start takes four): a plan that asks
-/// for this many facts is refused rather than followed.
-const MAX_EVALUATIONS: usize = 8;
+/// More evaluations than any route has steps (an exec start takes four; a create with bind
+/// sources, under `--require-stack-label`, one per network it joins besides its body and its
+/// pins): a plan that asks for this many facts is refused rather than followed.
+const MAX_EVALUATIONS: usize = 9;
 
 /// Finds the facts a plan needs: the transport's I/O (`exchange::Exchange`), or a script in
 /// tests.

@@ -83,6 +83,12 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             "--event-loops (SOCKPROXY_EVENT_LOOPS) is now --worker-threads (SOCKPROXY_WORKER_THREADS); the old name goes in a later release"
         );
     }
+    // Before the socket: a proxy that cannot pin bind sources does not serve.
+    let pins = sockproxy::pins::Pins::open(&cfg.pins, &cfg.create_rules.bind_roots)?;
+    let proxy = server::proxy_for(&cfg, pins);
+    if let Some(pins) = &proxy.pins {
+        sockproxy::pin_watch::probe(&proxy.upstream, pins).await?;
+    }
     let bound = server::bind(&cfg).context("cannot listen")?;
     if bound.made.is_none() && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
         tracing::warn!(
@@ -111,7 +117,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     server::serve(
         bound.listener,
-        server::proxy_for(&cfg),
+        proxy,
         bound.made,
         bound.metrics,
         cfg.shutdown_grace,

@@ -51,6 +51,7 @@ pub fn over(flags: Args, text: &str) -> Result<Args, String> {
         event_loops: flags.event_loops,
         policy: flags.policy,
         print_policy: flags.print_policy,
+        pin_dir: flags.pin_dir,
         ..both
     })
 }
@@ -229,6 +230,7 @@ pub fn effective(cfg: &Config) -> Args {
         header_timeout: Some(cfg.header_timeout.as_secs()),
         max_connections: Some(cfg.max_connections),
         max_list_bytes: Some(cfg.max_list_bytes),
+        max_bind_pins: Some(cfg.pins.max),
         max_list_bytes_total: Some(cfg.max_list_bytes_total),
         no_name_cache: !cfg.name_cache,
         spend: SpendArgs {

@@ -55,6 +55,8 @@ pub struct Proxy {
     pub counters: Counters,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The stack's pinned bind sources, with `--allow-bind-root` (`pins`).
+    pub pins: Option<Arc<crate::pins::Pins>>,
 }
 
 /// What bounds the clients the proxy serves and the lists it buffers for them.
@@ -196,6 +198,8 @@ impl Proxy {
             Err(r) => Err(r),
             Ok(plan) => self.answer(&request, plan, facts, &mut ex).await,
         };
+        // Pins still held here belong to a create that was never forwarded.
+        ex.release_pins();
         if result.is_err() {
             if let Some(unread) = ex.body.take() {
                 drain(unread).await;

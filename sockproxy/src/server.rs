@@ -32,6 +32,8 @@ pub enum ServerError {
     Activation(#[from] scrape::activation::ActivationError),
     #[error("--metrics-listen {0}")]
     Metrics(scrape::BindError),
+    #[error(transparent)]
+    Pins(#[from] crate::pin_dir::PinError),
 }
 
 /// The proxy's listening socket, and its file if the proxy made it (removed at exit; `None`
@@ -82,7 +84,9 @@ pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     })
 }
 
-pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
+/// The proxy for `cfg`, with its pinned bind sources (`pins::Pins::open`) when it has bind
+/// roots.
+pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
     let metrics = Arc::new(crate::metrics::Metrics::default());
     Arc::new(Proxy {
         // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
@@ -114,6 +118,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         },
         counters: Default::default(),
         metrics,
+        pins: pins.map(Arc::new),
     })
 }
 
@@ -148,6 +153,16 @@ pub async fn serve(
             proxy.policy.scope.clone(),
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("watch", watch)))
+    });
+    // Releases the pins no container refers to (start-up's leftovers too), until this ends.
+    let _pins = proxy.pins.clone().map(|pins| {
+        let run = crate::pin_watch::run(
+            proxy.upstream.clone(),
+            pins,
+            proxy.policy.stack.clone(),
+            proxy.serving.max_list_bytes,
+        );
+        AbortOnDrop(tokio::spawn(crate::metrics::with_op("pins", run)))
     });
     tokio::pin!(shutdown);
     loop {
@@ -392,12 +407,19 @@ impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
         // As the binary's (main.rs).
         let runtime = runtime(cfg.worker_threads).map_err(io_err(&cfg.listen))?;
+        let pins = crate::pins::Pins::open(&cfg.pins, &cfg.create_rules.bind_roots)?;
+        let proxy = proxy_for(&cfg, pins);
+        if let Some(pins) = &proxy.pins {
+            // On a thread of its own: the caller may be on a runtime, where none may block.
+            let probe = crate::pin_watch::probe(&proxy.upstream, pins);
+            std::thread::scope(|s| s.spawn(|| runtime.block_on(probe)).join())
+                .map_err(|_| io_err(&cfg.listen)(io::Error::other("the pin probe panicked")))??;
+        }
         let bound = {
             let _guard = runtime.enter();
             bind(&cfg)?
         };
         let metrics_tcp = bound.metrics.as_ref().and_then(scrape::Listener::local_tcp);
-        let proxy = proxy_for(&cfg);
         let served = proxy.clone();
         let run = scrape::Background::spawn(runtime, move |stop| {
             // Tests stop proxies often; a short grace keeps teardown quick.

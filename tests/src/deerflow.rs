@@ -200,6 +200,18 @@ impl Masks {
     }
 
     pub fn json(&self, v: &Value) -> Value {
+        if v.get("HostConfig").is_some() {
+            // A container the proxy made reads as one made directly (`unpin`).
+            let mut unpinned = v.clone();
+            crate::unpin::as_unpinned(&mut unpinned);
+            if unpinned != *v {
+                return self.masked(&unpinned);
+            }
+        }
+        self.masked(v)
+    }
+
+    fn masked(&self, v: &Value) -> Value {
         match v {
             Value::String(s) => Value::String(self.text(s)),
             Value::Array(a) => Value::Array(a.iter().map(|x| self.json(x)).collect()),
@@ -379,19 +391,17 @@ pub const UPSTREAM_MOUNTS: [(&str, &str, bool); 11] = [
 /// bind sources without symlinks).
 #[derive(Debug)]
 pub struct BindRoot {
-    _dir: tempfile::TempDir,
+    _dir: crate::bindroot::BindRootDir,
     pub root: PathBuf,
     pub user_data: PathBuf,
     pub skills: PathBuf,
 }
 
 impl BindRoot {
+    /// On a `nosuid,nodev` mount (`bindroot`): needs `bindroot::can_pin`.
     pub fn create() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("dfbind")
-            .tempdir()
-            .expect("temp dir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical temp dir");
+        let dir = crate::bindroot::BindRootDir::new("dfbind");
+        let root = dir.path().to_owned();
         let user_data = root.join("threads/thread-1/user-data");
         let skills = root.join("skills");
         for d in [&user_data, &skills] {

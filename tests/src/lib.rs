@@ -7,6 +7,7 @@
 //! names the steps of a long scenario with `step::step`, and waits for a program it runs with
 //! `bounded`.
 
+pub mod bindroot;
 pub mod bins;
 pub mod bounded;
 pub mod cli;
@@ -18,6 +19,8 @@ pub mod fake;
 pub mod lc;
 /// A metrics endpoint scraped and checked (`--metrics-listen`).
 pub mod metrics;
+/// A dockerd of a test's own, which it may restart.
+pub mod own_dockerd;
 pub mod provisioner;
 pub mod raw;
 pub mod recorder;
@@ -29,6 +32,7 @@ pub mod skip;
 pub mod stack;
 pub mod step;
 pub mod subject;
+pub mod unpin;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -10,8 +10,52 @@ use sockproxy_policy::{Prefix, Scope};
 pub struct StackProxy {
     // Declared first so the proxy stops before its directory goes.
     background: Background,
-    _dir: tempfile::TempDir,
+    _dir: PinnedDir,
     pub prefix: String,
+}
+
+/// The proxy's temporary directory, holding its socket and, with bind roots, its pin
+/// directory (`pins`). Before it is removed the pin directory's tmpfs is detached with every
+/// pin under it: removing the tree with them still mounted would delete the bound directories'
+/// files through the pins. Left in place (and said so) if a mount stays.
+#[derive(Debug)]
+pub struct PinnedDir(Option<tempfile::TempDir>);
+
+impl PinnedDir {
+    pub fn new(dir: tempfile::TempDir) -> Self {
+        Self(Some(dir))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0
+            .as_ref()
+            .map_or(Path::new("/nonexistent"), |d| d.path())
+    }
+
+    /// The pin directory the stack's proxy is given.
+    pub fn pins(&self) -> PathBuf {
+        self.path().join("pins")
+    }
+}
+
+impl Drop for PinnedDir {
+    fn drop(&mut self) {
+        let Some(dir) = self.0.take() else {
+            return;
+        };
+        let pins = dir.path().join("pins");
+        let _ = rustix::mount::unmount(&pins, rustix::mount::UnmountFlags::DETACH);
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|m| m.contains(&format!(" {} ", pins.display())))
+            .unwrap_or(true);
+        if mounted {
+            let kept = dir.keep();
+            eprintln!(
+                "NOTICE: {} kept: its pin directory is still mounted",
+                kept.display()
+            );
+        }
+    }
 }
 
 impl StackProxy {
@@ -26,10 +70,13 @@ impl StackProxy {
         restricted: bool,
         adjust: impl FnOnce(&mut Config),
     ) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("sp")
-            .tempdir()
-            .expect("temp dir");
+        // Guarded from here on: a start that fails may have mounted the pin directory.
+        let dir = PinnedDir::new(
+            tempfile::Builder::new()
+                .prefix("sp")
+                .tempdir()
+                .expect("temp dir"),
+        );
         let cfg = Config {
             listen: dir.path().join("stack.sock"),
             upstream: upstream.to_owned(),
@@ -54,6 +101,10 @@ impl StackProxy {
             name_cache: true,
             allow_images: vec![],
             metrics_listen: None,
+            pins: sockproxy::pins::PinSettings {
+                dir: dir.pins(),
+                max: sockproxy::pins::DEFAULT_MAX_PINS,
+            },
         };
         let mut cfg = cfg;
         adjust(&mut cfg);
@@ -100,6 +151,11 @@ impl StackProxy {
     /// (containers, networks) the proxy's name map holds.
     pub fn remembered(&self) -> (usize, usize) {
         self.background.names().1
+    }
+
+    /// The pin directory the proxy was given by default (`PinnedDir::pins`).
+    pub fn pin_dir(&self) -> PathBuf {
+        self._dir.pins()
     }
 
     pub fn socket_buf(&self) -> PathBuf {

@@ -57,6 +57,14 @@ fn valid_name(n: &str) -> bool {
 
 pub fn create(shared: &Arc<Shared>, name: Option<&str>, decoded: Decoded) -> Reply {
     let flavor = shared.flavor;
+    // dockerd checks the mounts before it looks for the image.
+    if let Some(missing) = decoded
+        .host
+        .as_ref()
+        .and_then(super::mounts::missing_bind_source)
+    {
+        return Reply::Error(400, missing);
+    }
     let body = Value::Object(decoded.config);
     let image_ref = body["Image"].as_str().unwrap_or("").to_owned();
     let mut st = shared.state();
@@ -373,7 +381,26 @@ pub fn top(shared: &Shared, r: &str) -> Reply {
     }
 }
 
-/// The fake keeps no filesystem: reads find nothing, writes are accepted and discarded.
+/// An upload: into the host directory of the read-write bind that holds `path`, as the engine
+/// unpacks it (`mounts::unpack`); anywhere else accepted and discarded (the fake keeps no
+/// filesystem of its own).
+pub fn archive_put(shared: &Shared, r: &str, params: &[(String, String)], tar: &[u8]) -> Reply {
+    let st = shared.state();
+    let i = match container_index(shared, &st, r) {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    let path = param(params, "path").unwrap_or("/");
+    match super::mounts::upload_dir(&st.containers[i].host_config, path) {
+        Some(dir) => match super::mounts::unpack(&dir, tar) {
+            Ok(()) => Reply::Empty(200),
+            Err(e) => Reply::Error(400, e),
+        },
+        None => Reply::Empty(200),
+    }
+}
+
+/// The fake keeps no filesystem: reads find nothing.
 pub fn archive(shared: &Shared, r: &str, method: &str, params: &[(String, String)]) -> Reply {
     let st = shared.state();
     match container_index(shared, &st, r) {

@@ -314,7 +314,11 @@ async fn route(
                     Ok(body) => c::exec_create(shared, &r, &body),
                     Err(e) => e,
                 },
-                ("GET" | "HEAD" | "PUT", "archive") => c::archive(shared, &r, method, params),
+                ("PUT", "archive") => match read_bytes(req.into_body()).await {
+                    Ok(tar) => c::archive_put(shared, &r, params, &tar),
+                    Err(e) => e,
+                },
+                ("GET" | "HEAD", "archive") => c::archive(shared, &r, method, params),
                 _ => Reply::Error(404, "page not found".into()),
             }
         }

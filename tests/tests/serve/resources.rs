@@ -19,6 +19,11 @@ fn derived(thread: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandboxes_and_sidecars_get_memory_cpu_and_process_limits() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "sandboxes_and_sidecars_get_memory_cpu_and_process_limits",
+    ) {
+        return;
+    }
     each_engine_async(
         "sandboxes_and_sidecars_get_memory_cpu_and_process_limits",
         Fakes::Debian,
