@@ -131,6 +131,9 @@ pub enum Fact {
     Exec { id: String, container_id: String },
     /// The engine answered the inspect with this status, not 200, and these bytes.
     Absent { status: StatusCode, body: Bytes },
+    /// The stack's own network as the engine holds it, made first when it held none
+    /// (`facts::stack_network_body`).
+    StackNetwork(crate::stack_net::Held),
 }
 
 /// What the decisions read about an inspected container or network, owned.
@@ -179,6 +182,10 @@ pub enum Need {
     /// An inspect of this exec instance (`Fact::Exec` or `Fact::Absent`); its container's
     /// inspect is needed next.
     Exec(String),
+    /// The stack's own network (`Fact::StackNetwork`), for a create that is put on it. The
+    /// transport takes the stack's lock to gather it, makes the network when the engine holds
+    /// none, and keeps the lock until the request is answered.
+    StackNetwork,
 }
 
 /// What is sent to the engine as the request's body.

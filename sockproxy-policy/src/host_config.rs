@@ -106,6 +106,7 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "ConsoleSize", console_size)?;
     r.keep(&mut o, "CapAdd", |_, p, v| cap_add(ctx, p, v))?;
     r.keep(&mut o, "CapDrop", fields::any_str_list)?;
+    crate::stack_net::drop_net_raw(ctx, &mut o);
     r.keep(&mut o, "CgroupnsMode", fields::one_of(&["", "private"]))?;
     // Left empty, the engine picks: the host's cgroup namespace on a cgroup v1 host (for every
     // client below API 1.41, and above it unless dockerd is set otherwise), where the sandbox
@@ -138,13 +139,7 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
         let max = i64::try_from(ctx.rules.max_shm_size).unwrap_or(i64::MAX);
         int_in(r, p, &v, 0, max).map(Value::from)
     })?;
-    r.keep(&mut o, "Sysctls", |r, p, v| {
-        let m = fields::str_map(p, v)?;
-        match m.keys().find(|k| !ctx.rules.allow_sysctls.contains(k)) {
-            Some(k) => Err(value_not_allowed(r.op(), p, k, "--allow-sysctl")),
-            None => Ok(Value::Object(m)),
-        }
-    })?;
+    r.keep(&mut o, "Sysctls", |r, p, v| sysctls(ctx, r, p, v))?;
     r.keep(&mut o, "Runtime", fields::one_of(&["", "runc"]))?;
     r.keep(&mut o, "Isolation", fields::one_of(&["", "default"]))?;
     r.keep(&mut o, "Init", fields::any_bool)?;
@@ -245,6 +240,29 @@ pub fn resources(
             "IOMaximumBandwidth",
         ],
     )
+}
+
+/// Only the sysctls `--allow-sysctl` names; for a restricted stack never `net.ipv6.*`: with
+/// IPv6 turned on in its namespace, a sandbox on an internal network reached the host through
+/// the bridge's link-local address (dockerd 20.10 turns IPv6 off in a container whose networks
+/// have none).
+fn sysctls(ctx: &Ctx, r: &Reader, p: &str, v: Value) -> Result<Value, Refusal> {
+    let m = fields::str_map(p, v)?;
+    if let Some(k) = m
+        .keys()
+        .find(|k| ctx.scope.restricted() && k.starts_with("net.ipv6."))
+    {
+        return Err(value_not_allowed(
+            r.op(),
+            p,
+            k,
+            "a restricted stack's sandboxes stay off IPv6, whatever --allow-sysctl says",
+        ));
+    }
+    match m.keys().find(|k| !ctx.rules.allow_sysctls.contains(k)) {
+        Some(k) => Err(value_not_allowed(r.op(), p, k, "--allow-sysctl")),
+        None => Ok(Value::Object(m)),
+    }
 }
 
 fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, Refusal> {
@@ -381,19 +399,8 @@ fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
 
 fn cap_add(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let caps = fields::str_list(path, v)?;
-    for cap in &caps {
-        let bare = cap
-            .to_ascii_uppercase()
-            .trim_start_matches("CAP_")
-            .to_owned();
-        if !ctx
-            .rules
-            .allow_caps
-            .iter()
-            .any(|a| a.to_ascii_uppercase().trim_start_matches("CAP_") == bare)
-        {
-            return Err(value_not_allowed(ctx.op, path, cap, "--allow-cap"));
-        }
+    if let Some(cap) = caps.iter().find(|c| !ctx.rules.allows_cap(c)) {
+        return Err(value_not_allowed(ctx.op, path, cap, "--allow-cap"));
     }
     Ok(Value::from(caps))
 }

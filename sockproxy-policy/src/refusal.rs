@@ -32,6 +32,10 @@ pub enum Refusal {
     /// dockerd's wording for an image it does not hold (`daemon/images`, `ErrImageDoesNotExist`).
     #[error("No such image: {0}")]
     NoSuchImage(String),
+    /// The network the stack's containers are put on exists but is not one the proxy made for
+    /// this stack (`stack_net::judge`): nothing is placed on it.
+    #[error("sockproxy: {op}: {why}")]
+    StackNetwork { op: String, why: String },
     #[error("sockproxy: bad request: {0}")]
     BadRequest(String),
     /// A request head refused before hyper parsed it (`headguard`), with its status (400,
@@ -57,6 +61,7 @@ impl Refusal {
                 StatusCode::FORBIDDEN
             }
             Self::NotAllowed { .. } | Self::Setting { .. } => StatusCode::FORBIDDEN,
+            Self::StackNetwork { .. } => StatusCode::CONFLICT,
             Self::NoSuchContainer(_)
             | Self::NoSuchNetwork(_)
             | Self::NoSuchExec(_)
@@ -77,6 +82,7 @@ impl Refusal {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => "out_of_scope",
             Self::NotAllowed { .. } => "endpoint_not_allowed",
             Self::Setting { .. } => "setting_not_allowed",
+            Self::StackNetwork { .. } => "stack_network_unusable",
             Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
                 "absent_or_out_of_scope"
             }

@@ -102,8 +102,12 @@ pub(crate) fn run(
                 policy.host.paths.as_ref(),
                 &policy.stack,
             )?;
+            let net = crate::stack_net::name(&policy.scope, &policy.stack);
             if rules.require_stack_label {
-                joined_networks(op, &checked, facts, policy)?;
+                joined_networks(op, &checked, &net, facts, policy)?;
+            }
+            if crate::stack_net::uses(&checked, &net) {
+                stack_network(op, facts, policy)?;
             }
             Ok(Done::sent(Sent::Checked(checked)))
         }
@@ -208,14 +212,30 @@ pub(crate) fn run(
 /// carry the stack's label: decided as a change to that network. The name goes on to the
 /// engine as it was checked: a labelled network cannot be renamed, and another of the same
 /// name would make the name ambiguous to the engine, which then refuses the create.
-fn joined_networks(op: &str, checked: &Value, facts: &Facts, policy: &Policy) -> Result<(), Stop> {
-    for name in crate::create_body::joined_networks(checked) {
+fn joined_networks(
+    op: &str,
+    checked: &Value,
+    stack_network: &str,
+    facts: &Facts,
+    policy: &Policy,
+) -> Result<(), Stop> {
+    for name in crate::create_body::joined_networks(checked, stack_network) {
         let r = ObjRef::parse(&name).ok_or_else(|| {
             Refusal::BadRequest(format!("{op}: network {name:?} is not a reference"))
         })?;
         other(Kind::Network, &r, op, facts, policy)?;
     }
     Ok(())
+}
+
+/// The stack's own network, which the create is put on: the one the engine holds must be one
+/// the proxy made for this stack (`stack_net::judge`).
+fn stack_network(op: &str, facts: &Facts, policy: &Policy) -> Result<(), Stop> {
+    match facts.get(&Need::StackNetwork) {
+        None => Err(Stop::Need(Need::StackNetwork)),
+        Some(Fact::StackNetwork(held)) => Ok(crate::stack_net::judge(op, held, policy)?),
+        Some(_) => Err(misplaced()),
+    }
 }
 
 /// A fact of another kind than its need's: the transport's mistake, refused rather than

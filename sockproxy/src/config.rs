@@ -115,6 +115,15 @@ pub struct Args {
         env = "SOCKPROXY_ALLOW_PUBLIC_PORTS"
     )]
     pub allow_public_ports: bool,
+    /// Let containers join the engine's default bridge (NetworkMode bridge), which every
+    /// stack's containers may share; without it a container that names no network goes on the
+    /// stack's own network {P}net and bridge is refused.
+    #[arg(
+        help_heading = "Create policy",
+        long,
+        env = "SOCKPROXY_ALLOW_DEFAULT_BRIDGE"
+    )]
+    pub allow_default_bridge: bool,
     /// Treat a container or network without this stack's `sockproxy.stack` label as another
     /// stack's (not listed, inspected, changed or joined; its events dropped), and refuse named
     /// volumes: for stacks that share a prefix.
@@ -183,6 +192,11 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
+    /// File locked (flock) around a create's check of the stack's network; give proxies of
+    /// one stack the same [default: .sockproxy-HASH.lock beside --listen].
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_STACK_LOCK")]
+    #[serde(skip)]
+    pub stack_lock: Option<PathBuf>,
     /// Worker threads of the multi-thread runtime that serves client connections (threads
     /// sp-loop-0…) [default: 1].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
@@ -288,6 +302,8 @@ pub struct Config {
     /// Requests naming an older `/vX.Y` are refused.
     pub min_api_version: (u32, u32),
     pub header_timeout: std::time::Duration,
+    /// The file proxies of one stack lock around a create's checks (`stack_lock`).
+    pub stack_lock: Option<PathBuf>,
     pub max_connections: usize,
     /// Worker threads of the runtime serving client connections (`server::runtime`).
     pub event_loops: usize,
@@ -341,6 +357,10 @@ impl Config {
             return Err(ConfigError::EventLoops(event_loops));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
+        let stack = args.stack.unwrap_or_else(|| prefix.to_string());
+        let stack_lock = args
+            .stack_lock
+            .or_else(|| crate::stack_lock::beside(args.listen.as_deref()?, &stack));
         let metrics_listen = args
             .metrics_listen
             .as_deref()
@@ -355,7 +375,7 @@ impl Config {
             // Clap requires it unless --print-policy, which never listens.
             listen: args.listen.unwrap_or_default(),
             upstream,
-            stack: args.stack.unwrap_or_else(|| prefix.to_string()),
+            stack,
             scope: Scope::new(prefix, args.restricted)
                 .with_info(args.info.unwrap_or(InfoMode::Stack) == InfoMode::Stack),
             socket_mode,
@@ -368,12 +388,14 @@ impl Config {
                 .unwrap_or(DEFAULT_MAX_LIST_BYTES_TOTAL),
             min_api_version,
             header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
+            stack_lock,
             max_connections: args.max_connections.unwrap_or(256).max(1),
             event_loops,
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
                 public_ports: args.allow_public_ports,
+                allow_default_bridge: args.allow_default_bridge,
                 allow_seccomp_unconfined: args.allow_seccomp_unconfined,
                 seccomp_profiles,
                 allow_sysctls: args.allow_sysctl,

@@ -36,6 +36,9 @@ pub(crate) struct Exchange<'a> {
     answers: Vec<(Need, Buffered)>,
     /// Every inspect goes to the engine (after a remembered pin was stale).
     fresh: bool,
+    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`): held until the
+    /// request is answered.
+    stack_lock: Option<crate::stack_lock::Held>,
 }
 
 impl<'a> Exchange<'a> {
@@ -48,6 +51,7 @@ impl<'a> Exchange<'a> {
             remembered: vec![],
             answers: vec![],
             fresh: false,
+            stack_lock: None,
         }
     }
 
@@ -63,6 +67,14 @@ impl<'a> Exchange<'a> {
             if let Some(body) = self.body.take() {
                 crate::body::no_body(body).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// The stack's lock, taken once for the request.
+    async fn hold_stack_lock(&mut self) -> Result<(), Refusal> {
+        if self.stack_lock.is_none() {
+            self.stack_lock = Some(self.proxy.stack_lock.lock().await?);
         }
         Ok(())
     }
@@ -200,6 +212,10 @@ impl Gather for Exchange<'_> {
                 let max_keys = self.proxy.policy.create_rules.spend.max_json_keys;
                 let body = self.take_body();
                 Ok(Fact::Body(crate::body::read_json(body, max_keys).await?))
+            }
+            Need::StackNetwork => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::stack_network(self.proxy, version).await
             }
             Need::Own(kind) => {
                 let own = self.proxy.own_objects(*kind, version).await?;

@@ -48,6 +48,7 @@ pub fn over(flags: Args, text: &str) -> Result<Args, String> {
         log_format: flags.log_format,
         shutdown_grace: flags.shutdown_grace,
         event_loops: flags.event_loops,
+        stack_lock: flags.stack_lock,
         policy: flags.policy,
         print_policy: flags.print_policy,
         ..both
@@ -214,6 +215,7 @@ pub fn effective(cfg: &Config) -> Args {
         allow_cap: r.allow_caps.clone(),
         allow_bind_root: r.bind_roots.clone(),
         allow_public_ports: r.public_ports,
+        allow_default_bridge: r.allow_default_bridge,
         allow_seccomp_unconfined: r.allow_seccomp_unconfined,
         allow_seccomp_profile: r
             .seccomp_profiles
@@ -276,6 +278,10 @@ pub fn print(cfg: &Config) -> Result<String, String> {
             f.what
         ));
     }
+    out.push_str(&format!(
+        "#   network   {}  the stack's own: made by the proxy, joined by creates that name no network, never changed\n",
+        sockproxy_policy::facts::stack_network(&crate::server::policy_of(cfg))
+    ));
     out.push_str("#   networks bridge, host, none: read only\n");
     out.push_str(&toml::to_string(&effective(cfg)).map_err(|e| e.to_string())?);
     Ok(out)

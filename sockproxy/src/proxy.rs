@@ -55,6 +55,8 @@ pub struct Proxy {
     pub counters: Counters,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// What a create's check of the stack's network is gathered under.
+    pub stack_lock: crate::stack_lock::StackLock,
 }
 
 /// What bounds the clients the proxy serves and the lists it buffers for them.

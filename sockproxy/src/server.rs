@@ -102,26 +102,31 @@ pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     })
 }
 
+/// The policy a configuration gives the proxy. One switch,
+/// `create_rules.require_stack_label`, for what the proxy stamps and what it then lets the
+/// stack see: lists and events read the label through the scope.
+pub fn policy_of(cfg: &Config) -> Policy {
+    Policy {
+        scope: cfg.scope.clone().with_required_label(
+            cfg.create_rules
+                .require_stack_label
+                .then_some(cfg.stack.as_str()),
+        ),
+        stack: cfg.stack.clone(),
+        create_rules: cfg.create_rules.clone(),
+        allow_images: cfg.allow_images.clone(),
+        min_api_version: cfg.min_api_version,
+        host: sockproxy_policy::Host {
+            engine_socket: cfg.upstream.clone(),
+            paths: Arc::new(crate::host_paths::ProxyView),
+        },
+    }
+}
+
 pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
     let metrics = Arc::new(crate::metrics::Metrics::default());
     Arc::new(Proxy {
-        // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
-        // then lets the stack see: lists and events read the label through the scope.
-        policy: Policy {
-            scope: cfg.scope.clone().with_required_label(
-                cfg.create_rules
-                    .require_stack_label
-                    .then_some(cfg.stack.as_str()),
-            ),
-            stack: cfg.stack.clone(),
-            create_rules: cfg.create_rules.clone(),
-            allow_images: cfg.allow_images.clone(),
-            min_api_version: cfg.min_api_version,
-            host: sockproxy_policy::Host {
-                engine_socket: cfg.upstream.clone(),
-                paths: Arc::new(crate::host_paths::ProxyView),
-            },
-        },
+        policy: policy_of(cfg),
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         names: Default::default(),
         name_cache: cfg.name_cache,
@@ -134,6 +139,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         },
         counters: Default::default(),
         metrics,
+        stack_lock: crate::stack_lock::StackLock::new(cfg.stack_lock.clone()),
     })
 }
 
