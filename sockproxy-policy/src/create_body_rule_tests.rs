@@ -8,11 +8,14 @@ use crate::create_rules::{CreateRules, Disk};
 use crate::scope::Prefix;
 
 /// What the proxy sets on every create's `HostConfig` with the default rules: a private cgroup
-/// namespace, `NET_RAW` dropped, and the stack's own network (`deer-flow-net`) when the body
-/// names none.
+/// namespace, `NET_RAW` dropped, the default memory, CPU and pids limits, and the stack's own
+/// network (`deer-flow-net`) when the body names none.
 pub(crate) fn what_every_create_gets(mut host: serde_json::Value) -> serde_json::Value {
     host["CgroupnsMode"] = "private".into();
     host["CapDrop"] = serde_json::json!(["NET_RAW"]);
+    host["Memory"] = crate::limits::DEFAULT_MEMORY.into();
+    host["NanoCpus"] = crate::limits::DEFAULT_NANO_CPUS.into();
+    host["PidsLimit"] = crate::limits::DEFAULT_PIDS_LIMIT.into();
     if host.get("NetworkMode").is_none() {
         host["NetworkMode"] = "deer-flow-net".into();
     }

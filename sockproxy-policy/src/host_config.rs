@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use crate::create_rules::Ctx;
 use crate::fields::{self, value_not_allowed, Reader};
 use crate::host_refs::{namespace, network_mode, own_containers};
+use crate::limits::At;
 use crate::mounts;
 use crate::refusal::Refusal;
 
@@ -162,45 +163,29 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
             "Cpuset",
         ],
     )?;
-    resources(&mut r, &mut o, Pids::Create, &ctx.rules.spend)?;
+    resources(&mut r, &mut o, At::Create, &ctx.rules.spend)?;
     r.finish()?;
     Ok(Value::Object(o))
 }
 
-/// Which request `resources` reads: dockerd gives `PidsLimit: 0` a different meaning in each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pids {
-    /// At create, 0 is "not set" (the engine's default limit applies).
-    Create,
-    /// At update, 0 (like any value below 1) sets "unlimited" over the limit the container has.
-    Update,
-}
-
-/// `container.Resources`: limits are the stack's to set; devices, cgroup parents, block-device
+/// `container.Resources`: limits are the stack's to set within the operator's bounds (`limits`:
+/// memory, CPU and pids, with defaults at create); devices, cgroup parents, block-device
 /// throttles (they name host devices) and switching the OOM killer off are not. Shared by
 /// create and `POST /containers/{id}/update`.
 pub fn resources(
     r: &mut Reader,
     o: &mut Map<String, Value>,
-    pids: Pids,
+    at: At,
     spend: &crate::spend::Spend,
 ) -> Result<(), Refusal> {
     use crate::spend_host;
     r.keep(o, "CpuShares", |r, p, v| {
         spend_host::cpu_shares(spend, r, p, v)
     })?;
-    for f in [
-        "Memory",
-        "NanoCpus",
-        "CpuPeriod",
-        "CpuQuota",
-        "KernelMemory",
-        "KernelMemoryTCP",
-        "MemoryReservation",
-        "MemorySwap",
-    ] {
+    for f in ["KernelMemory", "KernelMemoryTCP", "MemoryReservation"] {
         r.keep(o, f, fields::any_int)?;
     }
+    crate::limits::keep(r, o, at, spend)?;
     r.keep(o, "BlkioWeight", |r, p, v| {
         spend_host::blkio_weight(spend, r, p, v)
     })?;
@@ -208,16 +193,6 @@ pub fn resources(
     r.keep(o, "CpusetMems", fields::any_string)?;
     r.keep(o, "MemorySwappiness", fields::any_int)?;
     r.keep(o, "OomKillDisable", fields::false_only)?;
-    // The docker CLI sends 0 for "not set" at create (dockerd reads it as no limit of the
-    // stack's own); -1 asks for "unlimited" outright and is refused. At update dockerd reads 0
-    // as "unlimited" too.
-    let least = match pids {
-        Pids::Create => 0,
-        Pids::Update => 1,
-    };
-    r.keep(o, "PidsLimit", |r, p, v| {
-        spend_host::pids_limit(spend, least, r, p, v)
-    })?;
     r.keep(o, "Ulimits", |r, p, v| ulimits(spend, r, p, v))?;
     r.zero_kept(
         o,

@@ -12,8 +12,8 @@
 //! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`). Bodies are
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
-//! `spend_host`; `stack_net` puts a create on the stack's own network. Answers are cut to the
-//! stack's view: lists
+//! `spend_host`; `stack_net` puts a create on the stack's own network, and `limits` holds each
+//! container's memory, CPU and pids limits. Answers are cut to the stack's view: lists
 //! (`list_query`, `filter`, `volumes`), events (`events`) and `info`; `answers` reads the
 //! engine's answers the decisions stand on. A refusal (`refusal`) carries dockerd's error shape.
 
@@ -33,6 +33,7 @@ mod host_refs;
 mod images;
 mod info;
 mod json;
+mod limits;
 mod list_query;
 mod mounts;
 mod paths;
@@ -98,6 +99,7 @@ pub mod settings {
     pub use crate::canon::api_version;
     pub use crate::create_rules::{default_log_drivers, CreateRules, HostPaths, DEFAULT_MAX_SHM};
     pub use crate::images::normalize_image;
+    pub use crate::limits::{cpus, Limits};
     pub use crate::seccomp::{canonical as canonical_seccomp, Canonical};
     pub use crate::spend::{parse_duration, show_duration, Spend};
     pub use crate::spend_host::ram_in_bytes;

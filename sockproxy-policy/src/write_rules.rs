@@ -11,6 +11,7 @@ use crate::create_body::{endpoint_settings, stamp_stack_label};
 use crate::create_rules::{CreateRules, Ctx, NoPaths};
 use crate::fields::{self, Reader};
 use crate::host_config;
+use crate::limits::At;
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
 
@@ -98,12 +99,8 @@ pub fn update(
     let old = version
         .and_then(crate::canon::api_version)
         .is_some_and(|v| v < (1, 40));
-    let pids = if old {
-        host_config::Pids::Create
-    } else {
-        host_config::Pids::Update
-    };
-    host_config::resources(&mut r, &mut o, pids, spend)?;
+    let at = if old { At::OldUpdate } else { At::Update };
+    host_config::resources(&mut r, &mut o, at, spend)?;
     // Changing the restart policy is not a resource limit (the CLI sends it empty).
     r.zero_kept(&mut o, &["RestartPolicy"])?;
     r.finish()?;

@@ -16,6 +16,7 @@ use stackmodel::{ChangedIn, FAMILIES};
 
 use crate::config::{Args, Config, ConfigError, InfoMode};
 use crate::spend_args::SpendArgs;
+use sockproxy_policy::settings::cpus;
 
 /// The flags with the policy file they name (`--policy`), if any, read into them: the settings
 /// `Config::from_args` takes.
@@ -249,6 +250,11 @@ pub fn effective(cfg: &Config) -> Args {
             max_log_size: Some(r.spend.max_log_size.to_string()),
             max_log_files: Some(r.spend.max_log_files),
             allow_log_opt: r.spend.allow_log_opts.clone(),
+            default_memory: Some(r.spend.limits.default_memory.to_string()),
+            default_cpus: Some(cpus(r.spend.limits.default_nano_cpus)),
+            default_pids_limit: Some(r.spend.limits.default_pids_limit),
+            max_container_memory: Some(r.spend.limits.max_container_memory.to_string()),
+            max_container_cpus: Some(cpus(r.spend.limits.max_container_nano_cpus)),
         },
         ..Args::default()
     }

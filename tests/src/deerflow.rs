@@ -230,11 +230,19 @@ impl Masks {
                 // So does its cgroup namespace, always a private one (a cgroup v1 engine's
                 // default is the host's); tests/tests/policy/writes.rs checks it on each engine.
                 out.remove("CgroupnsMode");
-                // And what it sets so that stacks stay apart (issue 49): a container that names
-                // no network goes on the stack's own, not the default bridge; `NET_RAW` is
-                // dropped; an internal network gives the host no address.
-                // tests/tests/policy/stack_network.rs and isolation.rs check each on the engine.
-                for key in ["NetworkMode", "CapDrop"] {
+                // And what it sets so that stacks stay apart and within their limits (issues
+                // 48 and 49): a container that names no network goes on the stack's own, not
+                // the default bridge; `NET_RAW` is dropped; limits are filled in; an internal
+                // network gives the host no address. tests/tests/policy/stack_network.rs and
+                // limits.rs check each on the engine.
+                for key in [
+                    "NetworkMode",
+                    "CapDrop",
+                    "Memory",
+                    "MemorySwap",
+                    "NanoCpus",
+                    "PidsLimit",
+                ] {
                     out.remove(key);
                 }
                 if out.contains_key("Networks") && out.contains_key("Ports") {

@@ -19,6 +19,7 @@ mod host_reach;
 mod http_layer;
 mod info;
 mod isolation;
+mod limits;
 mod list_filters;
 mod lists;
 mod log_templates;
