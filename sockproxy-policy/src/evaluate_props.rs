@@ -132,6 +132,11 @@ impl World<'_> {
                 }
                 Fact::StackNetwork(crate::stack_net::Held::read(made.to_string().as_bytes()).ok()?)
             }
+            Need::Usage => Fact::Usage(vec![crate::limits::Usage {
+                id: ID.into(),
+                name: self.name.into(),
+                memory: 0,
+            }]),
         })
     }
 }

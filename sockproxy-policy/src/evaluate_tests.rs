@@ -287,6 +287,7 @@ fn a_body_is_a_fact_read_before_the_engine_is_asked() {
         facts([
             (Need::Body, Fact::Body(v)),
             (Need::StackNetwork, made_network(&policy())),
+            (Need::Usage, Fact::Usage(vec![])),
         ])
     };
     let done = plan(eval(
@@ -417,6 +418,10 @@ fn other_objects_a_request_names_are_pinned_by_their_own_facts() {
         Err(Refusal::NoSuchNetwork("deer-flow-sandbox-net-1".into()))
     );
     found.give(net, object("deer-flow-sandbox-net-1", Some("atlas")));
+    // Then the stack's totals, counted under its lock.
+    let counting = plan(eval_in(&labelled, Method::POST, create, &found));
+    assert_eq!(counting.need, Need::Usage);
+    found.give(Need::Usage, Fact::Usage(vec![]));
     let done = plan(eval_in(&labelled, Method::POST, create, &found));
     assert!(matches!(done.body, Sent::Checked(_)) && done.pin.is_none());
 }

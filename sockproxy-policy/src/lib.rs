@@ -13,9 +13,9 @@
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
 //! `spend_host`; `stack_net` puts a create on the stack's own network, and `limits` holds each
-//! container's memory, CPU and pids limits. Answers are cut to the stack's view: lists
-//! (`list_query`, `filter`, `volumes`), events (`events`) and `info`; `answers` reads the
-//! engine's answers the decisions stand on. A refusal (`refusal`) carries dockerd's error shape.
+//! container's memory, CPU and pids limits and the stack's totals. Answers are cut to the
+//! stack's view: lists (`list_query`, `filter`, `volumes`), events (`events`) and `info`;
+//! `answers` reads the engine's answers the decisions stand on. A refusal (`refusal`) carries dockerd's error shape.
 
 mod answers;
 mod api;
@@ -66,11 +66,13 @@ pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope};
 /// inspect (`Named`), an exec instance's inspect (`ExecInfo`), the list of the stack's own
 /// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), a JSON
 /// body (`parse_body`, the key rule), the stack's own network (`stack_network` names it,
-/// `stack_network_body` is what makes it, `StackNetwork` reads its inspect).
+/// `stack_network_body` is what makes it, `StackNetwork` reads its inspect) and a container's
+/// memory limit for the totals (`Usage`).
 pub mod facts {
     pub use crate::answers::{
         own_list_path, own_objects, parse_body, ExecInfo, Named, Own, ARCHIVE_SAFE_API,
     };
+    pub use crate::limits::Usage;
     pub use crate::stack_net::{create_body as stack_network_body, Held as StackNetwork};
 
     /// The name of the stack's own network (`{P}net`).

@@ -1,12 +1,17 @@
-//! What each of a stack's containers may use (memory, CPU time, processes). A create that sets
-//! no limit gets the operator's default, one that sets a limit is held to the operator's bound,
-//! and "unlimited" is never a value a stack may choose (0 and -1 included): one tenant's agent
-//! code must not starve every other stack on the host.
+//! What each of a stack's containers may use (memory, CPU time, processes) and what all of
+//! them may hold together. A create that sets no limit gets the operator's default, one that
+//! sets a limit is held to the operator's bound, and "unlimited" is never a value a stack may
+//! choose (0 and -1 included): one tenant's agent code must not starve every other stack on
+//! the host. The per-stack totals (`totals`) are counted from the engine over every container
+//! of the stack's families, in any state, sidecars included (`Fact::Usage`), under the stack's
+//! lock (the transport's), so concurrent creates cannot pass them together.
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::fields::{self, value_not_allowed, Reader};
 use crate::refusal::Refusal;
+use crate::scope::{Kind, Prefix};
 use crate::spend::Spend;
 
 /// `--default-memory`'s default: 2 GiB (deer-flow's local backend's `--memory 2g`).
@@ -19,6 +24,10 @@ pub const DEFAULT_PIDS_LIMIT: i64 = 512;
 pub const DEFAULT_MAX_CONTAINER_MEMORY: i64 = 8 << 30;
 /// `--max-container-cpus`' default: 4 CPUs, in billionths.
 pub const DEFAULT_MAX_CONTAINER_NANO_CPUS: i64 = 4_000_000_000;
+/// `--max-containers`' default: 64 containers (32 restricted sandboxes with their sidecars).
+pub const DEFAULT_MAX_CONTAINERS: usize = 64;
+/// `--max-memory`'s default: 128 GiB of memory limits in all (64 containers at the default).
+pub const DEFAULT_MAX_MEMORY: i64 = 128 << 30;
 
 /// dockerd's CPU period when a quota is given without one (`CpuPeriod: 0`), in microseconds.
 const DEFAULT_CPU_PERIOD: i64 = 100_000;
@@ -37,6 +46,10 @@ pub struct Limits {
     /// Largest CPU limit one container may have, in billionths of a CPU
     /// (`--max-container-cpus`): `NanoCpus`, or `CpuQuota` over `CpuPeriod`.
     pub max_container_nano_cpus: i64,
+    /// Containers of the stack's families the engine may hold, in any state (`--max-containers`).
+    pub max_containers: usize,
+    /// Sum of the memory limits of those containers, in bytes (`--max-memory`).
+    pub max_memory: i64,
 }
 
 impl Default for Limits {
@@ -47,6 +60,8 @@ impl Default for Limits {
             default_pids_limit: DEFAULT_PIDS_LIMIT,
             max_container_memory: DEFAULT_MAX_CONTAINER_MEMORY,
             max_container_nano_cpus: DEFAULT_MAX_CONTAINER_NANO_CPUS,
+            max_containers: DEFAULT_MAX_CONTAINERS,
+            max_memory: DEFAULT_MAX_MEMORY,
         }
     }
 }
@@ -224,6 +239,108 @@ pub fn cpus(nano: i64) -> String {
     }
     let frac = format!("{rest:09}");
     format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// One of the stack's containers as the totals count it: the engine's inspect, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    pub id: String,
+    /// As the inspect answered it (with the leading `/`).
+    pub name: String,
+    /// `HostConfig.Memory`: 0 when it has no limit (made on the engine, past the proxy).
+    pub memory: i64,
+}
+
+#[derive(Deserialize)]
+struct UsageAnswer {
+    #[serde(rename = "Id")]
+    id: String,
+    #[serde(rename = "Name")]
+    name: String,
+    #[serde(rename = "HostConfig", default)]
+    host: Option<UsageHost>,
+}
+
+#[derive(Deserialize)]
+struct UsageHost {
+    #[serde(rename = "Memory", default)]
+    memory: Option<i64>,
+}
+
+impl Usage {
+    /// A container inspect answer.
+    pub fn read(body: &[u8]) -> Result<Self, Refusal> {
+        let a: UsageAnswer = serde_json::from_slice(body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable inspect answer: {e}")))?;
+        Ok(Self {
+            id: a.id,
+            name: a.name,
+            memory: a.host.and_then(|h| h.memory).unwrap_or(0),
+        })
+    }
+}
+
+/// What a request adds to the stack's totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adds<'a> {
+    /// A new container with this memory limit.
+    Container { memory: i64 },
+    /// The container with this ID gets this memory limit in place of its own.
+    Memory { id: &'a str, memory: i64 },
+}
+
+/// The per-stack totals with `adds` counted: at most `max_containers` containers of the
+/// stack's families, in any state, and at most `max_memory` bytes of memory limits among them
+/// (a container without a limit counts as the default, as a create through the proxy gets).
+pub fn totals(
+    op: &str,
+    l: &Limits,
+    prefix: &Prefix,
+    usage: &[Usage],
+    adds: Adds,
+) -> Result<(), Refusal> {
+    let ours: Vec<&Usage> = usage
+        .iter()
+        .filter(|u| {
+            let name = u.name.strip_prefix('/').unwrap_or(&u.name);
+            stackmodel::family_of(prefix, Kind::Container, name).is_some()
+        })
+        .collect();
+    let counted = |u: &Usage| {
+        if u.memory > 0 {
+            u.memory
+        } else {
+            l.default_memory
+        }
+    };
+    let (others, added): (Vec<&&Usage>, i64) = match adds {
+        Adds::Container { memory } => {
+            if ours.len() >= l.max_containers {
+                return Err(Refusal::OverTotal {
+                    op: op.to_owned(),
+                    why: format!(
+                        "this stack has {} containers, the most it may have (--max-containers {})",
+                        ours.len(),
+                        l.max_containers
+                    ),
+                });
+            }
+            (ours.iter().collect(), memory)
+        }
+        Adds::Memory { id, memory } => (ours.iter().filter(|u| u.id != id).collect(), memory),
+    };
+    let total =
+        others.iter().map(|u| i128::from(counted(u))).sum::<i128>() + i128::from(added.max(0));
+    if total > i128::from(l.max_memory) {
+        return Err(Refusal::OverTotal {
+            op: op.to_owned(),
+            why: format!(
+                "this stack's containers would hold {total} bytes of memory limits in all, more than it may (--max-memory {})",
+                l.max_memory
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

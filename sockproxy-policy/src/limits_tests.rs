@@ -1,4 +1,5 @@
-//! Tables of the limits: defaults filled at create, bounds at create and update.
+//! Tables of the limits: defaults filled at create, bounds at create and update, and the
+//! stack's totals.
 
 use std::path::Path;
 
@@ -8,14 +9,15 @@ use super::*;
 use crate::create_rules::{CreateRules, Disk};
 use crate::scope::Scope;
 
+fn prefix() -> Prefix {
+    Prefix::parse("deer-flow-").expect("valid")
+}
+
 /// The forwarded `HostConfig` limits of a create with `host`, or the refusal.
 fn created(host: Value) -> Result<Value, String> {
     crate::create_body::check(
         json!({ "HostConfig": host }),
-        &Scope::new(
-            crate::scope::Prefix::parse("deer-flow-").expect("valid"),
-            false,
-        ),
+        &Scope::new(prefix(), false),
         &CreateRules::default(),
         Path::new("/x"),
         &Disk,
@@ -123,6 +125,68 @@ fn an_update_changes_limits_within_the_bounds_and_never_to_unlimited() {
             "{body}"
         );
     }
+}
+
+fn usage(name: &str, memory: i64) -> Usage {
+    Usage {
+        id: name.repeat(2),
+        name: format!("/{name}"),
+        memory,
+    }
+}
+
+#[test]
+fn totals_count_the_stack_families_in_any_state_with_defaults_for_no_limit() {
+    let l = Limits {
+        max_containers: 3,
+        max_memory: 6 << 30,
+        ..Limits::default()
+    };
+    let total = |u: &[Usage], adds| totals("containers.create", &l, &prefix(), u, adds);
+    let two = [
+        usage("deer-flow-sandbox-a", 2 << 30),
+        // A sidecar counts; one made past the proxy with no limit counts as the default.
+        usage("deer-flow-netproxy-a", 0),
+        // Not one of the stack's families (made by hand under the prefix): not counted.
+        usage("deer-flow-other", 1 << 40),
+    ];
+    assert_eq!(total(&two, Adds::Container { memory: 2 << 30 }), Ok(()));
+    assert_eq!(
+        total(&two, Adds::Container { memory: (2 << 30) + 1 }).map_err(|e| e.to_string()),
+        Err("sockproxy: containers.create: this stack's containers would hold 6442450945 bytes of memory limits in all, more than it may (--max-memory 6442450944)".into())
+    );
+    let three = [
+        usage("deer-flow-sandbox-a", 1),
+        usage("deer-flow-sandbox-b", 1),
+        usage("deer-flow-sandbox-c", 1),
+    ];
+    let over = total(&three, Adds::Container { memory: 1 }).expect_err("refused");
+    assert_eq!(
+        over.to_string(),
+        "sockproxy: containers.create: this stack has 3 containers, the most it may have (--max-containers 3)"
+    );
+    assert_eq!(over.status(), http::StatusCode::FORBIDDEN);
+    assert_eq!(over.reason(), "stack_total");
+    // An update counts the container's new limit in place of its own.
+    let id = three[0].id.clone();
+    assert_eq!(
+        total(
+            &three,
+            Adds::Memory {
+                id: &id,
+                memory: (6 << 30) - 2
+            }
+        ),
+        Ok(())
+    );
+    assert!(total(
+        &three,
+        Adds::Memory {
+            id: &id,
+            memory: (6 << 30) - 1
+        }
+    )
+    .is_err());
 }
 
 #[test]

@@ -32,6 +32,9 @@ pub enum Refusal {
     /// dockerd's wording for an image it does not hold (`daemon/images`, `ErrImageDoesNotExist`).
     #[error("No such image: {0}")]
     NoSuchImage(String),
+    /// A create (or an update) past one of the stack's totals (`limits::totals`).
+    #[error("sockproxy: {op}: {why}")]
+    OverTotal { op: String, why: String },
     /// The network the stack's containers are put on exists but is not one the proxy made for
     /// this stack (`stack_net::judge`): nothing is placed on it.
     #[error("sockproxy: {op}: {why}")]
@@ -60,7 +63,9 @@ impl Refusal {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => {
                 StatusCode::FORBIDDEN
             }
-            Self::NotAllowed { .. } | Self::Setting { .. } => StatusCode::FORBIDDEN,
+            Self::NotAllowed { .. } | Self::Setting { .. } | Self::OverTotal { .. } => {
+                StatusCode::FORBIDDEN
+            }
             Self::StackNetwork { .. } => StatusCode::CONFLICT,
             Self::NoSuchContainer(_)
             | Self::NoSuchNetwork(_)
@@ -82,6 +87,7 @@ impl Refusal {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => "out_of_scope",
             Self::NotAllowed { .. } => "endpoint_not_allowed",
             Self::Setting { .. } => "setting_not_allowed",
+            Self::OverTotal { .. } => "stack_total",
             Self::StackNetwork { .. } => "stack_network_unusable",
             Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
                 "absent_or_out_of_scope"

@@ -68,7 +68,7 @@ pub struct Spend {
     pub max_log_files: u64,
     /// `DRIVER:KEY` log options allowed beyond the built-in ones (`--allow-log-opt`).
     pub allow_log_opts: Vec<String>,
-    /// Each container's memory, CPU and pids defaults and bounds.
+    /// Each container's memory, CPU and pids defaults and bounds, and the stack's totals.
     pub limits: crate::limits::Limits,
 }
 

@@ -283,10 +283,10 @@ fn held(policy: &Policy, labels: Value) -> Held {
 }
 
 /// A create that names no network asks for the body, then the stack's network (made by the
-/// transport when absent, judged here); one on its own network skips it; a network the proxy
-/// did not make refuses the create, 409.
+/// transport when absent, judged here), then the totals; one on its own network skips the
+/// stack's; a network the proxy did not make refuses the create, 409.
 #[test]
-fn a_create_asks_for_the_stack_network() {
+fn a_create_asks_for_the_stack_network_then_the_totals() {
     use crate::{Fact, Need};
     let p = policy(false);
     let body = (Need::Body, Fact::Body(json!({ "Image": "busybox" })));
@@ -302,7 +302,9 @@ fn a_create_asks_for_the_stack_network() {
         Need::StackNetwork,
         Fact::StackNetwork(held(&p, json!({ STACK_LABEL: "atlas" }))),
     );
-    assert_eq!(need(&[body.clone(), made], &p), Ok(Need::Nothing));
+    assert_eq!(need(&[body.clone(), made.clone()], &p), Ok(Need::Usage));
+    let counted = (Need::Usage, Fact::Usage(vec![]));
+    assert_eq!(need(&[body.clone(), made, counted], &p), Ok(Need::Nothing));
     let restricted = Policy {
         scope: scope(true),
         ..policy(false)
@@ -313,7 +315,7 @@ fn a_create_asks_for_the_stack_network() {
     );
     assert_eq!(
         need(&[own], &restricted),
-        Ok(Need::Nothing),
+        Ok(Need::Usage),
         "no stack network for its own"
     );
     let foreign = (Need::StackNetwork, Fact::StackNetwork(held(&p, json!({}))));

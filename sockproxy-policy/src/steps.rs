@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::api::{ContainerOp, ExecOp, NetworkOp};
 use crate::canon::Target;
 use crate::evaluate::{Fact, Facts, Found, Need, Pinned, Policy, Sent};
+use crate::limits::Adds;
 use crate::pinning;
 use crate::policy::{self, Route};
 use crate::reference::{is_full_id, ObjRef};
@@ -109,6 +110,12 @@ pub(crate) fn run(
             if crate::stack_net::uses(&checked, &net) {
                 stack_network(op, facts, policy)?;
             }
+            let memory = checked
+                .get("HostConfig")
+                .and_then(|h| h.get("Memory"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            totals(op, facts, policy, Adds::Container { memory })?;
             Ok(Done::sent(Sent::Checked(checked)))
         }
         Route::CreateNetwork => Ok(Done::sent(Sent::Checked(
@@ -147,6 +154,16 @@ pub(crate) fn run(
             let (pin, engine_api) = object(Kind::Container, r, *access, op, facts, policy)?;
             if *cop == ContainerOp::Archive {
                 crate::answers::archive_on(engine_api)?;
+            }
+            let raised = match &sent {
+                Sent::Checked(v) if *cop == ContainerOp::Update => {
+                    v.get("Memory").and_then(Value::as_i64).filter(|m| *m > 0)
+                }
+                _ => None,
+            };
+            if let Some(memory) = raised {
+                let id = pin.id();
+                totals(op, facts, policy, Adds::Memory { id, memory })?;
             }
             Ok(Done {
                 pin: Some(pin),
@@ -234,6 +251,21 @@ fn stack_network(op: &str, facts: &Facts, policy: &Policy) -> Result<(), Stop> {
     match facts.get(&Need::StackNetwork) {
         None => Err(Stop::Need(Need::StackNetwork)),
         Some(Fact::StackNetwork(held)) => Ok(crate::stack_net::judge(op, held, policy)?),
+        Some(_) => Err(misplaced()),
+    }
+}
+
+/// The stack's totals with what the request adds (`limits::totals`).
+fn totals(op: &str, facts: &Facts, policy: &Policy, adds: Adds) -> Result<(), Stop> {
+    match facts.get(&Need::Usage) {
+        None => Err(Stop::Need(Need::Usage)),
+        Some(Fact::Usage(usage)) => Ok(crate::limits::totals(
+            op,
+            &policy.create_rules.spend.limits,
+            policy.scope.prefix(),
+            usage,
+            adds,
+        )?),
         Some(_) => Err(misplaced()),
     }
 }

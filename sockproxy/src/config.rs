@@ -192,8 +192,8 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
-    /// File locked (flock) around a create's check of the stack's network; give proxies of
-    /// one stack the same [default: .sockproxy-HASH.lock beside --listen].
+    /// File locked (flock) around a create's checks of the stack's network and totals; give
+    /// proxies of one stack the same [default: .sockproxy-HASH.lock beside --listen].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_STACK_LOCK")]
     #[serde(skip)]
     pub stack_lock: Option<PathBuf>,

@@ -93,6 +93,7 @@ mod tests {
                         sockproxy_policy::facts::StackNetwork::read(made.to_string().as_bytes())?;
                     Fact::StackNetwork(held)
                 }
+                Need::Usage => Fact::Usage(vec![]),
                 Need::Own(_) => Fact::Own(vec![(ID.into(), "deer-flow-sandbox-1".into())]),
                 _ => Fact::Object {
                     found: Found {
@@ -161,12 +162,12 @@ mod tests {
             (Method::POST, "/containers/1111/stop", 3, 2),
             // The body before the container.
             (Method::POST, "/containers/deer-flow-sandbox-1/exec", 3, 2),
-            // The body, then the stack's network.
+            // The body, the stack's network, the stack's totals.
             (
                 Method::POST,
                 "/containers/create?name=deer-flow-sandbox-2",
+                4,
                 3,
-                2,
             ),
             (
                 Method::GET,

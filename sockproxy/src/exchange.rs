@@ -36,8 +36,8 @@ pub(crate) struct Exchange<'a> {
     answers: Vec<(Need, Buffered)>,
     /// Every inspect goes to the engine (after a remembered pin was stale).
     fresh: bool,
-    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`): held until the
-    /// request is answered.
+    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`, `Need::Usage`):
+    /// held until the request is answered.
     stack_lock: Option<crate::stack_lock::Held>,
 }
 
@@ -216,6 +216,10 @@ impl Gather for Exchange<'_> {
             Need::StackNetwork => {
                 self.hold_stack_lock().await?;
                 crate::stack_facts::stack_network(self.proxy, version).await
+            }
+            Need::Usage => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::usage(self.proxy, version).await
             }
             Need::Own(kind) => {
                 let own = self.proxy.own_objects(*kind, version).await?;

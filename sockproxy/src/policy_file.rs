@@ -255,6 +255,8 @@ pub fn effective(cfg: &Config) -> Args {
             default_pids_limit: Some(r.spend.limits.default_pids_limit),
             max_container_memory: Some(r.spend.limits.max_container_memory.to_string()),
             max_container_cpus: Some(cpus(r.spend.limits.max_container_nano_cpus)),
+            max_containers: Some(r.spend.limits.max_containers),
+            max_memory: Some(r.spend.limits.max_memory.to_string()),
         },
         ..Args::default()
     }

@@ -84,10 +84,10 @@ fn flags_add_to_the_file_and_override_its_numbers() {
             "`allow-seccomp-profile`, `allow-seccomp-unconfined`, `allow-sysctl`, ",
             "`default-cpus`, `default-memory`, `default-pids-limit`, ",
             "`header-timeout`, `info`, `max-blkio-weight`, `max-connections`, ",
-            "`max-container-cpus`, `max-container-memory`, ",
+            "`max-container-cpus`, `max-container-memory`, `max-containers`, ",
             "`max-core-ulimit`, `max-cpu-shares`, `max-healthcheck-retries`, ",
             "`max-json-keys`, `max-list-bytes`, `max-list-bytes-total`, `max-log-files`, ",
-            "`max-log-size`, `max-pids-limit`, `max-port-bindings`, `max-shm-size`, ",
+            "`max-log-size`, `max-memory`, `max-pids-limit`, `max-port-bindings`, `max-shm-size`, ",
             "`max-stop-timeout`, `min-api-version`, `min-healthcheck-interval`, ",
             "`min-host-port`, `name-cache`, `require-stack-label`, `restricted`\n",
         )
@@ -156,7 +156,7 @@ fn every_flag_is_kept_over_an_empty_file() {
 #[test]
 fn the_file_keys_are_flags_without_defaults() {
     let keys = settings(&Args::default()).expect("serializes");
-    assert_eq!(keys.len(), 38);
+    assert_eq!(keys.len(), 40);
     let cmd = Args::command();
     for key in keys.keys() {
         let long = if key == "name-cache" {

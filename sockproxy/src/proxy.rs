@@ -55,7 +55,7 @@ pub struct Proxy {
     pub counters: Counters,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// What a create's check of the stack's network is gathered under.
+    /// What a create's checks of the stack's network and totals are gathered under.
     pub stack_lock: crate::stack_lock::StackLock,
 }
 

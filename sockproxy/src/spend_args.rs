@@ -82,6 +82,14 @@ pub struct SpendArgs {
     /// CpuPeriod) [default: 4].
     #[arg(long, env = "SOCKPROXY_MAX_CONTAINER_CPUS")]
     pub max_container_cpus: Option<String>,
+    /// Containers of the stack's families (sandboxes and sidecars) the engine may hold in any
+    /// state; a create past it is refused [default: 64].
+    #[arg(long, env = "SOCKPROXY_MAX_CONTAINERS")]
+    pub max_containers: Option<usize>,
+    /// Sum of the memory limits of those containers (one without a limit counts as
+    /// --default-memory); a create or update past it is refused [default: 128g].
+    #[arg(long, env = "SOCKPROXY_MAX_MEMORY")]
+    pub max_memory: Option<String>,
 }
 
 impl SpendArgs {
@@ -191,6 +199,8 @@ impl SpendArgs {
                 &self.max_container_cpus,
                 d.max_container_nano_cpus,
             )?,
+            max_containers: self.max_containers.unwrap_or(d.max_containers),
+            max_memory: size("--max-memory", &self.max_memory, d.max_memory)?,
         };
         let checks = [
             (
@@ -204,6 +214,11 @@ impl SpendArgs {
             (
                 (1..=max_pids).contains(&l.default_pids_limit),
                 "--default-pids-limit must be 1 to --max-pids-limit",
+            ),
+            (l.max_containers >= 1, "--max-containers must be at least 1"),
+            (
+                l.max_memory >= l.default_memory,
+                "--max-memory must not be below --default-memory",
             ),
         ];
         match checks.iter().find(|(ok, _)| !ok) {

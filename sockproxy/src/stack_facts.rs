@@ -1,12 +1,12 @@
 //! The facts a create gathers about the stack as a whole, under the stack's lock
 //! (`stack_lock`, taken by `exchange`): its own network as the engine holds it, made first when
-//! the engine holds none (`Need::StackNetwork`). What the network is made with, and whether the
-//! one found may be used, is the policy's (`facts::stack_network_body`, `evaluate`); nothing
-//! here decides.
+//! the engine holds none (`Need::StackNetwork`), and its containers with their memory limits
+//! (`Need::Usage`). What the network is made with, and whether the one found may be used, is
+//! the policy's (`facts::stack_network_body`, `evaluate`); nothing here decides.
 
 use http::{header, HeaderValue, Method, Request, StatusCode};
-use sockproxy_policy::facts::{self, StackNetwork};
-use sockproxy_policy::{Fact, Refusal};
+use sockproxy_policy::facts::{self, StackNetwork, Usage};
+use sockproxy_policy::{Fact, Kind, Refusal};
 
 use crate::forward::vprefix;
 use crate::proxy::{upstream_err, Proxy};
@@ -78,4 +78,31 @@ async fn inspect(proxy: &Proxy, v: &str, name: &str) -> Result<Option<StackNetwo
             String::from_utf8_lossy(&answer.body).trim()
         ))),
     }
+}
+
+/// Every container the stack sees, in any state, with its memory limit: one list, then an
+/// inspect of each (a list answer does not carry the limit). One removed in between is gone
+/// from the count.
+pub(crate) async fn usage(proxy: &Proxy, version: Option<&str>) -> Result<Fact, Refusal> {
+    let v = vprefix(version);
+    let own = proxy.own_listed(Kind::Container, version).await?;
+    let mut usage = Vec::with_capacity(own.len());
+    for o in own {
+        let answer = proxy
+            .upstream
+            .get(&format!("{v}/containers/{}/json", o.id), MAX_INSPECT)
+            .await
+            .map_err(upstream_err)?;
+        match answer.status {
+            StatusCode::OK => usage.push(Usage::read(&answer.body)?),
+            StatusCode::NOT_FOUND => {}
+            status => {
+                return Err(Refusal::Upstream(format!(
+                    "inspecting {} for the stack's totals: the engine answered {status}",
+                    o.name
+                )))
+            }
+        }
+    }
+    Ok(Fact::Usage(usage))
 }

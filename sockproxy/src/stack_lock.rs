@@ -1,6 +1,7 @@
-//! The stack's lock: what a create's check against the engine's state (the stack's network,
-//! made when the engine holds none) is gathered under, and held until the create is answered,
-//! so two creates never both make the network. The engine does not serialize them itself: twelve concurrent creates of one network name with
+//! The stack's lock: what a create's checks against the engine's state (the stack's network,
+//! made when the engine holds none; the stack's totals) are gathered under, and held until the
+//! create is answered, so two creates never both make the network nor both pass a total. The
+//! engine does not serialize them itself: twelve concurrent creates of one network name with
 //! `CheckDuplicate: true` made twelve networks of that name on dockerd 20.10.
 //!
 //! Two locks: an in-process async mutex, which every request of this proxy queues on, and an

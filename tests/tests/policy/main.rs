@@ -30,5 +30,6 @@ mod seccomp;
 mod shared_prefix;
 mod spend;
 mod stack_network;
+mod totals;
 mod volumes;
 mod writes;
