@@ -41,6 +41,9 @@ pub enum Refusal {
     StackNetwork { op: String, why: String },
     #[error("sockproxy: bad request: {0}")]
     BadRequest(String),
+    /// A request body not complete within `--body-timeout`.
+    #[error("sockproxy: bad request: request body not complete within {0} s")]
+    SlowBody(u64),
     /// A request head refused before hyper parsed it (`headguard`), with its status (400,
     /// 408, 431).
     #[error("sockproxy: bad request: {why}")]
@@ -67,6 +70,7 @@ impl Refusal {
                 StatusCode::FORBIDDEN
             }
             Self::StackNetwork { .. } => StatusCode::CONFLICT,
+            Self::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             Self::NoSuchContainer(_)
             | Self::NoSuchNetwork(_)
             | Self::NoSuchExec(_)
@@ -89,6 +93,7 @@ impl Refusal {
             Self::Setting { .. } => "setting_not_allowed",
             Self::OverTotal { .. } => "stack_total",
             Self::StackNetwork { .. } => "stack_network_unusable",
+            Self::SlowBody(_) => "body_too_slow",
             Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
                 "absent_or_out_of_scope"
             }

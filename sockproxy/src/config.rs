@@ -192,6 +192,10 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
+    /// Seconds a client has to send a whole JSON body after its head (an archive upload
+    /// streams on); slower is answered 408 and closed [default: 30].
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_BODY_TIMEOUT")]
+    pub body_timeout: Option<u64>,
     /// File locked (flock) around a create's checks of the stack's network and totals; give
     /// proxies of one stack the same [default: .sockproxy-HASH.lock beside --listen].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_STACK_LOCK")]
@@ -302,6 +306,7 @@ pub struct Config {
     /// Requests naming an older `/vX.Y` are refused.
     pub min_api_version: (u32, u32),
     pub header_timeout: std::time::Duration,
+    pub body_timeout: std::time::Duration,
     /// The file proxies of one stack lock around a create's checks (`stack_lock`).
     pub stack_lock: Option<PathBuf>,
     pub max_connections: usize,
@@ -357,6 +362,7 @@ impl Config {
             return Err(ConfigError::EventLoops(event_loops));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
+        let body_timeout = crate::body::timeout(args.body_timeout).map_err(ConfigError::Spend)?;
         let stack = args.stack.unwrap_or_else(|| prefix.to_string());
         let stack_lock = args
             .stack_lock
@@ -388,6 +394,7 @@ impl Config {
                 .unwrap_or(DEFAULT_MAX_LIST_BYTES_TOTAL),
             min_api_version,
             header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
+            body_timeout,
             stack_lock,
             max_connections: args.max_connections.unwrap_or(256).max(1),
             event_loops,

@@ -65,7 +65,8 @@ impl<'a> Exchange<'a> {
     pub async fn settle_body(&mut self, plan: &Plan) -> Result<(), Refusal> {
         if plan.body == Sent::Nothing {
             if let Some(body) = self.body.take() {
-                crate::body::no_body(body).await?;
+                let limit = self.proxy.serving.body_timeout;
+                crate::body::in_time(limit, crate::body::no_body(body)).await?;
             }
         }
         Ok(())
@@ -211,7 +212,9 @@ impl Gather for Exchange<'_> {
             Need::Body => {
                 let max_keys = self.proxy.policy.create_rules.spend.max_json_keys;
                 let body = self.take_body();
-                Ok(Fact::Body(crate::body::read_json(body, max_keys).await?))
+                let limit = self.proxy.serving.body_timeout;
+                let read = crate::body::read_json(body, max_keys);
+                Ok(Fact::Body(crate::body::in_time(limit, read).await?))
             }
             Need::StackNetwork => {
                 self.hold_stack_lock().await?;

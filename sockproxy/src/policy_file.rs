@@ -229,6 +229,7 @@ pub fn effective(cfg: &Config) -> Args {
         allow_image: cfg.allow_images.clone(),
         require_stack_label: r.require_stack_label,
         header_timeout: Some(cfg.header_timeout.as_secs()),
+        body_timeout: Some(cfg.body_timeout.as_secs()),
         max_connections: Some(cfg.max_connections),
         max_list_bytes: Some(cfg.max_list_bytes),
         max_list_bytes_total: Some(cfg.max_list_bytes_total),

@@ -82,7 +82,7 @@ fn flags_add_to_the_file_and_override_its_numbers() {
             "`allow-bind-root`, `allow-cap`, `allow-default-bridge`, `allow-host-port`, ",
             "`allow-image`, `allow-log-driver`, `allow-log-opt`, `allow-public-ports`, ",
             "`allow-seccomp-profile`, `allow-seccomp-unconfined`, `allow-sysctl`, ",
-            "`default-cpus`, `default-memory`, `default-pids-limit`, ",
+            "`body-timeout`, `default-cpus`, `default-memory`, `default-pids-limit`, ",
             "`header-timeout`, `info`, `max-blkio-weight`, `max-connections`, ",
             "`max-container-cpus`, `max-container-memory`, `max-containers`, ",
             "`max-core-ulimit`, `max-cpu-shares`, `max-healthcheck-retries`, ",
@@ -156,7 +156,7 @@ fn every_flag_is_kept_over_an_empty_file() {
 #[test]
 fn the_file_keys_are_flags_without_defaults() {
     let keys = settings(&Args::default()).expect("serializes");
-    assert_eq!(keys.len(), 40);
+    assert_eq!(keys.len(), 41);
     let cmd = Args::command();
     for key in keys.keys() {
         let long = if key == "name-cache" {

@@ -66,6 +66,8 @@ pub struct Serving {
     pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Time a client has to send a whole request head (`--header-timeout`).
     pub header_timeout: std::time::Duration,
+    /// Time a client has to send a whole JSON body, once its head is read (`--body-timeout`).
+    pub body_timeout: std::time::Duration,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
     /// Bytes one buffered list may hold (`--max-list-bytes`).

@@ -133,6 +133,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
         serving: Serving {
             connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
             header_timeout: cfg.header_timeout,
+            body_timeout: cfg.body_timeout,
             inflight: Default::default(),
             max_list_bytes: cfg.max_list_bytes,
             list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),

@@ -62,6 +62,7 @@ impl StackProxy {
             max_list_bytes_total: 256 << 20,
             min_api_version: (1, 24),
             header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(30),
             stack_lock: Some(dir.path().join("stack.lock")),
             max_connections: 256,
             // What the binary runs on CI's two cores: two runtime workers.

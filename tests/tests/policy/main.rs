@@ -28,6 +28,7 @@ mod offline;
 mod restricted;
 mod seccomp;
 mod shared_prefix;
+mod slow_body;
 mod spend;
 mod stack_network;
 mod totals;
