@@ -321,6 +321,7 @@ fn a_create_asks_for_its_bind_pins_last_and_forwards_the_staging_paths() {
             Need::Nothing => break plan,
             Need::Body => Fact::Body(bound.clone()),
             n if *n == net => labelled.clone(),
+            Need::Usage => Fact::Usage(vec![]),
             Need::BindPins(srcs) => Fact::BindPins(staged(srcs)),
             n => panic!("asked for {n:?}"),
         };
@@ -328,7 +329,8 @@ fn a_create_asks_for_its_bind_pins_last_and_forwards_the_staging_paths() {
         facts.give(plan.need, fact);
     };
     let pins = Need::BindPins(sources(&bound, &rules()).expect("allowed"));
-    assert_eq!(asked, [Need::Body, net, pins]);
+    // Pinned last, after the stack's totals: nothing can refuse the create once it is pinned.
+    assert_eq!(asked, [Need::Body, net, Need::Usage, pins]);
     let Sent::Checked(out) = plan.body else {
         panic!("{:?}", plan.body)
     };
@@ -354,6 +356,7 @@ fn a_create_asks_for_its_bind_pins_last_and_forwards_the_staging_paths() {
     ] {
         let mut facts = Facts::default();
         facts.give(Need::Body, Fact::Body(body.clone()));
+        stack_facts(&mut facts, &policy(false));
         let d = evaluate(&request, &facts, &policy(false));
         match d.outcome {
             Ok(plan) => {
@@ -366,10 +369,22 @@ fn a_create_asks_for_its_bind_pins_last_and_forwards_the_staging_paths() {
     // Staging paths that do not answer the sources are refused, not forwarded.
     let mut facts = Facts::default();
     facts.give(Need::Body, Fact::Body(bound.clone()));
+    stack_facts(&mut facts, &policy(false));
     let d = evaluate(&request, &facts, &policy(false));
     let need = d.outcome.expect("allowed").need;
     assert!(matches!(need, Need::BindPins(_)), "{need:?}");
     facts.give(need, Fact::BindPins(vec![]));
     let refused = evaluate(&request, &facts, &policy(false)).outcome;
     assert!(refused.is_err(), "{refused:?}");
+}
+
+/// The stack's network as the proxy made it, and a stack with no containers yet: what a create
+/// asks for before its pins.
+fn stack_facts(facts: &mut crate::Facts, policy: &crate::Policy) {
+    use crate::{Fact, Need};
+    let mut made = crate::stack_net::create_body(policy);
+    made["Id"] = json!("2".repeat(64));
+    let held = crate::stack_net::Held::read(made.to_string().as_bytes()).expect("a network");
+    facts.give(Need::StackNetwork, Fact::StackNetwork(held));
+    facts.give(Need::Usage, Fact::Usage(vec![]));
 }

@@ -136,6 +136,12 @@ pub enum Fact {
     /// The staging path each of a create's bind sources was pinned on, in the order the
     /// need named them.
     BindPins(Vec<PathBuf>),
+    /// The stack's own network as the engine holds it, made first when it held none
+    /// (`facts::stack_network_body`).
+    StackNetwork(crate::stack_net::Held),
+    /// Every container the stack sees, in any state, with its memory limit: what the
+    /// per-stack totals count.
+    Usage(Vec<crate::limits::Usage>),
 }
 
 /// What the decisions read about an inspected container or network, owned.
@@ -188,6 +194,15 @@ pub enum Need {
     /// (`Fact::BindPins`): asked last, once nothing else can refuse the create, since pinning
     /// is a mount the transport undoes if the create is not made.
     BindPins(Vec<BindSource>),
+    /// The stack's own network (`Fact::StackNetwork`), for a create that is put on it. The
+    /// transport takes the stack's lock to gather it, makes the network when the engine holds
+    /// none, and keeps the lock until the request is answered.
+    StackNetwork,
+    /// The stack's containers and their memory limits (`Fact::Usage`), for a create or a
+    /// memory update, counted against the stack's totals; gathered under the stack's lock,
+    /// held until the request is answered, so two creates are never counted against the same
+    /// total.
+    Usage,
 }
 
 /// What is sent to the engine as the request's body.

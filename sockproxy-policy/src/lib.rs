@@ -12,11 +12,13 @@
 //! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`). Bodies are
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
-//! `spend_host`; `bind_pins` says which host paths a checked create binds (the transport pins
-//! each, `Need::BindPins`) and writes the body forwarded on the staging paths it pinned them
-//! on. Answers are cut to the stack's view: lists (`list_query`, `filter`,
-//! `volumes`), events (`events`) and `info`; `answers` reads the engine's answers the decisions
-//! stand on. A refusal (`refusal`) carries dockerd's error shape.
+//! `spend_host`; `stack_net` puts a create on the stack's own network, and `limits` holds each
+//! container's memory, CPU and pids limits and the stack's totals; `bind_pins` says which host
+//! paths a checked create binds (the transport pins each, `Need::BindPins`, asked last) and
+//! writes the body forwarded on the staging paths it pinned them on. Answers are cut to the
+//! stack's view: lists (`list_query`, `filter`, `volumes`), events (`events`) and `info`;
+//! `answers` reads the engine's answers the decisions stand on. A refusal (`refusal`) carries
+//! dockerd's error shape.
 
 mod answers;
 mod api;
@@ -35,6 +37,7 @@ mod host_refs;
 mod images;
 mod info;
 mod json;
+mod limits;
 mod list_query;
 mod mounts;
 mod paths;
@@ -47,6 +50,7 @@ mod scope;
 mod seccomp;
 mod spend;
 mod spend_host;
+mod stack_net;
 mod steps;
 mod volumes;
 mod write_rules;
@@ -65,12 +69,21 @@ pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope, STACK_LABEL};
 
 /// The engine's answers and the client's body as the transport reads them into `Facts`: an
 /// inspect (`Named`), an exec instance's inspect (`ExecInfo`), the list of the stack's own
-/// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), and a JSON
-/// body (`parse_body`, the key rule).
+/// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), a JSON
+/// body (`parse_body`, the key rule), the stack's own network (`stack_network` names it,
+/// `stack_network_body` is what makes it, `StackNetwork` reads its inspect) and a container's
+/// memory limit for the totals (`Usage`).
 pub mod facts {
     pub use crate::answers::{
         own_list_path, own_objects, parse_body, ExecInfo, Named, Own, ARCHIVE_SAFE_API,
     };
+    pub use crate::limits::Usage;
+    pub use crate::stack_net::{create_body as stack_network_body, Held as StackNetwork};
+
+    /// The name of the stack's own network (`{P}net`).
+    pub fn stack_network(policy: &crate::Policy) -> String {
+        crate::stack_net::name(&policy.scope, &policy.stack)
+    }
 }
 
 /// What the transport does to the engine's answers before the stack sees them: lists asked
@@ -94,6 +107,7 @@ pub mod settings {
     pub use crate::canon::api_version;
     pub use crate::create_rules::{default_log_drivers, CreateRules, HostPaths, DEFAULT_MAX_SHM};
     pub use crate::images::normalize_image;
+    pub use crate::limits::{cpus, Limits};
     pub use crate::paths::clean_absolute;
     pub use crate::seccomp::{canonical as canonical_seccomp, Canonical};
     pub use crate::spend::{parse_duration, show_duration, Spend};

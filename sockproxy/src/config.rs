@@ -117,6 +117,15 @@ pub struct Args {
         env = "SOCKPROXY_ALLOW_PUBLIC_PORTS"
     )]
     pub allow_public_ports: bool,
+    /// Let containers join the engine's default bridge (NetworkMode bridge), which every
+    /// stack's containers may share; without it a container that names no network goes on the
+    /// stack's own network {P}net and bridge is refused.
+    #[arg(
+        help_heading = "Create policy",
+        long,
+        env = "SOCKPROXY_ALLOW_DEFAULT_BRIDGE"
+    )]
+    pub allow_default_bridge: bool,
     /// Treat a container or network without this stack's `sockproxy.stack` label as another
     /// stack's (not listed, inspected, changed or joined; its events dropped), and refuse named
     /// volumes: for stacks that share a prefix.
@@ -185,6 +194,15 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
+    /// Seconds a client has to send a whole JSON body after its head (an archive upload
+    /// streams on); slower is answered 408 and closed [default: 30].
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_BODY_TIMEOUT")]
+    pub body_timeout: Option<u64>,
+    /// File locked (flock) around a create's checks of the stack's network and totals; give
+    /// proxies of one stack the same [default: .sockproxy-HASH.lock beside --listen].
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_STACK_LOCK")]
+    #[serde(skip)]
+    pub stack_lock: Option<PathBuf>,
     /// Worker threads of the multi-thread runtime that serves client connections (threads
     /// sp-loop-0…) [default: 1].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_WORKER_THREADS")]
@@ -300,6 +318,9 @@ pub struct Config {
     /// Requests naming an older `/vX.Y` are refused.
     pub min_api_version: (u32, u32),
     pub header_timeout: std::time::Duration,
+    pub body_timeout: std::time::Duration,
+    /// The file proxies of one stack lock around a create's checks (`stack_lock`).
+    pub stack_lock: Option<PathBuf>,
     pub max_connections: usize,
     /// Worker threads of the runtime serving client connections (`server::runtime`).
     pub worker_threads: usize,
@@ -361,6 +382,11 @@ impl Config {
             return Err(ConfigError::WorkerThreads(worker_threads));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
+        let body_timeout = crate::body::timeout(args.body_timeout).map_err(ConfigError::Spend)?;
+        let stack = args.stack.unwrap_or_else(|| prefix.to_string());
+        let stack_lock = args
+            .stack_lock
+            .or_else(|| crate::stack_lock::beside(args.listen.as_deref()?, &stack));
         let metrics_listen = args
             .metrics_listen
             .as_deref()
@@ -371,7 +397,6 @@ impl Config {
             .iter()
             .map(|r| normalize_image(r))
             .collect();
-        let stack = args.stack.unwrap_or_else(|| prefix.to_string());
         let pins = crate::pins::settings(args.pin_dir, args.max_bind_pins, &stack)
             .map_err(ConfigError::PinDir)?;
         Ok(Self {
@@ -391,6 +416,8 @@ impl Config {
                 .unwrap_or(DEFAULT_MAX_LIST_BYTES_TOTAL),
             min_api_version,
             header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
+            body_timeout,
+            stack_lock,
             max_connections: args.max_connections.unwrap_or(256).max(1),
             worker_threads,
             old_worker_flag,
@@ -398,6 +425,7 @@ impl Config {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
                 public_ports: args.allow_public_ports,
+                allow_default_bridge: args.allow_default_bridge,
                 allow_seccomp_unconfined: args.allow_seccomp_unconfined,
                 seccomp_profiles,
                 allow_sysctls: args.allow_sysctl,

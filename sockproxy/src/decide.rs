@@ -87,6 +87,14 @@ mod tests {
             self.asked.push(plan.need.clone());
             Ok(match &plan.need {
                 Need::Body => Fact::Body(serde_json::json!({"Cmd": ["true"]})),
+                Need::StackNetwork => {
+                    let mut made = sockproxy_policy::facts::stack_network_body(&policy());
+                    made["Id"] = ID.into();
+                    let held =
+                        sockproxy_policy::facts::StackNetwork::read(made.to_string().as_bytes())?;
+                    Fact::StackNetwork(held)
+                }
+                Need::Usage => Fact::Usage(vec![]),
                 Need::Own(_) => Fact::Own(vec![(ID.into(), "deer-flow-sandbox-1".into())]),
                 _ => Fact::Object {
                     found: Found {
@@ -155,11 +163,12 @@ mod tests {
             (Method::POST, "/containers/1111/stop", 3, 2),
             // The body before the container.
             (Method::POST, "/containers/deer-flow-sandbox-1/exec", 3, 2),
+            // The body, the stack's network, the stack's totals.
             (
                 Method::POST,
                 "/containers/create?name=deer-flow-sandbox-2",
-                2,
-                1,
+                4,
+                3,
             ),
             (
                 Method::GET,

@@ -42,6 +42,9 @@ pub(crate) struct Exchange<'a> {
     /// forwards the create, and the engine's answer settles them; still here when the request
     /// ends, the create was not forwarded and they are released (`release_pins`).
     pub pins: Option<crate::pins::PinSet<'a>>,
+    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`, `Need::Usage`):
+    /// held until the request is answered.
+    stack_lock: Option<crate::stack_lock::Held>,
 }
 
 impl<'a> Exchange<'a> {
@@ -55,6 +58,7 @@ impl<'a> Exchange<'a> {
             answers: vec![],
             fresh: false,
             pins: None,
+            stack_lock: None,
         }
     }
 
@@ -76,8 +80,17 @@ impl<'a> Exchange<'a> {
     pub async fn settle_body(&mut self, plan: &Plan) -> Result<(), Refusal> {
         if plan.body == Sent::Nothing {
             if let Some(body) = self.body.take() {
-                crate::body::no_body(body).await?;
+                let limit = self.proxy.serving.body_timeout;
+                crate::body::in_time(limit, crate::body::no_body(body)).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// The stack's lock, taken once for the request.
+    async fn hold_stack_lock(&mut self) -> Result<(), Refusal> {
+        if self.stack_lock.is_none() {
+            self.stack_lock = Some(self.proxy.stack_lock.lock().await?);
         }
         Ok(())
     }
@@ -214,7 +227,17 @@ impl Gather for Exchange<'_> {
             Need::Body => {
                 let max_keys = self.proxy.policy.create_rules.spend.max_json_keys;
                 let body = self.take_body();
-                Ok(Fact::Body(crate::body::read_json(body, max_keys).await?))
+                let limit = self.proxy.serving.body_timeout;
+                let read = crate::body::read_json(body, max_keys);
+                Ok(Fact::Body(crate::body::in_time(limit, read).await?))
+            }
+            Need::StackNetwork => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::stack_network(self.proxy, version).await
+            }
+            Need::Usage => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::usage(self.proxy, version).await
             }
             Need::Own(kind) => {
                 let own = self.proxy.own_objects(*kind, version).await?;

@@ -84,34 +84,40 @@ pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     })
 }
 
+/// The policy a configuration gives the proxy. One switch,
+/// `create_rules.require_stack_label`, for what the proxy stamps and what it then lets the
+/// stack see: lists and events read the label through the scope.
+pub fn policy_of(cfg: &Config) -> Policy {
+    Policy {
+        scope: cfg.scope.clone().with_required_label(
+            cfg.create_rules
+                .require_stack_label
+                .then_some(cfg.stack.as_str()),
+        ),
+        stack: cfg.stack.clone(),
+        create_rules: cfg.create_rules.clone(),
+        allow_images: cfg.allow_images.clone(),
+        min_api_version: cfg.min_api_version,
+        host: sockproxy_policy::Host {
+            engine_socket: cfg.upstream.clone(),
+            paths: Arc::new(crate::host_paths::ProxyView),
+        },
+    }
+}
+
 /// The proxy for `cfg`, with its pinned bind sources (`pins::Pins::open`) when it has bind
 /// roots.
 pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
     let metrics = Arc::new(crate::metrics::Metrics::default());
     Arc::new(Proxy {
-        // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
-        // then lets the stack see: lists and events read the label through the scope.
-        policy: Policy {
-            scope: cfg.scope.clone().with_required_label(
-                cfg.create_rules
-                    .require_stack_label
-                    .then_some(cfg.stack.as_str()),
-            ),
-            stack: cfg.stack.clone(),
-            create_rules: cfg.create_rules.clone(),
-            allow_images: cfg.allow_images.clone(),
-            min_api_version: cfg.min_api_version,
-            host: sockproxy_policy::Host {
-                engine_socket: cfg.upstream.clone(),
-                paths: Arc::new(crate::host_paths::ProxyView),
-            },
-        },
+        policy: policy_of(cfg),
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         names: Default::default(),
         name_cache: cfg.name_cache,
         serving: Serving {
             connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
             header_timeout: cfg.header_timeout,
+            body_timeout: cfg.body_timeout,
             inflight: Default::default(),
             max_list_bytes: cfg.max_list_bytes,
             list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
@@ -119,6 +125,7 @@ pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
         counters: Default::default(),
         metrics,
         pins: pins.map(Arc::new),
+        stack_lock: crate::stack_lock::StackLock::new(cfg.stack_lock.clone()),
     })
 }
 

@@ -242,6 +242,29 @@ impl Masks {
                 // So does its cgroup namespace, always a private one (a cgroup v1 engine's
                 // default is the host's); tests/tests/policy/writes.rs checks it on each engine.
                 out.remove("CgroupnsMode");
+                // And what it sets so that stacks stay apart and within their limits (issues
+                // 48 and 49): a container that names no network goes on the stack's own, not
+                // the default bridge; `NET_RAW` is dropped; limits are filled in; an internal
+                // network gives the host no address. tests/tests/policy/stack_network.rs and
+                // limits.rs check each on the engine.
+                for key in [
+                    "NetworkMode",
+                    "CapDrop",
+                    "Memory",
+                    "MemorySwap",
+                    "NanoCpus",
+                    "PidsLimit",
+                ] {
+                    out.remove(key);
+                }
+                if out.contains_key("Networks") && out.contains_key("Ports") {
+                    // A container's NetworkSettings: the networks it is on differ, so do the
+                    // default bridge's own fields; its published ports are compared.
+                    out.retain(|k, _| k == "Ports");
+                }
+                if let Some(Value::Object(options)) = out.get_mut("Options") {
+                    options.remove("com.docker.network.bridge.inhibit_ipv4");
+                }
                 Value::Object(out)
             }
             other => other.clone(),

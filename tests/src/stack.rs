@@ -12,6 +12,23 @@ pub struct StackProxy {
     background: Background,
     _dir: PinnedDir,
     pub prefix: String,
+    /// The stack's own network, which the proxy makes at its first create that names none.
+    pub stack_network: String,
+    upstream: PathBuf,
+}
+
+impl Drop for StackProxy {
+    /// The stack's network goes with the proxy (the engine keeps it while a container is on
+    /// it; `engine::Cleanup` tries again after removing its containers): a run of the suite
+    /// would otherwise use up the engine's address pools.
+    fn drop(&mut self) {
+        let _ = crate::raw::request(
+            &self.upstream,
+            "DELETE",
+            &format!("/networks/{}", self.stack_network),
+            None,
+        );
+    }
 }
 
 /// The proxy's temporary directory, holding its socket and, with bind roots, its pin
@@ -92,6 +109,8 @@ impl StackProxy {
             max_list_bytes_total: 256 << 20,
             min_api_version: (1, 24),
             header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(30),
+            stack_lock: Some(dir.path().join("stack.lock")),
             max_connections: 256,
             // What the binary runs on CI's two cores: two runtime workers.
             worker_threads: 2,
@@ -108,11 +127,16 @@ impl StackProxy {
         };
         let mut cfg = cfg;
         adjust(&mut cfg);
+        let stack_network =
+            sockproxy_policy::facts::stack_network(&sockproxy::server::policy_of(&cfg));
+        let upstream = cfg.upstream.clone();
         let background = Background::start(cfg).expect("proxy starts");
         Self {
             background,
             _dir: dir,
             prefix: prefix.to_owned(),
+            stack_network,
+            upstream,
         }
     }
 

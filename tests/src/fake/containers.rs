@@ -192,6 +192,27 @@ pub fn exists_then(shared: &Shared, r: &str, ok: Reply) -> Reply {
     container_index(shared, &st, r).map_or_else(|e| e, |_| ok)
 }
 
+/// `POST /containers/{id}/update`: each resource the body sets to something other than 0 is
+/// the container's from now on (dockerd's `UpdateContainer` leaves a 0 as it was).
+pub fn update(shared: &Shared, r: &str, body: &Value) -> Reply {
+    let mut st = shared.state();
+    let i = match container_index(shared, &st, r) {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    if let (Some(set), Some(hc)) = (
+        body.as_object(),
+        st.containers[i].host_config.as_object_mut(),
+    ) {
+        for (k, v) in set {
+            if v.is_number() && v.as_f64() != Some(0.0) {
+                hc.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Reply::Json(200, json!({ "Warnings": [] }))
+}
+
 /// The network a HostConfig's `NetworkMode` attaches to (`default` is the bridge).
 fn network_mode(host: &Value) -> String {
     match host["NetworkMode"].as_str().unwrap_or("") {

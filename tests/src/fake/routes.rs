@@ -306,9 +306,10 @@ async fn route(
                 }
                 ("POST", "resize") => c::exists_then(shared, &r, Reply::Empty(200)),
                 ("GET", "top") => c::top(shared, &r),
-                ("POST", "update") => {
-                    c::exists_then(shared, &r, Reply::Json(200, json!({ "Warnings": [] })))
-                }
+                ("POST", "update") => match read_json(req.into_body()).await {
+                    Ok(body) => c::update(shared, &r, &body),
+                    Err(e) => e,
+                },
                 ("POST", "rename") => c::rename(shared, &r, param(params, "name").unwrap_or("")),
                 ("POST", "exec") => match read_json(req.into_body()).await {
                     Ok(body) => c::exec_create(shared, &r, &body),

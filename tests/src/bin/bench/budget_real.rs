@@ -111,6 +111,9 @@ fn remove_ours(engine: &Path) {
             let _ = raw::request(engine, "DELETE", &format!("/containers/{id}?force=1"), None);
         }
     }
+    // The stack's own network, which its proxies made for those containers.
+    let net = format!("/networks/{}net", crate::socket::PREFIX);
+    let _ = raw::request(engine, "DELETE", &net, None);
 }
 
 /// The rows of the real-engine lines, measured or saying why not.
