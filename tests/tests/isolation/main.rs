@@ -1,15 +1,26 @@
 //! Issue 48, point 4: on the real engine a fork bomb in one stack's sandbox leaves another
-//! stack's sandbox answering HTTP. A test binary of its own because cargo runs test binaries one
-//! after another: what competes with the bomb for the host's CPUs is the other stack's sandbox and
+//! stack's sandbox answering HTTP: one made by `lifecycle serve` with its limits, one made by
+//! deer-flow's `docker run` through sockproxy with the proxy's defaults. A test binary of its own
+//! because cargo runs test binaries one after another, and its two tests take turns
+//! (`ONE_BOMB`): what competes with a bomb for the host's CPUs is the other stack's sandbox and
 //! the engine, not the rest of the suite's tests running beside it.
 //! Run on its own with `cargo test -p sockproxy-tests --test isolation`.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use lifecycle::decide::Mode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use sockproxy_tests::engine::real_engine;
+use sockproxy_tests::cli::docker;
+use sockproxy_tests::engine::{real_engine, Cleanup, TEST_IMAGE};
+use sockproxy_tests::raw;
+use sockproxy_tests::stack::StackProxy;
+use sockproxy_tests::unique_prefix;
+
+/// One fork bomb at a time.
+static ONE_BOMB: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 use sockproxy_tests::provisioner::{hex, ApiStack};
 
 fn create(id: &str, thread: &str) -> Value {
@@ -50,6 +61,7 @@ async fn a_fork_bomb_in_one_sandbox_leaves_another_stacks_sandbox_answering() {
     let Some(e) = real_engine(test) else {
         return;
     };
+    let _turn = ONE_BOMB.lock().await;
     let key = sockproxy_tests::provisioner::KEY;
     let bomber = ApiStack::start(&e, Mode::Open, Some(key)).await;
     let victim = ApiStack::start(&e, Mode::Open, Some(key)).await;
@@ -152,4 +164,97 @@ async fn a_fork_bomb_in_one_sandbox_leaves_another_stacks_sandbox_answering() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(bomber.inspect(&bomb_id), Value::Null);
+}
+
+/// An HTTP answer from 127.0.0.1:`port` within `limit` (connect, write, read).
+fn answers_within(port: u16, limit: Duration) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), limit) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(limit));
+    let _ = s.set_write_timeout(Some(limit));
+    if s.write_all(b"GET / HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut got = [0u8; 5];
+    s.read_exact(&mut got).is_ok() && &got == b"HTTP/"
+}
+
+/// Issue 48: another stack's sandbox answers HTTP within 5 s (the probe's own bound, not a
+/// timing figure) throughout a 60 s fork bomb in one sandbox created with the defaults.
+#[test]
+fn a_fork_bomb_in_one_stack_leaves_another_stacks_sandbox_answering() {
+    let test = "a_fork_bomb_in_one_stack_leaves_another_stacks_sandbox_answering";
+    let Some(e) = real_engine(test) else { return };
+    let _turn = ONE_BOMB.blocking_lock();
+    let (pa, pb) = (unique_prefix(), unique_prefix());
+    let mut clean = Cleanup::new(&e.socket);
+    let a = StackProxy::start(&e.socket, &pa, false);
+    let b = StackProxy::start(&e.socket, &pb, false);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let served = clean.container(&format!("{pb}sandbox-served"));
+    let publish = format!("127.0.0.1:{port}:8080");
+    let out = docker(
+        b.socket(),
+        &[
+            "run", "-d", "--name", &served, "-p", &publish, TEST_IMAGE, "httpd", "-f", "-p",
+            "8080", "-h", "/tmp",
+        ],
+    );
+    assert!(out.ok(), "{}", out.stderr);
+    let start = Instant::now();
+    while !answers_within(port, Duration::from_secs(5)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the sandbox never served"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let bomb = clean.container(&format!("{pa}sandbox-bomb"));
+    let out = docker(
+        a.socket(),
+        &[
+            "run",
+            "-d",
+            "--name",
+            &bomb,
+            TEST_IMAGE,
+            "sh",
+            "-c",
+            "b() { b | b & }; b; sleep 600",
+        ],
+    );
+    assert!(out.ok(), "{}", out.stderr);
+    let (mut probes, mut most, mut limit) = (0, 0, None);
+    let began = Instant::now();
+    // Bounded by time and by count.
+    while began.elapsed() < Duration::from_secs(60) && probes < 120 {
+        assert!(
+            answers_within(port, Duration::from_secs(5)),
+            "another stack's sandbox did not answer within 5 s, {:?} into the fork bomb",
+            began.elapsed()
+        );
+        probes += 1;
+        let stats = raw::get(&e.socket, &format!("/containers/{bomb}/stats?stream=false"))
+            .expect("answer")
+            .json();
+        most = most.max(stats["pids_stats"]["current"].as_u64().unwrap_or(0));
+        limit = stats["pids_stats"]["limit"].as_u64().or(limit);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // The bomb ran into its limit (the engine's stats count the cgroup's tasks).
+    assert_eq!(limit, Some(512), "the default pids limit");
+    assert!(most >= 400, "the fork bomb reached only {most} tasks");
+    eprintln!("{probes} probes answered; the bomb held up to {most} processes");
+    let r = raw::request(
+        &e.socket,
+        "DELETE",
+        &format!("/containers/{bomb}?force=1"),
+        None,
+    )
+    .expect("rm");
+    assert_eq!(r.status, 204, "{}", r.text());
 }
