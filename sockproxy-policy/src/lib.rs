@@ -46,6 +46,7 @@ mod policy;
 pub mod props;
 mod reference;
 mod refusal;
+mod refusal_rule;
 mod scope;
 mod seccomp;
 mod spend;
@@ -83,6 +84,12 @@ pub mod facts {
     /// The name of the stack's own network (`{P}net`).
     pub fn stack_network(policy: &crate::Policy) -> String {
         crate::stack_net::name(&policy.scope, &policy.stack)
+    }
+
+    /// Whether `held` is the network the proxy made for this stack (what a create may join,
+    /// and what the proxy may remove when no container names it).
+    pub fn is_stack_network(held: &StackNetwork, policy: &crate::Policy) -> bool {
+        crate::stack_net::judge("networks.remove", held, policy).is_ok()
     }
 }
 

@@ -1,7 +1,10 @@
 //! The one log line per decision: its fields (`Decided`) and the one `tracing` event that
 //! carries them, formatted and written like every other line by tracing-subscriber's `fmt`
 //! layer (plain or JSON), one write to stderr (`main`). The field
-//! names and their order are what operators and the tests in `tests/` read.
+//! names and their order are what operators and the tests in `tests/` read. A refusal's line
+//! carries what the client was told (`refusal`, its message cut to `MAX_MESSAGE_BYTES`: the field, the
+//! value and the flag that would allow it, as the refusal words them) and the rule it applied
+//! (`rule`, the metric's label); a request naming its object in `?name=` (a create) carries it.
 
 use http::StatusCode;
 
@@ -13,9 +16,34 @@ pub struct Decided<'a> {
     pub target: &'a str,
     pub decision: &'static str,
     pub reason: &'static str,
+    /// The rule applied, from a fixed set (`Refusal::rule`; an allow's reason).
+    pub rule: &'static str,
+    /// The object a create names (`?name=`), if any.
+    pub name: Option<&'a str>,
+    /// A refusal's message, as the client got it.
+    pub message: Option<&'a str>,
     pub status: StatusCode,
     /// Whole microseconds, in milliseconds (`millis`).
     pub duration_ms: f64,
+}
+
+/// The most of a refusal's message the line carries; longer ones are cut at a character
+/// boundary and end in `…`.
+pub const MAX_MESSAGE_BYTES: usize = 512;
+
+/// The most of a `?name=` the line carries (a valid name is at most 128 bytes).
+pub const MAX_NAME_BYTES: usize = 160;
+
+/// `s` cut to at most `max` bytes at a character boundary, `…` marking a cut.
+pub fn cut(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end]).into()
 }
 
 /// `d` in milliseconds, to the microsecond: finer is noise in a log line.
@@ -37,6 +65,9 @@ pub fn log(stack: &str, peer_uid: Option<u32>, peer_pid: Option<i32>, d: &Decide
         target = d.target,
         decision = d.decision,
         reason = d.reason,
+        rule = d.rule,
+        name = d.name.map(|n| cut(n, MAX_NAME_BYTES)).as_deref(),
+        refusal = d.message.map(|m| cut(m, MAX_MESSAGE_BYTES)).as_deref(),
         status = d.status.as_u16(),
         duration_ms = d.duration_ms,
         "decision"
@@ -79,6 +110,11 @@ mod tests {
             target: "/containers/a \"b\"/stop",
             decision: "deny",
             reason: "not_owned",
+            rule: "not_owned",
+            name: None,
+            message: Some(
+                "sockproxy: container.stop: a \"b\" is not one of this stack's sandboxes",
+            ),
             status: StatusCode::NOT_FOUND,
             duration_ms: millis(std::time::Duration::from_micros(1_250)),
         };
@@ -105,7 +141,9 @@ mod tests {
             concat!(
                 "  INFO decision stack=\"deer-flow-\" peer_uid=1000 method=\"POST\"",
                 " op=\"container.stop\" target=\"/containers/a \\\"b\\\"/stop\" decision=\"deny\"",
-                " reason=\"not_owned\" status=404 duration_ms=1.25\n"
+                " reason=\"not_owned\" rule=\"not_owned\"",
+                " refusal=\"sockproxy: container.stop: a \\\"b\\\" is not one of this stack's sandboxes\"",
+                " status=404 duration_ms=1.25\n"
             )
         );
     }
@@ -122,6 +160,25 @@ mod tests {
         assert_eq!(v["peer_pid"], 4307);
         assert_eq!(v["target"], "/containers/a \"b\"/stop");
         assert_eq!(v["status"], 404);
+        assert_eq!(v["rule"], "not_owned");
+        assert_eq!(v.get("name"), None, "an absent name is left out");
+        assert_eq!(
+            v["refusal"],
+            "sockproxy: container.stop: a \"b\" is not one of this stack's sandboxes"
+        );
         assert_eq!(v["duration_ms"], 1.25);
+    }
+
+    #[test]
+    fn long_values_are_cut_at_a_character_boundary() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcd", 3), "abc…");
+        // 'é' is two bytes: a cut inside it steps back.
+        assert_eq!(cut("aéb", 2), "a…");
+        let long = "x".repeat(10_000);
+        assert_eq!(
+            cut(&long, MAX_MESSAGE_BYTES).len(),
+            MAX_MESSAGE_BYTES + "…".len()
+        );
     }
 }

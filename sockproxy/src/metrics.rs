@@ -71,6 +71,7 @@ struct DecisionLabels {
     op: &'static str,
     decision: &'static str,
     reason: &'static str,
+    rule: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,7 +109,7 @@ impl Default for Metrics {
         let decisions = registered(
             &mut registry,
             "sockproxy_decisions",
-            "Requests decided, by operation, decision (allow, deny) and reason",
+            "Requests decided, by operation, decision (allow, deny), reason and rule (the body field or total a refusal applied)",
             Family::<DecisionLabels, Counter>::default(),
         );
         let engine_seconds = registered(
@@ -185,12 +186,19 @@ impl Drop for Open {
 
 impl Metrics {
     /// One decision (the decision line's `op`, as `Endpoint::op_label` names it).
-    pub fn decision(&self, op: &'static str, decision: &'static str, reason: &'static str) {
+    pub fn decision(
+        &self,
+        op: &'static str,
+        decision: &'static str,
+        reason: &'static str,
+        rule: &'static str,
+    ) {
         self.decisions
             .get_or_create(&DecisionLabels {
                 op,
                 decision,
                 reason,
+                rule,
             })
             .inc();
     }

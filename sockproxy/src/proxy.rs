@@ -115,6 +115,11 @@ impl Proxy {
     ) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
         let target = req.uri().path().to_owned();
+        let name = req.uri().query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "name")
+                .map(|(_, v)| v.into_owned())
+        });
         let method = req.method().clone();
         let client_upgrade = wants_upgrade(req.headers()).then(|| hyper::upgrade::on(&mut req));
         // headguard frames the stream as a tunnel after any CONNECT, and after any HTTP/1.1
@@ -126,9 +131,15 @@ impl Proxy {
         // Until the endpoint is known, an engine round trip (there is none) would be `unknown`.
         let process = self.process(req, client_upgrade);
         let outcome = crate::metrics::with_op("unknown", process).await;
-        let (decision, reason, mut resp) = match outcome.result {
-            Ok(resp) => ("allow", outcome.reason, resp),
-            Err(refusal) => ("deny", refusal.reason(), refusal.into_response()),
+        let (decision, reason, rule, message, mut resp) = match outcome.result {
+            Ok(resp) => ("allow", outcome.reason, outcome.reason, None, resp),
+            Err(refusal) => (
+                "deny",
+                refusal.reason(),
+                refusal.rule(),
+                Some(refusal.to_string()),
+                refusal.into_response(),
+            ),
         };
         if tunnel_framed && resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             // The client's stream is framed as a tunnel after an upgrade request
@@ -145,6 +156,9 @@ impl Proxy {
                 target: &target,
                 decision,
                 reason,
+                rule,
+                name: name.as_deref(),
+                message: message.as_deref(),
                 status: resp.status(),
                 duration_ms: crate::decision_line::millis(start.elapsed()),
             },
@@ -156,7 +170,7 @@ impl Proxy {
     /// (`decision_line`).
     pub(crate) fn decided(&self, peer: Peer, label: &'static str, d: Decided<'_>) {
         self.counters.count(d.decision == "allow");
-        self.metrics.decision(label, d.decision, d.reason);
+        self.metrics.decision(label, d.decision, d.reason, d.rule);
         crate::decision_line::log(&self.policy.stack, peer.uid, peer.pid, &d);
     }
 
@@ -175,6 +189,9 @@ impl Proxy {
                 target: "",
                 decision: "deny",
                 reason: refusal.reason(),
+                rule: refusal.rule(),
+                name: None,
+                message: Some(&refusal.to_string()),
                 status: why.status,
                 duration_ms: 0.0,
             },

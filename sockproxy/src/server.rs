@@ -358,7 +358,7 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
     proxy.counters.count(false);
     proxy
         .metrics
-        .decision("connection", "deny", refusal.reason());
+        .decision("connection", "deny", refusal.reason(), refusal.rule());
     let status = refusal.status();
     tracing::info!(
         stack = %proxy.policy.stack,

@@ -171,6 +171,79 @@ fn env_fallbacks_json_decision_lines_and_the_engine_notice() {
     assert_eq!(decisions[1]["status"], 502);
 }
 
+/// "Why was team B refused?": a refused create's decision line names the object (`?name=`),
+/// what the client was told (the field, the value, the flag) and the rule; the decisions
+/// counter carries the rule as a label.
+#[test]
+fn a_refusal_line_says_what_the_client_was_told_and_the_rule() {
+    let dir = tempfile::tempdir().expect("dir");
+    let missing = format!("unix://{}", dir.path().join("no-engine.sock").display());
+    let metrics = dir.path().join("metrics.sock");
+    let metrics_s = metrics.display().to_string();
+    let (mut child, sock) = proxy(
+        dir.path(),
+        &[
+            "--prefix",
+            "deer-flow-",
+            "--upstream",
+            &missing,
+            "--log-format",
+            "json",
+            "--metrics-listen",
+            &metrics_s,
+        ],
+        &[],
+    );
+    let body = r#"{"Image":"i","HostConfig":{"Privileged":true}}"#;
+    let mut s = UnixStream::connect(&sock).expect("connect");
+    s.set_read_timeout(Some(SHORT)).expect("timeout");
+    write!(
+        s,
+        "POST /v1.41/containers/create?name=deer-flow-sandbox-b HTTP/1.1\r\nHost: docker\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let told = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .and_then(|b| serde_json::from_str::<serde_json::Value>(b.trim()).ok())
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .expect("dockerd's error shape");
+    assert!(told.contains("HostConfig.Privileged"), "{told}");
+    let scraped = request(&metrics, "GET /metrics HTTP/1.1");
+    let counted = scraped
+        .lines()
+        .find(|l| l.starts_with("sockproxy_decisions_total{") && l.contains("decision=\"deny\""))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        counted.contains("rule=\"HostConfig.Privileged\"") && counted.ends_with(" 1"),
+        "{scraped}"
+    );
+    terminate(&mut child);
+    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let line = stderr
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .find(|l| l["message"] == "decision")
+        .expect("a decision line");
+    assert_eq!(line["op"], "containers.create", "{line}");
+    assert_eq!(line["decision"], "deny");
+    assert_eq!(line["reason"], "setting_not_allowed");
+    assert_eq!(line["rule"], "HostConfig.Privileged");
+    assert_eq!(line["name"], "deer-flow-sandbox-b");
+    assert_eq!(
+        line["refusal"],
+        told.as_str(),
+        "the line carries what the client was told"
+    );
+}
+
 #[test]
 fn socket_mode_stale_files_and_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
