@@ -73,6 +73,14 @@ pub enum BindError {
     InUse(PathBuf),
     #[error("{0}: exists and is not a socket; refusing to replace it")]
     NotASocket(PathBuf),
+    /// The socket's directory is missing: nothing here makes it (a typo would make a tree).
+    #[error("{at}: the directory {dir} does not exist: create it (mkdir -p {dir}, owned by the user the program runs as) or listen elsewhere")]
+    NoDir { at: PathBuf, dir: PathBuf },
+    #[error("{at}: the directory {dir} is not writable by uid {uid}, which this program runs as: make it that user's (chown) or listen elsewhere")]
+    DirNotWritable { at: PathBuf, dir: PathBuf, uid: u32 },
+    /// `chown` to a group the process is not in needs `CAP_CHOWN`.
+    #[error("{at}: cannot give the socket group {gid}: uid {uid} is not a member of it and lacks CAP_CHOWN; add the user to the group (usermod -aG), run with CAP_CHOWN, or drop --socket-group")]
+    GroupNotMember { at: PathBuf, gid: u32, uid: u32 },
     #[error("{at}: setting its group to {gid}: {source}")]
     Group {
         at: PathBuf,
@@ -182,15 +190,23 @@ pub fn bind_unix(
         Stale::NotASocket => BindError::NotASocket(path.to_owned()),
         Stale::Io(e) => io_err(e),
     })?;
-    let l = UnixListener::bind(path).map_err(io_err)?;
+    let l = UnixListener::bind(path).map_err(|e| bind_failed(path, e))?;
     // Made: removed again if what follows fails.
     let file = SocketFile(Some(path.to_owned()));
     if let Some(gid) = group {
         nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid))).map_err(|e| {
-            BindError::Group {
-                at: path.to_owned(),
-                gid,
-                source: e.into(),
+            if e == nix::errno::Errno::EPERM {
+                BindError::GroupNotMember {
+                    at: path.to_owned(),
+                    gid,
+                    uid: nix::unistd::geteuid().as_raw(),
+                }
+            } else {
+                BindError::Group {
+                    at: path.to_owned(),
+                    gid,
+                    source: e.into(),
+                }
             }
         })?;
     }
@@ -202,6 +218,30 @@ pub fn bind_unix(
         }
     })?;
     Ok((l, file))
+}
+
+/// Why binding `path` failed, said so the operator knows what to do: the directory missing
+/// or not writable by this process's user; anything else as the system said it.
+fn bind_failed(path: &Path, e: io::Error) -> BindError {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    match e.kind() {
+        io::ErrorKind::NotFound if !dir.exists() => BindError::NoDir {
+            at: path.to_owned(),
+            dir,
+        },
+        io::ErrorKind::PermissionDenied => BindError::DirNotWritable {
+            at: path.to_owned(),
+            dir,
+            uid: nix::unistd::geteuid().as_raw(),
+        },
+        _ => BindError::Io {
+            at: path.display().to_string(),
+            source: e,
+        },
+    }
 }
 
 enum Stale {
