@@ -39,7 +39,7 @@ mod refused;
 pub mod seccomp_profile;
 pub mod server;
 pub mod spend_args;
-mod stack_facts;
+pub mod stack_facts;
 pub mod stack_lock;
 pub mod upstream;
 pub mod watch;

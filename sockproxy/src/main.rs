@@ -117,12 +117,15 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     server::serve(
         bound.listener,
-        proxy,
+        proxy.clone(),
         bound.made,
         bound.metrics,
         cfg.shutdown_grace,
         shutdown,
     )
     .await;
+    if let Err(e) = sockproxy::stack_facts::retire_network(&proxy).await {
+        tracing::warn!(error = %e, "the stack's network was left on the engine");
+    }
     Ok(())
 }

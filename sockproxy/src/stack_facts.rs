@@ -2,7 +2,9 @@
 //! (`stack_lock`, taken by `exchange`): its own network as the engine holds it, made first when
 //! the engine holds none (`Need::StackNetwork`), and its containers with their memory limits
 //! (`Need::Usage`). What the network is made with, and whether the one found may be used, is
-//! the policy's (`facts::stack_network_body`, `evaluate`); nothing here decides.
+//! the policy's (`facts::stack_network_body`, `evaluate`); nothing here decides. At shutdown
+//! the network goes when nothing names it (`retire_network`), so a stack taken down leaves
+//! nothing on the engine.
 
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use sockproxy_policy::facts::{self, StackNetwork, Usage};
@@ -105,4 +107,58 @@ pub(crate) async fn usage(proxy: &Proxy, version: Option<&str>) -> Result<Fact, 
         }
     }
     Ok(Fact::Usage(usage))
+}
+
+/// At shutdown, under the stack's lock: removes the stack's network if it is the one the proxy
+/// made and no container in any state names it (a stopped one would fail its next start
+/// without it). A create through another proxy of the stack that shares the lock file waits,
+/// then makes it again. Says whether it was removed.
+pub async fn retire_network(proxy: &Proxy) -> Result<bool, Refusal> {
+    let _held = proxy.stack_lock.lock().await?;
+    let name = facts::stack_network(&proxy.policy);
+    let Some(held) = inspect(proxy, "", &name).await? else {
+        return Ok(false);
+    };
+    if !facts::is_stack_network(&held, &proxy.policy) {
+        return Ok(false);
+    }
+    // By name as well as ID: a container created but never started names the network in its
+    // settings without its ID (dockerd 20.10 matches such a one by name only).
+    let filters = serde_json::json!({ "network": [held.name, held.id] }).to_string();
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("all", "1")
+        .append_pair("filters", &filters)
+        .finish();
+    let listed = proxy
+        .upstream
+        .get(&format!("/containers/json?{query}"), MAX_INSPECT)
+        .await
+        .map_err(upstream_err)?;
+    let named: Vec<serde_json::Value> = match listed.status {
+        StatusCode::OK => serde_json::from_slice(&listed.body)
+            .map_err(|e| Refusal::Upstream(format!("unreadable container list: {e}")))?,
+        status => {
+            return Err(Refusal::Upstream(format!(
+                "listing the containers on {name}: the engine answered {status}"
+            )))
+        }
+    };
+    if !named.is_empty() {
+        tracing::info!(network = %name, containers = named.len(), "the stack's network stays: containers name it");
+        return Ok(false);
+    }
+    let req = Request::builder()
+        .method(Method::DELETE)
+        .uri(format!("/networks/{}", held.id))
+        .body(upstream::full(Vec::new()))
+        .map_err(|e| Refusal::Upstream(e.to_string()))?;
+    let resp = proxy.upstream.send(req).await.map_err(upstream_err)?;
+    let status = resp.status();
+    let removed = status == StatusCode::NO_CONTENT || status == StatusCode::OK;
+    if removed {
+        tracing::info!(network = %name, stack = %proxy.policy.stack, "removed the stack's network: no container names it");
+    } else {
+        tracing::info!(network = %name, %status, "the stack's network stays: the engine did not remove it");
+    }
+    Ok(removed)
 }

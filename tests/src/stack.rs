@@ -18,16 +18,31 @@ pub struct StackProxy {
 }
 
 impl Drop for StackProxy {
-    /// The stack's network goes with the proxy (the engine keeps it while a container is on
-    /// it; `engine::Cleanup` tries again after removing its containers): a run of the suite
-    /// would otherwise use up the engine's address pools.
+    /// The stack's network goes with the proxy when no container in any state names it (a
+    /// test may start a container it made after its proxy is gone; the engine keeps a network
+    /// only while a running container is on it); `engine::Cleanup` tries again after removing
+    /// its containers: a run of the suite would otherwise use up the engine's address pools.
     fn drop(&mut self) {
-        let _ = crate::raw::request(
+        let filters: String = form_urlencoded::byte_serialize(
+            serde_json::json!({ "network": [self.stack_network] })
+                .to_string()
+                .as_bytes(),
+        )
+        .collect();
+        let named = crate::raw::get(
             &self.upstream,
-            "DELETE",
-            &format!("/networks/{}", self.stack_network),
-            None,
-        );
+            &format!("/containers/json?all=1&filters={filters}"),
+        )
+        .map(|r| r.status != 200 || r.json().as_array().is_none_or(|a| !a.is_empty()))
+        .unwrap_or(true);
+        if !named {
+            let _ = crate::raw::request(
+                &self.upstream,
+                "DELETE",
+                &format!("/networks/{}", self.stack_network),
+                None,
+            );
+        }
     }
 }
 
