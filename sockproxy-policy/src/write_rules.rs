@@ -113,14 +113,18 @@ pub fn update(
 /// Bridge options a stack may set; everything else (a host bridge's name, host binding
 /// addresses, ...) is refused by name. The gateway modes are limited further by
 /// `GATEWAY_MODES`.
-const BRIDGE_OPTIONS: [&str; 6] = [
+const BRIDGE_OPTIONS: [&str; 7] = [
     "com.docker.network.bridge.enable_icc",
+    INHIBIT_IPV4,
     "com.docker.network.bridge.enable_ip_masquerade",
     "com.docker.network.bridge.gateway_mode_ipv4",
     "com.docker.network.bridge.gateway_mode_ipv6",
     "com.docker.network.driver.mtu",
     "com.docker.network.container_iface_prefix",
 ];
+
+/// The bridge option that gives the host no IPv4 address on the network.
+const INHIBIT_IPV4: &str = "com.docker.network.bridge.inhibit_ipv4";
 
 /// The gateway modes a stack may choose. `nat-unprotected` and `routed` (engine 28 and later)
 /// drop the rule that keeps other hosts from reaching container addresses directly, which would
