@@ -163,6 +163,11 @@ impl ApiStack {
         if !e.is_fake() {
             s.sandbox_cmd = Some(vec!["sh".into(), "-c".into(), SERVING_CMD.into()]);
             s.ready_timeout = Duration::from_secs(30);
+            if mode == Mode::Restricted {
+                // The real sidecar: the sandbox is reached only through its relay.
+                s.sidecar_image = Some(crate::engine::ensure_netproxy_image(&e.socket));
+                s.sidecar_cmd = None;
+            }
         }
         tune(&mut s);
         let lc = Lifecycle::new(

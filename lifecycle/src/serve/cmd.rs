@@ -240,7 +240,8 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
 }
 
 /// The provisioner API's settings, checked at start-up: a key is required on TCP, the key file
-/// must be private, and the mount root must be a directory's real path.
+/// must be private, and the mount root must be a directory's real path that this process's
+/// user may make directories in.
 pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     let listen = listen(a)?;
     let api_key = match &a.api_key_file {
@@ -250,8 +251,15 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     };
     let mount_root = match &a.mount_root {
         Some(root) => {
+            let uid = nix::unistd::geteuid();
             let real = std::fs::canonicalize(root).map_err(|e| {
-                ServeSetupError::Flag("mount-root", format!("{}: {e}", root.display()))
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => format!(
+                        "no such directory; create it, writable by uid {uid} (the user lifecycle serve runs as)"
+                    ),
+                    _ => e.to_string(),
+                };
+                ServeSetupError::Flag("mount-root", format!("{}: {why}", root.display()))
             })?;
             if real != *root || !real.is_dir() {
                 return Err(ServeSetupError::Flag(
@@ -259,6 +267,17 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
                     format!(
                         "{}: must be a directory given by its real path ({}), with no symbolic link in it",
                         root.display(),
+                        real.display()
+                    ),
+                ));
+            }
+            // Checked now, not at the first user's create: there it could only be a 500.
+            let rwx = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+            if nix::unistd::access(&real, rwx).is_err() {
+                return Err(ServeSetupError::Flag(
+                    "mount-root",
+                    format!(
+                        "{}: not writable by uid {uid} (the user lifecycle serve runs as), so no user's directories can be made in it; give that uid write access to it",
                         real.display()
                     ),
                 ));

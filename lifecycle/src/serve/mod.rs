@@ -27,6 +27,7 @@ pub mod destroy;
 pub mod error;
 pub mod exposed;
 pub mod gate;
+pub mod host_dirs;
 pub mod http;
 pub mod limits;
 pub mod listen;
