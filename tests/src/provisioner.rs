@@ -196,6 +196,14 @@ impl ApiStack {
         let (stop, rx) = watch::channel(false);
         let sockets = tempfile::tempdir().expect("socket dir");
         crate::serve::serve_metrics(&provider, &sockets.path().join("metrics.sock"), rx.clone());
+        if mode == Mode::Restricted {
+            // As `lifecycle serve` runs it: the stack's sidecars' refusals counted.
+            tokio::spawn(lifecycle::serve::egress_log::run(
+                provider.clone(),
+                Duration::from_millis(200),
+                rx.clone(),
+            ));
+        }
         tokio::spawn(lifecycle::serve::http::serve(
             listener,
             provider.clone(),

@@ -412,6 +412,9 @@ pub fn bind_metrics(a: &ServeArgs) -> Result<Option<scrape::Listener>, ServeSetu
         .map_err(|e| ServeSetupError::Bind(format!("--metrics-listen {e}")))
 }
 
+/// The longest time between two scans for the stack's sidecars (`egress_log`).
+const EGRESS_SCAN: Duration = Duration::from_secs(2);
+
 /// Serves until `stop` turns true; returns whether every shutdown teardown succeeded.
 pub async fn run(
     p: Arc<Provider>,
@@ -424,6 +427,12 @@ pub async fn run(
     // Checked by `provider` at start-up; the fallback is never reached.
     let tick = tick(a).unwrap_or(Duration::from_secs(10));
     let bg = tokio::spawn(background::run(p.clone(), tick, stop.clone()));
+    if p.lc.settings.mode == crate::decide::Mode::Restricted {
+        // Sidecars are looked for more often than the maintenance tick: one made and destroyed
+        // between two scans is never followed.
+        let every = tick.min(EGRESS_SCAN);
+        tokio::spawn(super::egress_log::run(p.clone(), every, stop.clone()));
+    }
     if let Some(listener) = metrics {
         let mut until = stop.clone();
         let exposed = Arc::new(super::exposed::Exposed(p.clone()));

@@ -24,6 +24,7 @@ pub mod claims;
 pub mod clock;
 pub mod cmd;
 pub mod destroy;
+pub mod egress_log;
 pub mod error;
 pub mod exposed;
 pub mod gate;
