@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use crate::decide::Mode;
@@ -18,11 +18,8 @@ use crate::lock::LockError;
 use crate::naming::Prefix;
 use crate::ops::{Lifecycle, OpError, Retired, Settings};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Plain,
-    Json,
-}
+/// `--log-format`: the toolkit's one (`scrape::logging`).
+pub use scrape::LogFormat;
 
 /// Create, discover, quarantine and tear down a stack's sandboxes through its sockproxy.
 #[derive(Debug, Parser)]
@@ -244,21 +241,6 @@ fn fail(e: &OpError) -> ExitCode {
     ExitCode::from(exit_code(e))
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LIFECYCLE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        // Colour codes only on a terminal: a log file or the journal gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Plain => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
-}
-
 /// The sidecar's flags, read now by netproxy's own parsers: a typo would otherwise be found by
 /// every restricted sandbox's sidecar as it starts, and exit it, leaving the sandbox no way out.
 fn check_egress(a: &Args) -> Result<(), String> {
@@ -293,11 +275,11 @@ pub fn main() -> ExitCode {
             None => e.exit(),
         },
     };
-    init_logging(args.log_format);
+    scrape::logging::init("LIFECYCLE_LOG", args.log_format);
     // `LIFECYCLE_EGRESS_ALLOW=` (compose's `${EGRESS_ALLOW:-}`) is no rule, not an empty one:
     // the sidecar then allows nothing, and every command, destroy included, still runs.
     args.egress_allow.retain(|r| !r.trim().is_empty());
-    // The same rule sockproxy enforces (DESIGN §1), from the one place it is written.
+    // The same rule sockproxy enforces (docs/architecture.md, "Names"), from the one place it is written.
     let prefix = match Prefix::parse(&args.prefix) {
         Ok(p) => p,
         Err(e) => {

@@ -1,13 +1,15 @@
-//! Creating a sandbox (DESIGN §4), under its lock: first what `decide::before_create` says about
-//! quarantine records, then the create. Open mode publishes the sandbox port on a reserved
-//! host port (the reservation moves to the container's generation as soon as it has an ID);
-//! restricted mode makes the sandbox's internal (host-less) and egress networks, the sidecar
-//! (on both, its relay published on the reserved port) and the sandbox (internal only, its
-//! proxy variables pointing at the sidecar: `create_restricted`). Then the readiness wait (or, for the provisioner API, only the check
+//! Creating a sandbox (docs/architecture.md, "lifecycle"), under its lock: first what
+//! `decide::before_create` says about quarantine records, then the create. Open mode publishes
+//! the sandbox port on a reserved host port (the reservation moves to the container's
+//! generation as soon as it has an ID); restricted mode makes the sandbox's internal
+//! (host-less) and egress networks, the sidecar (on both, its relay published on the reserved
+//! port) and the sandbox (internal only, its proxy variables pointing at the sidecar:
+//! `create_restricted`). Then the readiness wait (or, for the provisioner API, only the check
 //! that the container runs). Every object a create makes carries its intent token
 //! (`intent`). A name conflict means another create won: the container found is discovered
-//! (or replaced when it is exited or unhealthy). A failed create undoes what it made, by ID;
-//! if that fails too, the error says what is left, which is quarantined with its port kept.
+//! (or replaced when it is exited, unhealthy, or has no way in). A failed create undoes what it
+//! made, by ID; if that fails too, the error says what is left, which is quarantined with its
+//! port kept.
 //! A caller that owns the sandbox's ID elsewhere (the provider's ownership claim) is asked
 //! first, through `BeforeUndo`, so the undo runs under its teardown claim like any teardown.
 

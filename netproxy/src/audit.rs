@@ -107,7 +107,7 @@ pub struct Exchange {
     pub body_timed_out: AtomicBool,
     /// The request body has been sent whole (or there is none).
     pub request_done: tokio::sync::Notify,
-    /// The client connection's write-timeout flag (`timed_write`), if it has one.
+    /// The client connection's write-timeout flag (`scrape::write_timeout`), if it has one.
     write_timed_out: std::sync::OnceLock<std::sync::Arc<AtomicBool>>,
     /// Told when the exchange is dropped (its end line written): its watchdog stands down.
     pub over: std::sync::Arc<tokio::sync::Notify>,

@@ -15,7 +15,7 @@ use crate::framing::Scanner;
 pub(crate) type ClientIo = TokioIo<tokio::io::Join<ClientRead, ClientWrite>>;
 
 /// The write side hyper is given: the client's socket with a limit on a write nobody takes.
-pub(crate) type ClientWrite = crate::timed_write::TimedWrite<OwnedWriteHalf>;
+pub(crate) type ClientWrite = scrape::WriteTimeout<OwnedWriteHalf>;
 
 /// The read side hyper is given: the client's socket through the `Scanner`, drained on drop
 /// after a refused head (see `headguard::ClientRead`).

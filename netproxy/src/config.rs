@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser};
 use ipnet::IpNet;
 
 use crate::forward::Timeouts;
@@ -16,11 +16,8 @@ use crate::policy::Policy;
 use crate::rules::{Rule, RuleError};
 use crate::server::Limits;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Plain,
-    Json,
-}
+/// `--log-format`: the toolkit's one (`scrape::logging`).
+pub use scrape::LogFormat;
 
 /// Egress sidecar: an HTTP/1.1 forward proxy that lets a sandbox reach only what it is allowed.
 #[derive(Debug, Clone, Parser)]

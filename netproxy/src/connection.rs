@@ -14,7 +14,7 @@ pub struct Connection {
     /// it, or the request timeout passed while the client read nothing): the server then
     /// drops the connection.
     pub abort: tokio::sync::Notify,
-    /// A write to the client waited past the write timeout (`timed_write`): the end line of
+    /// A write to the client waited past the write timeout (`scrape::write_timeout`): the end line of
     /// the exchange it cut says `write_timeout`.
     pub write_timed_out: Arc<std::sync::atomic::AtomicBool>,
 }

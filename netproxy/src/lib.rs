@@ -1,4 +1,4 @@
-//! netproxy: the restricted-mode egress sidecar (DESIGN §3). `target` parses and canonicalizes
+//! netproxy: the restricted-mode egress sidecar (docs/architecture.md, "netproxy"). `target` parses and canonicalizes
 //! request targets; `rules` decides on the name before any lookup; `resolve` looks names up
 //! (injectable); `addr` refuses special-purpose addresses (`special` is the table, `own` the
 //! sidecar's networks, `nat64` the translator prefixes); `policy` joins them into the pure halves of the pipeline; `proxy` is
@@ -7,8 +7,9 @@
 //! decision and end lines; `server` is the listener and its limits (`caps` the connection caps every listener keeps), `client` a connection as hyper gets it; `framing` judges every
 //! request head before hyper; `relay` the inbound relay listener (`--relay`) and `relay_target` where it may connect; `idle` tunnel idleness; `splice` the zero-copy relay (Linux);
 //! `config` the flags, `startup` their validated `Config` and the one-line start-up errors; `fds`
-//! the descriptor limit; `timed_write` the limit on a write the client does not take; `metrics`
-//! the metric families and what `--metrics-listen` serves.
+//! the descriptor limit; `metrics` the metric families and what `--metrics-listen` serves. The
+//! limit on a write the client does not take is `scrape::write_timeout`, shared with
+//! `lifecycle serve`.
 
 pub mod addr;
 // The rule language lives in `egress` (lifecycle reads it too); its paths stay as they were.
@@ -38,5 +39,4 @@ pub mod special;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod splice;
 pub mod startup;
-pub mod timed_write;
 pub mod tunnel;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use netproxy::config::{Args, LogFormat};
+use netproxy::config::Args;
 use netproxy::proxy::NetProxy;
 use netproxy::resolve::Stub;
 use netproxy::startup::{Config, EXIT_CONFIG, EXIT_RUNTIME};
@@ -63,18 +63,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .context("SIGHUP handler")?;
     hup_set().thread_unblock().context("unblocking SIGHUP")?;
     // Like SOCKPROXY_LOG and LIFECYCLE_LOG: an EnvFilter, default info.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NETPROXY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        // Colour codes only on a terminal: a log file or the journal gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match cfg.log_format {
-        LogFormat::Plain => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    scrape::logging::init("NETPROXY_LOG", cfg.log_format);
     // Before anything opens a descriptor: the soft limit up to the hard one, and the dial
     // budget kept under it with a reserve (`fds`).
     let limit = netproxy::fds::raise_to_hard().context("reading the descriptor limit")?;
@@ -136,7 +125,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         ));
     }
     if let Some(at) = &metrics_listen {
-        let metrics = scrape::bind(at).with_context(|| format!("--metrics-listen {at}"))?;
+        let metrics = scrape::bind(at, scrape::METRICS_MODE, None)
+            .with_context(|| format!("--metrics-listen {at}"))?;
         let exposed = Arc::new(netproxy::metrics::Exposed(proxy.metrics.clone()));
         tokio::spawn(scrape::serve(metrics, exposed, std::future::pending()));
     }

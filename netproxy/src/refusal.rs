@@ -214,20 +214,7 @@ impl Refusal {
     /// The same answer as raw bytes, for where no HTTP server runs yet (`server::busy`).
     pub fn to_bytes(&self) -> Vec<u8> {
         let (status, _, body) = self.parts();
-        let resp = self.response();
-        let mut out = format!(
-            "HTTP/1.1 {} {}\r\n",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or("")
-        );
-        for (name, value) in resp.headers() {
-            out.push_str(name.as_str());
-            out.push_str(": ");
-            out.push_str(value.to_str().unwrap_or(""));
-            out.push_str("\r\n");
-        }
-        out.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
-        out.into_bytes()
+        scrape::raw_answer::bytes(status, self.response().headers(), body.as_bytes())
     }
 }
 

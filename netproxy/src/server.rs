@@ -10,7 +10,6 @@ use std::time::Duration;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::audit::Trace;
@@ -19,7 +18,6 @@ use crate::client::{ClientIo, ClientRead};
 use crate::framing::{HeadLimits, Scanner, Verdicts};
 use crate::proxy::{ConnectionHold, NetProxy};
 use crate::refusal::{Reason, Refusal};
-use crate::timed_write::TimedWrite;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -29,7 +27,7 @@ pub struct Limits {
     /// hyper's read buffer, which bounds the request head (at least 8192).
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
-    /// How long one write to a client may wait for it to take bytes (`timed_write`).
+    /// How long one write to a client may wait for it to take bytes (`scrape::write_timeout`).
     pub write_timeout: Duration,
 }
 
@@ -187,8 +185,8 @@ async fn busy(
         ..Trace::default()
     }
     .deny(&refusal);
-    let _ = stream.write_all(&refusal.to_bytes()).await;
-    let _ = stream.shutdown().await;
+    // Not waiting for the client: the descriptor limit's answer runs in the accept loop.
+    scrape::raw_answer::send(&mut stream, &refusal.to_bytes(), Duration::ZERO).await;
 }
 
 async fn connection(
@@ -208,7 +206,8 @@ async fn connection(
         upgrades: false,
     };
     let reader = ClientRead::new(Scanner::new(rd, verdicts.clone(), head_limits));
-    let wr = TimedWrite::new(wr, limits.write_timeout, shared.write_timed_out.clone());
+    let wr = scrape::WriteTimeout::new(wr, limits.write_timeout)
+        .flagging(shared.write_timed_out.clone());
     let io: ClientIo = TokioIo::new(tokio::io::join(reader, wr));
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let abort = shared.clone();
@@ -246,8 +245,7 @@ async fn connection(
 #[derive(Debug)]
 pub struct Background {
     pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _run: scrape::Background,
 }
 
 impl Background {
@@ -275,12 +273,7 @@ impl Background {
     /// `serve` on a listener bound to `listen`, until the handle is dropped.
     fn run<S, F>(listen: SocketAddr, serve: S) -> std::io::Result<Self>
     where
-        S: FnOnce(
-                TcpListener,
-                std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
-            ) -> F
-            + Send
-            + 'static,
+        S: FnOnce(TcpListener, scrape::background::Stop) -> F + Send + 'static,
         F: std::future::Future<Output = ()>,
     {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -289,31 +282,7 @@ impl Background {
             .build()?;
         let listener = rt.block_on(TcpListener::bind(listen))?;
         let addr = listener.local_addr()?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            rt.block_on(serve(
-                listener,
-                Box::pin(async {
-                    let _ = rx.await;
-                }),
-            ));
-            rt.shutdown_background();
-        });
-        Ok(Self {
-            addr,
-            stop: Some(tx),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let run = scrape::Background::spawn(rt, move |stop| serve(listener, stop));
+        Ok(Self { addr, _run: run })
     }
 }

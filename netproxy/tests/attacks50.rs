@@ -204,7 +204,11 @@ fn f3_healthz_stays_200_after_a_failed_lookup() {
         .expect("runtime");
     let listener = rt
         .block_on(async {
-            scrape::bind(&scrape::Listen::Tcp("127.0.0.1:0".parse().expect("addr")))
+            scrape::bind(
+                &scrape::Listen::Tcp("127.0.0.1:0".parse().expect("addr")),
+                scrape::METRICS_MODE,
+                None,
+            )
         })
         .expect("binds");
     let at = listener.local_tcp().expect("tcp");

@@ -10,6 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
+use common::bounded::{OutputWithin, SHORT};
 use common::{wait_for, Netproxy};
 
 fn get(proxy: u16, url: &str) -> String {
@@ -91,7 +92,7 @@ fn an_array_policy_file_is_refused_at_start_and_on_reload() {
     let out = Command::new(env!("CARGO_BIN_EXE_netproxy"))
         .args(["--listen", "127.0.0.1:0", "--policy"])
         .arg(&policy)
-        .output()
+        .output_within(SHORT)
         .expect("netproxy runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -181,7 +182,7 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
             .env("NETPROXY_LOG", "off")
             .env_remove("NETPROXY_POLICY")
             .env_remove("NETPROXY_ALLOW")
-            .output()
+            .output_within(SHORT)
             .expect("netproxy runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");

@@ -1,6 +1,7 @@
 //! An address to serve on, as every listening flag reads it (`--metrics-listen` of both proxies,
 //! `lifecycle serve --listen`): a Unix socket path, or `tcp://HOST:PORT` with a numeric IPv4 or
-//! bracketed IPv6 address. Parsed once at start-up; the metrics endpoint is bound by `bind`.
+//! bracketed IPv6 address. Parsed once at start-up, and bound by `bind`: the one place a
+//! listening socket's file is made (its stale-file handling, mode and group).
 
 use std::io;
 use std::net::SocketAddr;
@@ -66,18 +67,32 @@ impl std::fmt::Display for Listen {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    #[error("{0}: something is already listening there")]
+    /// A socket that answers is another process's: taking it would leave that one serving
+    /// nobody.
+    #[error("{0}: another process is serving on this socket; refusing to take it")]
     InUse(PathBuf),
     #[error("{0}: exists and is not a socket; refusing to replace it")]
     NotASocket(PathBuf),
+    #[error("{at}: setting its group to {gid}: {source}")]
+    Group {
+        at: PathBuf,
+        gid: u32,
+        source: io::Error,
+    },
+    #[error("{at}: setting its mode to {mode:o}: {source}")]
+    Mode {
+        at: PathBuf,
+        mode: u32,
+        source: io::Error,
+    },
     #[error("{at}: {source}")]
     Io { at: String, source: io::Error },
 }
 
-/// A bound metrics listener. A Unix socket's file is removed when it is dropped.
+/// A bound listener. A Unix socket's file goes with it (`SocketFile`).
 #[derive(Debug)]
 pub enum Listener {
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, SocketFile),
     Tcp(TcpListener),
 }
 
@@ -91,17 +106,50 @@ impl Listener {
     }
 }
 
-impl Drop for Listener {
+/// The file of a Unix socket this process made: removed when dropped (or by `remove`, which
+/// says whether it could be), unless `keep` hands its removal to the caller.
+#[derive(Debug)]
+pub struct SocketFile(Option<PathBuf>);
+
+impl SocketFile {
+    pub fn path(&self) -> Option<&Path> {
+        self.0.as_deref()
+    }
+
+    /// Removes the file now.
+    pub fn remove(mut self) -> io::Result<()> {
+        match self.0.take() {
+            Some(path) => std::fs::remove_file(path),
+            None => Ok(()),
+        }
+    }
+
+    /// The file's path; it is no longer removed on drop.
+    pub fn keep(mut self) -> Option<PathBuf> {
+        self.0.take()
+    }
+}
+
+impl Drop for SocketFile {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path) = self {
+        if let Some(path) = self.0.take() {
             let _ = std::fs::remove_file(path);
         }
     }
 }
 
-/// Binds `at`; must run inside a tokio runtime. A stale socket file is replaced only if nothing
-/// answers on it; the socket's mode is 0660 (owner and group may scrape), whatever the umask.
-pub fn bind(at: &Listen) -> Result<Listener, BindError> {
+/// The metrics endpoint's socket mode: its owner and group may scrape.
+pub const METRICS_MODE: u32 = 0o660;
+
+/// Binds `at`; must run inside a tokio runtime. The toolkit's one way to make a listening
+/// socket (sockproxy's and `lifecycle serve`'s sockets, every metrics endpoint).
+///
+/// A Unix socket: a stale socket file (nothing answers on it: a crashed process) is replaced;
+/// one that answers, or a file that is not a socket, is refused. The socket is created under the
+/// process umask (no group or other write with the usual 022), handed to `group` if given, then
+/// opened up to `mode`, whatever the umask: the window before the chmod is never wider than
+/// asked. `mode` and `group` mean nothing for TCP.
+pub fn bind(at: &Listen, mode: u32, group: Option<u32>) -> Result<Listener, BindError> {
     let io_err = |source| BindError::Io {
         at: at.to_string(),
         source,
@@ -113,18 +161,47 @@ pub fn bind(at: &Listen) -> Result<Listener, BindError> {
             Ok(Listener::Tcp(TcpListener::from_std(std).map_err(io_err)?))
         }
         Listen::Unix(path) => {
-            clear_stale(path).map_err(|e| match e {
-                Stale::InUse => BindError::InUse(path.clone()),
-                Stale::NotASocket => BindError::NotASocket(path.clone()),
-                Stale::Io(e) => io_err(e),
-            })?;
-            let l = UnixListener::bind(path).map_err(io_err)?;
-            let listener = Listener::Unix(l, path.clone());
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-                .map_err(io_err)?;
-            Ok(listener)
+            let (l, file) = bind_unix(path, mode, group)?;
+            Ok(Listener::Unix(l, file))
         }
     }
+}
+
+/// `bind` for a Unix socket: the listener, and its file.
+pub fn bind_unix(
+    path: &Path,
+    mode: u32,
+    group: Option<u32>,
+) -> Result<(UnixListener, SocketFile), BindError> {
+    let io_err = |source| BindError::Io {
+        at: path.display().to_string(),
+        source,
+    };
+    clear_stale(path).map_err(|e| match e {
+        Stale::InUse => BindError::InUse(path.to_owned()),
+        Stale::NotASocket => BindError::NotASocket(path.to_owned()),
+        Stale::Io(e) => io_err(e),
+    })?;
+    let l = UnixListener::bind(path).map_err(io_err)?;
+    // Made: removed again if what follows fails.
+    let file = SocketFile(Some(path.to_owned()));
+    if let Some(gid) = group {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid))).map_err(|e| {
+            BindError::Group {
+                at: path.to_owned(),
+                gid,
+                source: e.into(),
+            }
+        })?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
+        BindError::Mode {
+            at: path.to_owned(),
+            mode,
+            source,
+        }
+    })?;
+    Ok((l, file))
 }
 
 enum Stale {
@@ -198,18 +275,43 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("m.sock");
         let at = Listen::Unix(path.clone());
-        let first = bind(&at).expect("binds");
+        let first = bind(&at, METRICS_MODE, None).expect("binds");
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
         assert_eq!(mode & 0o777, 0o660);
-        assert!(matches!(bind(&at), Err(BindError::InUse(_))));
+        assert!(matches!(
+            bind(&at, METRICS_MODE, None),
+            Err(BindError::InUse(_))
+        ));
         // A socket file nobody listens on any more (a crashed process) is replaced.
         let std =
             std::os::unix::net::UnixListener::bind(dir.path().join("stale.sock")).expect("binds");
         drop(std);
-        bind(&Listen::Unix(dir.path().join("stale.sock"))).expect("replaces the stale file");
+        bind(&Listen::Unix(dir.path().join("stale.sock")), 0o600, None)
+            .expect("replaces the stale file");
         drop(first);
         assert!(!path.exists());
         std::fs::write(&path, b"x").expect("file");
-        assert!(matches!(bind(&at), Err(BindError::NotASocket(_))));
+        assert!(matches!(
+            bind(&at, METRICS_MODE, None),
+            Err(BindError::NotASocket(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_unix_socket_gets_the_mode_and_group_asked_for() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("s.sock");
+        // Our own group: handing a file to it needs no privilege.
+        let gid = nix::unistd::getegid().as_raw();
+        let l = bind(&Listen::Unix(path.clone()), 0o640, Some(gid)).expect("binds");
+        let meta = std::fs::metadata(&path).expect("meta");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), gid);
+        let Listener::Unix(_, file) = l else {
+            panic!("a Unix listener");
+        };
+        // Kept: the caller removes it, not the drop.
+        assert_eq!(file.keep().as_deref(), Some(path.as_path()));
+        assert!(path.exists());
     }
 }

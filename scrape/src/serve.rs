@@ -260,7 +260,12 @@ mod tests {
         for healthy in [true, false] {
             let dir = tempfile::tempdir().expect("dir");
             let path = dir.path().join("m.sock");
-            let listener = crate::listen::bind(&crate::Listen::Unix(path.clone())).expect("binds");
+            let listener = crate::listen::bind(
+                &crate::Listen::Unix(path.clone()),
+                crate::METRICS_MODE,
+                None,
+            )
+            .expect("binds");
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let server = tokio::spawn(serve(listener, Arc::new(Fixed(healthy)), async {
                 let _ = stopped.await;
@@ -299,7 +304,12 @@ mod tests {
     async fn idle_connections_do_not_keep_a_scraper_out() {
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("m.sock");
-        let listener = crate::listen::bind(&crate::Listen::Unix(path.clone())).expect("binds");
+        let listener = crate::listen::bind(
+            &crate::Listen::Unix(path.clone()),
+            crate::METRICS_MODE,
+            None,
+        )
+        .expect("binds");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(listener, Arc::new(Fixed(true)), async {
             let _ = stopped.await;

@@ -5,6 +5,8 @@
 //! conflict answer cut to the requested name (`conflict_names_only`) and the engine version an
 //! archive request needs (`archive_on`). The transport fetches; this reads.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use crate::evaluate::Policy;
@@ -12,30 +14,40 @@ use crate::filter::{stack_label, StackLabel};
 use crate::pinning::Inspected;
 use crate::reference::{is_full_id, CanonicalName};
 use crate::refusal::Refusal;
-use crate::scope::{Access, Kind, Scope, STACK_LABEL};
+use crate::scope::{Access, Kind, Scope};
 
-/// An inspect answer of a container or network, as far as the decisions read it.
+/// An inspect answer of a container or network, as far as the decisions read it: its ID, its
+/// name and its `sockproxy.stack` label, borrowed from the answer's bytes (a string with an
+/// escape in it is the only one copied). Every other field, and every other label, is skipped
+/// without being kept: the answer itself goes to the client as the engine sent it.
 #[derive(Debug, Deserialize)]
-pub struct Named {
-    #[serde(rename = "Id")]
-    id: String,
-    #[serde(rename = "Name")]
-    name: String,
-    #[serde(rename = "Config", default)]
-    config: Option<NamedConfig>,
+pub struct Named<'a> {
+    #[serde(rename = "Id", borrow)]
+    id: Cow<'a, str>,
+    #[serde(rename = "Name", borrow)]
+    name: Cow<'a, str>,
+    #[serde(rename = "Config", default, borrow)]
+    config: Option<NamedConfig<'a>>,
     /// A network's labels (a container's are under `Config`).
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
+    #[serde(rename = "Labels", default, borrow)]
+    labels: Option<StackLabelOnly<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct NamedConfig {
-    #[serde(rename = "Labels", default)]
-    labels: Option<std::collections::HashMap<String, String>>,
+struct NamedConfig<'a> {
+    #[serde(rename = "Labels", default, borrow)]
+    labels: Option<StackLabelOnly<'a>>,
 }
 
-impl Named {
-    pub fn read(body: &[u8]) -> Result<Self, Refusal> {
+/// A labels object read for its `sockproxy.stack` label (`STACK_LABEL`) alone.
+#[derive(Debug, Deserialize)]
+struct StackLabelOnly<'a> {
+    #[serde(rename = "sockproxy.stack", default, borrow)]
+    stack: Option<Cow<'a, str>>,
+}
+
+impl<'a> Named<'a> {
+    pub fn read(body: &'a [u8]) -> Result<Self, Refusal> {
         serde_json::from_slice(body).map_err(|e| unreadable("inspect", e))
     }
 
@@ -49,8 +61,7 @@ impl Named {
                 .as_ref()
                 .and_then(|c| c.labels.as_ref())
                 .or(self.labels.as_ref())
-                .and_then(|l| l.get(STACK_LABEL))
-                .map(String::as_str),
+                .and_then(|l| l.stack.as_deref()),
         }
     }
 }
@@ -232,7 +243,7 @@ pub fn archive_on(engine_api: Option<&str>) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scope::Prefix;
+    use crate::scope::{Prefix, STACK_LABEL};
     use http::StatusCode;
 
     fn scope() -> Scope {
@@ -259,6 +270,66 @@ mod tests {
         assert_eq!(own_objects(Kind::Container, body, &labelled), Ok(vec![]));
         let err = own_objects(Kind::Network, b"{}", &scope()).expect_err("not a list");
         assert!(err.to_string().contains("unreadable list answer"), "{err}");
+    }
+
+    #[test]
+    fn an_inspect_is_read_for_its_id_name_and_stack_label_alone() {
+        let read = |body: &str| {
+            Named::read(body.as_bytes()).map(|n| {
+                let i = n.inspected();
+                (
+                    i.id.to_owned(),
+                    i.name.to_owned(),
+                    i.stack_label.map(str::to_owned),
+                )
+            })
+        };
+        let got = |id: &str, name: &str, label: Option<&str>| {
+            Ok((id.to_owned(), name.to_owned(), label.map(str::to_owned)))
+        };
+        assert_eq!(STACK_LABEL, "sockproxy.stack", "the field read below");
+        // A container: its label under Config, every other field and label skipped.
+        let container = r#"{"Id":"abc","Created":"x","State":{"Running":true},"Name":"/deer-flow-a",
+            "HostConfig":{"Binds":null,"Labels":{"sockproxy.stack":"not-here"}},
+            "Config":{"Image":"busybox","Labels":{"a":"1","sockproxy.stack":"atlas","b":"2"}},
+            "NetworkSettings":{"Networks":{}}}"#;
+        assert_eq!(read(container), got("abc", "/deer-flow-a", Some("atlas")));
+        // Escapes are read as JSON says (such a string is copied, not borrowed).
+        assert_eq!(
+            read(
+                r#"{"Id":"a\u0062c","Name":"/x\"y","Config":{"Labels":{"sockproxy.stack":"at\/las"}}}"#
+            ),
+            got("abc", "/x\"y", Some("at/las"))
+        );
+        // Labels under Config, even without the stack's, are the container's: the top level's
+        // are not looked at.
+        assert_eq!(
+            read(
+                r#"{"Id":"a","Name":"/n","Config":{"Labels":{"x":"y"}},"Labels":{"sockproxy.stack":"s"}}"#
+            ),
+            got("a", "/n", None)
+        );
+        // A network: its labels at the top level; none at all, or null.
+        assert_eq!(
+            read(r#"{"Name":"deer-flow-net","Id":"n1","Labels":{"sockproxy.stack":"s"}}"#),
+            got("n1", "deer-flow-net", Some("s"))
+        );
+        assert_eq!(
+            read(r#"{"Id":"a","Name":"/n","Config":{"Labels":null},"Labels":null}"#),
+            got("a", "/n", None)
+        );
+        assert_eq!(read(r#"{"Id":"a","Name":"/n"}"#), got("a", "/n", None));
+        // What cannot be read is refused, never guessed.
+        for bad in [
+            r#"{"Name":"/n"}"#,
+            r#"{"Id":"a","Name":"/n","Config":{"Labels":{"sockproxy.stack":1}}}"#,
+            r#"{"Id":"a","Name":"/n","Config":{"Labels":{"sockproxy.stack":"a","sockproxy.stack":"b"}}}"#,
+            r#"{"Id":"a","Name":"/n"} trailing"#,
+            "[]",
+        ] {
+            let e = read(bad).expect_err(bad);
+            assert!(e.to_string().contains("inspect"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -25,11 +25,13 @@ pub fn check(
     host: &dyn HostPaths,
     stack: &str,
 ) -> Result<Value, Refusal> {
+    let stack_network = crate::stack_net::name(scope, stack);
     let ctx = Ctx {
         op: OP,
         scope,
         rules,
         engine_socket,
+        stack_network: &stack_network,
         host,
     };
     if !body.is_object() {
@@ -63,6 +65,7 @@ pub fn check(
     r.keep(&mut o, "NetworkingConfig", |_, p, v| {
         networking_config(&ctx, p, v)
     })?;
+    crate::stack_net::place(&ctx, &stack_network, &mut o)?;
     for f in ["Hostname", "Domainname", "User"] {
         r.keep(&mut o, f, fields::any_string)?;
     }
@@ -126,17 +129,31 @@ pub(crate) fn stamp_stack_label(
         .map(|l| fields::str_map("Labels", l))
         .transpose()?
         .unwrap_or_default();
+    if let Some(k) = labels
+        .keys()
+        .find(|k| k.starts_with(crate::bind_pins::BIND_LABEL_PREFIX))
+    {
+        return Err(value_not_allowed(
+            r.op(),
+            "Labels",
+            k,
+            "the proxy sets sockproxy.bind.* labels on pinned binds",
+        ));
+    }
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
     o.insert("Labels".into(), Value::Object(labels));
     Ok(())
 }
 
 /// The stack's own networks a checked create body puts the container on (`HostConfig.NetworkMode`
-/// and the `NetworkingConfig.EndpointsConfig` keys), the engine's defaults left out: under
-/// `--require-stack-label` the proxy inspects each for the stack's label before it creates.
-pub fn joined_networks(out: &Value) -> Vec<String> {
+/// and the `NetworkingConfig.EndpointsConfig` keys), the engine's defaults and the stack's
+/// network (`stack_net`, judged on its own) left out: under `--require-stack-label` the proxy
+/// inspects each for the stack's label before it creates.
+pub fn joined_networks(out: &Value, stack_network: &str) -> Vec<String> {
     let engines = |n: &str| {
-        matches!(n, "" | "default" | "bridge" | "none" | "host") || n.starts_with("container:")
+        matches!(n, "" | "default" | "bridge" | "none" | "host")
+            || n.starts_with("container:")
+            || n == stack_network
     };
     let mode = out
         .get("HostConfig")

@@ -7,6 +7,21 @@ use super::*;
 use crate::create_rules::{CreateRules, Disk};
 use crate::scope::Prefix;
 
+/// What the proxy sets on every create's `HostConfig` with the default rules: a private cgroup
+/// namespace, `NET_RAW` dropped, the default memory, CPU and pids limits, and the stack's own
+/// network (`deer-flow-net`) when the body names none.
+pub(crate) fn what_every_create_gets(mut host: serde_json::Value) -> serde_json::Value {
+    host["CgroupnsMode"] = "private".into();
+    host["CapDrop"] = serde_json::json!(["NET_RAW"]);
+    host["Memory"] = crate::limits::DEFAULT_MEMORY.into();
+    host["NanoCpus"] = crate::limits::DEFAULT_NANO_CPUS.into();
+    host["PidsLimit"] = crate::limits::DEFAULT_PIDS_LIMIT.into();
+    if host.get("NetworkMode").is_none() {
+        host["NetworkMode"] = "deer-flow-net".into();
+    }
+    host
+}
+
 /// Under `--require-stack-label` a name in scope does not make a container the stack's, so a
 /// body that names another container (its volumes, its namespaces, a link) is refused; without
 /// the flag the name decides.
@@ -44,9 +59,8 @@ fn settings_naming_a_container_are_refused_under_require_stack_label() {
             &Disk,
             "s",
         );
-        // Forwarded as sent, with the private cgroup namespace every create gets.
-        let mut sent = body["HostConfig"].clone();
-        sent["CgroupnsMode"] = "private".into();
+        // Forwarded as sent, with what every create gets.
+        let sent = what_every_create_gets(body["HostConfig"].clone());
         assert_eq!(open.map(|o| o["HostConfig"].clone()), Ok(sent), "{body}");
         let err =
             check(body.clone(), &scope, &strict, Path::new("/x"), &Disk, "s").expect_err("refused");
@@ -87,8 +101,7 @@ fn named_volumes_are_refused_under_require_stack_label() {
             &Disk,
             "s",
         );
-        let mut sent = body["HostConfig"].clone();
-        sent["CgroupnsMode"] = "private".into();
+        let sent = what_every_create_gets(body["HostConfig"].clone());
         assert_eq!(open.map(|o| o["HostConfig"].clone()), Ok(sent), "{body}");
         let err =
             check(body.clone(), &scope, &strict, Path::new("/x"), &Disk, "s").expect_err("refused");

@@ -20,6 +20,9 @@ pub struct CreateRules {
     pub bind_roots: Vec<PathBuf>,
     /// Publish ports on addresses other than loopback (`--allow-public-ports`).
     pub public_ports: bool,
+    /// Put containers on the engine's default bridge, which every stack's containers may share
+    /// (`--allow-default-bridge`); without it they go on the stack's own network (`stack_net`).
+    pub allow_default_bridge: bool,
     /// `seccomp=unconfined` (`--allow-seccomp-unconfined`).
     pub allow_seccomp_unconfined: bool,
     /// SHA-256 (lowercase hex) of the canonical JSON of custom seccomp profiles a stack may
@@ -37,7 +40,7 @@ pub struct CreateRules {
     /// `--require-stack-label`: a container another setting names (`VolumesFrom`, `Links`,
     /// `container:` modes) cannot be checked for the label here, so such settings are refused.
     pub require_stack_label: bool,
-    /// Bounds on what a request may make the engine and the proxy spend (DESIGN §4d).
+    /// Bounds on what a request may make the engine and the proxy spend (docs/architecture.md, "What a stack may spend").
     pub spend: Spend,
 }
 
@@ -47,6 +50,7 @@ impl Default for CreateRules {
             allow_caps: vec![],
             bind_roots: vec![],
             public_ports: false,
+            allow_default_bridge: false,
             allow_seccomp_unconfined: false,
             seccomp_profiles: vec![],
             allow_sysctls: vec![],
@@ -57,6 +61,24 @@ impl Default for CreateRules {
             spend: Spend::default(),
         }
     }
+}
+
+impl CreateRules {
+    /// Whether `--allow-cap` lets a container have `cap` (named either way, `CAP_X` or `X`, in
+    /// any case; `ALL` allows every one).
+    pub fn allows_cap(&self, cap: &str) -> bool {
+        let want = bare_cap(cap);
+        self.allow_caps
+            .iter()
+            .map(|a| bare_cap(a))
+            .any(|a| a == want || a == "ALL")
+    }
+}
+
+/// A capability's name as dockerd compares it: upper case, without `CAP_`.
+pub fn bare_cap(cap: &str) -> String {
+    let upper = cap.to_ascii_uppercase();
+    upper.strip_prefix("CAP_").unwrap_or(&upper).to_owned()
 }
 
 /// `json-file`, `local`, `none`: drivers that keep the output on the host, or drop it.
@@ -71,6 +93,8 @@ pub struct Ctx<'a> {
     pub scope: &'a Scope,
     pub rules: &'a CreateRules,
     pub engine_socket: &'a Path,
+    /// The stack's own network (`stack_net::name`), which its containers may join.
+    pub stack_network: &'a str,
     /// The proxy's view of the host's paths, which a bind source is walked on.
     pub host: &'a dyn HostPaths,
 }

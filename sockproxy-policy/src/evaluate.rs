@@ -5,8 +5,9 @@
 //! `Reason` the decision log line carries. A plan that still needs a fact says which
 //! (`Plan::need`); the transport gathers it, adds it to the facts and evaluates again, until the
 //! plan needs nothing. Only then does it carry the `Pinned` ID the forwarded path is made from,
-//! and the checked body that is forwarded instead of the client's. The route's steps, in the
-//! order they ask for facts, are `steps`'.
+//! and the checked body that is forwarded instead of the client's (a create's with each host
+//! path it binds on the staging path the transport pinned it on: `Need::BindPins`). The
+//! route's steps, in the order they ask for facts, are `steps`'.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 
 use crate::api;
+use crate::bind_pins::BindSource;
 use crate::canon::{self, Target};
 use crate::create_rules::{CreateRules, HostPaths, NoPaths};
 use crate::pinning::Rules;
@@ -131,6 +133,15 @@ pub enum Fact {
     Exec { id: String, container_id: String },
     /// The engine answered the inspect with this status, not 200, and these bytes.
     Absent { status: StatusCode, body: Bytes },
+    /// The staging path each of a create's bind sources was pinned on, in the order the
+    /// need named them.
+    BindPins(Vec<PathBuf>),
+    /// The stack's own network as the engine holds it, made first when it held none
+    /// (`facts::stack_network_body`).
+    StackNetwork(crate::stack_net::Held),
+    /// Every container the stack sees, in any state, with its memory limit: what the
+    /// per-stack totals count.
+    Usage(Vec<crate::limits::Usage>),
 }
 
 /// What the decisions read about an inspected container or network, owned.
@@ -179,6 +190,19 @@ pub enum Need {
     /// An inspect of this exec instance (`Fact::Exec` or `Fact::Absent`); its container's
     /// inspect is needed next.
     Exec(String),
+    /// These host paths a checked create binds, each pinned on a staging path
+    /// (`Fact::BindPins`): asked last, once nothing else can refuse the create, since pinning
+    /// is a mount the transport undoes if the create is not made.
+    BindPins(Vec<BindSource>),
+    /// The stack's own network (`Fact::StackNetwork`), for a create that is put on it. The
+    /// transport takes the stack's lock to gather it, makes the network when the engine holds
+    /// none, and keeps the lock until the request is answered.
+    StackNetwork,
+    /// The stack's containers and their memory limits (`Fact::Usage`), for a create or a
+    /// memory update, counted against the stack's totals; gathered under the stack's lock,
+    /// held until the request is answered, so two creates are never counted against the same
+    /// total.
+    Usage,
 }
 
 /// What is sent to the engine as the request's body.

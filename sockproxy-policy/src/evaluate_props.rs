@@ -10,7 +10,8 @@
 //! (2), whether the exec instance exists (4: its inspect names the object as its container),
 //! whether the object carries the stack's label (8), whether the stack's own objects hold it
 //! (16: the list of them is `[(ID, NAME)]`, else empty), and whether inspects answer 404
-//! instead (32; 500 with 64); the rest is `TARGET \0 NAME \0 BODY`: the request target, the
+//! instead (32; 500 with 64), and whether the stack's network is one made by hand (128); the
+//! rest is `TARGET \0 NAME \0 BODY`: the request target, the
 //! name the engine's inspect gives the object, and the request's body.
 //!
 //! - Every decision's reason says allow exactly when its outcome does.
@@ -77,6 +78,7 @@ fn named(route: &Route) -> Option<(Kind, Access)> {
 /// The scripted engine: the one object, the exec instance, and how inspects answer.
 struct World<'a> {
     flags: u8,
+    policy: &'a Policy,
     name: &'a str,
     body: &'a [u8],
 }
@@ -121,6 +123,26 @@ impl World<'_> {
                 status: StatusCode::NOT_FOUND,
                 body: Bytes::from_static(b"{\"message\":\"No such exec instance\"}"),
             },
+            // No bind roots here: never asked, but pinned as the transport would.
+            Need::BindPins(sources) => Fact::BindPins(
+                (0..sources.len())
+                    .map(|i| format!("/run/sockproxy-pins/{STACK}/{i}").into())
+                    .collect(),
+            ),
+            Need::StackNetwork => {
+                // As the transport made it; bit 128: one made by hand, with no label.
+                let mut made = crate::stack_net::create_body(self.policy);
+                made["Id"] = ID.into();
+                if self.flags & 128 == 128 {
+                    made["Labels"] = serde_json::json!({});
+                }
+                Fact::StackNetwork(crate::stack_net::Held::read(made.to_string().as_bytes()).ok()?)
+            }
+            Need::Usage => Fact::Usage(vec![crate::limits::Usage {
+                id: ID.into(),
+                name: self.name.into(),
+                memory: 0,
+            }]),
         })
     }
 }
@@ -210,6 +232,7 @@ pub fn evaluate_request(data: &[u8]) -> Result<(), String> {
     };
     let world = World {
         flags: *flags,
+        policy: &policy,
         name,
         body: body.unwrap_or_default(),
     };

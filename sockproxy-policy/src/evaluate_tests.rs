@@ -55,6 +55,13 @@ fn facts(given: impl IntoIterator<Item = (Need, Fact)>) -> Facts {
     facts
 }
 
+/// The stack's network as the transport made it for `policy`.
+fn made_network(policy: &Policy) -> Fact {
+    let mut made = crate::stack_net::create_body(policy);
+    made["Id"] = ID.into();
+    Fact::StackNetwork(crate::stack_net::Held::read(made.to_string().as_bytes()).expect("read"))
+}
+
 fn named(kind: Kind, name: &str) -> Need {
     Need::Object(kind, ObjRef::Name(name.into()))
 }
@@ -276,7 +283,13 @@ fn a_body_is_a_fact_read_before_the_engine_is_asked() {
     let create = "/containers/create?name=deer-flow-sandbox-2";
     let first = plan(eval(Method::POST, create, &Facts::default()));
     assert_eq!((first.need, first.body), (Need::Body, Sent::Unread));
-    let body = |v: serde_json::Value| facts([(Need::Body, Fact::Body(v))]);
+    let body = |v: serde_json::Value| {
+        facts([
+            (Need::Body, Fact::Body(v)),
+            (Need::StackNetwork, made_network(&policy())),
+            (Need::Usage, Fact::Usage(vec![])),
+        ])
+    };
     let done = plan(eval(
         Method::POST,
         create,
@@ -405,6 +418,10 @@ fn other_objects_a_request_names_are_pinned_by_their_own_facts() {
         Err(Refusal::NoSuchNetwork("deer-flow-sandbox-net-1".into()))
     );
     found.give(net, object("deer-flow-sandbox-net-1", Some("atlas")));
+    // Then the stack's totals, counted under its lock.
+    let counting = plan(eval_in(&labelled, Method::POST, create, &found));
+    assert_eq!(counting.need, Need::Usage);
+    found.give(Need::Usage, Fact::Usage(vec![]));
     let done = plan(eval_in(&labelled, Method::POST, create, &found));
     assert!(matches!(done.body, Sent::Checked(_)) && done.pin.is_none());
 }

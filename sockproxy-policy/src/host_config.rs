@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use crate::create_rules::Ctx;
 use crate::fields::{self, value_not_allowed, Reader};
 use crate::host_refs::{namespace, network_mode, own_containers};
+use crate::limits::At;
 use crate::mounts;
 use crate::refusal::Refusal;
 
@@ -100,12 +101,15 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
     r.keep(&mut o, "RestartPolicy", restart_policy)?;
     r.keep(&mut o, "AutoRemove", fields::any_bool)?;
     r.keep(&mut o, "VolumesFrom", |_, p, v| {
-        own_containers(ctx, p, v, true)
+        let list = own_containers(ctx, p, v, true)?;
+        crate::bind_pins::volumes_from(ctx, p, &list)?;
+        Ok(list)
     })?;
     r.keep(&mut o, "Links", |_, p, v| own_containers(ctx, p, v, false))?;
     r.keep(&mut o, "ConsoleSize", console_size)?;
     r.keep(&mut o, "CapAdd", |_, p, v| cap_add(ctx, p, v))?;
     r.keep(&mut o, "CapDrop", fields::any_str_list)?;
+    crate::stack_net::drop_net_raw(ctx, &mut o);
     r.keep(&mut o, "CgroupnsMode", fields::one_of(&["", "private"]))?;
     // Left empty, the engine picks: the host's cgroup namespace on a cgroup v1 host (for every
     // client below API 1.41, and above it unless dockerd is set otherwise), where the sandbox
@@ -138,13 +142,7 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
         let max = i64::try_from(ctx.rules.max_shm_size).unwrap_or(i64::MAX);
         int_in(r, p, &v, 0, max).map(Value::from)
     })?;
-    r.keep(&mut o, "Sysctls", |r, p, v| {
-        let m = fields::str_map(p, v)?;
-        match m.keys().find(|k| !ctx.rules.allow_sysctls.contains(k)) {
-            Some(k) => Err(value_not_allowed(r.op(), p, k, "--allow-sysctl")),
-            None => Ok(Value::Object(m)),
-        }
-    })?;
+    r.keep(&mut o, "Sysctls", |r, p, v| sysctls(ctx, r, p, v))?;
     r.keep(&mut o, "Runtime", fields::one_of(&["", "runc"]))?;
     r.keep(&mut o, "Isolation", fields::one_of(&["", "default"]))?;
     r.keep(&mut o, "Init", fields::any_bool)?;
@@ -167,45 +165,29 @@ pub fn host_config(ctx: &Ctx, v: Value) -> Result<Value, Refusal> {
             "Cpuset",
         ],
     )?;
-    resources(&mut r, &mut o, Pids::Create, &ctx.rules.spend)?;
+    resources(&mut r, &mut o, At::Create, &ctx.rules.spend)?;
     r.finish()?;
     Ok(Value::Object(o))
 }
 
-/// Which request `resources` reads: dockerd gives `PidsLimit: 0` a different meaning in each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pids {
-    /// At create, 0 is "not set" (the engine's default limit applies).
-    Create,
-    /// At update, 0 (like any value below 1) sets "unlimited" over the limit the container has.
-    Update,
-}
-
-/// `container.Resources`: limits are the stack's to set; devices, cgroup parents, block-device
+/// `container.Resources`: limits are the stack's to set within the operator's bounds (`limits`:
+/// memory, CPU and pids, with defaults at create); devices, cgroup parents, block-device
 /// throttles (they name host devices) and switching the OOM killer off are not. Shared by
 /// create and `POST /containers/{id}/update`.
 pub fn resources(
     r: &mut Reader,
     o: &mut Map<String, Value>,
-    pids: Pids,
+    at: At,
     spend: &crate::spend::Spend,
 ) -> Result<(), Refusal> {
     use crate::spend_host;
     r.keep(o, "CpuShares", |r, p, v| {
         spend_host::cpu_shares(spend, r, p, v)
     })?;
-    for f in [
-        "Memory",
-        "NanoCpus",
-        "CpuPeriod",
-        "CpuQuota",
-        "KernelMemory",
-        "KernelMemoryTCP",
-        "MemoryReservation",
-        "MemorySwap",
-    ] {
+    for f in ["KernelMemory", "KernelMemoryTCP", "MemoryReservation"] {
         r.keep(o, f, fields::any_int)?;
     }
+    crate::limits::keep(r, o, at, spend)?;
     r.keep(o, "BlkioWeight", |r, p, v| {
         spend_host::blkio_weight(spend, r, p, v)
     })?;
@@ -213,16 +195,6 @@ pub fn resources(
     r.keep(o, "CpusetMems", fields::any_string)?;
     r.keep(o, "MemorySwappiness", fields::any_int)?;
     r.keep(o, "OomKillDisable", fields::false_only)?;
-    // The docker CLI sends 0 for "not set" at create (dockerd reads it as no limit of the
-    // stack's own); -1 asks for "unlimited" outright and is refused. At update dockerd reads 0
-    // as "unlimited" too.
-    let least = match pids {
-        Pids::Create => 0,
-        Pids::Update => 1,
-    };
-    r.keep(o, "PidsLimit", |r, p, v| {
-        spend_host::pids_limit(spend, least, r, p, v)
-    })?;
     r.keep(o, "Ulimits", |r, p, v| ulimits(spend, r, p, v))?;
     r.zero_kept(
         o,
@@ -245,6 +217,29 @@ pub fn resources(
             "IOMaximumBandwidth",
         ],
     )
+}
+
+/// Only the sysctls `--allow-sysctl` names; for a restricted stack never `net.ipv6.*`: with
+/// IPv6 turned on in its namespace, a sandbox on an internal network reached the host through
+/// the bridge's link-local address (dockerd 20.10 turns IPv6 off in a container whose networks
+/// have none).
+fn sysctls(ctx: &Ctx, r: &Reader, p: &str, v: Value) -> Result<Value, Refusal> {
+    let m = fields::str_map(p, v)?;
+    if let Some(k) = m
+        .keys()
+        .find(|k| ctx.scope.restricted() && k.starts_with("net.ipv6."))
+    {
+        return Err(value_not_allowed(
+            r.op(),
+            p,
+            k,
+            "a restricted stack's sandboxes stay off IPv6, whatever --allow-sysctl says",
+        ));
+    }
+    match m.keys().find(|k| !ctx.rules.allow_sysctls.contains(k)) {
+        Some(k) => Err(value_not_allowed(r.op(), p, k, "--allow-sysctl")),
+        None => Ok(Value::Object(m)),
+    }
 }
 
 fn int_in(r: &Reader, path: &str, v: &Value, min: i64, max: i64) -> Result<i64, Refusal> {
@@ -381,19 +376,8 @@ fn log_config(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
 
 fn cap_add(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let caps = fields::str_list(path, v)?;
-    for cap in &caps {
-        let bare = cap
-            .to_ascii_uppercase()
-            .trim_start_matches("CAP_")
-            .to_owned();
-        if !ctx
-            .rules
-            .allow_caps
-            .iter()
-            .any(|a| a.to_ascii_uppercase().trim_start_matches("CAP_") == bare)
-        {
-            return Err(value_not_allowed(ctx.op, path, cap, "--allow-cap"));
-        }
+    if let Some(cap) = caps.iter().find(|c| !ctx.rules.allows_cap(c)) {
+        return Err(value_not_allowed(ctx.op, path, cap, "--allow-cap"));
     }
     Ok(Value::from(caps))
 }

@@ -10,9 +10,12 @@ use crate::reference::CanonicalName;
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind};
 
-/// A network the stack may attach to: the engine's defaults, or one of its own by name.
+/// A network the stack may attach to: the engine's defaults (`stack_net::place` then puts the
+/// default on the stack's own network, and refuses `bridge` unless allowed), the stack's own
+/// network, or one of its own families by name.
 pub fn own_network(ctx: &Ctx, path: &str, name: &str) -> Result<(), Refusal> {
     if matches!(name, "" | "default" | "bridge" | "none")
+        || name == ctx.stack_network
         || ctx.scope.allows(Kind::Network, Access::Change, name)
     {
         Ok(())

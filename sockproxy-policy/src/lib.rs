@@ -12,12 +12,17 @@
 //! (`policy`, `scope`, `spend`); an object the engine named is pinned (`pinning`). Bodies are
 //! read with the key rule (`json`, `fields`) and decided by `create_body`, `host_config`,
 //! `host_refs`, `mounts`, `paths` and `write_rules` under the operator's `create_rules`, and
-//! `spend_host`. Answers are cut to the stack's view: lists (`list_query`, `filter`,
-//! `volumes`), events (`events`) and `info`; `answers` reads the engine's answers the decisions
-//! stand on. A refusal (`refusal`) carries dockerd's error shape.
+//! `spend_host`; `stack_net` puts a create on the stack's own network, and `limits` holds each
+//! container's memory, CPU and pids limits and the stack's totals; `bind_pins` says which host
+//! paths a checked create binds (the transport pins each, `Need::BindPins`, asked last) and
+//! writes the body forwarded on the staging paths it pinned them on. Answers are cut to the
+//! stack's view: lists (`list_query`, `filter`, `volumes`), events (`events`) and `info`;
+//! `answers` reads the engine's answers the decisions stand on. A refusal (`refusal`) carries
+//! dockerd's error shape.
 
 mod answers;
 mod api;
+mod bind_pins;
 mod canon;
 mod create_body;
 mod create_props;
@@ -32,6 +37,7 @@ mod host_refs;
 mod images;
 mod info;
 mod json;
+mod limits;
 mod list_query;
 mod mounts;
 mod paths;
@@ -44,11 +50,13 @@ mod scope;
 mod seccomp;
 mod spend;
 mod spend_host;
+mod stack_net;
 mod steps;
 mod volumes;
 mod write_rules;
 
 pub use crate::api::{ContainerOp, ExecOp, NetworkOp};
+pub use crate::bind_pins::{BindSource, BIND_LABEL_PREFIX};
 pub use crate::canon::{Query, Target};
 pub use crate::evaluate::{
     evaluate, Decision, Fact, Facts, Found, Host, Inspected, Need, Pinned, Plan, Policy, Reason,
@@ -57,16 +65,25 @@ pub use crate::evaluate::{
 pub use crate::policy::Route;
 pub use crate::reference::{is_full_id, CanonicalName, ObjRef};
 pub use crate::refusal::Refusal;
-pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope};
+pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope, STACK_LABEL};
 
 /// The engine's answers and the client's body as the transport reads them into `Facts`: an
 /// inspect (`Named`), an exec instance's inspect (`ExecInfo`), the list of the stack's own
-/// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), and a JSON
-/// body (`parse_body`, the key rule).
+/// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), a JSON
+/// body (`parse_body`, the key rule), the stack's own network (`stack_network` names it,
+/// `stack_network_body` is what makes it, `StackNetwork` reads its inspect) and a container's
+/// memory limit for the totals (`Usage`).
 pub mod facts {
     pub use crate::answers::{
         own_list_path, own_objects, parse_body, ExecInfo, Named, Own, ARCHIVE_SAFE_API,
     };
+    pub use crate::limits::Usage;
+    pub use crate::stack_net::{create_body as stack_network_body, Held as StackNetwork};
+
+    /// The name of the stack's own network (`{P}net`).
+    pub fn stack_network(policy: &crate::Policy) -> String {
+        crate::stack_net::name(&policy.scope, &policy.stack)
+    }
 }
 
 /// What the transport does to the engine's answers before the stack sees them: lists asked
@@ -84,11 +101,14 @@ pub mod filters {
 
 /// The operator's settings as the policy takes them: what creates may ask for
 /// (`CreateRules`, `Spend`), the host paths a bind source is walked on (`HostPaths`), and the
-/// readers the flags and the policy file are validated with.
+/// readers the flags and the policy file are validated with (`clean_absolute`: a path
+/// setting is absolute, with no `.`, `..` or doubled `/`).
 pub mod settings {
     pub use crate::canon::api_version;
     pub use crate::create_rules::{default_log_drivers, CreateRules, HostPaths, DEFAULT_MAX_SHM};
     pub use crate::images::normalize_image;
+    pub use crate::limits::{cpus, Limits};
+    pub use crate::paths::clean_absolute;
     pub use crate::seccomp::{canonical as canonical_seccomp, Canonical};
     pub use crate::spend::{parse_duration, show_duration, Spend};
     pub use crate::spend_host::ram_in_bytes;

@@ -347,7 +347,7 @@ fn anonymous(op: &str, path: &str, target: &str) -> Refusal {
 }
 
 /// `target` as dockerd compares mount destinations (`filepath.Clean`).
-fn clean_target(target: &str) -> String {
+pub(crate) fn clean_target(target: &str) -> String {
     format!("/{}", clean_components(target).join("/"))
 }
 

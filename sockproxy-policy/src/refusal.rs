@@ -32,8 +32,18 @@ pub enum Refusal {
     /// dockerd's wording for an image it does not hold (`daemon/images`, `ErrImageDoesNotExist`).
     #[error("No such image: {0}")]
     NoSuchImage(String),
+    /// A create (or an update) past one of the stack's totals (`limits::totals`).
+    #[error("sockproxy: {op}: {why}")]
+    OverTotal { op: String, why: String },
+    /// The network the stack's containers are put on exists but is not one the proxy made for
+    /// this stack (`stack_net::judge`): nothing is placed on it.
+    #[error("sockproxy: {op}: {why}")]
+    StackNetwork { op: String, why: String },
     #[error("sockproxy: bad request: {0}")]
     BadRequest(String),
+    /// A request body not complete within `--body-timeout`.
+    #[error("sockproxy: bad request: request body not complete within {0} s")]
+    SlowBody(u64),
     /// A request head refused before hyper parsed it (`headguard`), with its status (400,
     /// 408, 431).
     #[error("sockproxy: bad request: {why}")]
@@ -56,7 +66,11 @@ impl Refusal {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => {
                 StatusCode::FORBIDDEN
             }
-            Self::NotAllowed { .. } | Self::Setting { .. } => StatusCode::FORBIDDEN,
+            Self::NotAllowed { .. } | Self::Setting { .. } | Self::OverTotal { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            Self::StackNetwork { .. } => StatusCode::CONFLICT,
+            Self::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             Self::NoSuchContainer(_)
             | Self::NoSuchNetwork(_)
             | Self::NoSuchExec(_)
@@ -77,6 +91,9 @@ impl Refusal {
             Self::ContainerOutOfScope { .. } | Self::NetworkOutOfScope { .. } => "out_of_scope",
             Self::NotAllowed { .. } => "endpoint_not_allowed",
             Self::Setting { .. } => "setting_not_allowed",
+            Self::OverTotal { .. } => "stack_total",
+            Self::StackNetwork { .. } => "stack_network_unusable",
+            Self::SlowBody(_) => "body_too_slow",
             Self::NoSuchContainer(_) | Self::NoSuchNetwork(_) | Self::NoSuchExec(_) => {
                 "absent_or_out_of_scope"
             }

@@ -1,4 +1,4 @@
-//! What a stack may make the engine spend outside the sandbox's cgroup (DESIGN §4d): operator
+//! What a stack may make the engine spend outside the sandbox's cgroup (docs/architecture.md, "What a stack may spend"): operator
 //! bounds with safe defaults, and the pure rules that apply them. A healthcheck runs one
 //! `runc exec` per interval in the engine; a published port starts one `docker-proxy` process
 //! on the host; a stop timeout of -1 makes `docker stop` wait forever; a body with many keys
@@ -68,6 +68,8 @@ pub struct Spend {
     pub max_log_files: u64,
     /// `DRIVER:KEY` log options allowed beyond the built-in ones (`--allow-log-opt`).
     pub allow_log_opts: Vec<String>,
+    /// Each container's memory, CPU and pids defaults and bounds, and the stack's totals.
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for Spend {
@@ -87,6 +89,7 @@ impl Default for Spend {
             max_log_size: DEFAULT_MAX_LOG_SIZE,
             max_log_files: DEFAULT_MAX_LOG_FILES,
             allow_log_opts: vec![],
+            limits: crate::limits::Limits::default(),
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Each route's steps, in the order they ask for facts: the body first (so a refused body
 //! costs the engine nothing), then the request's own object (an ID prefix among the stack's
 //! own objects, then the inspect), then the other objects the body names (the networks a
-//! create joins, the container a network connect names). `run` replays them with the facts
-//! given and stops at the first one missing (`Stop::Need`), so `evaluate` resumes where the
-//! transport's last fact left it.
+//! create joins, the container a network connect names), and last a create's bind sources,
+//! pinned by the transport (a mount it undoes if the create is refused). `run` replays them
+//! with the facts given and stops at the first one missing (`Stop::Need`), so `evaluate`
+//! resumes where the transport's last fact left it.
 
 use http::Method;
 use serde_json::Value;
@@ -11,6 +12,7 @@ use serde_json::Value;
 use crate::api::{ContainerOp, ExecOp, NetworkOp};
 use crate::canon::Target;
 use crate::evaluate::{Fact, Facts, Found, Need, Pinned, Policy, Sent};
+use crate::limits::Adds;
 use crate::pinning;
 use crate::policy::{self, Route};
 use crate::reference::{is_full_id, ObjRef};
@@ -102,10 +104,22 @@ pub(crate) fn run(
                 policy.host.paths.as_ref(),
                 &policy.stack,
             )?;
+            let net = crate::stack_net::name(&policy.scope, &policy.stack);
             if rules.require_stack_label {
-                joined_networks(op, &checked, facts, policy)?;
+                joined_networks(op, &checked, &net, facts, policy)?;
             }
-            Ok(Done::sent(Sent::Checked(checked)))
+            if crate::stack_net::uses(&checked, &net) {
+                stack_network(op, facts, policy)?;
+            }
+            let memory = checked
+                .get("HostConfig")
+                .and_then(|h| h.get("Memory"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            totals(op, facts, policy, Adds::Container { memory })?;
+            // Last: pinning is a mount the transport undoes if the create is not made.
+            let forwarded = bind_pins(checked, facts, policy)?;
+            Ok(Done::sent(Sent::Checked(forwarded)))
         }
         Route::CreateNetwork => Ok(Done::sent(Sent::Checked(
             crate::write_rules::network_create(body()?, &policy.scope, &policy.stack)?,
@@ -143,6 +157,16 @@ pub(crate) fn run(
             let (pin, engine_api) = object(Kind::Container, r, *access, op, facts, policy)?;
             if *cop == ContainerOp::Archive {
                 crate::answers::archive_on(engine_api)?;
+            }
+            let raised = match &sent {
+                Sent::Checked(v) if *cop == ContainerOp::Update => {
+                    v.get("Memory").and_then(Value::as_i64).filter(|m| *m > 0)
+                }
+                _ => None,
+            };
+            if let Some(memory) = raised {
+                let id = pin.id();
+                totals(op, facts, policy, Adds::Memory { id, memory })?;
             }
             Ok(Done {
                 pin: Some(pin),
@@ -208,14 +232,60 @@ pub(crate) fn run(
 /// carry the stack's label: decided as a change to that network. The name goes on to the
 /// engine as it was checked: a labelled network cannot be renamed, and another of the same
 /// name would make the name ambiguous to the engine, which then refuses the create.
-fn joined_networks(op: &str, checked: &Value, facts: &Facts, policy: &Policy) -> Result<(), Stop> {
-    for name in crate::create_body::joined_networks(checked) {
+fn joined_networks(
+    op: &str,
+    checked: &Value,
+    stack_network: &str,
+    facts: &Facts,
+    policy: &Policy,
+) -> Result<(), Stop> {
+    for name in crate::create_body::joined_networks(checked, stack_network) {
         let r = ObjRef::parse(&name).ok_or_else(|| {
             Refusal::BadRequest(format!("{op}: network {name:?} is not a reference"))
         })?;
         other(Kind::Network, &r, op, facts, policy)?;
     }
     Ok(())
+}
+
+/// A checked create's body as it is forwarded: with no host path bound, as it is; else once
+/// the transport has pinned each source, written on the staging paths (`bind_pins`).
+fn bind_pins(checked: Value, facts: &Facts, policy: &Policy) -> Result<Value, Stop> {
+    let sources = crate::bind_pins::sources(&checked, &policy.create_rules)?;
+    if sources.is_empty() {
+        return Ok(checked);
+    }
+    let need = Need::BindPins(sources.clone());
+    match facts.get(&need) {
+        None => Err(Stop::Need(need)),
+        Some(Fact::BindPins(staging)) => Ok(crate::bind_pins::rewrite(checked, &sources, staging)?),
+        Some(_) => Err(misplaced()),
+    }
+}
+
+/// The stack's own network, which the create is put on: the one the engine holds must be one
+/// the proxy made for this stack (`stack_net::judge`).
+fn stack_network(op: &str, facts: &Facts, policy: &Policy) -> Result<(), Stop> {
+    match facts.get(&Need::StackNetwork) {
+        None => Err(Stop::Need(Need::StackNetwork)),
+        Some(Fact::StackNetwork(held)) => Ok(crate::stack_net::judge(op, held, policy)?),
+        Some(_) => Err(misplaced()),
+    }
+}
+
+/// The stack's totals with what the request adds (`limits::totals`).
+fn totals(op: &str, facts: &Facts, policy: &Policy, adds: Adds) -> Result<(), Stop> {
+    match facts.get(&Need::Usage) {
+        None => Err(Stop::Need(Need::Usage)),
+        Some(Fact::Usage(usage)) => Ok(crate::limits::totals(
+            op,
+            &policy.create_rules.spend.limits,
+            policy.scope.prefix(),
+            usage,
+            adds,
+        )?),
+        Some(_) => Err(misplaced()),
+    }
 }
 
 /// A fact of another kind than its need's: the transport's mistake, refused rather than

@@ -11,6 +11,7 @@ use crate::create_body::{endpoint_settings, stamp_stack_label};
 use crate::create_rules::{CreateRules, Ctx, NoPaths};
 use crate::fields::{self, Reader};
 use crate::host_config;
+use crate::limits::At;
 use crate::refusal::Refusal;
 use crate::scope::{Access, Kind, Scope};
 
@@ -98,12 +99,8 @@ pub fn update(
     let old = version
         .and_then(crate::canon::api_version)
         .is_some_and(|v| v < (1, 40));
-    let pids = if old {
-        host_config::Pids::Create
-    } else {
-        host_config::Pids::Update
-    };
-    host_config::resources(&mut r, &mut o, pids, spend)?;
+    let at = if old { At::OldUpdate } else { At::Update };
+    host_config::resources(&mut r, &mut o, at, spend)?;
     // Changing the restart policy is not a resource limit (the CLI sends it empty).
     r.zero_kept(&mut o, &["RestartPolicy"])?;
     r.finish()?;
@@ -207,6 +204,9 @@ pub fn network_create(v: Value, scope: &Scope, stack: &str) -> Result<Value, Ref
         Ok(Value::Object(opts))
     })?;
     r.finish()?;
+    if o.get("Internal") == Some(&Value::Bool(true)) {
+        host_off(&mut o)?;
+    }
     // A sandbox's own network is its only way out being the sidecar: made without `Internal`
     // it would carry a default route past netproxy for every sandbox later put on it.
     let name = o.get("Name").and_then(Value::as_str).unwrap_or_default();
@@ -221,6 +221,44 @@ pub fn network_create(v: Value, scope: &Scope, stack: &str) -> Result<Value, Ref
         });
     }
     Ok(Value::Object(o))
+}
+
+/// An internal network keeps its containers off the host too: made with
+/// `inhibit_ipv4=true` (added when the client did not set it; any other value is refused), the
+/// bridge holds no IPv4 address, so a sandbox reaches no host service through the gateway
+/// address, or any other host address (dockerd 20.10: no address, no route; the containers on
+/// it still reach each other). IPv6 on it would give the bridge an address again: refused.
+fn host_off(o: &mut Map<String, Value>) -> Result<(), Refusal> {
+    const OP: &str = "networks.create";
+    if o.get("EnableIPv6") == Some(&Value::Bool(true)) {
+        return Err(Refusal::Setting {
+            op: OP.into(),
+            why: "EnableIPv6 true is not allowed for this stack on an internal network (the host would hold an IPv6 address on it)".into(),
+        });
+    }
+    let options = o
+        .entry("Options")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if options.is_null() {
+        *options = Value::Object(Map::new());
+    }
+    let Value::Object(options) = options else {
+        return Err(Refusal::BadRequest("Options must be an object".into()));
+    };
+    match options.get(INHIBIT_IPV4).and_then(Value::as_str) {
+        None => {
+            options.insert(INHIBIT_IPV4.into(), Value::from("true"));
+        }
+        // Go's `strconv.ParseBool`, as the bridge driver reads the option.
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => {}
+        Some(other) => {
+            return Err(Refusal::Setting {
+                op: OP.into(),
+                why: format!("option {INHIBIT_IPV4}={other} is not allowed for this stack on an internal network (the host would hold an address on it)"),
+            })
+        }
+    }
+    Ok(())
 }
 
 /// `POST /networks/{id}/connect` and `/disconnect`: the container reference (returned for the
@@ -244,6 +282,8 @@ pub fn network_attach(
             scope,
             rules,
             engine_socket: Path::new("/"),
+            // An endpoint's settings name no network (the path does, checked by name).
+            stack_network: "",
             host: &NoPaths,
         };
         r.keep(&mut o, "EndpointConfig", |_, p, v| {

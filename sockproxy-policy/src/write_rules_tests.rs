@@ -76,7 +76,9 @@ fn exec_update_and_network_tables() {
             "Name": "deer-flow-net-1",
             "Internal": true,
             "CheckDuplicate": true,
-            "Labels": { "sockproxy.stack": "atlas" }
+            "Labels": { "sockproxy.stack": "atlas" },
+            // An internal network gives the host no address on it.
+            "Options": { "com.docker.network.bridge.inhibit_ipv4": "true" }
         }))
     );
     assert_eq!(
@@ -104,7 +106,8 @@ fn exec_update_and_network_tables() {
         .map_err(|e| e.to_string()),
         Err("sockproxy: networks.create: driver host is not allowed".into())
     );
-    // deer-flow's two networks pass as it sends them.
+    // deer-flow's two networks pass as it sends them, the internal one completed so that the
+    // host holds no address on it.
     assert_eq!(
         network_create(
             json!({ "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4", "Internal": true, "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" } }),
@@ -114,7 +117,10 @@ fn exec_update_and_network_tables() {
         Ok(json!({
             "Name": "deer-flow-sandbox-net-a39cbf0e8f2eeca4",
             "Internal": true,
-            "Options": { "com.docker.network.bridge.gateway_mode_ipv4": "isolated" },
+            "Options": {
+                "com.docker.network.bridge.gateway_mode_ipv4": "isolated",
+                "com.docker.network.bridge.inhibit_ipv4": "true"
+            },
             "CheckDuplicate": true,
             "Labels": { "sockproxy.stack": "atlas" }
         }))
@@ -172,7 +178,8 @@ fn exec_update_and_network_tables() {
             "Name": "deer-flow-sandbox-net-a",
             "Internal": true,
             "CheckDuplicate": true,
-            "Labels": { "sockproxy.stack": "atlas" }
+            "Labels": { "sockproxy.stack": "atlas" },
+            "Options": { "com.docker.network.bridge.inhibit_ipv4": "true" }
         }))
     );
     for body in [
@@ -290,4 +297,45 @@ fn exec_update_and_network_tables() {
         .expect_err("refused"),
         "sockproxy: networks.connect: EndpointConfig.NetworkID is not allowed for this stack"
     );
+}
+
+/// An internal network is made with `inhibit_ipv4=true` (added, or as the client spelled it
+/// true), never with another value or IPv6; an egress network is left as sent.
+#[test]
+fn internal_networks_give_the_host_no_address() {
+    let s = Scope::new(Prefix::parse("deer-flow-").expect("valid"), true);
+    const OPT: &str = "com.docker.network.bridge.inhibit_ipv4";
+    let made = |body: serde_json::Value| {
+        network_create(body, &s, "atlas")
+            .map(|v| v["Options"].clone())
+            .map_err(|e| e.to_string())
+    };
+    let net = "deer-flow-sandbox-net-1";
+    let rows = [
+        (json!({ "Name": net, "Internal": true }), Ok(json!({ OPT: "true" }))),
+        (
+            json!({ "Name": net, "Internal": true, "Options": null }),
+            Ok(json!({ OPT: "true" })),
+        ),
+        (
+            json!({ "Name": net, "Internal": true, "Options": { OPT: "1" } }),
+            Ok(json!({ OPT: "1" })),
+        ),
+        (
+            json!({ "Name": net, "Internal": true, "Options": { OPT: "false" } }),
+            Err(format!("sockproxy: networks.create: option {OPT}=false is not allowed for this stack on an internal network (the host would hold an address on it)")),
+        ),
+        (
+            json!({ "Name": net, "Internal": true, "EnableIPv6": true }),
+            Err("sockproxy: networks.create: EnableIPv6 true is not allowed for this stack on an internal network (the host would hold an IPv6 address on it)".into()),
+        ),
+        // The egress network keeps its way out.
+        (
+            json!({ "Name": "deer-flow-sandbox-egress-1" }),
+            Ok(serde_json::Value::Null),
+        ),
+    ];
+    for (body, want) in rows {
+        assert_eq!(made(body.clone()), want, "{body}");
+    }
 }

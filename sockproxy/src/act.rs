@@ -1,8 +1,9 @@
 //! What the transport does with a final plan: forward it to the path pinned to the checked ID,
-//! with the checked body (or the client's stream, or nothing), and shape the answer: lists,
-//! events and `/info` cut to the stack's view, an inspect answered with the inspect the check
-//! was made on, the engine's errors in the client's words. Every engine call here comes after
-//! `evaluate` made the plan final.
+//! with the checked body (or the client's stream, or nothing; a create's on the staging paths
+//! its bind sources were pinned on, settled by the engine's answer), and shape the answer:
+//! lists, events and `/info` cut to the stack's view, an inspect answered with the inspect the
+//! check was made on, the engine's errors in the client's words. Every engine call here comes
+//! after `evaluate` made the plan final.
 
 use http::{header, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -47,7 +48,14 @@ impl Proxy {
             Route::VolumeList => self.volume_list(parts, target).await,
             Route::CreateContainer | Route::CreateNetwork => {
                 let body = checked(plan)?.unwrap_or_default();
+                // Forwarded: the engine's answer settles the pins. One that never comes
+                // (the request failed on the way) leaves them to the next release pass, since
+                // only the engine knows whether it made the container.
+                let pins = ex.pins.take();
                 let resp = self.forward_body(parts, body, path).await?;
+                if let Some(pins) = pins {
+                    pins.answered(resp.status() == StatusCode::CREATED);
+                }
                 match plan.route {
                     Route::CreateContainer => Ok(self.conflict_names_only(resp).await),
                     _ => Ok(resp),

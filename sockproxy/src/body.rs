@@ -1,5 +1,6 @@
-//! Reading request bodies off the wire, bounded: a JSON body up to `MAX_BODY` (parsed with
-//! the policy's key rule), and the nothing an endpoint without a body may carry.
+//! Reading request bodies off the wire, bounded in size and time: a JSON body up to `MAX_BODY`
+//! (parsed with the policy's key rule), and the nothing an endpoint without a body may carry,
+//! each within `--body-timeout` (`in_time`).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -9,7 +10,20 @@ use sockproxy_policy::Refusal;
 
 use crate::upstream::Body;
 
-/// Largest request body the proxy reads to decide on (DESIGN: oversized ⇒ deny).
+/// Seconds a client has to send a whole JSON body (`--body-timeout`'s default): a create body
+/// of a few kilobytes comes in one write; one trickled a byte at a time held a connection slot
+/// for as long as it liked.
+pub const DEFAULT_BODY_TIMEOUT: u64 = 30;
+
+/// `--body-timeout`, checked: at least a second.
+pub fn timeout(flag: Option<u64>) -> Result<std::time::Duration, String> {
+    match flag.unwrap_or(DEFAULT_BODY_TIMEOUT) {
+        0 => Err("--body-timeout 0: expected 1 or more".into()),
+        secs => Ok(std::time::Duration::from_secs(secs)),
+    }
+}
+
+/// Largest request body the proxy reads to decide on (docs/architecture.md: an oversized body is denied).
 pub const MAX_BODY: usize = 1 << 20;
 
 /// Reads a JSON body (at most `MAX_BODY`, else 413) and parses it with the policy's key rule
@@ -62,6 +76,18 @@ pub async fn no_body(body: Body) -> Result<(), Refusal> {
             "this endpoint takes no request body".into(),
         )),
     }
+}
+
+/// `read` (a body being read) within `limit` of now, else a 408: a client trickling its body
+/// would hold its connection slot as long as it liked. The body is dropped unread, and hyper
+/// closes a connection whose body was not read to the end.
+pub async fn in_time<T>(
+    limit: std::time::Duration,
+    read: impl std::future::Future<Output = Result<T, Refusal>>,
+) -> Result<T, Refusal> {
+    tokio::time::timeout(limit, read)
+        .await
+        .unwrap_or_else(|_| Err(Refusal::SlowBody(limit.as_secs())))
 }
 
 /// Enough for any "nothing" a client sends; more is refused without being read.

@@ -20,18 +20,14 @@ const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 128 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InfoMode {
-    /// The engine's description with the stack's own counts and name (DESIGN §2).
+    /// The engine's description with the stack's own counts and name (docs/architecture.md, "sockproxy: a request's way through").
     Stack,
     /// Refused, like other host-wide endpoints.
     Deny,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Plain,
-    Json,
-}
+/// `--log-format`: the toolkit's one (`scrape::logging`).
+pub use scrape::LogFormat;
 
 /// Per-stack Docker Engine API proxy: a stack sees and changes only its own containers.
 #[derive(Debug, Default, Parser, Serialize, Deserialize)]
@@ -108,6 +104,12 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub allow_bind_root: Vec<PathBuf>,
+    /// Where bind sources are pinned: a directory only the proxy writes, on which it mounts a
+    /// small tmpfs of its own (docs/sockproxy.md, "Pinned bind sources") [default:
+    /// /run/sockproxy-pins/STACK].
+    #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_PIN_DIR")]
+    #[serde(skip)]
+    pub pin_dir: Option<PathBuf>,
     /// Let containers publish ports on addresses other than loopback.
     #[arg(
         help_heading = "Create policy",
@@ -115,6 +117,15 @@ pub struct Args {
         env = "SOCKPROXY_ALLOW_PUBLIC_PORTS"
     )]
     pub allow_public_ports: bool,
+    /// Let containers join the engine's default bridge (NetworkMode bridge), which every
+    /// stack's containers may share; without it a container that names no network goes on the
+    /// stack's own network {P}net and bridge is refused.
+    #[arg(
+        help_heading = "Create policy",
+        long,
+        env = "SOCKPROXY_ALLOW_DEFAULT_BRIDGE"
+    )]
+    pub allow_default_bridge: bool,
     /// Treat a container or network without this stack's `sockproxy.stack` label as another
     /// stack's (not listed, inspected, changed or joined; its events dropped), and refuse named
     /// volumes: for stacks that share a prefix.
@@ -183,9 +194,23 @@ pub struct Args {
     /// Seconds a client has to send a complete request head [default: 10].
     #[arg(help_heading = "Listening", long, env = "SOCKPROXY_HEADER_TIMEOUT")]
     pub header_timeout: Option<u64>,
+    /// Seconds a client has to send a whole JSON body after its head (an archive upload
+    /// streams on); slower is answered 408 and closed [default: 30].
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_BODY_TIMEOUT")]
+    pub body_timeout: Option<u64>,
+    /// File locked (flock) around a create's checks of the stack's network and totals; give
+    /// proxies of one stack the same [default: .sockproxy-HASH.lock beside --listen].
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_STACK_LOCK")]
+    #[serde(skip)]
+    pub stack_lock: Option<PathBuf>,
     /// Worker threads of the multi-thread runtime that serves client connections (threads
     /// sp-loop-0…) [default: 1].
-    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_EVENT_LOOPS")]
+    #[arg(help_heading = "Listening", long, env = "SOCKPROXY_WORKER_THREADS")]
+    #[serde(skip)]
+    pub worker_threads: Option<usize>,
+    /// The old name of --worker-threads (and SOCKPROXY_EVENT_LOOPS of its variable), kept for
+    /// one release; --worker-threads wins where both are given.
+    #[arg(long, env = "SOCKPROXY_EVENT_LOOPS", hide = true)]
     #[serde(skip)]
     pub event_loops: Option<usize>,
     /// Client connections served at once; more are answered 503 and closed [default: 256].
@@ -210,6 +235,9 @@ pub struct Args {
     // In the file, the switch says what is kept: `name-cache = false`.
     #[serde(rename = "name-cache", with = "turned_off")]
     pub no_name_cache: bool,
+    /// Bind sources the stack may hold pinned at once, over all its containers [default: 4096].
+    #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_BIND_PINS")]
+    pub max_bind_pins: Option<usize>,
     /// Largest container or network list (bytes) the proxy will filter [default: 67108864].
     #[arg(help_heading = "Limits", long, env = "SOCKPROXY_MAX_LIST_BYTES")]
     pub max_list_bytes: Option<usize>,
@@ -256,21 +284,23 @@ pub enum ConfigError {
     MinApiVersion(String),
     #[error("--policy {0:?}: {1}")]
     PolicyFile(PathBuf, String),
-    #[error("--event-loops {0}: expected 1 to {MAX_EVENT_LOOPS}")]
-    EventLoops(usize),
+    #[error("--worker-threads {0}: expected 1 to {MAX_WORKER_THREADS}")]
+    WorkerThreads(usize),
     #[error("{0}")]
     Spend(String),
     #[error("--metrics-listen {0}")]
     MetricsListen(#[from] scrape::ListenError),
+    #[error("--pin-dir: {0}")]
+    PinDir(String),
 }
 
 /// More workers than this would only add threads: each is a whole core's worth of work.
-pub const MAX_EVENT_LOOPS: usize = 64;
+pub const MAX_WORKER_THREADS: usize = 64;
 
 /// One worker: on a two-core host shared with dockerd a second one made `/_ping` cost 24-28 µs
 /// of CPU instead of 19.4-19.6, with fewer requests answered (docs/benchmarks.md, "Issue 39"):
 /// the request's task and the engine connection's task woke each other across threads.
-fn default_event_loops() -> usize {
+fn default_worker_threads() -> usize {
     1
 }
 
@@ -288,9 +318,14 @@ pub struct Config {
     /// Requests naming an older `/vX.Y` are refused.
     pub min_api_version: (u32, u32),
     pub header_timeout: std::time::Duration,
+    pub body_timeout: std::time::Duration,
+    /// The file proxies of one stack lock around a create's checks (`stack_lock`).
+    pub stack_lock: Option<PathBuf>,
     pub max_connections: usize,
     /// Worker threads of the runtime serving client connections (`server::runtime`).
-    pub event_loops: usize,
+    pub worker_threads: usize,
+    /// Whether the workers were set by their old name (`--event-loops`), which the log says.
+    pub old_worker_flag: bool,
     pub shutdown_grace: std::time::Duration,
     /// What creates may ask for, and `--require-stack-label` (which pinning reads too).
     pub create_rules: CreateRules,
@@ -300,6 +335,8 @@ pub struct Config {
     pub allow_images: Vec<String>,
     /// Where `/metrics` and `/healthz` are served (`--metrics-listen`); `None`: nowhere.
     pub metrics_listen: Option<scrape::Listen>,
+    /// Where and how many bind sources are pinned (used with `--allow-bind-root`).
+    pub pins: crate::pins::PinSettings,
 }
 
 impl Config {
@@ -336,11 +373,20 @@ impl Config {
         let min_api_version = sockproxy_policy::settings::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
             .ok_or_else(|| ConfigError::MinApiVersion(min_raw.to_owned()))?;
-        let event_loops = args.event_loops.unwrap_or_else(default_event_loops);
-        if !(1..=MAX_EVENT_LOOPS).contains(&event_loops) {
-            return Err(ConfigError::EventLoops(event_loops));
+        let old_worker_flag = args.worker_threads.is_none() && args.event_loops.is_some();
+        let worker_threads = args
+            .worker_threads
+            .or(args.event_loops)
+            .unwrap_or_else(default_worker_threads);
+        if !(1..=MAX_WORKER_THREADS).contains(&worker_threads) {
+            return Err(ConfigError::WorkerThreads(worker_threads));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
+        let body_timeout = crate::body::timeout(args.body_timeout).map_err(ConfigError::Spend)?;
+        let stack = args.stack.unwrap_or_else(|| prefix.to_string());
+        let stack_lock = args
+            .stack_lock
+            .or_else(|| crate::stack_lock::beside(args.listen.as_deref()?, &stack));
         let metrics_listen = args
             .metrics_listen
             .as_deref()
@@ -351,11 +397,13 @@ impl Config {
             .iter()
             .map(|r| normalize_image(r))
             .collect();
+        let pins = crate::pins::settings(args.pin_dir, args.max_bind_pins, &stack)
+            .map_err(ConfigError::PinDir)?;
         Ok(Self {
             // Clap requires it unless --print-policy, which never listens.
             listen: args.listen.unwrap_or_default(),
             upstream,
-            stack: args.stack.unwrap_or_else(|| prefix.to_string()),
+            stack,
             scope: Scope::new(prefix, args.restricted)
                 .with_info(args.info.unwrap_or(InfoMode::Stack) == InfoMode::Stack),
             socket_mode,
@@ -368,12 +416,16 @@ impl Config {
                 .unwrap_or(DEFAULT_MAX_LIST_BYTES_TOTAL),
             min_api_version,
             header_timeout: std::time::Duration::from_secs(args.header_timeout.unwrap_or(10)),
+            body_timeout,
+            stack_lock,
             max_connections: args.max_connections.unwrap_or(256).max(1),
-            event_loops,
+            worker_threads,
+            old_worker_flag,
             create_rules: CreateRules {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
                 public_ports: args.allow_public_ports,
+                allow_default_bridge: args.allow_default_bridge,
                 allow_seccomp_unconfined: args.allow_seccomp_unconfined,
                 seccomp_profiles,
                 allow_sysctls: args.allow_sysctl,
@@ -392,6 +444,7 @@ impl Config {
             name_cache: !args.no_name_cache,
             allow_images,
             metrics_listen,
+            pins,
         })
     }
 }

@@ -1,13 +1,14 @@
 //! The one loop every request is decided by: evaluate, gather the fact the plan needs (its
-//! JSON body, an inspect, the stack's own objects: `Gather`), evaluate again with it, until the
-//! plan needs nothing, relays the engine's answer, or is refused. Every route goes through it;
-//! nothing else calls `evaluate`.
+//! JSON body, an inspect, the stack's own objects, a create's pinned bind sources: `Gather`),
+//! evaluate again with it, until the plan needs nothing, relays the engine's answer, or is
+//! refused. Every route goes through it; nothing else calls `evaluate`.
 
 use sockproxy_policy::{evaluate, Decision, Fact, Facts, Need, Plan, Policy, Refusal, Request};
 
-/// More evaluations than any route has steps (an exec start takes four): a plan that asks
-/// for this many facts is refused rather than followed.
-const MAX_EVALUATIONS: usize = 8;
+/// More evaluations than any route has steps (an exec start takes four; a create with bind
+/// sources, under `--require-stack-label`, one per network it joins besides its body and its
+/// pins): a plan that asks for this many facts is refused rather than followed.
+const MAX_EVALUATIONS: usize = 9;
 
 /// Finds the facts a plan needs: the transport's I/O (`exchange::Exchange`), or a script in
 /// tests.
@@ -86,6 +87,14 @@ mod tests {
             self.asked.push(plan.need.clone());
             Ok(match &plan.need {
                 Need::Body => Fact::Body(serde_json::json!({"Cmd": ["true"]})),
+                Need::StackNetwork => {
+                    let mut made = sockproxy_policy::facts::stack_network_body(&policy());
+                    made["Id"] = ID.into();
+                    let held =
+                        sockproxy_policy::facts::StackNetwork::read(made.to_string().as_bytes())?;
+                    Fact::StackNetwork(held)
+                }
+                Need::Usage => Fact::Usage(vec![]),
                 Need::Own(_) => Fact::Own(vec![(ID.into(), "deer-flow-sandbox-1".into())]),
                 _ => Fact::Object {
                     found: Found {
@@ -154,11 +163,12 @@ mod tests {
             (Method::POST, "/containers/1111/stop", 3, 2),
             // The body before the container.
             (Method::POST, "/containers/deer-flow-sandbox-1/exec", 3, 2),
+            // The body, the stack's network, the stack's totals.
             (
                 Method::POST,
                 "/containers/create?name=deer-flow-sandbox-2",
-                2,
-                1,
+                4,
+                3,
             ),
             (
                 Method::GET,

@@ -1,8 +1,9 @@
 //! One request on its way through the transport (`Exchange`), and the I/O that gathers the
 //! facts its plan needs (`decide::Gather`): its JSON body, read bounded; an inspect of a
 //! container, network or exec instance through `upstream`, or the name map's entry in its
-//! place; the stack's own objects, listed. The answers are read by `sockproxy_policy::facts`
-//! and decided by `evaluate`; nothing here decides.
+//! place; the stack's own objects, listed; a create's bind sources, pinned (`pins`). The
+//! answers are read by `sockproxy_policy::facts` and decided by `evaluate`; nothing here
+//! decides.
 
 use http::request::Parts;
 use http::StatusCode;
@@ -23,7 +24,8 @@ const MAX_INSPECT: usize = 8 << 20;
 /// One request on its way: what the client sent, its body until it is read or forwarded (it
 /// stays in its slot so a refusal on the way can drain it), and what gathering kept for
 /// acting: the engine's inspect answers (an inspect's own answer, and the engine's answer a
-/// plan relays) and the facts the name map gave (taken back when the engine says 404).
+/// plan relays), the facts the name map gave (taken back when the engine says 404), and a
+/// create's pinned bind sources until the create is forwarded.
 #[derive(Debug)]
 pub(crate) struct Exchange<'a> {
     pub proxy: &'a Proxy,
@@ -36,6 +38,13 @@ pub(crate) struct Exchange<'a> {
     answers: Vec<(Need, Buffered)>,
     /// Every inspect goes to the engine (after a remembered pin was stale).
     fresh: bool,
+    /// The bind sources pinned for a create (`Need::BindPins`): `act` takes them as it
+    /// forwards the create, and the engine's answer settles them; still here when the request
+    /// ends, the create was not forwarded and they are released (`release_pins`).
+    pub pins: Option<crate::pins::PinSet<'a>>,
+    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`, `Need::Usage`):
+    /// held until the request is answered.
+    stack_lock: Option<crate::stack_lock::Held>,
 }
 
 impl<'a> Exchange<'a> {
@@ -48,6 +57,16 @@ impl<'a> Exchange<'a> {
             remembered: vec![],
             answers: vec![],
             fresh: false,
+            pins: None,
+            stack_lock: None,
+        }
+    }
+
+    /// Releases the bind sources pinned for a create that was not forwarded (refused after
+    /// they were pinned, or failed before it was sent).
+    pub fn release_pins(&mut self) {
+        if let Some(set) = self.pins.take() {
+            set.answered(false);
         }
     }
 
@@ -61,8 +80,17 @@ impl<'a> Exchange<'a> {
     pub async fn settle_body(&mut self, plan: &Plan) -> Result<(), Refusal> {
         if plan.body == Sent::Nothing {
             if let Some(body) = self.body.take() {
-                crate::body::no_body(body).await?;
+                let limit = self.proxy.serving.body_timeout;
+                crate::body::in_time(limit, crate::body::no_body(body)).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// The stack's lock, taken once for the request.
+    async fn hold_stack_lock(&mut self) -> Result<(), Refusal> {
+        if self.stack_lock.is_none() {
+            self.stack_lock = Some(self.proxy.stack_lock.lock().await?);
         }
         Ok(())
     }
@@ -199,7 +227,17 @@ impl Gather for Exchange<'_> {
             Need::Body => {
                 let max_keys = self.proxy.policy.create_rules.spend.max_json_keys;
                 let body = self.take_body();
-                Ok(Fact::Body(crate::body::read_json(body, max_keys).await?))
+                let limit = self.proxy.serving.body_timeout;
+                let read = crate::body::read_json(body, max_keys);
+                Ok(Fact::Body(crate::body::in_time(limit, read).await?))
+            }
+            Need::StackNetwork => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::stack_network(self.proxy, version).await
+            }
+            Need::Usage => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::usage(self.proxy, version).await
             }
             Need::Own(kind) => {
                 let own = self.proxy.own_objects(*kind, version).await?;
@@ -211,6 +249,17 @@ impl Gather for Exchange<'_> {
                     .await
             }
             Need::Exec(id) => self.inspect_exec(id, version).await,
+            Need::BindPins(sources) => {
+                // Pinned again only if the sources changed between evaluations: the earlier
+                // ones go first.
+                self.release_pins();
+                let proxy = self.proxy;
+                let set =
+                    crate::pins::for_create(proxy.pins.as_deref(), sources, &proxy.policy.stack)?;
+                let staging = set.staging.clone();
+                self.pins = Some(set);
+                Ok(Fact::BindPins(staging))
+            }
             Need::Nothing => Err(Refusal::Upstream("nothing to gather".into())),
         }
     }

@@ -3,32 +3,9 @@
 
 use anyhow::Context;
 use clap::Parser;
-use sockproxy::config::{Args, Config, LogFormat};
+use sockproxy::config::{Args, Config};
 use sockproxy::server;
 use tokio::signal::unix::{signal, SignalKind};
-
-/// Logs through tracing-subscriber's `fmt` layer, plain or JSON, to stderr: each line is
-/// written whole with one `write(2)` by the thread that logs it, so a line is out before the
-/// request's answer is, and a SIGKILL loses none. tracing-appender's non-blocking writer was
-/// measured and dropped: its channel woke its thread with two futex calls and four
-/// `sched_yield`s per line, and `/_ping` cost 25.7-28.3 µs of CPU against 19.4-19.6 µs written
-/// directly (docs/benchmarks.md, "Issue 39").
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SOCKPROXY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // The decision line has a `target` field of its own (the request path).
-        .with_target(false)
-        // Colour codes only on a terminal: a log file or the journal gets plain text.
-        .with_ansi(terminal);
-    match format {
-        LogFormat::Plain => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
 
 /// A start-up failure and how the process exits with it: 2 for bad configuration (flags, the
 /// policy file), 1 for a failure at run time (the socket, the runtime).
@@ -73,10 +50,11 @@ fn run() -> Result<(), Failure> {
         print!("{text}");
         return Ok(());
     }
-    init_logging(cfg.log_format);
-    // tokio's multi-thread runtime, `--event-loops` workers; large bodies and lists are parsed
+    // Plain or JSON lines on stderr, each written whole by its thread (`scrape::logging`).
+    scrape::logging::init("SOCKPROXY_LOG", cfg.log_format);
+    // tokio's multi-thread runtime, `--worker-threads` workers; large bodies and lists are parsed
     // and filtered on its blocking pool.
-    let runtime = server::runtime(cfg.event_loops)
+    let runtime = server::runtime(cfg.worker_threads)
         .context("starting the runtime")
         .map_err(Failure::Runtime)?;
     let served = runtime.block_on(serve(cfg)).map_err(Failure::Runtime);
@@ -100,8 +78,19 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             "--require-stack-label with the stack named after its prefix (the default): other stacks on this prefix get the same label; give each its own --stack"
         );
     }
+    if cfg.old_worker_flag {
+        tracing::warn!(
+            "--event-loops (SOCKPROXY_EVENT_LOOPS) is now --worker-threads (SOCKPROXY_WORKER_THREADS); the old name goes in a later release"
+        );
+    }
+    // Before the socket: a proxy that cannot pin bind sources does not serve.
+    let pins = sockproxy::pins::Pins::open(&cfg.pins, &cfg.create_rules.bind_roots)?;
+    let proxy = server::proxy_for(&cfg, pins);
+    if let Some(pins) = &proxy.pins {
+        sockproxy::pin_watch::probe(&proxy.upstream, pins).await?;
+    }
     let bound = server::bind(&cfg).context("cannot listen")?;
-    if !bound.made_here && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
+    if bound.made.is_none() && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
         tracing::warn!(
             "--socket-mode and --socket-group are not applied: systemd made the socket (set SocketMode= and SocketGroup= in the .socket unit)"
         );
@@ -112,8 +101,8 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         prefix = %cfg.scope.prefix(),
         restricted = cfg.scope.restricted(),
         stack = %cfg.stack,
-        event_loops = cfg.event_loops,
-        socket_activation = !bound.made_here,
+        worker_threads = cfg.worker_threads,
+        socket_activation = bound.made.is_none(),
         metrics_listen = cfg.metrics_listen.as_ref().map(|m| m.to_string()),
         "sockproxy listening"
     );
@@ -128,8 +117,8 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     };
     server::serve(
         bound.listener,
-        server::proxy_for(&cfg),
-        bound.made_here.then(|| cfg.listen.clone()),
+        proxy,
+        bound.made,
         bound.metrics,
         cfg.shutdown_grace,
         shutdown,

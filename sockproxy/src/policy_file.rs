@@ -16,6 +16,7 @@ use stackmodel::{ChangedIn, FAMILIES};
 
 use crate::config::{Args, Config, ConfigError, InfoMode};
 use crate::spend_args::SpendArgs;
+use sockproxy_policy::settings::cpus;
 
 /// The flags with the policy file they name (`--policy`), if any, read into them: the settings
 /// `Config::from_args` takes.
@@ -47,9 +48,12 @@ pub fn over(flags: Args, text: &str) -> Result<Args, String> {
         metrics_listen: flags.metrics_listen,
         log_format: flags.log_format,
         shutdown_grace: flags.shutdown_grace,
+        worker_threads: flags.worker_threads,
         event_loops: flags.event_loops,
+        stack_lock: flags.stack_lock,
         policy: flags.policy,
         print_policy: flags.print_policy,
+        pin_dir: flags.pin_dir,
         ..both
     })
 }
@@ -214,6 +218,7 @@ pub fn effective(cfg: &Config) -> Args {
         allow_cap: r.allow_caps.clone(),
         allow_bind_root: r.bind_roots.clone(),
         allow_public_ports: r.public_ports,
+        allow_default_bridge: r.allow_default_bridge,
         allow_seccomp_unconfined: r.allow_seccomp_unconfined,
         allow_seccomp_profile: r
             .seccomp_profiles
@@ -226,8 +231,10 @@ pub fn effective(cfg: &Config) -> Args {
         allow_image: cfg.allow_images.clone(),
         require_stack_label: r.require_stack_label,
         header_timeout: Some(cfg.header_timeout.as_secs()),
+        body_timeout: Some(cfg.body_timeout.as_secs()),
         max_connections: Some(cfg.max_connections),
         max_list_bytes: Some(cfg.max_list_bytes),
+        max_bind_pins: Some(cfg.pins.max),
         max_list_bytes_total: Some(cfg.max_list_bytes_total),
         no_name_cache: !cfg.name_cache,
         spend: SpendArgs {
@@ -247,6 +254,13 @@ pub fn effective(cfg: &Config) -> Args {
             max_log_size: Some(r.spend.max_log_size.to_string()),
             max_log_files: Some(r.spend.max_log_files),
             allow_log_opt: r.spend.allow_log_opts.clone(),
+            default_memory: Some(r.spend.limits.default_memory.to_string()),
+            default_cpus: Some(cpus(r.spend.limits.default_nano_cpus)),
+            default_pids_limit: Some(r.spend.limits.default_pids_limit),
+            max_container_memory: Some(r.spend.limits.max_container_memory.to_string()),
+            max_container_cpus: Some(cpus(r.spend.limits.max_container_nano_cpus)),
+            max_containers: Some(r.spend.limits.max_containers),
+            max_memory: Some(r.spend.limits.max_memory.to_string()),
         },
         ..Args::default()
     }
@@ -276,6 +290,10 @@ pub fn print(cfg: &Config) -> Result<String, String> {
             f.what
         ));
     }
+    out.push_str(&format!(
+        "#   network   {}  the stack's own: made by the proxy, joined by creates that name no network, never changed\n",
+        sockproxy_policy::facts::stack_network(&crate::server::policy_of(cfg))
+    ));
     out.push_str("#   networks bridge, host, none: read only\n");
     out.push_str(&toml::to_string(&effective(cfg)).map_err(|e| e.to_string())?);
     Ok(out)

@@ -79,13 +79,15 @@ fn flags_add_to_the_file_and_override_its_numbers() {
             "1 | allow-everything = true\n",
             "  | ^^^^^^^^^^^^^^^^\n",
             "unknown field `allow-everything`, expected one of ",
-            "`allow-bind-root`, `allow-cap`, `allow-host-port`, `allow-image`, ",
-            "`allow-log-driver`, `allow-log-opt`, `allow-public-ports`, ",
+            "`allow-bind-root`, `allow-cap`, `allow-default-bridge`, `allow-host-port`, ",
+            "`allow-image`, `allow-log-driver`, `allow-log-opt`, `allow-public-ports`, ",
             "`allow-seccomp-profile`, `allow-seccomp-unconfined`, `allow-sysctl`, ",
-            "`header-timeout`, `info`, `max-blkio-weight`, `max-connections`, ",
+            "`body-timeout`, `default-cpus`, `default-memory`, `default-pids-limit`, ",
+            "`header-timeout`, `info`, `max-bind-pins`, `max-blkio-weight`, `max-connections`, ",
+            "`max-container-cpus`, `max-container-memory`, `max-containers`, ",
             "`max-core-ulimit`, `max-cpu-shares`, `max-healthcheck-retries`, ",
             "`max-json-keys`, `max-list-bytes`, `max-list-bytes-total`, `max-log-files`, ",
-            "`max-log-size`, `max-pids-limit`, `max-port-bindings`, `max-shm-size`, ",
+            "`max-log-size`, `max-memory`, `max-pids-limit`, `max-port-bindings`, `max-shm-size`, ",
             "`max-stop-timeout`, `min-api-version`, `min-healthcheck-interval`, ",
             "`min-host-port`, `name-cache`, `require-stack-label`, `restricted`\n",
         )
@@ -154,7 +156,7 @@ fn every_flag_is_kept_over_an_empty_file() {
 #[test]
 fn the_file_keys_are_flags_without_defaults() {
     let keys = settings(&Args::default()).expect("serializes");
-    assert_eq!(keys.len(), 32);
+    assert_eq!(keys.len(), 42);
     let cmd = Args::command();
     for key in keys.keys() {
         let long = if key == "name-cache" {

@@ -55,6 +55,10 @@ pub struct Proxy {
     pub counters: Counters,
     /// The metric families `--metrics-listen` serves (`metrics`); counted whether served or not.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The stack's pinned bind sources, with `--allow-bind-root` (`pins`).
+    pub pins: Option<Arc<crate::pins::Pins>>,
+    /// What a create's checks of the stack's network and totals are gathered under.
+    pub stack_lock: crate::stack_lock::StackLock,
 }
 
 /// What bounds the clients the proxy serves and the lists it buffers for them.
@@ -64,6 +68,8 @@ pub struct Serving {
     pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Time a client has to send a whole request head (`--header-timeout`).
     pub header_timeout: std::time::Duration,
+    /// Time a client has to send a whole JSON body, once its head is read (`--body-timeout`).
+    pub body_timeout: std::time::Duration,
     /// Connections and upgrade streams in flight, for a graceful shutdown.
     pub inflight: crate::inflight::Inflight,
     /// Bytes one buffered list may hold (`--max-list-bytes`).
@@ -196,6 +202,8 @@ impl Proxy {
             Err(r) => Err(r),
             Ok(plan) => self.answer(&request, plan, facts, &mut ex).await,
         };
+        // Pins still held here belong to a create that was never forwarded.
+        ex.release_pins();
         if result.is_err() {
             if let Some(unread) = ex.body.take() {
                 drain(unread).await;

@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,8 +16,6 @@ use hyper_util::rt::TokioIo;
 use sockproxy_policy::Policy;
 use tokio::net::{UnixListener, UnixStream};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use crate::client_body::ClientBody;
 use crate::config::Config;
 use crate::proxy::{Peer, Proxy, Serving};
@@ -27,24 +24,25 @@ use sockproxy_policy::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("{0}: something is already listening there (another sockproxy?)")]
-    InUse(PathBuf),
-    #[error("{0}: exists and is not a socket; refusing to replace it")]
-    NotASocket(PathBuf),
+    #[error(transparent)]
+    Bind(scrape::BindError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Activation(#[from] scrape::activation::ActivationError),
     #[error("--metrics-listen {0}")]
-    Metrics(#[from] scrape::BindError),
+    Metrics(scrape::BindError),
+    #[error(transparent)]
+    Pins(#[from] crate::pin_dir::PinError),
 }
 
-/// The proxy's listening socket, and whether the proxy made it (and so removes it at exit) or
-/// systemd passed it (and keeps it for the next start); and the metrics endpoint's, if asked for.
+/// The proxy's listening socket, and its file if the proxy made it (removed at exit; `None`
+/// when systemd passed the socket, which keeps it for the next start); and the metrics
+/// endpoint's, if asked for.
 #[derive(Debug)]
 pub struct Bound {
     pub listener: UnixListener,
-    pub made_here: bool,
+    pub made: Option<scrape::SocketFile>,
     pub metrics: Option<scrape::Listener>,
 }
 
@@ -55,85 +53,79 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ServerError + '_ {
     }
 }
 
-/// Binds the proxy's socket. A stale socket file is replaced only if nothing answers on it.
-/// The socket is created under the process umask (no group/other write with the usual 022),
-/// then opened up to `socket_mode`, so the window before chmod is never wider than asked.
-/// With systemd socket activation, the socket systemd passed is used as it is (its mode and
-/// group are the unit's).
+/// Binds the proxy's socket (`scrape::bind`: a stale socket file is replaced only if nothing
+/// answers on it; `--socket-group`, then `--socket-mode`). With systemd socket activation, the
+/// socket systemd passed is used as it is (its mode and group are the unit's).
 /// The metrics endpoint (`--metrics-listen`) is bound here too, first: a start-up failure
 /// either way.
 pub fn bind(cfg: &Config) -> Result<Bound, ServerError> {
-    let metrics = cfg.metrics_listen.as_ref().map(scrape::bind).transpose()?;
+    let metrics = cfg
+        .metrics_listen
+        .as_ref()
+        .map(|at| scrape::bind(at, scrape::METRICS_MODE, None))
+        .transpose()
+        .map_err(ServerError::Metrics)?;
     let path = &cfg.listen;
     let at = scrape::Listen::Unix(path.clone());
     if let Some(scrape::activation::Inherited::Unix(std)) = scrape::activation::inherited(&at)? {
         let listener = UnixListener::from_std(std).map_err(io_err(path))?;
         return Ok(Bound {
             listener,
-            made_here: false,
+            made: None,
             metrics,
         });
     }
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => return Err(ServerError::InUse(path.clone())),
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    std::fs::remove_file(path).map_err(io_err(path))?;
-                }
-                Err(e) => return Err(io_err(path)(e)),
-            }
-        }
-        Ok(_) => return Err(ServerError::NotASocket(path.clone())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(path)(e)),
-    }
-    let listener = UnixListener::bind(path).map_err(io_err(path))?;
-    if let Some(gid) = cfg.socket_gid {
-        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
-            .map_err(|e| io_err(path)(io::Error::from(e)))?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.socket_mode))
-        .map_err(io_err(path))?;
+    let (listener, file) = scrape::listen::bind_unix(path, cfg.socket_mode, cfg.socket_gid)
+        .map_err(ServerError::Bind)?;
     Ok(Bound {
         listener,
-        made_here: true,
+        made: Some(file),
         metrics,
     })
 }
 
-pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
+/// The policy a configuration gives the proxy. One switch,
+/// `create_rules.require_stack_label`, for what the proxy stamps and what it then lets the
+/// stack see: lists and events read the label through the scope.
+pub fn policy_of(cfg: &Config) -> Policy {
+    Policy {
+        scope: cfg.scope.clone().with_required_label(
+            cfg.create_rules
+                .require_stack_label
+                .then_some(cfg.stack.as_str()),
+        ),
+        stack: cfg.stack.clone(),
+        create_rules: cfg.create_rules.clone(),
+        allow_images: cfg.allow_images.clone(),
+        min_api_version: cfg.min_api_version,
+        host: sockproxy_policy::Host {
+            engine_socket: cfg.upstream.clone(),
+            paths: Arc::new(crate::host_paths::ProxyView),
+        },
+    }
+}
+
+/// The proxy for `cfg`, with its pinned bind sources (`pins::Pins::open`) when it has bind
+/// roots.
+pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
     let metrics = Arc::new(crate::metrics::Metrics::default());
     Arc::new(Proxy {
-        // One switch, `create_rules.require_stack_label`, for what the proxy stamps and what it
-        // then lets the stack see: lists and events read the label through the scope.
-        policy: Policy {
-            scope: cfg.scope.clone().with_required_label(
-                cfg.create_rules
-                    .require_stack_label
-                    .then_some(cfg.stack.as_str()),
-            ),
-            stack: cfg.stack.clone(),
-            create_rules: cfg.create_rules.clone(),
-            allow_images: cfg.allow_images.clone(),
-            min_api_version: cfg.min_api_version,
-            host: sockproxy_policy::Host {
-                engine_socket: cfg.upstream.clone(),
-                paths: Arc::new(crate::host_paths::ProxyView),
-            },
-        },
+        policy: policy_of(cfg),
         upstream: Upstream::new(cfg.upstream.clone(), metrics.clone()),
         names: Default::default(),
         name_cache: cfg.name_cache,
         serving: Serving {
             connection_slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
             header_timeout: cfg.header_timeout,
+            body_timeout: cfg.body_timeout,
             inflight: Default::default(),
             max_list_bytes: cfg.max_list_bytes,
             list_budget: crate::upstream::ListBudget::new(cfg.max_list_bytes_total),
         },
         counters: Default::default(),
         metrics,
+        pins: pins.map(Arc::new),
+        stack_lock: crate::stack_lock::StackLock::new(cfg.stack_lock.clone()),
     })
 }
 
@@ -146,7 +138,7 @@ pub fn proxy_for(cfg: &Config) -> Arc<Proxy> {
 pub async fn serve(
     listener: UnixListener,
     proxy: Arc<Proxy>,
-    made: Option<PathBuf>,
+    made: Option<scrape::SocketFile>,
     metrics: Option<scrape::Listener>,
     grace: std::time::Duration,
     shutdown: impl Future<Output = ()>,
@@ -168,6 +160,16 @@ pub async fn serve(
             proxy.policy.scope.clone(),
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("watch", watch)))
+    });
+    // Releases the pins no container refers to (start-up's leftovers too), until this ends.
+    let _pins = proxy.pins.clone().map(|pins| {
+        let run = crate::pin_watch::run(
+            proxy.upstream.clone(),
+            pins,
+            proxy.policy.stack.clone(),
+            proxy.serving.max_list_bytes,
+        );
+        AbortOnDrop(tokio::spawn(crate::metrics::with_op("pins", run)))
     });
     tokio::pin!(shutdown);
     loop {
@@ -213,8 +215,9 @@ pub async fn serve(
     if let Some(mut m) = metrics {
         m.stop().await;
     }
-    if let Some(path) = made {
-        if let Err(e) = std::fs::remove_file(&path) {
+    if let Some(file) = made {
+        let path = file.path().map(Path::to_path_buf).unwrap_or_default();
+        if let Err(e) = file.remove() {
             tracing::warn!(path = %path.display(), error = %e, "could not remove socket file");
         }
     }
@@ -347,12 +350,7 @@ async fn serve_connection(
 async fn reject_busy(mut stream: UnixStream, proxy: Arc<Proxy>) {
     proxy.metrics.connection_refused();
     let refusal = Refusal::Busy("too many connections (--max-connections)".into());
-    // The answer must not wait on a client that sends nothing.
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(1),
-        reject(&mut stream, &proxy, refusal),
-    )
-    .await;
+    reject(&mut stream, &proxy, refusal).await;
 }
 
 /// Answers before hyper is involved, in dockerd's error shape, and closes.
@@ -362,13 +360,6 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
         .metrics
         .decision("connection", "deny", refusal.reason());
     let status = refusal.status();
-    let body = refusal.body();
-    let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or(""),
-        body.len()
-    );
     tracing::info!(
         stack = %proxy.policy.stack,
         op = "connection",
@@ -379,25 +370,20 @@ async fn reject(stream: &mut UnixStream, proxy: &Proxy, refusal: Refusal) {
         duration_ms = 0.0,
         "decision"
     );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(&body).await;
-    let _ = stream.shutdown().await;
-    // Read what the client already sent before closing: closing on unread bytes resets the
-    // connection, and the client would see the reset instead of the answer.
-    let drain = async {
-        let mut buf = [0u8; 4096];
-        let mut left = 64 * 1024usize;
-        while left > 0 {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    };
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), drain).await;
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    let answer = scrape::raw_answer::bytes(status, &headers, &refusal.body());
+    scrape::raw_answer::send(stream, &answer, std::time::Duration::from_millis(500)).await;
 }
 
-/// The multi-thread runtime the proxy runs on: `workers` worker threads (`--event-loops`),
+/// The multi-thread runtime the proxy runs on: `workers` worker threads (`--worker-threads`),
 /// named `sp-loop-0`, `sp-loop-1`…, and the blocking pool's threads (large bodies and lists),
 /// `sp-blocking`. tokio starts its workers as it builds the runtime, before any blocking
 /// thread, so the first `workers` names are theirs.
@@ -420,47 +406,45 @@ pub struct Background {
     path: PathBuf,
     proxy: Arc<Proxy>,
     metrics_tcp: Option<std::net::SocketAddr>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Last: stopped when the handle goes.
+    _run: scrape::Background,
 }
 
 impl Background {
     pub fn start(cfg: Config) -> Result<Self, ServerError> {
         // As the binary's (main.rs).
-        let runtime = runtime(cfg.event_loops).map_err(io_err(&cfg.listen))?;
+        let runtime = runtime(cfg.worker_threads).map_err(io_err(&cfg.listen))?;
+        let pins = crate::pins::Pins::open(&cfg.pins, &cfg.create_rules.bind_roots)?;
+        let proxy = proxy_for(&cfg, pins);
+        if let Some(pins) = &proxy.pins {
+            // On a thread of its own: the caller may be on a runtime, where none may block.
+            let probe = crate::pin_watch::probe(&proxy.upstream, pins);
+            std::thread::scope(|s| s.spawn(|| runtime.block_on(probe)).join())
+                .map_err(|_| io_err(&cfg.listen)(io::Error::other("the pin probe panicked")))??;
+        }
         let bound = {
             let _guard = runtime.enter();
             bind(&cfg)?
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let path = cfg.listen.clone();
         let metrics_tcp = bound.metrics.as_ref().and_then(scrape::Listener::local_tcp);
-        let proxy = proxy_for(&cfg);
-        let thread_proxy = proxy.clone();
-        let thread_path = path.clone();
-        let thread = std::thread::spawn(move || {
+        let served = proxy.clone();
+        let run = scrape::Background::spawn(runtime, move |stop| {
             // Tests stop proxies often; a short grace keeps teardown quick.
             let grace = std::time::Duration::from_secs(2);
-            let made = bound.made_here.then_some(thread_path);
-            let metrics = bound.metrics;
-            runtime.block_on(serve(
+            serve(
                 bound.listener,
-                thread_proxy,
-                made,
-                metrics,
+                served,
+                bound.made,
+                bound.metrics,
                 grace,
-                async {
-                    let _ = rx.await;
-                },
-            ));
-            runtime.shutdown_background();
+                stop,
+            )
         });
         Ok(Self {
-            path,
+            path: cfg.listen,
             proxy,
             metrics_tcp,
-            stop: Some(tx),
-            thread: Some(thread),
+            _run: run,
         })
     }
 
@@ -487,16 +471,5 @@ impl Background {
     /// networks it holds.
     pub fn names(&self) -> (bool, (usize, usize)) {
         (self.proxy.names.is_live(), self.proxy.names.len())
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }

@@ -1,7 +1,8 @@
 //! The flags that bound what a stack may spend (`--max-*`, `--min-*`, `--allow-host-port`,
-//! `--allow-log-opt`): configuration, read into the policy crate's `Spend`.
+//! `--allow-log-opt`, and each container's default limits, `--default-*`): configuration,
+//! read into the policy crate's `Spend` and its `Limits`.
 
-use sockproxy_policy::settings::{parse_duration, Spend};
+use sockproxy_policy::settings::{parse_duration, ram_in_bytes, Limits, Spend};
 
 /// The flags that set `Spend` (each with a `SOCKPROXY_*` fallback); absent ones keep the
 /// defaults above.
@@ -63,6 +64,32 @@ pub struct SpendArgs {
         value_delimiter = ','
     )]
     pub allow_log_opt: Vec<String>,
+    /// Memory limit a container that sets none is given, e.g. 2g (0 and -1, unlimited, are
+    /// never passed on) [default: 2g].
+    #[arg(long, env = "SOCKPROXY_DEFAULT_MEMORY")]
+    pub default_memory: Option<String>,
+    /// CPU limit (NanoCpus) a container that sets none is given, in CPUs, e.g. 2 or 1.5
+    /// [default: 2].
+    #[arg(long, env = "SOCKPROXY_DEFAULT_CPUS")]
+    pub default_cpus: Option<String>,
+    /// PidsLimit a container that sets none is given [default: 512].
+    #[arg(long, env = "SOCKPROXY_DEFAULT_PIDS_LIMIT")]
+    pub default_pids_limit: Option<i64>,
+    /// Largest memory limit one container may have, at create and update [default: 8g].
+    #[arg(long, env = "SOCKPROXY_MAX_CONTAINER_MEMORY")]
+    pub max_container_memory: Option<String>,
+    /// Largest CPU limit one container may have, in CPUs (NanoCpus, or CpuQuota over
+    /// CpuPeriod) [default: 4].
+    #[arg(long, env = "SOCKPROXY_MAX_CONTAINER_CPUS")]
+    pub max_container_cpus: Option<String>,
+    /// Containers of the stack's families (sandboxes and sidecars) the engine may hold in any
+    /// state; a create past it is refused [default: 64].
+    #[arg(long, env = "SOCKPROXY_MAX_CONTAINERS")]
+    pub max_containers: Option<usize>,
+    /// Sum of the memory limits of those containers (one without a limit counts as
+    /// --default-memory); a create or update past it is refused [default: 128g].
+    #[arg(long, env = "SOCKPROXY_MAX_MEMORY")]
+    pub max_memory: Option<String>,
 }
 
 impl SpendArgs {
@@ -117,7 +144,7 @@ impl SpendArgs {
                 d.max_core_ulimit,
             )?,
             max_log_size: match &self.max_log_size {
-                Some(raw) => sockproxy_policy::settings::ram_in_bytes(raw).ok_or_else(|| {
+                Some(raw) => ram_in_bytes(raw).ok_or_else(|| {
                     format!("--max-log-size {raw:?}: expected a size such as 100m")
                 })?,
                 None => d.max_log_size,
@@ -131,7 +158,73 @@ impl SpendArgs {
                     _ => Err(format!("--allow-log-opt {o:?}: expected DRIVER:KEY")),
                 })
                 .collect::<Result<_, _>>()?,
+            limits: self.limits(d.max_pids_limit)?,
         })
+    }
+
+    /// The limits flags, validated: every default within its bound, every bound above 0.
+    fn limits(&self, max_pids: i64) -> Result<Limits, String> {
+        let d = Limits::default();
+        let size = |flag: &str, raw: &Option<String>, default: i64| match raw {
+            None => Ok(default),
+            Some(raw) => ram_in_bytes(raw)
+                .and_then(|n| i64::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{flag} {raw:?}: expected a size above 0 such as 2g")),
+        };
+        let cpus = |flag: &str, raw: &Option<String>, default: i64| match raw {
+            None => Ok(default),
+            Some(raw) => raw
+                .parse::<f64>()
+                .ok()
+                .map(|c| (c * 1e9).round())
+                .filter(|n| *n >= 1.0 && *n < 1e18)
+                .map(|n| n as i64)
+                .ok_or_else(|| {
+                    format!("{flag} {raw:?}: expected a number of CPUs above 0 such as 2 or 1.5")
+                }),
+        };
+        let max_pids = self.max_pids_limit.unwrap_or(max_pids);
+        let l = Limits {
+            default_memory: size("--default-memory", &self.default_memory, d.default_memory)?,
+            default_nano_cpus: cpus("--default-cpus", &self.default_cpus, d.default_nano_cpus)?,
+            default_pids_limit: self.default_pids_limit.unwrap_or(d.default_pids_limit),
+            max_container_memory: size(
+                "--max-container-memory",
+                &self.max_container_memory,
+                d.max_container_memory,
+            )?,
+            max_container_nano_cpus: cpus(
+                "--max-container-cpus",
+                &self.max_container_cpus,
+                d.max_container_nano_cpus,
+            )?,
+            max_containers: self.max_containers.unwrap_or(d.max_containers),
+            max_memory: size("--max-memory", &self.max_memory, d.max_memory)?,
+        };
+        let checks = [
+            (
+                l.default_memory <= l.max_container_memory,
+                "--default-memory must not be above --max-container-memory",
+            ),
+            (
+                l.default_nano_cpus <= l.max_container_nano_cpus,
+                "--default-cpus must not be above --max-container-cpus",
+            ),
+            (
+                (1..=max_pids).contains(&l.default_pids_limit),
+                "--default-pids-limit must be 1 to --max-pids-limit",
+            ),
+            (l.max_containers >= 1, "--max-containers must be at least 1"),
+            (
+                l.max_memory >= l.default_memory,
+                "--max-memory must not be below --default-memory",
+            ),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err((*why).to_owned()),
+            None => Ok(l),
+        }
     }
 }
 

@@ -10,6 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// The suite's one bounded wait for a program (this package cannot depend on the tests crate).
+#[allow(dead_code)]
+#[path = "../../tests/src/bounded.rs"]
+mod bounded;
+use bounded::{OutputWithin, WaitWithin, SHORT};
+
 const BIN: &str = env!("CARGO_BIN_EXE_sockproxy");
 
 fn wait_for_socket(path: &Path, child: &mut Child) {
@@ -53,6 +59,8 @@ fn proxy(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, PathBuf) {
 
 fn request(sock: &Path, line: &str) -> String {
     let mut s = UnixStream::connect(sock).expect("connect");
+    // A proxy that never answers fails the test rather than hanging it.
+    s.set_read_timeout(Some(SHORT)).expect("timeout");
     write!(s, "{line}\r\nHost: docker\r\nConnection: close\r\n\r\n").expect("write");
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
@@ -64,7 +72,7 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
         .arg("-TERM")
         .arg(child.id().to_string())
         .status();
-    child.wait().expect("exit")
+    child.wait_within(SHORT).expect("exit")
 }
 
 fn running_as_root() -> bool {
@@ -79,7 +87,7 @@ fn a_prefix_breaking_the_rule_is_refused_with_the_rule() {
             .args(["--listen"])
             .arg(dir.path().join("s.sock"))
             .arg(format!("--prefix={bad}"))
-            .output()
+            .output_within(SHORT)
             .expect("runs");
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
@@ -187,10 +195,12 @@ fn socket_mode_stale_files_and_sigterm() {
         .arg("--listen")
         .arg(&sock)
         .args(["--prefix", "deer-flow-"])
-        .output()
+        .output_within(SHORT)
         .expect("runs");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already listening"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another process is serving on this socket")
+    );
     let status = terminate(&mut child);
     assert!(status.success(), "{status}");
     assert!(!sock.exists(), "the socket file is removed on exit");
@@ -201,7 +211,7 @@ fn socket_mode_stale_files_and_sigterm() {
         .arg("--listen")
         .arg(&sock)
         .args(["--prefix", "deer-flow-"])
-        .output()
+        .output_within(SHORT)
         .expect("runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
@@ -351,9 +361,9 @@ fn sigterm_lets_docker_logs_f_finish_and_refuses_new_clients() {
     let mut rest = String::new();
     out.read_to_string(&mut rest).expect("rest of the stream");
     assert_eq!(rest, "second\n", "the stream finished");
-    let cli = logs.wait().expect("docker logs exits");
+    let cli = logs.wait_within(SHORT).expect("docker logs exits");
     assert!(cli.success(), "docker logs -f ended cleanly: {cli}");
-    let status = child.wait().expect("exit");
+    let status = child.wait_within(SHORT).expect("exit");
     assert!(status.success(), "{status}");
 }
 
@@ -371,7 +381,7 @@ fn a_policy_file_is_read_printed_and_checked() {
             .args(["--listen", "/tmp/unused.sock", "--prefix", "deer-flow-"])
             .args(extra)
             .env_remove("DOCKER_HOST")
-            .output()
+            .output_within(SHORT)
             .expect("runs")
     };
     let f = file.display().to_string();
@@ -457,7 +467,7 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
             .env_remove("DOCKER_HOST")
             .env_remove("SOCKPROXY_PREFIX")
             .env_remove("SOCKPROXY_MAX_CONNECTIONS")
-            .output()
+            .output_within(SHORT)
             .expect("runs");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
@@ -473,7 +483,7 @@ fn print_policy_needs_no_listen() {
         .args(["--prefix", "deer-flow-", "--print-policy"])
         .env_remove("SOCKPROXY_LISTEN")
         .env_remove("DOCKER_HOST")
-        .output()
+        .output_within(SHORT)
         .expect("run");
     assert_eq!(
         out.status.code(),
@@ -486,7 +496,7 @@ fn print_policy_needs_no_listen() {
     let out = Command::new(BIN)
         .args(["--prefix", "deer-flow-"])
         .env_remove("SOCKPROXY_LISTEN")
-        .output()
+        .output_within(SHORT)
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(

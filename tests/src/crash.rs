@@ -2,6 +2,7 @@
 //! source, a process run that may be cut short by SIGKILL, and readers of what lifecycle's
 //! state directory holds on disk, file by file, the way a later run would find it.
 
+use crate::bounded::{WaitWithin, SHORT};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -55,7 +56,8 @@ pub fn run_and_kill(mut cmd: Command, delay: Duration) -> Run {
     if still_running {
         let _ = child.kill();
     }
-    let out = child.wait_with_output().expect("wait");
+    // Killed above if still running: this returns at once, or names what hangs.
+    let out = child.output_within(SHORT).expect("wait");
     Run {
         killed: still_running && out.status.signal() == Some(9),
         code: out.status.code(),

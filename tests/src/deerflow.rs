@@ -200,6 +200,18 @@ impl Masks {
     }
 
     pub fn json(&self, v: &Value) -> Value {
+        if v.get("HostConfig").is_some() {
+            // A container the proxy made reads as one made directly (`unpin`).
+            let mut unpinned = v.clone();
+            crate::unpin::as_unpinned(&mut unpinned);
+            if unpinned != *v {
+                return self.masked(&unpinned);
+            }
+        }
+        self.masked(v)
+    }
+
+    fn masked(&self, v: &Value) -> Value {
         match v {
             Value::String(s) => Value::String(self.text(s)),
             Value::Array(a) => Value::Array(a.iter().map(|x| self.json(x)).collect()),
@@ -230,6 +242,29 @@ impl Masks {
                 // So does its cgroup namespace, always a private one (a cgroup v1 engine's
                 // default is the host's); tests/tests/policy/writes.rs checks it on each engine.
                 out.remove("CgroupnsMode");
+                // And what it sets so that stacks stay apart and within their limits (issues
+                // 48 and 49): a container that names no network goes on the stack's own, not
+                // the default bridge; `NET_RAW` is dropped; limits are filled in; an internal
+                // network gives the host no address. tests/tests/policy/stack_network.rs and
+                // limits.rs check each on the engine.
+                for key in [
+                    "NetworkMode",
+                    "CapDrop",
+                    "Memory",
+                    "MemorySwap",
+                    "NanoCpus",
+                    "PidsLimit",
+                ] {
+                    out.remove(key);
+                }
+                if out.contains_key("Networks") && out.contains_key("Ports") {
+                    // A container's NetworkSettings: the networks it is on differ, so do the
+                    // default bridge's own fields; its published ports are compared.
+                    out.retain(|k, _| k == "Ports");
+                }
+                if let Some(Value::Object(options)) = out.get_mut("Options") {
+                    options.remove("com.docker.network.bridge.inhibit_ipv4");
+                }
                 Value::Object(out)
             }
             other => other.clone(),
@@ -379,19 +414,17 @@ pub const UPSTREAM_MOUNTS: [(&str, &str, bool); 11] = [
 /// bind sources without symlinks).
 #[derive(Debug)]
 pub struct BindRoot {
-    _dir: tempfile::TempDir,
+    _dir: crate::bindroot::BindRootDir,
     pub root: PathBuf,
     pub user_data: PathBuf,
     pub skills: PathBuf,
 }
 
 impl BindRoot {
+    /// On a `nosuid,nodev` mount (`bindroot`): needs `bindroot::can_pin`.
     pub fn create() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("dfbind")
-            .tempdir()
-            .expect("temp dir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical temp dir");
+        let dir = crate::bindroot::BindRootDir::new("dfbind");
+        let root = dir.path().to_owned();
         let user_data = root.join("threads/thread-1/user-data");
         let skills = root.join("skills");
         for d in [&user_data, &skills] {

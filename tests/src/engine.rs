@@ -264,6 +264,24 @@ impl Drop for Cleanup {
         for n in &self.networks {
             let _ = raw::request(&self.socket, "DELETE", &format!("/networks/{n}"), None);
         }
+        // The stacks' own networks (`{P}net`, `{P}net_HASH`), which their proxies made for
+        // these containers: kept by the engine while a container was on them.
+        let mut prefixes: Vec<&str> = self
+            .containers
+            .iter()
+            .filter_map(|c| {
+                ["sandbox-", "netproxy-"]
+                    .iter()
+                    .find_map(|role| c.find(role).map(|at| &c[..at]))
+            })
+            .collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        for p in prefixes {
+            for n in stack_networks(&self.socket, p) {
+                let _ = raw::request(&self.socket, "DELETE", &format!("/networks/{n}"), None);
+            }
+        }
         for v in &self.volumes {
             let _ = raw::request(&self.socket, "DELETE", &format!("/volumes/{v}"), None);
         }
@@ -302,6 +320,38 @@ pub fn remove_stack(socket: &Path, prefix: &str) {
             }
         }
     }
+}
+
+/// The names of the networks the proxies of stacks with prefix `p` made for them on the engine
+/// at `socket` (`{P}net`, and `{P}net_` with a stack's hash under `--require-stack-label`).
+pub fn stack_networks(socket: &Path, p: &str) -> Vec<String> {
+    let filter = serde_json::json!({ "name": [format!("^{}net", p.replace('.', "\\."))] });
+    let path = format!(
+        "/networks?{}",
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("filters", &filter.to_string())
+            .finish()
+    );
+    let listed = raw::get(socket, &path)
+        .map(|r| r.json())
+        .unwrap_or_default();
+    listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["Name"].as_str())
+        .filter(|n| {
+            n.strip_prefix(p)
+                .and_then(|rest| rest.strip_prefix("net"))
+                .is_some_and(|tail| {
+                    tail.is_empty()
+                        || tail.strip_prefix('_').is_some_and(|h| {
+                            h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit())
+                        })
+                })
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A running container `name` (the test image, sleeping) with `labels`, made on the engine at

@@ -4,9 +4,12 @@
 //! upstream that proves what was (not) forwarded (`recorder`), and deer-flow's gateway replayed
 //! as docker CLI steps (`deerflow`). Every test finds this build's programs through `bins`,
 //! runs a case on each engine with `engine::each_engine`, skips only through `skip::skip`, and
-//! names the steps of a long scenario with `step::step`.
+//! names the steps of a long scenario with `step::step`, and waits for a program it runs with
+//! `bounded`.
 
+pub mod bindroot;
 pub mod bins;
+pub mod bounded;
 pub mod cli;
 /// SIGKILLed runs and on-disk state readers for the crash-safety test (`ledger_crash`).
 pub mod crash;
@@ -16,6 +19,8 @@ pub mod fake;
 pub mod lc;
 /// A metrics endpoint scraped and checked (`--metrics-listen`).
 pub mod metrics;
+/// A dockerd of a test's own, which it may restart.
+pub mod own_dockerd;
 pub mod provisioner;
 pub mod raw;
 pub mod recorder;
@@ -27,6 +32,7 @@ pub mod skip;
 pub mod stack;
 pub mod step;
 pub mod subject;
+pub mod unpin;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

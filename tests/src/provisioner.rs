@@ -41,7 +41,7 @@ pub struct ApiStack {
     /// The provider's monotonic clock, stepped by the test.
     pub clock: Arc<FakeClock>,
     fake: bool,
-    _root: tempfile::TempDir,
+    _root: crate::bindroot::BindRootDir,
     _state: tempfile::TempDir,
     /// Holds the metrics endpoint's socket (`--metrics-listen`).
     sockets: tempfile::TempDir,
@@ -146,11 +146,8 @@ impl ApiStack {
         max_replicas: usize,
         tune: impl FnOnce(&mut lifecycle::ops::Settings),
     ) -> Self {
-        let root_dir = tempfile::Builder::new()
-            .prefix("dfroot")
-            .tempdir()
-            .expect("root");
-        let root = std::fs::canonicalize(root_dir.path()).expect("real path");
+        let root_dir = crate::bindroot::BindRootDir::new("dfroot");
+        let root = root_dir.path().to_owned();
         let prefix = unique_prefix();
         let bind_root = root.clone();
         let proxy = StackProxy::start_with(&e.socket, &prefix, mode == Mode::Restricted, |c| {
@@ -381,8 +378,9 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What the provider asked the fake engine (the proxy's own event subscription, pings and
-/// version negotiation aside).
+/// What the provider asked the fake engine (the proxy's own event subscriptions, pings,
+/// version negotiation, and its pinned bind sources' start-up probe, an unnamed create, and
+/// release passes, lists filtered by `volume`, aside).
 pub fn engine_asked(e: &Engine) -> Vec<String> {
     e.fake
         .as_ref()
@@ -390,9 +388,12 @@ pub fn engine_asked(e: &Engine) -> Vec<String> {
             f.request_lines()
                 .into_iter()
                 .filter(|l| {
-                    !l.starts_with("GET /events")
-                        && !l.contains("/_ping")
-                        && !l.starts_with("GET /version")
+                    let pin_list = l.starts_with("GET /containers/json?") && l.contains("volume");
+                    !(l.starts_with("GET /events")
+                        || l.contains("/_ping")
+                        || l.starts_with("GET /version")
+                        || l == "POST /containers/create"
+                        || pin_list)
                 })
                 .collect()
         })

@@ -45,7 +45,7 @@ fn section(out: &mut String, cmd: &clap::Command, path: &str) {
     let usage = usage.trim_start_matches("Usage: ");
     let _ = write!(out, "\n```text\n{usage}\n```\n");
     let mut headings: Vec<Option<&str>> = Vec::new();
-    for a in cmd.get_arguments() {
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
         if !headings.contains(&a.get_help_heading()) {
             headings.push(a.get_help_heading());
         }
@@ -55,6 +55,8 @@ fn section(out: &mut String, cmd: &clap::Command, path: &str) {
             .get_arguments()
             .filter(|a| a.get_help_heading() == heading)
             .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            // A hidden flag (an old name kept for a release) is left out, as `--help` leaves it.
+            .filter(|a| !a.is_hide_set())
             .collect();
         if args.is_empty() {
             continue;

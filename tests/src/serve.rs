@@ -294,8 +294,12 @@ impl Drop for Served {
 /// Serves `provider`'s `--metrics-listen` endpoint on the Unix socket `at` until `stop` turns
 /// true, as `lifecycle serve` does.
 pub fn serve_metrics(provider: &Arc<Provider>, at: &Path, mut stop: watch::Receiver<bool>) {
-    let listener =
-        scrape::bind(&scrape::Listen::Unix(at.to_owned())).expect("bind the metrics endpoint");
+    let listener = scrape::bind(
+        &scrape::Listen::Unix(at.to_owned()),
+        scrape::METRICS_MODE,
+        None,
+    )
+    .expect("bind the metrics endpoint");
     let exposed = Arc::new(lifecycle::serve::exposed::Exposed(provider.clone()));
     tokio::spawn(scrape::serve(listener, exposed, async move {
         let _ = stop.wait_for(|s| *s).await;

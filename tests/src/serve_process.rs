@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::bounded::{WaitWithin, LONG};
 use crate::lc::lifecycle_base;
 use crate::serve::call;
 
@@ -107,7 +108,8 @@ impl ServeProcess {
             nix::sys::signal::Signal::SIGTERM,
         )
         .expect("SIGTERM");
-        child.wait_with_output().expect("exits")
+        // Bounded: a provider that no longer heeds SIGTERM fails the test, not the suite.
+        child.output_within(LONG).expect("exits")
     }
 
     /// What it wrote on stderr so far.

@@ -10,8 +10,69 @@ use sockproxy_policy::{Prefix, Scope};
 pub struct StackProxy {
     // Declared first so the proxy stops before its directory goes.
     background: Background,
-    _dir: tempfile::TempDir,
+    _dir: PinnedDir,
     pub prefix: String,
+    /// The stack's own network, which the proxy makes at its first create that names none.
+    pub stack_network: String,
+    upstream: PathBuf,
+}
+
+impl Drop for StackProxy {
+    /// The stack's network goes with the proxy (the engine keeps it while a container is on
+    /// it; `engine::Cleanup` tries again after removing its containers): a run of the suite
+    /// would otherwise use up the engine's address pools.
+    fn drop(&mut self) {
+        let _ = crate::raw::request(
+            &self.upstream,
+            "DELETE",
+            &format!("/networks/{}", self.stack_network),
+            None,
+        );
+    }
+}
+
+/// The proxy's temporary directory, holding its socket and, with bind roots, its pin
+/// directory (`pins`). Before it is removed the pin directory's tmpfs is detached with every
+/// pin under it: removing the tree with them still mounted would delete the bound directories'
+/// files through the pins. Left in place (and said so) if a mount stays.
+#[derive(Debug)]
+pub struct PinnedDir(Option<tempfile::TempDir>);
+
+impl PinnedDir {
+    pub fn new(dir: tempfile::TempDir) -> Self {
+        Self(Some(dir))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0
+            .as_ref()
+            .map_or(Path::new("/nonexistent"), |d| d.path())
+    }
+
+    /// The pin directory the stack's proxy is given.
+    pub fn pins(&self) -> PathBuf {
+        self.path().join("pins")
+    }
+}
+
+impl Drop for PinnedDir {
+    fn drop(&mut self) {
+        let Some(dir) = self.0.take() else {
+            return;
+        };
+        let pins = dir.path().join("pins");
+        let _ = rustix::mount::unmount(&pins, rustix::mount::UnmountFlags::DETACH);
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|m| m.contains(&format!(" {} ", pins.display())))
+            .unwrap_or(true);
+        if mounted {
+            let kept = dir.keep();
+            eprintln!(
+                "NOTICE: {} kept: its pin directory is still mounted",
+                kept.display()
+            );
+        }
+    }
 }
 
 impl StackProxy {
@@ -26,10 +87,13 @@ impl StackProxy {
         restricted: bool,
         adjust: impl FnOnce(&mut Config),
     ) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("sp")
-            .tempdir()
-            .expect("temp dir");
+        // Guarded from here on: a start that fails may have mounted the pin directory.
+        let dir = PinnedDir::new(
+            tempfile::Builder::new()
+                .prefix("sp")
+                .tempdir()
+                .expect("temp dir"),
+        );
         let cfg = Config {
             listen: dir.path().join("stack.sock"),
             upstream: upstream.to_owned(),
@@ -45,22 +109,34 @@ impl StackProxy {
             max_list_bytes_total: 256 << 20,
             min_api_version: (1, 24),
             header_timeout: std::time::Duration::from_secs(10),
+            body_timeout: std::time::Duration::from_secs(30),
+            stack_lock: Some(dir.path().join("stack.lock")),
             max_connections: 256,
             // What the binary runs on CI's two cores: two runtime workers.
-            event_loops: 2,
+            worker_threads: 2,
+            old_worker_flag: false,
             shutdown_grace: std::time::Duration::from_secs(2),
             create_rules: Default::default(),
             name_cache: true,
             allow_images: vec![],
             metrics_listen: None,
+            pins: sockproxy::pins::PinSettings {
+                dir: dir.pins(),
+                max: sockproxy::pins::DEFAULT_MAX_PINS,
+            },
         };
         let mut cfg = cfg;
         adjust(&mut cfg);
+        let stack_network =
+            sockproxy_policy::facts::stack_network(&sockproxy::server::policy_of(&cfg));
+        let upstream = cfg.upstream.clone();
         let background = Background::start(cfg).expect("proxy starts");
         Self {
             background,
             _dir: dir,
             prefix: prefix.to_owned(),
+            stack_network,
+            upstream,
         }
     }
 
@@ -99,6 +175,11 @@ impl StackProxy {
     /// (containers, networks) the proxy's name map holds.
     pub fn remembered(&self) -> (usize, usize) {
         self.background.names().1
+    }
+
+    /// The pin directory the proxy was given by default (`PinnedDir::pins`).
+    pub fn pin_dir(&self) -> PathBuf {
+        self._dir.pins()
     }
 
     pub fn socket_buf(&self) -> PathBuf {

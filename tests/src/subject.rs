@@ -29,9 +29,15 @@ impl<'e> Subject<'e> {
             clean: Cleanup::new(&engine.socket),
         };
         let prefix = unique_prefix();
+        // The engine's default bridge allowed by name, so a case that asks for it (legacy
+        // links live there) asks the same of both; a create that names no network still goes
+        // on the stack's own network.
+        let proxy = StackProxy::start_with(&engine.socket, &prefix, true, |c| {
+            c.create_rules.allow_default_bridge = true;
+        });
         let proxied = Self {
             engine,
-            proxy: Some(StackProxy::start(&engine.socket, &prefix, true)),
+            proxy: Some(proxy),
             prefix,
             clean: Cleanup::new(&engine.socket),
         };

@@ -3,7 +3,6 @@
 //! accepting, shut down what this process owns (destroy, or keep warm by flag), print one JSON
 //! line per sandbox and exit 0, or 3 when any teardown failed (kept, and named on stderr).
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -345,18 +344,6 @@ pub async fn bind(a: &ServeArgs) -> Result<Bound, ServeSetupError> {
             made_here: false,
         });
     }
-    let path = match at {
-        Listen::Tcp(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| ServeSetupError::Bind(format!("tcp://{addr}: {e}")))?;
-            return Ok(Bound {
-                listener: Listener::Tcp(l),
-                made_here: true,
-            });
-        }
-        Listen::Unix(path) => path,
-    };
     let mode = u32::from_str_radix(a.socket_mode.trim_start_matches("0o"), 8)
         .ok()
         .filter(|m| *m <= 0o777)
@@ -367,28 +354,10 @@ pub async fn bind(a: &ServeArgs) -> Result<Bound, ServeSetupError> {
             )
         })?;
     let gid = a.socket_group.as_deref().map(group).transpose()?;
-    let failed = |why: String| ServeSetupError::Bind(format!("{}: {why}", path.display()));
-    if std::fs::symlink_metadata(&path)
-        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
-    {
-        // A socket that answers is another provider's: taking it would leave that one serving
-        // nobody. Only a stale one (nothing listening) is removed.
-        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-            return Err(failed(
-                "another process is serving on this socket; refusing to take it".into(),
-            ));
-        }
-        std::fs::remove_file(&path).map_err(|e| failed(e.to_string()))?;
-    }
-    let listener = tokio::net::UnixListener::bind(&path).map_err(|e| failed(e.to_string()))?;
-    if let Some(gid) = gid {
-        nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(gid)))
-            .map_err(|e| failed(format!("setting its group to {gid}: {e}")))?;
-    }
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| failed(format!("setting its mode to {mode:o}: {e}")))?;
+    let listener =
+        scrape::bind(&at, mode, gid).map_err(|e| ServeSetupError::Bind(e.to_string()))?;
     Ok(Bound {
-        listener: Listener::Unix(listener),
+        listener: listener.into(),
         made_here: true,
     })
 }
@@ -407,7 +376,7 @@ pub fn bind_metrics(a: &ServeArgs) -> Result<Option<scrape::Listener>, ServeSetu
     let Some(at) = metrics_listen(a)? else {
         return Ok(None);
     };
-    scrape::bind(&at)
+    scrape::bind(&at, scrape::METRICS_MODE, None)
         .map(Some)
         .map_err(|e| ServeSetupError::Bind(format!("--metrics-listen {e}")))
 }

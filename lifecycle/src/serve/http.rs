@@ -19,13 +19,12 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use scrape::{is_write_stall, WriteTimeout};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 
 use super::limits::Limits;
 use super::provider::Provider;
-use super::write_timeout::{is_write_stall, WriteTimeout};
 
 /// Connections over the cap being answered 503 at once; more are closed unanswered.
 const MAX_REFUSING: usize = 16;
@@ -255,25 +254,18 @@ async fn refuse_busy(mut stream: Conn, max_connections: usize) {
     let body = json_line(&json!({
         "error": format!("too many connections (--max-connections {max_connections}); try again")
     }));
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
-        body.len()
+    let mut headers = hyper::HeaderMap::new();
+    for (name, value) in [
+        (hyper::header::CONTENT_TYPE, "application/json"),
+        (hyper::header::RETRY_AFTER, "1"),
+        (hyper::header::CONNECTION, "close"),
+    ] {
+        headers.insert(name, hyper::header::HeaderValue::from_static(value));
+    }
+    let answer = scrape::raw_answer::bytes(
+        hyper::StatusCode::SERVICE_UNAVAILABLE,
+        &headers,
+        body.as_bytes(),
     );
-    let refuse = async {
-        let _ = stream.write_all(head.as_bytes()).await;
-        let _ = stream.write_all(body.as_bytes()).await;
-        let _ = stream.shutdown().await;
-        // Discard what the client already sent before closing: closing on unread bytes resets
-        // the connection, and the client would read the reset instead of the answer.
-        let mut buf = [0u8; 4096];
-        let mut left = 64 * 1024usize;
-        while left > 0 {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => left = left.saturating_sub(n),
-            }
-        }
-    };
-    // A client that neither reads nor closes must not keep this task (and its descriptor).
-    let _ = tokio::time::timeout(Duration::from_secs(1), refuse).await;
+    scrape::raw_answer::send(&mut stream, &answer, Duration::from_secs(1)).await;
 }

@@ -73,6 +73,19 @@ impl Listener {
     }
 }
 
+/// A socket `scrape::bind` made; its file is `cmd::run`'s to remove, at the end.
+impl From<scrape::Listener> for Listener {
+    fn from(l: scrape::Listener) -> Self {
+        match l {
+            scrape::Listener::Unix(l, file) => {
+                let _ = file.keep();
+                Listener::Unix(l)
+            }
+            scrape::Listener::Tcp(l) => Listener::Tcp(l),
+        }
+    }
+}
+
 impl From<UnixListener> for Listener {
     fn from(l: UnixListener) -> Self {
         Listener::Unix(l)

@@ -1,4 +1,4 @@
-//! `lifecycle serve`: the sandbox provider a gateway calls (DESIGN §4b). `pool` is the pure
+//! `lifecycle serve`: the sandbox provider a gateway calls (docs/architecture.md, "The provider (`lifecycle serve`)"). `pool` is the pure
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `plan` what an acquire, a
 //! provisioner create and a destroy must do first (one acquire decision for both routes);
 //! `clock` the injectable monotonic clock; `claims` the pure ownership rule, `store` the
@@ -12,8 +12,8 @@
 //! `exposed` what `--metrics-listen` serves;
 //! `background` the reaper and heartbeat loops, `reconcile` the reconciliation, `shutdown` the
 //! shutdown; `limits` the socket's header
-//! and write timeouts and connection cap, `write_timeout` the stream wrapper that enforces the
-//! write timeout; `cmd` the command's flags and main loop.
+//! and write timeouts (the write timeout enforced by `scrape::write_timeout`) and connection
+//! cap; `cmd` the command's flags and main loop.
 
 mod answer;
 pub mod api_http;
@@ -46,4 +46,3 @@ pub mod routes;
 pub mod shutdown;
 pub mod store;
 pub mod v1_http;
-pub mod write_timeout;

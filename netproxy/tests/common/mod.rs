@@ -2,6 +2,9 @@
 //! netproxy whose JSON log lines can be waited for. Not every test file uses every helper.
 #![allow(dead_code)]
 
+// The suite's one bounded wait for a program (this package cannot depend on the tests crate).
+#[path = "../../../tests/src/bounded.rs"]
+pub mod bounded;
 pub mod dns;
 pub mod logs;
 pub mod ns;

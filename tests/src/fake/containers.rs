@@ -57,6 +57,14 @@ fn valid_name(n: &str) -> bool {
 
 pub fn create(shared: &Arc<Shared>, name: Option<&str>, decoded: Decoded) -> Reply {
     let flavor = shared.flavor;
+    // dockerd checks the mounts before it looks for the image.
+    if let Some(missing) = decoded
+        .host
+        .as_ref()
+        .and_then(super::mounts::missing_bind_source)
+    {
+        return Reply::Error(400, missing);
+    }
     let body = Value::Object(decoded.config);
     let image_ref = body["Image"].as_str().unwrap_or("").to_owned();
     let mut st = shared.state();
@@ -182,6 +190,27 @@ pub fn inspect(shared: &Shared, r: &str) -> Reply {
 pub fn exists_then(shared: &Shared, r: &str, ok: Reply) -> Reply {
     let st = shared.state();
     container_index(shared, &st, r).map_or_else(|e| e, |_| ok)
+}
+
+/// `POST /containers/{id}/update`: each resource the body sets to something other than 0 is
+/// the container's from now on (dockerd's `UpdateContainer` leaves a 0 as it was).
+pub fn update(shared: &Shared, r: &str, body: &Value) -> Reply {
+    let mut st = shared.state();
+    let i = match container_index(shared, &st, r) {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    if let (Some(set), Some(hc)) = (
+        body.as_object(),
+        st.containers[i].host_config.as_object_mut(),
+    ) {
+        for (k, v) in set {
+            if v.is_number() && v.as_f64() != Some(0.0) {
+                hc.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Reply::Json(200, json!({ "Warnings": [] }))
 }
 
 /// The network a HostConfig's `NetworkMode` attaches to (`default` is the bridge).
@@ -373,7 +402,26 @@ pub fn top(shared: &Shared, r: &str) -> Reply {
     }
 }
 
-/// The fake keeps no filesystem: reads find nothing, writes are accepted and discarded.
+/// An upload: into the host directory of the read-write bind that holds `path`, as the engine
+/// unpacks it (`mounts::unpack`); anywhere else accepted and discarded (the fake keeps no
+/// filesystem of its own).
+pub fn archive_put(shared: &Shared, r: &str, params: &[(String, String)], tar: &[u8]) -> Reply {
+    let st = shared.state();
+    let i = match container_index(shared, &st, r) {
+        Ok(i) => i,
+        Err(e) => return e,
+    };
+    let path = param(params, "path").unwrap_or("/");
+    match super::mounts::upload_dir(&st.containers[i].host_config, path) {
+        Some(dir) => match super::mounts::unpack(&dir, tar) {
+            Ok(()) => Reply::Empty(200),
+            Err(e) => Reply::Error(400, e),
+        },
+        None => Reply::Empty(200),
+    }
+}
+
+/// The fake keeps no filesystem: reads find nothing.
 pub fn archive(shared: &Shared, r: &str, method: &str, params: &[(String, String)]) -> Reply {
     let st = shared.state();
     match container_index(shared, &st, r) {

@@ -8,6 +8,7 @@
 mod containers;
 pub mod flavor;
 pub mod hostconfig;
+pub mod mounts;
 mod networks;
 pub mod program;
 mod render;

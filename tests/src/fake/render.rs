@@ -148,7 +148,7 @@ pub fn container_inspect(state: &State, c: &Container) -> Value {
         "Platform": "linux",
         "HostConfig": c.host_config,
         "Config": c.config,
-        "Mounts": [],
+        "Mounts": super::mounts::points(&c.host_config),
         "NetworkSettings": {
             "Bridge": "",
             "Ports": ports,
@@ -183,7 +183,7 @@ pub fn container_list_entry(state: &State, c: &Container) -> Value {
         "Status": status_text(c),
         "HostConfig": { "NetworkMode": c.network_mode },
         "NetworkSettings": { "Networks": endpoints(state, c) },
-        "Mounts": [],
+        "Mounts": super::mounts::points(&c.host_config),
     })
 }
 

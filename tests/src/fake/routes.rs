@@ -306,15 +306,20 @@ async fn route(
                 }
                 ("POST", "resize") => c::exists_then(shared, &r, Reply::Empty(200)),
                 ("GET", "top") => c::top(shared, &r),
-                ("POST", "update") => {
-                    c::exists_then(shared, &r, Reply::Json(200, json!({ "Warnings": [] })))
-                }
+                ("POST", "update") => match read_json(req.into_body()).await {
+                    Ok(body) => c::update(shared, &r, &body),
+                    Err(e) => e,
+                },
                 ("POST", "rename") => c::rename(shared, &r, param(params, "name").unwrap_or("")),
                 ("POST", "exec") => match read_json(req.into_body()).await {
                     Ok(body) => c::exec_create(shared, &r, &body),
                     Err(e) => e,
                 },
-                ("GET" | "HEAD" | "PUT", "archive") => c::archive(shared, &r, method, params),
+                ("PUT", "archive") => match read_bytes(req.into_body()).await {
+                    Ok(tar) => c::archive_put(shared, &r, params, &tar),
+                    Err(e) => e,
+                },
+                ("GET" | "HEAD", "archive") => c::archive(shared, &r, method, params),
                 _ => Reply::Error(404, "page not found".into()),
             }
         }

@@ -377,7 +377,7 @@ pub fn list_containers(
     filters: &BTreeMap<String, Vec<String>>,
     flavor: Flavor,
 ) -> Result<Vec<usize>, (u16, String)> {
-    const KNOWN: [&str; 5] = ["name", "label", "status", "id", "network"];
+    const KNOWN: [&str; 6] = ["name", "label", "status", "id", "network", "volume"];
     for (k, vals) in filters {
         if !KNOWN.contains(&k.as_str()) {
             return Err((400, flavor.invalid_filter(k)));
@@ -426,6 +426,11 @@ pub fn list_containers(
             }
             if let Some(v) = status_filter {
                 if !v.iter().any(|s| s == c.state.as_str()) {
+                    return false;
+                }
+            }
+            if let Some(v) = filters.get("volume") {
+                if !super::mounts::volume_matches(v, &c.host_config) {
                     return false;
                 }
             }

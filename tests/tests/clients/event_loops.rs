@@ -1,7 +1,8 @@
-//! The sockproxy program with several runtime workers (`--event-loops`), as its clients and its
-//! operator see it: the workers are threads of their own, clients at once are all served, and
-//! on SIGTERM every stream keeps flowing through the grace period while every decision line
-//! reaches the log (as it runs, and what is queued at exit).
+//! The sockproxy program with several runtime workers (`--worker-threads`, given here by its
+//! old name `--event-loops`), as its clients and its operator see it: the workers are threads
+//! of their own, clients at once are all served, and on SIGTERM every stream keeps flowing
+//! through the grace period while every decision line reaches the log (as it runs, and what is
+//! queued at exit).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -162,5 +163,10 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
     let text = std::fs::read_to_string(&log).expect("log");
     let decisions = text.lines().filter(|l| l.contains(" decision ")).count();
     assert_eq!(decisions, 6 * 3 + 3, "{text}");
-    assert!(text.contains("event_loops=3"), "{text}");
+    assert!(text.contains("worker_threads=3"), "{text}");
+    // Set by its old name, which still works for a release: the log says so.
+    assert!(
+        text.contains("--event-loops (SOCKPROXY_EVENT_LOOPS) is now --worker-threads"),
+        "{text}"
+    );
 }

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bins;
+use sockproxy_tests::bounded::{OutputWithin, SHORT};
 use sockproxy_tests::fake::{FakeEngine, Flavor};
 use sockproxy_tests::metrics::{get, promtool_check, At, Scrape};
 use sockproxy_tests::raw;
@@ -272,7 +273,7 @@ fn the_program_serves_its_metrics_listen_and_refuses_a_bare_address() {
             "--metrics-listen",
             "127.0.0.1:9101",
         ])
-        .output()
+        .output_within(SHORT)
         .expect("runs");
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);

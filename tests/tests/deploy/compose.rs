@@ -249,7 +249,12 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
 }
 
 /// `deploy/compose.deerflow.yaml` as docker-compose reads it: valid, the provisioner on TCP with
-/// its key from a secret file, the proxy's bind root the provisioner's mount root.
+/// its key from a secret file, the proxy's bind root the provisioner's mount root, and the
+/// provisioner in the host's network namespace, listening and publishing sandboxes on loopback
+/// only (a port on any other host address answers every other stack's containers); and what
+/// pinning bind sources takes (issue 46): the proxy as root with SYS_ADMIN and no AppArmor
+/// confinement, its bind root read-write, its pin directory shared with the host (`rshared`),
+/// and its socket given the provisioner's group.
 #[test]
 fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
     if !have_compose("the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root") {
@@ -269,14 +274,30 @@ fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
     let config = text(&out);
     assert!(out.status.success(), "{config}");
     for want in [
-        "LIFECYCLE_LISTEN: tcp://0.0.0.0:8002",
+        "LIFECYCLE_LISTEN: tcp://127.0.0.1:8002",
+        "LIFECYCLE_PUBLISH_ADDRESS: 127.0.0.1",
+        "LIFECYCLE_SANDBOX_HOST: 127.0.0.1",
+        "network_mode: host",
         "LIFECYCLE_API_KEY_FILE: /run/secrets/provisioner_key",
         "LIFECYCLE_MOUNT_ROOT: /srv/deer-flow",
         "- --allow-bind-root",
         "- /srv/deer-flow",
+        "- --pin-dir",
+        "- /run/sockproxy-pins/deer-flow",
+        "- /run/sockproxy-pins/deer-flow:/run/sockproxy-pins/deer-flow:rshared",
+        "- /srv/deer-flow:/srv/deer-flow:rw",
+        "- SYS_ADMIN",
+        "- apparmor=unconfined",
+        "user: 0:0",
+        "- --socket-group",
+        "- '65534'",
     ] {
         assert!(config.contains(want), "{want} in\n{config}");
     }
+    assert!(
+        !config.contains("/srv/deer-flow:/srv/deer-flow:ro"),
+        "a read-only view would pin read-only binds: {config}"
+    );
     // Without the base directory it refuses to start, naming it.
     let out = Command::new("docker-compose")
         .arg("-f")

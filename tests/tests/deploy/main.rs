@@ -1,7 +1,8 @@
 //! What `deploy/` ships, as its tools read it: the compose example brought up with
 //! docker-compose on the real engine (`compose`); the systemd units as `systemd-analyze verify`
 //! reads them and as their system call filters let their programs run (`systemd`, with
-//! `syscalls` reading the filters and strace's record); socket activation as systemd hands a
+//! `syscalls` reading the filters and strace's record), and with the drop-in for pinned bind
+//! sources (`pins_unit`); socket activation as systemd hands a
 //! socket over (`activation`); the images as `docker build` makes them (`images`). Run on its
 //! own with `cargo test -p sockproxy-tests --test deploy`.
 
@@ -11,5 +12,6 @@ mod dashboards;
 mod examples;
 mod images;
 mod monitoring;
+mod pins_unit;
 mod syscalls;
 mod systemd;

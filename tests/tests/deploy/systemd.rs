@@ -19,13 +19,13 @@ use sockproxy_tests::stack::StackProxy;
 
 use crate::syscalls;
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// The shipped units, each with its ExecStart pointed at the binary this run built (it must
 /// name something real), written into a temporary unit directory.
-fn local_units(dir: &Path) {
+pub(crate) fn local_units(dir: &Path) {
     for (unit, binary, built) in [
         (
             "sockproxy@.service",
@@ -189,14 +189,14 @@ fn the_provisioner_units_stop_grace_covers_its_bounded_shutdown() {
 
 /// A program started the way a unit's `ExecStart=` starts it, under `strace -f`, with only the
 /// environment given (systemd's is as clean); stopped with SIGTERM as `systemctl stop` does.
-struct Traced {
+pub(crate) struct Traced {
     strace: std::process::Child,
     trace: PathBuf,
     log: PathBuf,
 }
 
 impl Traced {
-    fn start(dir: &Path, argv: &[String], env: &[(String, String)]) -> Self {
+    pub(crate) fn start(dir: &Path, argv: &[String], env: &[(String, String)]) -> Self {
         let trace = dir.join("strace.out");
         let log = dir.join("program.log");
         let out = std::fs::File::create(&log).expect("log");
@@ -216,12 +216,12 @@ impl Traced {
     }
 
     /// What the program printed so far.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Waits (bounded) until `ready` holds; panics with the program's output if it exits first.
-    fn wait_ready(&mut self, what: &str, ready: impl Fn() -> bool) {
+    pub(crate) fn wait_ready(&mut self, what: &str, ready: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !ready() {
             if let Some(status) = self.strace.try_wait().expect("wait") {
@@ -240,7 +240,7 @@ impl Traced {
     }
 
     /// SIGTERM to the traced program (strace's child), then strace's record once it exits.
-    fn stop(mut self) -> syscalls::Traced {
+    pub(crate) fn stop(mut self) -> syscalls::Traced {
         let me = self.strace.id();
         let children = format!("/proc/{me}/task/{me}/children");
         let pid: i32 = std::fs::read_to_string(&children)
@@ -269,7 +269,12 @@ impl Traced {
 
 /// The unit's one `ExecStart=`, `%i` as `deer-flow`, split as systemd splits it, with each
 /// `installed` path replaced by the program this run built.
-fn exec_start(unit: &str, installed: &str, built: &Path, also: &[(&str, String)]) -> Vec<String> {
+pub(crate) fn exec_start(
+    unit: &str,
+    installed: &str,
+    built: &Path,
+    also: &[(&str, String)],
+) -> Vec<String> {
     let lines = syscalls::unit_values(unit, "ExecStart");
     assert_eq!(lines.len(), 1, "one ExecStart: {lines:?}");
     let mut line = lines[0].clone();
@@ -299,12 +304,12 @@ pub(crate) fn env_file(text: &str) -> Vec<(String, String)> {
 }
 
 /// `env` with `key` set to `value` (replaced where it is already set).
-fn set(env: &mut Vec<(String, String)>, key: &str, value: String) {
+pub(crate) fn set(env: &mut Vec<(String, String)>, key: &str, value: String) {
     env.retain(|(k, _)| k != key);
     env.push((key.to_owned(), value));
 }
 
-fn assert_allowed(unit_name: &str, unit: &str, trace: &syscalls::Traced) {
+pub(crate) fn assert_allowed(unit_name: &str, unit: &str, trace: &syscalls::Traced) {
     let refused = syscalls::refused(unit, trace);
     assert!(
         refused.is_empty(),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use sockproxy_tests::bins;
+use sockproxy_tests::bounded::{OutputWithin, LONG, SHORT};
 use sockproxy_tests::engine::{Engine, TEST_IMAGE};
 use sockproxy_tests::fake::Flavor;
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
@@ -16,7 +17,7 @@ fn lifecycle(docker_host: &Path, prefix: &str, mode: &str, state: &Path, args: &
     lifecycle_command(docker_host, prefix, mode, state)
         .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "0"])
         .args(args)
-        .output()
+        .output_within(LONG)
         .expect("lifecycle runs")
 }
 
@@ -182,7 +183,7 @@ fn only_the_given_address_is_used() {
             "DOCKER_HOST",
             format!("unix://{}", elsewhere.socket.display()),
         )
-        .output()
+        .output_within(LONG)
         .expect("runs");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
@@ -321,7 +322,7 @@ fn bad_input_gets_one_line_and_changes_nothing() {
                     "/nonexistent",
                     "ls",
                 ])
-                .output()
+                .output_within(LONG)
                 .expect("runs");
             assert_eq!(bad_addr.status.code(), Some(2));
             assert!(stderr(&bad_addr).contains("only unix:// addresses"));
@@ -372,7 +373,7 @@ fn a_sandbox_that_never_answers_is_destroyed_with_failed_to_become_ready() {
     let out = lifecycle_command(s.proxy.socket(), &s.prefix, "open", &s.state_dir())
         .args(["--sandbox-cmd", "sleep 600", "--ready-timeout", "1"])
         .args(["create", "--user", "user-1", "--thread", "slow"])
-        .output()
+        .output_within(LONG)
         .expect("runs");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
@@ -447,7 +448,7 @@ fn retire_keeps_a_record_whose_sandbox_id_file_is_corrupt_and_asks_the_engine_no
 fn serve_help_names_the_global_flags_it_needs() {
     let out = std::process::Command::new(sockproxy_tests::bins::lifecycle())
         .args(["serve", "--help"])
-        .output()
+        .output_within(SHORT)
         .expect("runs");
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{help}");

@@ -18,6 +18,7 @@ use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use lifecycle::naming::sandbox_id;
+use sockproxy_tests::bounded::{OutputWithin, LONG};
 use sockproxy_tests::cli::{docker, CliOutput};
 use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
 use sockproxy_tests::lc::{lifecycle_base, names as names_of};
@@ -178,7 +179,7 @@ fn a_restricted_sandbox_reaches_its_sidecar_only_and_is_reached_through_its_rela
                         "1",
                     ])
                     .args(["create", "--user", "user-iso", "--thread", thread])
-                    .output()
+                    .output_within(LONG)
                     .expect("lifecycle runs");
                     assert!(
                         made.status.success(),
@@ -368,7 +369,7 @@ fn a_restricted_sandbox_reaches_its_sidecar_only_and_is_reached_through_its_rela
         for id in &ids {
             let out = lifecycle_base(proxy.socket(), &prefix, "restricted", state.path())
                 .args(["--stop-timeout", "1", "destroy", id])
-                .output()
+                .output_within(LONG)
                 .expect("lifecycle runs");
             assert!(
                 out.status.success(),

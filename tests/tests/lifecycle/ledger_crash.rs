@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use lifecycle::naming::k;
 use serde_json::Value;
+use sockproxy_tests::bounded::{OutputWithin, LONG};
 use sockproxy_tests::crash::{run_and_kill, scan_ledger, scan_ports, Rng};
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
 use sockproxy_tests::step::step;
@@ -125,7 +126,7 @@ fn the_ledger_and_port_reservations_survive_sigkill_anywhere() {
             };
             let t0 = Instant::now();
             let run = if delay >= Duration::from_secs(600) {
-                let out = c.output().expect("lifecycle runs");
+                let out = c.output_within(LONG).expect("lifecycle runs");
                 sockproxy_tests::crash::Run {
                     killed: false,
                     code: out.status.code(),
@@ -235,7 +236,7 @@ fn the_ledger_and_port_reservations_survive_sigkill_anywhere() {
     step("a fresh process reads the same ledger", || {
         let mut ls = cmd(&s);
         ls.args(["quarantine", "ls"]);
-        let out = ls.output().expect("quarantine ls");
+        let out = ls.output_within(LONG).expect("quarantine ls");
         assert!(
             out.status.success(),
             "{}",

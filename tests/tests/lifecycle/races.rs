@@ -13,6 +13,7 @@ use std::time::Duration;
 use lifecycle::ledger::Ledger;
 use lifecycle::naming::sandbox_id;
 use lifecycle::ports::Ports;
+use sockproxy_tests::bounded::{OutputWithin, WaitWithin, LONG};
 use sockproxy_tests::engine::{each_engine, real_engine, Cleanup, Engine, Fakes};
 use sockproxy_tests::lc::fault_relay::FaultRelay;
 use sockproxy_tests::lc::{lifecycle_command, names};
@@ -69,7 +70,7 @@ impl Race {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("lifecycle runs")
+        self.cmd(args).output_within(LONG).expect("lifecycle runs")
     }
 
     fn spawn(&self, args: &[&str]) -> Child {
@@ -143,7 +144,7 @@ fn racing_creates_end_with_one_live_sandbox_that_all_report() {
             let releaser = release_later(gate);
             let outs: Vec<serde_json::Value> = children
                 .into_iter()
-                .map(|c| ok_json(&c.wait_with_output().expect("wait")))
+                .map(|c| ok_json(&c.output_within(LONG).expect("wait")))
                 .collect();
             releaser.join().expect("releaser");
             let live = outs[0]["container_id"]
@@ -213,13 +214,13 @@ fn a_stale_retire_never_frees_a_live_generations_port() {
             let creator = r.spawn(&create);
             std::thread::sleep(HOLD);
             gate.release();
-            let retired = retire.wait_with_output().expect("wait");
+            let retired = retire.output_within(LONG).expect("wait");
             assert!(
                 retired.status.success(),
                 "{label}: {}",
                 String::from_utf8_lossy(&retired.stderr)
             );
-            let made = ok_json(&creator.wait_with_output().expect("wait"));
+            let made = ok_json(&creator.output_within(LONG).expect("wait"));
             let g2 = made["container_id"].as_str().unwrap_or_default().to_owned();
             let port = made["host_port"]
                 .as_u64()

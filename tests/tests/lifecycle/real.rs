@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Output;
 
 use lifecycle::naming::sandbox_id;
+use sockproxy_tests::bounded::{OutputWithin, LONG};
 use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
 use sockproxy_tests::lc::{lifecycle_base, lifecycle_command, names as names_of};
 use sockproxy_tests::raw;
@@ -27,7 +28,7 @@ fn lifecycle(sock: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str])
             "1",
         ])
         .args(args)
-        .output()
+        .output_within(LONG)
         .expect("lifecycle runs")
 }
 
@@ -44,7 +45,7 @@ fn lifecycle_netproxy(
         .args(["--sidecar-image", sidecar, "--sandbox-cmd", SANDBOX_CMD])
         .args(["--ready-timeout", "30", "--stop-timeout", "1"])
         .args(args)
-        .output()
+        .output_within(LONG)
         .expect("lifecycle runs")
 }
 

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use lifecycle::decide::Mode;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use sockproxy_tests::bounded::{OutputWithin, WaitWithin, LONG, SHORT};
 use sockproxy_tests::lc::fault_relay::FaultRelay;
 use sockproxy_tests::lc::{lifecycle_command, LcStack};
 
@@ -64,7 +65,7 @@ async fn a_lock_waiter_gives_up_at_its_timeout_or_a_signal_and_leaks_nothing() {
         s.proxy.socket(),
         &["--lock-timeout", "1", "destroy", &id],
     )
-    .output()
+    .output_within(LONG)
     .expect("runs");
     assert_eq!(timed_out.status.code(), Some(5), "{}", stderr(&timed_out));
     assert!(stderr(&timed_out).contains("still holds its lock"));
@@ -74,7 +75,7 @@ async fn a_lock_waiter_gives_up_at_its_timeout_or_a_signal_and_leaks_nothing() {
         .expect("starts");
     wait_until_open(&waiter, &lock_file);
     term(&waiter);
-    let interrupted = waiter.wait_with_output().expect("wait");
+    let interrupted = waiter.output_within(SHORT).expect("wait");
     assert_eq!(
         interrupted.status.code(),
         Some(130),
@@ -92,7 +93,7 @@ async fn a_lock_waiter_gives_up_at_its_timeout_or_a_signal_and_leaks_nothing() {
         s.proxy.socket(),
         &["--lock-timeout", "5", "destroy", &id],
     )
-    .output()
+    .output_within(LONG)
     .expect("runs");
     assert!(
         done.status.success(),
@@ -114,7 +115,7 @@ async fn a_lock_holder_finishes_the_step_it_sent_before_it_exits() {
     gate.arrived().await;
     term(&holder);
     gate.release();
-    let out = tokio::task::spawn_blocking(move || holder.wait_with_output())
+    let out = tokio::task::spawn_blocking(move || holder.output_within(LONG))
         .await
         .expect("join")
         .expect("wait");

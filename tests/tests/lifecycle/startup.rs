@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use sockproxy_tests::bounded::{OutputWithin, SHORT};
 use sockproxy_tests::lc::lifecycle_base;
 
 /// What the run printed on stderr, and its exit code.
@@ -16,7 +17,7 @@ fn run(mut cmd: Command) -> (Option<i32>, String) {
         .env_remove("LIFECYCLE_LOG")
         .env_remove("LIFECYCLE_SOCKET_MODE")
         .env_remove("LIFECYCLE_SANDBOX_PORT")
-        .output()
+        .output_within(SHORT)
         .expect("lifecycle runs");
     assert!(out.stdout.is_empty(), "nothing on stdout");
     (

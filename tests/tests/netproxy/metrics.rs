@@ -18,6 +18,7 @@ use netproxy::server::{Background, Limits};
 use sockproxy_tests::metrics::{get, promtool_check, At, Scrape};
 
 use crate::loopback::{connect, read_head, tunnel_to, upstream, Scripted};
+use sockproxy_tests::bounded::{OutputWithin, SHORT};
 
 const FAMILIES: [(&str, &str); 11] = [
     ("netproxy_requests_total", "counter"),
@@ -45,7 +46,7 @@ fn endpoint(metrics: Arc<Metrics>) -> (SocketAddr, tokio::sync::oneshot::Sender<
             .expect("runtime");
         rt.block_on(async move {
             let at = scrape::Listen::Tcp("127.0.0.1:0".parse().expect("addr"));
-            let listener = scrape::bind(&at).expect("binds");
+            let listener = scrape::bind(&at, scrape::METRICS_MODE, None).expect("binds");
             tx.send(listener.local_tcp().expect("tcp")).expect("told");
             scrape::serve(listener, Arc::new(Exposed(metrics)), async {
                 let _ = stopped.await;
@@ -253,7 +254,7 @@ fn the_program_serves_its_metrics_listen_and_refuses_a_bare_address() {
             "--metrics-listen",
             "127.0.0.1:9101",
         ])
-        .output()
+        .output_within(SHORT)
         .expect("runs");
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);

@@ -318,39 +318,25 @@ fn body_of(e: &Engine) -> Value {
 
 #[test]
 fn a_bind_through_a_planted_link_is_refused() {
-    each_engine(
-        "a_bind_through_a_planted_link_is_refused",
-        Fakes::Debian,
-        |e| {
-            let prefix = unique_prefix();
-            let mut clean = Cleanup::new(&e.socket);
-            let root = tempfile::tempdir().expect("temp dir");
-            let real_root = std::fs::canonicalize(root.path()).expect("real path");
-            std::fs::create_dir(real_root.join("data")).expect("data");
-            // What a sandbox with the directory bound could plant.
-            std::os::unix::fs::symlink("/", real_root.join("data").join("escape")).expect("link");
-            let allowed = real_root.clone();
-            let p = StackProxy::start_with(&e.socket, &prefix, false, move |c| {
-                c.create_rules.bind_roots = vec![allowed]
-            });
-            let name = clean.container(&format!("{prefix}sandbox-link"));
-            for source in ["data/escape", "data/escape/etc"] {
-                let bind = format!("{}/{source}:/host", real_root.display());
-                let body =
-                    json!({ "Image": e.image, "Cmd": ["true"], "HostConfig": { "Binds": [bind] } });
-                let r = send(
-                    p.socket(),
-                    "POST",
-                    &format!("/containers/create?name={name}"),
-                    &body,
-                );
-                refused(&r, 403, "goes through a symbolic link");
-                assert_eq!(
-                    inspect(&e, "containers", &format!("{name}/json")).status,
-                    404
-                );
-            }
-            let bind = format!("{}/data:/data", real_root.display());
+    let test = "a_bind_through_a_planted_link_is_refused";
+    if !sockproxy_tests::bindroot::can_pin(test) {
+        return;
+    }
+    each_engine(test, Fakes::Debian, |e| {
+        let prefix = unique_prefix();
+        let mut clean = Cleanup::new(&e.socket);
+        let root = sockproxy_tests::bindroot::BindRootDir::new("link");
+        let real_root = root.path().to_owned();
+        std::fs::create_dir(real_root.join("data")).expect("data");
+        // What a sandbox with the directory bound could plant.
+        std::os::unix::fs::symlink("/", real_root.join("data").join("escape")).expect("link");
+        let allowed = real_root.clone();
+        let p = StackProxy::start_with(&e.socket, &prefix, false, move |c| {
+            c.create_rules.bind_roots = vec![allowed]
+        });
+        let name = clean.container(&format!("{prefix}sandbox-link"));
+        for source in ["data/escape", "data/escape/etc"] {
+            let bind = format!("{}/{source}:/host", real_root.display());
             let body =
                 json!({ "Image": e.image, "Cmd": ["true"], "HostConfig": { "Binds": [bind] } });
             let r = send(
@@ -359,14 +345,27 @@ fn a_bind_through_a_planted_link_is_refused() {
                 &format!("/containers/create?name={name}"),
                 &body,
             );
+            refused(&r, 403, "goes through a symbolic link");
             assert_eq!(
-                r.status,
-                201,
-                "the real directory itself is fine: {}",
-                r.text()
+                inspect(&e, "containers", &format!("{name}/json")).status,
+                404
             );
-        },
-    );
+        }
+        let bind = format!("{}/data:/data", real_root.display());
+        let body = json!({ "Image": e.image, "Cmd": ["true"], "HostConfig": { "Binds": [bind] } });
+        let r = send(
+            p.socket(),
+            "POST",
+            &format!("/containers/create?name={name}"),
+            &body,
+        );
+        assert_eq!(
+            r.status,
+            201,
+            "the real directory itself is fine: {}",
+            r.text()
+        );
+    });
 }
 
 #[test]

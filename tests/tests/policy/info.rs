@@ -20,14 +20,28 @@ fn info_version_and_the_bridge_network_answer_for_the_stack() {
         |e| {
             let prefix = unique_prefix();
             let mut clean = Cleanup::new(&e.socket);
-            let p = StackProxy::start(&e.socket, &prefix, false);
+            // A stack the operator lets on the default bridge (`--allow-default-bridge`),
+            // which other stacks' containers may share: it sees only its own there.
+            let p = StackProxy::start_with(&e.socket, &prefix, false, |c| {
+                c.create_rules.allow_default_bridge = true;
+            });
             // A neighbour on the default bridge, running, and one of the stack's own.
             let neighbour = clean.container(&format!("x{prefix}neighbour"));
             let own = clean.container(&format!("{prefix}sandbox-info"));
             for (sock, name) in [(e.socket.as_path(), &neighbour), (p.socket(), &own)] {
                 let out = cli::docker(
                     sock,
-                    &["run", "-d", "--name", name, &e.image, "sleep", "600"],
+                    &[
+                        "run",
+                        "-d",
+                        "--network",
+                        "bridge",
+                        "--name",
+                        name,
+                        &e.image,
+                        "sleep",
+                        "600",
+                    ],
                 );
                 assert!(out.ok(), "{}", out.stderr);
             }

@@ -131,7 +131,7 @@ fn a_heavy_list_does_not_hold_the_other_clients() {
             (200, "{}".into())
         }
     });
-    let p = StackProxy::start_with(up.socket(), "deer-flow-", false, |c| c.event_loops = 1);
+    let p = StackProxy::start_with(up.socket(), "deer-flow-", false, |c| c.worker_threads = 1);
     // Each value scans every name to its end (no letter follows a digit in them, and there is
     // no literal to skip ahead by): linear, and a second or more of matching for 16 values
     // over 4,000 names of 1,500 bytes in a test build.

@@ -9,7 +9,9 @@
 //! (`restricted`), the name map pinning the right container in one round trip (`names`), and
 //! two stacks given one prefix under `--require-stack-label` (`shared_prefix`), log options the
 //! engine expands at every line (`log_templates`), list filters the proxy cannot read or that
-//! would compile too much (`list_filters`);
+//! would compile too much (`list_filters`), and bind sources pinned against a swap after the
+//! create, across every kind of restart, and a proxy that cannot pin refusing to start (`pins`,
+//! `pins_restarts`, `pins_startup`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -18,14 +20,22 @@ mod floors;
 mod host_reach;
 mod http_layer;
 mod info;
+mod isolation;
+mod limits;
 mod list_filters;
 mod lists;
 mod log_templates;
 mod names;
 mod offline;
+mod pins;
+mod pins_restarts;
+mod pins_startup;
 mod restricted;
 mod seccomp;
 mod shared_prefix;
+mod slow_body;
 mod spend;
+mod stack_network;
+mod totals;
 mod volumes;
 mod writes;

@@ -249,7 +249,18 @@ fn upstream_down_is_502_and_recovers_without_restart() {
 
 #[test]
 fn create_bodies_are_checked_capped_and_reserialized() {
-    let up = Recorder::start(|_, _| (201, r#"{"Id":"x","Warnings":[]}"#.to_owned()));
+    // The stack's network (as the proxy makes it) and its containers (none yet) are asked
+    // for before a create is sent.
+    let up = Recorder::start(|method, uri| {
+        match method {
+        "GET" if uri.contains("/networks/") => (
+            200,
+            r#"{"Id":"n","Name":"deer-flow-net","Driver":"bridge","Options":{"com.docker.network.bridge.enable_icc":"false"},"Labels":{"sockproxy.stack":"test-deer-flow-"}}"#.to_owned(),
+        ),
+        "GET" => (200, "[]".to_owned()),
+        _ => (201, r#"{"Id":"x","Warnings":[]}"#.to_owned()),
+    }
+    });
     let p = StackProxy::start(up.socket(), "deer-flow-", false);
     let target = "/v1.41/containers/create?name=deer-flow-sandbox-a";
     let big = format!(
@@ -288,7 +299,14 @@ fn create_bodies_are_checked_capped_and_reserialized() {
     );
     let r = raw::send(p.socket(), req.as_bytes()).expect("answer");
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(up.requests(), [format!("POST {target}")]);
+    let asked = up.requests();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    assert_eq!(asked[0], "GET /v1.41/networks/deer-flow-net");
+    assert!(
+        asked[1].starts_with("GET /v1.41/containers/json?all=1&filters="),
+        "{asked:?}"
+    );
+    assert_eq!(asked[2], format!("POST {target}"));
 }
 
 /// dockerd names the pinned ID where the client named the container; the proxy puts the

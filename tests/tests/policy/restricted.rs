@@ -72,7 +72,13 @@ fn restricted_stack_manages_its_own_networks_only() {
                         .get(&net)
                         .is_some());
                     let out = docker(p.socket(), &["network", "ls", "--format", "{{.Name}}"]);
-                    assert_eq!(out.out(), format!("{net}\n"), "network list is filtered");
+                    // The stack's own network, made at its first create that named none
+                    // (the sidecar's), is listed too.
+                    assert_eq!(
+                        out.out(),
+                        format!("{}\n{net}\n", p.stack_network),
+                        "network list is filtered"
+                    );
                 },
             );
 

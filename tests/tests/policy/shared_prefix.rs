@@ -155,8 +155,18 @@ fn one_prefix_two_stacks_share_no_network_and_no_volume() {
         step(
             "stack B does not see A's running sandbox among bridge's endpoints",
             || {
+                // Both let on the default bridge by the operator (`--allow-default-bridge`).
+                let a = StackProxy::start_with(&e.socket, &prefix, true, |c| {
+                    c.create_rules.require_stack_label = true;
+                    c.create_rules.allow_default_bridge = true;
+                    c.stack = "stack-a".into();
+                });
                 let on_bridge = clean.container(&format!("{prefix}sandbox-abr"));
-                let r = create(&a, &on_bridge, json!({}));
+                let r = create(
+                    &a,
+                    &on_bridge,
+                    json!({ "HostConfig": { "NetworkMode": "bridge" } }),
+                );
                 assert_eq!(r.status, 201, "{}", r.text());
                 let id = r.json()["Id"].as_str().expect("an ID").to_owned();
                 let r = raw::request(

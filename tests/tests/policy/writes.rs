@@ -253,10 +253,14 @@ fn the_gateways_normal_create_works_and_is_stamped() {
 
 #[test]
 fn an_allowed_bind_root_works_end_to_end() {
-    let Some(e) = real_engine("an_allowed_bind_root_works_end_to_end") else {
+    let test = "an_allowed_bind_root_works_end_to_end";
+    let Some(e) = real_engine(test) else {
         return;
     };
-    let root = tempfile::tempdir().expect("dir");
+    if !sockproxy_tests::bindroot::can_pin(test) {
+        return;
+    }
+    let root = sockproxy_tests::bindroot::BindRootDir::new("bind");
     std::fs::create_dir(root.path().join("data")).expect("mkdir");
     std::fs::write(root.path().join("data/greeting"), b"hello through a bind\n").expect("write");
     let prefix = unique_prefix();

@@ -76,6 +76,11 @@ fn closed(s: &mut TcpStream) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_connections_are_capped_per_peer_and_the_key_holder_is_served() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "unauthenticated_connections_are_capped_per_peer_and_the_key_holder_is_served",
+    ) {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     // A header timeout far longer than the head deadline of a connection without the key: what
     // cuts the silent one below is that deadline.
@@ -169,6 +174,11 @@ fn body(sandbox_id: &str, user: &str, thread: Option<&str>) -> Value {
 /// (409): not while a lease holds it, nor warm (it has none of deer-flow's mounts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_two_apis_never_share_a_sandbox_that_one_of_them_holds() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "the_two_apis_never_share_a_sandbox_that_one_of_them_holds",
+    ) {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     let key = [("X-API-Key", KEY)];
@@ -244,6 +254,11 @@ async fn the_two_apis_never_share_a_sandbox_that_one_of_them_holds() {
 /// The cap never evicts a sandbox deer-flow made, also after a refused `/v1/` acquire of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provisioner_sandbox_is_never_evicted_after_a_v1_acquire_of_its_thread() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "a_provisioner_sandbox_is_never_evicted_after_a_v1_acquire_of_its_thread",
+    ) {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start_capped(&e, KEY, 1).await;
     let key = [("X-API-Key", KEY)];
@@ -276,6 +291,11 @@ async fn a_provisioner_sandbox_is_never_evicted_after_a_v1_acquire_of_its_thread
 /// gets the same sandbox.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_id_deer_flow_mints_serves_only_the_user_who_made_it() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "a_sandbox_id_deer_flow_mints_serves_only_the_user_who_made_it",
+    ) {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     let (status, made) = s.create(&body("a1b2c3d4", "alice", None)).await;

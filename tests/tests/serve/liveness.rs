@@ -24,6 +24,11 @@ fn create_body(thread: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_that_is_not_running_is_404_unlisted_and_reconciled_away() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "a_sandbox_that_is_not_running_is_404_unlisted_and_reconciled_away",
+    ) {
+        return;
+    }
     each_engine_async(
         "a_sandbox_that_is_not_running_is_404_unlisted_and_reconciled_away",
         Fakes::Debian,
@@ -95,6 +100,11 @@ async fn a_sandbox_that_is_not_running_is_404_unlisted_and_reconciled_away() {
 /// sandbox here never answers HTTP and creates would wait an hour for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_answers_once_its_container_runs_without_the_readiness_wait() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "a_create_answers_once_its_container_runs_without_the_readiness_wait",
+    ) {
+        return;
+    }
     each_engine_async(
         "a_create_answers_once_its_container_runs_without_the_readiness_wait",
         Fakes::Debian,
@@ -122,6 +132,11 @@ async fn a_create_answers_once_its_container_runs_without_the_readiness_wait() {
 /// (500) and undoes what it made, port included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_that_exits_at_once_is_a_failed_create_and_is_undone() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "a_container_that_exits_at_once_is_a_failed_create_and_is_undone",
+    ) {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start_exiting(&e).await;
     let (status, text) = s.create(&create_body("exits-at-once")).await;

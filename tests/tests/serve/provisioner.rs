@@ -12,6 +12,11 @@ use sockproxy_tests::provisioner::{hex, python, script, ApiStack, KEY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deer_flows_remote_backend_creates_finds_checks_lists_and_destroys() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "deer_flows_remote_backend_creates_finds_checks_lists_and_destroys",
+    ) {
+        return;
+    }
     each_engine_async(
         "deer_flows_remote_backend_creates_finds_checks_lists_and_destroys",
         Fakes::Debian,
@@ -46,15 +51,28 @@ async fn deer_flows_remote_backend_creates_finds_checks_lists_and_destroys() {
                 assert_eq!(labels["deerflow.network_mode"], "open");
                 assert_eq!(labels["lifecycle.origin"], "provisioner");
                 let r = s.root.display().to_string();
-                let mut binds: Vec<String> = c["HostConfig"]["Binds"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|b| b.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                binds.sort();
+                // Each bind is pinned (`bind_pins`): the path deer-flow named is in its label,
+                // and what the engine mounts is that very directory.
+                let binds = sockproxy_tests::unpin::host_binds(&c);
+                for m in c["HostConfig"]["Mounts"].as_array().into_iter().flatten() {
+                    let staging = m["Source"].as_str().unwrap_or_default();
+                    let named = &c["Config"]["Labels"][format!(
+                        "sockproxy.bind.{}",
+                        m["Target"].as_str().unwrap_or_default()
+                    )];
+                    let named = named.as_str().unwrap_or_default();
+                    assert!(!staging.starts_with(&r), "pinned, not {staging}");
+                    use std::os::unix::fs::MetadataExt;
+                    let (a, b) = (
+                        std::fs::metadata(staging).expect("staging"),
+                        std::fs::metadata(named).expect("named"),
+                    );
+                    assert_eq!(
+                        (a.dev(), a.ino()),
+                        (b.dev(), b.ino()),
+                        "{staging} is {named}"
+                    );
+                }
                 let mut want = vec![
                     format!("{r}/skills_view/public:/mnt/skills/public:ro"),
                     format!("{r}/users/user-1/skills_view/custom:/mnt/skills/custom:ro"),
@@ -121,6 +139,11 @@ async fn deer_flows_remote_backend_creates_finds_checks_lists_and_destroys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them",
+    ) {
+        return;
+    }
     each_engine_async(
         "restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them",
         Fakes::Debian,
@@ -217,6 +240,11 @@ async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them(
 /// and a later create for another (user, thread) under the same ID is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants",
+    ) {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     let body =
@@ -277,6 +305,11 @@ async fn provisioned_sandboxes_are_never_reaped_and_ids_never_cross_tenants() {
 /// engine and read back from every answer; a create of the same ID with other mounts is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deer_flows_newest_backend_gets_its_fields_honoured_and_read_back() {
+    if !sockproxy_tests::bindroot::can_pin(
+        "deer_flows_newest_backend_gets_its_fields_honoured_and_read_back",
+    ) {
+        return;
+    }
     each_engine_async(
         "deer_flows_newest_backend_gets_its_fields_honoured_and_read_back",
         Fakes::Debian,
@@ -308,11 +341,8 @@ async fn deer_flows_newest_backend_gets_its_fields_honoured_and_read_back() {
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
                 assert!(env.contains(&"MAX_SHELL_SESSIONS=13"), "{env:?}");
-                let mut binds: Vec<String> = c["HostConfig"]["Binds"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|b| b.as_str().map(str::to_owned)).collect())
-                    .unwrap_or_default();
-                binds.sort();
+                // Pinned by the proxy: read back through the labels it names each source in.
+                let binds = sockproxy_tests::unpin::host_binds(&c);
                 let mut want = vec![
                     format!("{r}/skills_view/public:/custom-skills/public:ro"),
                     format!("{r}/users/alice/skills_view/custom:/custom-skills/custom:ro"),

@@ -6,6 +6,7 @@
 use lifecycle::decide::Mode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use sockproxy_tests::bounded::{OutputWithin, SHORT};
 use sockproxy_tests::engine::Engine;
 use sockproxy_tests::provisioner::{engine_asked, hex, ApiStack, KEY};
 use sockproxy_tests::stack::StackProxy;
@@ -15,6 +16,9 @@ use sockproxy_tests::stack::StackProxy;
 /// is keyed the same way); a missing, empty, wrong, longer or partial key gets the same 401.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_guards_every_route_but_health() {
+    if !sockproxy_tests::bindroot::can_pin("the_key_guards_every_route_but_health") {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     let create = Some(json!({"sandbox_id": "s1"}).to_string().into_bytes());
@@ -105,6 +109,9 @@ async fn the_key_guards_every_route_but_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_parallel_creates_of_one_id_make_one_container() {
+    if !sockproxy_tests::bindroot::can_pin("eight_parallel_creates_of_one_id_make_one_container") {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = std::sync::Arc::new(ApiStack::start(&e, Mode::Open, Some(KEY)).await);
     let body =
@@ -166,6 +173,9 @@ async fn eight_parallel_creates_of_one_id_make_one_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_before_any_engine_call() {
+    if !sockproxy_tests::bindroot::can_pin("bad_input_is_refused_before_any_engine_call") {
+        return;
+    }
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Open, Some(KEY)).await;
     s.proxy.wait_names_live();
@@ -255,7 +265,7 @@ async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix
             .args(["serve", "--listen", "tcp://127.0.0.1:1"])
             .args(&extra)
             .env_remove("LIFECYCLE_API_KEY_FILE")
-            .output()
+            .output_within(SHORT)
             .expect("runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
@@ -328,6 +338,9 @@ async fn the_binary_refuses_tcp_without_a_private_key_and_enforces_one_on_a_unix
 /// is answered 503, a half-sent head is cut at `--header-timeout`, and the slot serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_clients_are_held_to_the_same_limits() {
+    if !sockproxy_tests::bindroot::can_pin("tcp_clients_are_held_to_the_same_limits") {
+        return;
+    }
     use std::io::{Read, Write};
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let limits = lifecycle::serve::limits::Limits::new(0.5, 1.0, 1).expect("limits");
@@ -369,6 +382,10 @@ async fn tcp_clients_are_held_to_the_same_limits() {
 /// nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_a_create_claims_first_and_a_delete_lets_go() {
+    if !sockproxy_tests::bindroot::can_pin("with_redis_a_create_claims_first_and_a_delete_lets_go")
+    {
+        return;
+    }
     let Some(redis) = sockproxy_tests::redis_server::RedisServer::start(
         "with_redis_a_create_claims_first_and_a_delete_lets_go",
     ) else {

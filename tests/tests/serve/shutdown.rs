@@ -4,6 +4,7 @@
 
 use lifecycle::serve::background;
 use serde_json::Value;
+use sockproxy_tests::bounded::{OutputWithin, SHORT};
 use sockproxy_tests::lc::fault_relay::FaultRelay;
 use sockproxy_tests::lc::LcStack;
 use sockproxy_tests::serve::{config, Served};
@@ -179,7 +180,7 @@ async fn a_second_serve_never_takes_a_live_socket_but_replaces_a_stale_one() {
     let out = sockproxy_tests::lc::lifecycle_base(stack.socket(), "deer-flow-", "open", dir.path())
         .args(["serve", "--listen"])
         .arg(&sock)
-        .output()
+        .output_within(SHORT)
         .expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use sockproxy_tests::deerflow::UPSTREAM_MOUNTS;
 use sockproxy_tests::engine::TEST_IMAGE;
 use sockproxy_tests::raw;
 use tokio::runtime::Runtime;
@@ -44,16 +45,41 @@ enum Group {
 
 const GROUPS: [Group; 4] = [Group::RunRm, Group::Inspect, Group::Ps, Group::StopStart];
 
-/// One sample of `group` through `sock`: (index into `OPS`, wall time) for each command timed.
-fn sample(group: Group, sock: &Path, name: &str) -> anyhow::Result<Vec<(usize, Duration)>> {
+/// With `--bind-root`: the `--mount` arguments of deer-flow's thread binds from it (each
+/// directory made), as its gateway's `docker run` passes them.
+fn thread_binds(args: &Args) -> anyhow::Result<Vec<String>> {
+    let Some(root) = &args.bind_root else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (src, dst, ro) in UPSTREAM_MOUNTS {
+        std::fs::create_dir_all(root.join(src))?;
+        out.push("--mount".to_owned());
+        let ro = if ro { ",readonly" } else { "" };
+        out.push(format!(
+            "type=bind,src={}/{src},dst={dst}{ro}",
+            root.display()
+        ));
+    }
+    Ok(out)
+}
+
+/// One sample of `group` through `sock`: (index into `OPS`, wall time) for each command timed;
+/// `binds` are the run's `--mount` arguments.
+fn sample(
+    group: Group,
+    sock: &Path,
+    name: &str,
+    binds: &[String],
+) -> anyhow::Result<Vec<(usize, Duration)>> {
     let inspected = format!("{OURS}inspect");
     let cycled = format!("{OURS}cycle");
     Ok(match group {
         Group::RunRm => {
-            let run = timed(
-                sock,
-                &["run", "-d", "--name", name, TEST_IMAGE, "sleep", "600"],
-            )?;
+            let mut run: Vec<&str> = vec!["run", "-d", "--name", name];
+            run.extend(binds.iter().map(String::as_str));
+            run.extend([TEST_IMAGE, "sleep", "600"]);
+            let run = timed(sock, &run)?;
             vec![(0, run + timed(sock, &["rm", "-f", name])?)]
         }
         Group::Inspect => vec![(1, timed(sock, &["inspect", &inspected])?)],
@@ -85,6 +111,9 @@ fn remove_ours(engine: &Path) {
             let _ = raw::request(engine, "DELETE", &format!("/containers/{id}?force=1"), None);
         }
     }
+    // The stack's own network, which its proxies made for those containers.
+    let net = format!("/networks/{}net", crate::socket::PREFIX);
+    let _ = raw::request(engine, "DELETE", &net, None);
 }
 
 /// The rows of the real-engine lines, measured or saying why not.
@@ -135,13 +164,16 @@ fn measure(
     }
     create_on(engine, &format!("{OURS}inspect"), false)?;
     create_on(engine, &format!("{OURS}cycle"), true)?;
-    let proxies = start_each(
-        &builds.each(),
-        dir,
-        engine,
-        "budget-real",
-        &args.sockproxy_flag,
-    )?;
+    let mut flags = args.sockproxy_flag.clone();
+    if let Some(root) = &args.bind_root {
+        flags.extend(["--allow-bind-root".to_owned(), root.display().to_string()]);
+        println!(
+            "`docker run -d` binds deer-flow's {} thread directories from `{}`, each proxy's bind root.\n",
+            UPSTREAM_MOUNTS.len(),
+            root.display()
+        );
+    }
+    let proxies = start_each(&builds.each(), dir, engine, "budget-real", &flags)?;
     let mut socks: Vec<PathBuf> = vec![engine.to_owned()];
     socks.extend(proxies.iter().map(|p| p.socket.clone()));
     let listed = raw::get(engine, "/containers/json?all=1")?
@@ -212,6 +244,7 @@ fn measure(
 fn cli_times(args: &Args, socks: &[PathBuf]) -> anyhow::Result<Vec<Vec<Vec<Duration>>>> {
     let mut times = vec![vec![Vec::new(); socks.len()]; OPS.len()];
     let cap = Duration::from_secs(args.budget_time);
+    let binds = thread_binds(args)?;
     for group in GROUPS {
         let start = Instant::now();
         for i in 0..args.budget_samples {
@@ -222,7 +255,7 @@ fn cli_times(args: &Args, socks: &[PathBuf]) -> anyhow::Result<Vec<Vec<Vec<Durat
             for k in 0..socks.len() {
                 let r = (k + i) % socks.len();
                 let name = format!("{OURS}run-{r}-{i}");
-                for (op, took) in sample(group, &socks[r], &name)? {
+                for (op, took) in sample(group, &socks[r], &name, &binds)? {
                     times[op][r].push(took);
                 }
             }

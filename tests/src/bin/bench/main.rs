@@ -118,6 +118,11 @@ pub struct Args {
     /// routes; it stops sampling there.
     #[arg(long, env = "BENCH_BUDGET_TIME", default_value_t = 300)]
     budget_time: u64,
+    /// A directory on a nosuid,nodev mount: the budget's `docker run` then binds deer-flow's
+    /// 11 thread directories from it (made there), and each sockproxy has it as its
+    /// --allow-bind-root, pinning them (issue 46) [default: no binds].
+    #[arg(long, env = "BENCH_BIND_ROOT")]
+    bind_root: Option<PathBuf>,
     /// Containers on the fake engine for the budget's list-filtering line (the budget is set
     /// at 10,000; the smoke test lists fewer).
     #[arg(long, env = "BENCH_BUDGET_LIST_SIZE", default_value_t = 10_000)]
@@ -196,6 +201,9 @@ fn header(args: &Args) {
             " --budget-samples {} --budget-time {} --budget-list-size {}",
             args.budget_samples, args.budget_time, args.budget_list_size
         ));
+        if let Some(root) = &args.bind_root {
+            parts.push_str(&format!(" --bind-root {}", root.display()));
+        }
     }
     if args.targets.len() != Target::value_variants().len() {
         let names: Vec<String> = args

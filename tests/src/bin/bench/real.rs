@@ -215,6 +215,8 @@ pub fn real_engine(args: &Args, bins: &Path, dir: &Path) -> anyhow::Result<()> {
         }
     }
     let _ = docker(&engine, &["rm", "-f", INSPECTED]);
+    // The stack's own network, which the proxy made for its runs.
+    let _ = docker(&engine, &["network", "rm", &format!("{PREFIX}net")]);
     result?;
     println!(
         "Engine: Docker {} (API {}); CLI: `{}`. Median of {} rounds; each time includes the CLI's own start.\n",

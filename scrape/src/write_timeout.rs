@@ -1,17 +1,25 @@
-//! The API socket's write timeout (`--write-timeout`): `WriteTimeout` wraps a connection's
-//! stream and fails a write that has made no progress for that long, so that a client that
-//! sends requests (pipelined, say) and never reads the answers cannot keep its connection, and
-//! its slot under `--max-connections`, once the socket's buffer is full. `WriteStalled` is the
-//! error it fails with, which `is_write_stall` finds again in hyper's error to log the close.
+//! The write-stall timeout of every server in the toolkit (netproxy's `--write-timeout-ms`,
+//! `lifecycle serve --write-timeout`): `WriteTimeout` wraps a connection's stream (or its write
+//! half) and fails a write that has made no progress for that long, so that a client that sends
+//! requests (pipelined, say) and never reads the answers, or takes nothing of a long answer,
+//! cannot keep its connection, its slot and its buffers once the socket's buffer is full.
+//! hyper has no write timeout of its own. `WriteStalled` is the error it fails with, which
+//! `is_write_stall` finds again in hyper's error to log the close; `flagging` also sets a flag
+//! the caller reads afterwards (netproxy's exchange line).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+/// About thirty years: the deadline of a timeout too long to add to now.
+const FAR: Duration = Duration::from_secs(86400 * 365 * 30);
 
 /// The cause inside the `io::Error` (kind `TimedOut`) a stalled write fails with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +41,8 @@ pub struct WriteTimeout<S> {
     sleep: Option<Pin<Box<Sleep>>>,
     /// Whether `sleep` measures the current stall; false once a write has completed.
     armed: bool,
+    /// Set when a write stalled past the timeout.
+    stalled: Option<Arc<AtomicBool>>,
 }
 
 impl<S> WriteTimeout<S> {
@@ -42,7 +52,18 @@ impl<S> WriteTimeout<S> {
             timeout,
             sleep: None,
             armed: false,
+            stalled: None,
         }
+    }
+
+    /// Also sets `stalled` when a write fails for the timeout.
+    pub fn flagging(mut self, stalled: Arc<AtomicBool>) -> Self {
+        self.stalled = Some(stalled);
+        self
+    }
+
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 
     /// Runs after a write-side call: a completed one stops the clock; a pending one starts it
@@ -57,8 +78,9 @@ impl<S> WriteTimeout<S> {
             self.armed = false;
             return polled;
         }
-        // `Instant + Duration` cannot overflow: `Limits::new` caps the timeout at an hour.
-        let deadline = Instant::now() + self.timeout;
+        let now = Instant::now();
+        // A timeout too long to add is as good as none (the callers cap theirs: an hour).
+        let deadline = now.checked_add(self.timeout).unwrap_or(now + FAR);
         let sleep = match (&mut self.sleep, self.armed) {
             (Some(sleep), true) => sleep,
             (Some(sleep), false) => {
@@ -71,6 +93,9 @@ impl<S> WriteTimeout<S> {
         };
         self.armed = true;
         ready!(sleep.as_mut().poll(cx));
+        if let Some(flag) = &self.stalled {
+            flag.store(true, Ordering::Relaxed);
+        }
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             WriteStalled(self.timeout),
@@ -214,5 +239,34 @@ mod tests {
         assert!(is_write_stall(&stalled));
         assert!(!is_write_stall(&io::Error::from(io::ErrorKind::TimedOut)));
         assert!(!is_write_stall(&io::Error::other("x")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_resets_the_clock_and_a_stall_sets_the_flag() {
+        // A pipe of 64 bytes whose reader reads nothing until told.
+        let (mut reader, writer) = duplex(64);
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut w = WriteTimeout::new(writer, Duration::from_secs(5)).flagging(flag.clone());
+        w.write_all(&[0u8; 64]).await.expect("fits");
+        // Full: the next write waits; 4 s later the reader takes it all, and the write goes on.
+        let drain = async {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let mut sink = [0u8; 64];
+            reader.read_exact(&mut sink).await.expect("read");
+            reader
+        };
+        let (wrote, mut reader) = tokio::join!(w.write_all(&[1u8; 64]), drain);
+        wrote.expect("progress within the limit");
+        assert!(!flag.load(Ordering::Relaxed));
+        // Now nobody reads: the write fails at the limit, and says so.
+        let err = w.write_all(&[2u8; 1]).await.expect_err("timed out");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(flag.load(Ordering::Relaxed));
+        let mut sink = [0u8; 64];
+        reader
+            .read_exact(&mut sink)
+            .await
+            .expect("the bytes before are intact");
+        assert_eq!(sink, [1u8; 64]);
     }
 }
