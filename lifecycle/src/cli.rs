@@ -48,9 +48,10 @@ pub struct Args {
         default_value_t = 8080
     )]
     pub sandbox_port: u16,
-    /// Host address an open-mode sandbox's port is published on (an IP address). The
-    /// default keeps sandboxes reachable from this host only; a gateway in a container needs
-    /// an address it can reach (the docker bridge's gateway address, say).
+    /// Host address a sandbox's port is published on (an IP address): an open-mode sandbox's
+    /// own, a restricted one's sidecar relay. The default keeps sandboxes reachable from this
+    /// host only; a gateway in a container needs an address it can reach (the gateway address
+    /// of a bridge it is on, say).
     #[arg(help_heading = "Sandboxes", long, env = "LIFECYCLE_PUBLISH_ADDRESS", default_value = "127.0.0.1", value_parser = publish_address)]
     pub publish_address: String,
     /// Command for the sandbox, run with `sh -c` [default: the image's].
@@ -63,7 +64,8 @@ pub struct Args {
         env = "LIFECYCLE_SIDECAR_IMAGE"
     )]
     pub sidecar_image: Option<String>,
-    /// Command for the sidecar, run with `sh -c` [default: netproxy arguments from --egress-allow].
+    /// Command for the sidecar, run with `sh -c`; a stand-in must relay --sandbox-port itself
+    /// [default: netproxy arguments from --egress-allow, and its relay to the sandbox's port].
     #[arg(help_heading = "Restricted mode", long, env = "LIFECYCLE_SIDECAR_CMD")]
     pub sidecar_cmd: Option<String>,
     /// Egress rules passed to the sidecar (repeatable, or space-separated in the env var; a

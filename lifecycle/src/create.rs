@@ -1,13 +1,15 @@
-//! Creating a sandbox (docs/architecture.md, "lifecycle"), under its lock: first what `decide::before_create` says about
-//! quarantine records, then the create. Open mode publishes the sandbox port on a reserved
-//! loopback port (the reservation moves to the container's generation as soon as it has an
-//! ID); restricted mode makes the sandbox's internal and egress networks, the sidecar (on both)
-//! and the sandbox (internal only, its proxy variables pointing at the sidecar:
+//! Creating a sandbox (docs/architecture.md, "lifecycle"), under its lock: first what
+//! `decide::before_create` says about quarantine records, then the create. Open mode publishes
+//! the sandbox port on a reserved host port (the reservation moves to the container's
+//! generation as soon as it has an ID); restricted mode makes the sandbox's internal
+//! (host-less) and egress networks, the sidecar (on both, its relay published on the reserved
+//! port) and the sandbox (internal only, its proxy variables pointing at the sidecar:
 //! `create_restricted`). Then the readiness wait (or, for the provisioner API, only the check
 //! that the container runs). Every object a create makes carries its intent token
 //! (`intent`). A name conflict means another create won: the container found is discovered
-//! (or replaced when it is exited or unhealthy). A failed create undoes what it made, by ID;
-//! if that fails too, the error says what is left, which is quarantined with its port kept.
+//! (or replaced when it is exited, unhealthy, or has no way in). A failed create undoes what it
+//! made, by ID; if that fails too, the error says what is left, which is quarantined with its
+//! port kept.
 //! A caller that owns the sandbox's ID elsewhere (the provider's ownership claim) is asked
 //! first, through `BeforeUndo`, so the undo runs under its teardown claim like any teardown.
 
@@ -183,8 +185,9 @@ impl Lifecycle {
         }
     }
 
-    /// A container found under the sandbox's name: handed out if it runs and is not unhealthy,
-    /// else destroyed by its ID and replaced by a fresh one, in this call.
+    /// A container found under the sandbox's name: handed out if it runs, is not unhealthy and
+    /// has a way in (`Lifecycle::way_in`), else destroyed by its ID and replaced by a fresh one,
+    /// in this call.
     async fn discover_or_replace(
         &self,
         id: &str,
@@ -193,10 +196,12 @@ impl Lifecycle {
         c: crate::engine::Container,
         guard: &dyn BeforeUndo,
     ) -> Result<Created, OpError> {
-        match decide::discovery(c.running, c.health.as_deref()) {
-            Discovery::Reuse => Ok(self.discovered(id, &c)),
+        let way_in = self.way_in(id, &c).await?;
+        let reachable = way_in.is_some() || !self.needs_relay(&c);
+        match decide::discovery(c.running, c.health.as_deref(), reachable) {
+            Discovery::Reuse => Ok(self.discovered(id, &c, way_in)),
             Discovery::Replace => {
-                tracing::info!(sandbox_id = id, container_id = %c.id, running = c.running, health = ?c.health, "replacing a sandbox that is not running or unhealthy");
+                tracing::info!(sandbox_id = id, container_id = %c.id, running = c.running, health = ?c.health, way_in = ?way_in, "replacing a sandbox that is not running, unhealthy, or has no way in");
                 // A teardown like any other: under the guard's teardown claim.
                 guard
                     .before_undo(id)
@@ -362,13 +367,14 @@ impl Lifecycle {
         )
         .await?;
         let cid = made.sandbox.clone().unwrap_or_default();
-        let mut created = self.created(id, &cid, Mode::Open, Some(port), "", false);
+        let mut created = self.created(id, &cid, Mode::Open, Some(port), false);
         created.scope = scope_of(made);
         Ok(created)
     }
 
-    /// Creates and starts the sandbox; its ID goes into `made` (and, in open mode, the pending
-    /// port reservation to that generation) before the start, so an undo knows what to remove.
+    /// Creates and starts the sandbox; its ID goes into `made` (and the pending port
+    /// reservation, its own in open mode or its sidecar's relay in restricted mode, to that
+    /// generation) before the start, so an undo knows what to remove.
     pub(crate) async fn create_and_start(
         &self,
         id: &str,
@@ -382,9 +388,7 @@ impl Lifecycle {
             .await
             .map_err(step(format!("create {name}")))?;
         made.sandbox = Some(cid.clone());
-        if self.settings.mode == Mode::Open {
-            self.ports.assign(id, &cid)?;
-        }
+        self.ports.assign(id, &cid)?;
         self.engine
             .start(&cid)
             .await

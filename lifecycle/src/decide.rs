@@ -67,15 +67,35 @@ pub fn destroy_needs_restricted_cleanup(network_mode_label: Option<&str>) -> boo
     stackmodel::label_is_restricted(network_mode_label)
 }
 
+/// The bridge option that gives the host no IPv4 address on a network: a restricted sandbox's
+/// internal network carries it, so the sandbox reaches no host service through the bridge's
+/// address (or any other host address), and the host does not reach the sandbox either.
+pub const INHIBIT_IPV4: &str = "com.docker.network.bridge.inhibit_ipv4";
+
+/// Whether a network's options give the host no IPv4 address on it: `INHIBIT_IPV4` read as the
+/// bridge driver reads it (Go's `strconv.ParseBool`; a value it cannot parse is false).
+pub fn host_less(options: &std::collections::HashMap<String, String>) -> bool {
+    matches!(
+        options.get(INHIBIT_IPV4).map(String::as_str),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True")
+    )
+}
+
 /// Whether a network found under one of a restricted sandbox's names (its create answered 409)
 /// may be used as though this create had made it: a `bridge` network, internal exactly when the
-/// one lifecycle makes is. Anything else is refused with the reason (fail closed): a
-/// non-internal network under the internal network's name would give the sandbox a default
-/// route around its proxy. Labels are not asked for: anyone who can make the network can write
-/// them, so they prove nothing, and a network another tool made for the same sandbox (a
-/// deer-flow gateway, an operator placing a neighbour on the egress network) is as good as ours
-/// when it has those two properties.
-pub fn existing_network(driver: &str, internal: bool, want_internal: bool) -> Result<(), String> {
+/// one lifecycle makes is, and an internal one with no host address on it (`host_less`).
+/// Anything else is refused with the reason (fail closed): a non-internal network under the
+/// internal network's name would give the sandbox a default route around its proxy, and one
+/// where the host holds an address would let it reach the host's services. Labels are not asked
+/// for: anyone who can make the network can write them, so they prove nothing, and a network
+/// another tool made for the same sandbox (a deer-flow gateway, an operator placing a neighbour
+/// on the egress network) is as good as ours when it has those properties.
+pub fn existing_network(
+    driver: &str,
+    internal: bool,
+    host_less: bool,
+    want_internal: bool,
+) -> Result<(), String> {
     if driver != "bridge" {
         return Err(format!("its driver is {driver:?}, not \"bridge\""));
     }
@@ -84,6 +104,11 @@ pub fn existing_network(driver: &str, internal: bool, want_internal: bool) -> Re
             true => "it is not internal (its members would have a default route)".to_owned(),
             false => "it is internal (the sidecar could not reach anything)".to_owned(),
         });
+    }
+    if want_internal && !host_less {
+        return Err(format!(
+            "it gives the host an address ({INHIBIT_IPV4} is not true: its members would reach the host's services)"
+        ));
     }
     Ok(())
 }
@@ -124,10 +149,13 @@ pub enum Discovery {
     Replace,
 }
 
-/// Only a running container whose health check (if it has one) does not say `unhealthy` is
-/// reused; `starting` is given the benefit of the doubt, as the readiness wait would be.
-pub fn discovery(running: bool, health: Option<&str>) -> Discovery {
-    if running && health != Some("unhealthy") {
+/// Only a running container whose health check (if it has one) does not say `unhealthy`, and
+/// that the host has a way in to (`way_in`: its published port, or in restricted mode its
+/// sidecar's relay port), is reused; `starting` is given the benefit of the doubt, as the
+/// readiness wait would be. A restricted sandbox made before the relay (its sidecar publishes
+/// nothing) sits on an internal network where the host holds an address: it is replaced.
+pub fn discovery(running: bool, health: Option<&str>, way_in: bool) -> Discovery {
+    if running && health != Some("unhealthy") && way_in {
         Discovery::Reuse
     } else {
         Discovery::Replace
@@ -180,38 +208,77 @@ mod tests {
 
     #[test]
     fn an_existing_network_is_used_only_if_it_is_what_lifecycle_makes() {
-        // (driver, internal, wanted internal, accepted or why not)
+        // (driver, internal, host-less, wanted internal, accepted or why not)
         let cases = [
-            ("bridge", true, true, Ok(())),
-            ("bridge", false, false, Ok(())),
+            ("bridge", true, true, true, Ok(())),
+            ("bridge", false, false, false, Ok(())),
+            // The egress network is not host-less: its way out is through the host.
+            ("bridge", false, true, false, Ok(())),
             // The finding: a non-internal network under the internal network's name.
             (
                 "bridge",
                 false,
                 true,
-                Err("it is not internal (its members would have a default route)"),
+                true,
+                Err("it is not internal (its members would have a default route)".to_owned()),
             ),
+            // Internal, but the host holds an address on it (made before issue 49, or by
+            // another client): its sandbox would reach the host's services.
             (
                 "bridge",
                 true,
                 false,
-                Err("it is internal (the sidecar could not reach anything)"),
+                true,
+                Err(format!("it gives the host an address ({INHIBIT_IPV4} is not true: its members would reach the host's services)")),
+            ),
+            (
+                "bridge",
+                true,
+                true,
+                false,
+                Err("it is internal (the sidecar could not reach anything)".to_owned()),
             ),
             (
                 "macvlan",
                 true,
                 true,
-                Err("its driver is \"macvlan\", not \"bridge\""),
+                true,
+                Err("its driver is \"macvlan\", not \"bridge\"".to_owned()),
             ),
-            ("", true, true, Err("its driver is \"\", not \"bridge\"")),
+            (
+                "",
+                true,
+                true,
+                true,
+                Err("its driver is \"\", not \"bridge\"".to_owned()),
+            ),
         ];
-        for (driver, internal, want_internal, want) in cases {
-            let got = existing_network(driver, internal, want_internal);
-            assert_eq!(
-                got,
-                want.map_err(str::to_owned),
-                "{driver} {internal} {want_internal}"
-            );
+        for (driver, internal, host_less, want_internal, want) in cases {
+            let got = existing_network(driver, internal, host_less, want_internal);
+            assert_eq!(got, want, "{driver} {internal} {host_less} {want_internal}");
+        }
+    }
+
+    /// The option as the bridge driver reads it (Go's `ParseBool`): only its true spellings.
+    #[test]
+    fn host_less_reads_the_option_as_the_driver_does() {
+        use std::collections::HashMap;
+        for (value, want) in [
+            (Some("true"), true),
+            (Some("1"), true),
+            (Some("t"), true),
+            (Some("TRUE"), true),
+            (Some("True"), true),
+            (Some("false"), false),
+            (Some("yes"), false),
+            (Some(""), false),
+            (Some(" true"), false),
+            (None, false),
+        ] {
+            let options: HashMap<String, String> = value
+                .map(|v| HashMap::from([(INHIBIT_IPV4.to_owned(), v.to_owned())]))
+                .unwrap_or_default();
+            assert_eq!(host_less(&options), want, "{value:?}");
         }
     }
 
@@ -278,16 +345,23 @@ mod tests {
     fn discovery_table() {
         use Discovery::*;
         let cases = [
-            (true, None, Reuse),
-            (true, Some("healthy"), Reuse),
-            (true, Some("starting"), Reuse),
-            (true, Some("none"), Reuse),
-            (true, Some("unhealthy"), Replace),
-            (false, None, Replace),
-            (false, Some("healthy"), Replace),
+            (true, None, true, Reuse),
+            (true, Some("healthy"), true, Reuse),
+            (true, Some("starting"), true, Reuse),
+            (true, Some("none"), true, Reuse),
+            (true, Some("unhealthy"), true, Replace),
+            (false, None, true, Replace),
+            (false, Some("healthy"), true, Replace),
+            // Running and healthy, but nothing published to reach it by.
+            (true, None, false, Replace),
+            (true, Some("healthy"), false, Replace),
         ];
-        for (running, health, want) in cases {
-            assert_eq!(discovery(running, health), want, "{running} {health:?}");
+        for (running, health, way_in, want) in cases {
+            assert_eq!(
+                discovery(running, health, way_in),
+                want,
+                "{running} {health:?} {way_in}"
+            );
         }
     }
 

@@ -96,6 +96,8 @@ pub struct Network {
     pub name: String,
     pub driver: String,
     pub internal: bool,
+    /// The driver's options (`com.docker.network.bridge.inhibit_ipv4`, …).
+    pub options: HashMap<String, String>,
     pub labels: HashMap<String, String>,
 }
 

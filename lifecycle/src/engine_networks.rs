@@ -1,18 +1,20 @@
 //! The engine client's network calls (`engine`): create (finding one under the name is
-//! `Existed`, for the caller to judge), inspect, list by name, remove and connect, each answer
-//! reduced to what lifecycle decides on.
+//! `Existed`, for the caller to judge; an internal one is made host-less), inspect, list by
+//! name, remove and connect, each answer reduced to what lifecycle decides on.
 
 use std::collections::HashMap;
 
 use bollard::network::{ConnectNetworkOptions, CreateNetworkOptions, InspectNetworkOptions};
 
-use crate::decide::Object;
+use crate::decide::{Object, INHIBIT_IPV4};
 use crate::engine::{absent, gone_or, Done, Engine, EngineError, Network, NetworkMade};
 
 impl Engine {
-    /// Creates a network. One that already exists under this name is `Existed`: the caller
-    /// must inspect it before using it, since anyone allowed that name may have made it with
-    /// other settings (a non-internal network under the internal network's name, say).
+    /// Creates a network; an internal one with `decide::INHIBIT_IPV4` set, so the host holds no
+    /// address on it (its members reach nothing but each other). One that already exists under
+    /// this name is `Existed`: the caller must inspect it before using it, since anyone allowed
+    /// that name may have made it with other settings (a non-internal network under the
+    /// internal network's name, say).
     pub async fn create_network(
         &self,
         name: &str,
@@ -25,6 +27,10 @@ impl Engine {
             driver: "bridge".to_owned(),
             internal,
             labels,
+            options: match internal {
+                true => HashMap::from([(INHIBIT_IPV4.to_owned(), "true".to_owned())]),
+                false => HashMap::new(),
+            },
             ..Default::default()
         };
         match self.client().await?.create_network(opts).await {
@@ -50,6 +56,7 @@ impl Engine {
                 // Unset reads as not internal: the unsafe answer, so it never passes a check
                 // that wants an internal network.
                 internal: n.internal.unwrap_or(false),
+                options: n.options.unwrap_or_default(),
                 labels: n.labels.unwrap_or_default(),
             })),
             Err(e) => {
@@ -80,6 +87,7 @@ impl Engine {
                 name: n.name.unwrap_or_default(),
                 driver: n.driver.unwrap_or_default(),
                 internal: n.internal.unwrap_or(false),
+                options: n.options.unwrap_or_default(),
                 labels: n.labels.unwrap_or_default(),
             })
             .collect())

@@ -17,6 +17,7 @@ mod create_restricted;
 mod create_undo;
 pub mod decide;
 pub mod engine;
+mod engine_logs;
 mod engine_networks;
 pub mod intent;
 pub mod ledger;

@@ -105,6 +105,8 @@ pub struct Created {
     pub container_id: String,
     pub url: String,
     pub mode: Mode,
+    /// The host port of its URL: its own published port (open mode) or its sidecar's relay
+    /// (restricted mode).
     pub host_port: Option<u16>,
     /// `true` when the sandbox already existed and was discovered rather than made.
     pub discovered: bool,
@@ -180,7 +182,8 @@ pub struct Listed {
     pub container_id: String,
     pub state: String,
     pub mode: Option<String>,
-    /// The published host port (open mode); not printed by `ls`.
+    /// The sandbox container's own published host port (open mode; a restricted sandbox's is
+    /// its sidecar's, `Lifecycle::way_in`); not printed by `ls`.
     #[serde(skip)]
     pub host_port: Option<u16>,
     /// Whether it carries a `lifecycle.scope` label (lifecycle made it); not printed by `ls`.
@@ -245,24 +248,23 @@ impl Lifecycle {
         ])
     }
 
-    /// The one place a `Created` is built: from what was made, or from a found container.
+    /// The one place a `Created` is built: from what was made, or from a found container. The
+    /// URL is the host port on the publish address in both modes: the sandbox's own port in
+    /// open mode, its sidecar's relay in restricted mode (the host has no address on the
+    /// sandbox's internal network, so its IP is never a URL).
     pub(crate) fn created(
         &self,
         id: &str,
         container_id: &str,
         mode: Mode,
         host_port: Option<u16>,
-        ip: &str,
         discovered: bool,
     ) -> Created {
-        let url = match mode {
-            Mode::Open => format!(
-                "http://{}:{}",
-                url_host(&self.settings.publish_address),
-                host_port.unwrap_or(0)
-            ),
-            Mode::Restricted => format!("http://{ip}:{}", self.settings.sandbox_port),
-        };
+        let url = format!(
+            "http://{}:{}",
+            url_host(&self.settings.publish_address),
+            host_port.unwrap_or(0)
+        );
         Created {
             sandbox_id: id.to_owned(),
             container_name: self.names(id).sandbox,
@@ -275,21 +277,42 @@ impl Lifecycle {
         }
     }
 
-    pub(crate) fn discovered(&self, id: &str, c: &Container) -> Created {
-        let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
-        let mode = if naming::label_is_restricted(label) {
-            Mode::Restricted
-        } else {
-            Mode::Open
-        };
-        let ip = c
-            .networks
-            .get(&self.names(id).network)
-            .cloned()
-            .unwrap_or_default();
-        let mut created = self.created(id, &c.id, mode, c.host_port, &ip, true);
+    /// A found container as `Created`, with `way_in` (`Lifecycle::way_in`) as its host port.
+    pub(crate) fn discovered(&self, id: &str, c: &Container, way_in: Option<u16>) -> Created {
+        let mut created = self.created(id, &c.id, mode_of(c), way_in, true);
         created.scope = c.labels.get(naming::LABEL_SCOPE).cloned();
         created
+    }
+
+    /// Whether found sandbox `c` is reached through its sidecar's relay (restricted by its
+    /// label), so that without one (`way_in` is `None`) nothing reaches it.
+    pub fn needs_relay(&self, c: &Container) -> bool {
+        mode_of(c) == Mode::Restricted
+    }
+
+    /// The host port a found sandbox `c` is reached at: its published port (open mode), or
+    /// the relay port its sidecar `{P}netproxy-{digest}` publishes (restricted mode, by its
+    /// label), that sidecar being one lifecycle made for this sandbox ID and stack and running.
+    /// `None`: there is no way in (a restricted sandbox made before the relay, or whose sidecar
+    /// is gone or stopped).
+    pub async fn way_in(&self, id: &str, c: &Container) -> Result<Option<u16>, OpError> {
+        if mode_of(c) == Mode::Open {
+            return Ok(c.host_port);
+        }
+        let name = self.names(id).sidecar;
+        let sidecar = self
+            .engine
+            .inspect(&name)
+            .await
+            .map_err(step(format!("inspect {name}")))?;
+        Ok(sidecar
+            .filter(|s| {
+                s.running
+                    && s.labels.get(naming::LABEL_SANDBOX_ID).map(String::as_str) == Some(id)
+                    && s.labels.get(naming::LABEL_STACK).map(String::as_str)
+                        == Some(self.settings.prefix.as_str())
+            })
+            .and_then(|s| s.host_port))
     }
 
     /// Inspect of the sandbox's name: `None` only for "no such container" about that name.
@@ -352,7 +375,18 @@ impl Lifecycle {
     }
 }
 
-/// The host part of an open-mode sandbox's URL on this machine: the publish address, with the
+/// How a found sandbox was made, by its `deerflow.network_mode` label (any value but `open`,
+/// or none, is restricted).
+fn mode_of(c: &Container) -> Mode {
+    let label = c.labels.get(naming::LABEL_NETWORK_MODE).map(String::as_str);
+    if naming::label_is_restricted(label) {
+        Mode::Restricted
+    } else {
+        Mode::Open
+    }
+}
+
+/// The host part of a sandbox's URL on this machine: the publish address, with the
 /// loopback address for a wildcard one and brackets for IPv6.
 pub fn url_host(publish: &str) -> String {
     match publish.parse::<std::net::IpAddr>() {

@@ -1,4 +1,5 @@
-//! Host-port reservations for open-mode sandboxes, keyed by generation (issue 15):
+//! Host-port reservations for sandboxes (an open-mode sandbox's own port, a restricted one's
+//! sidecar relay), keyed by generation (issue 15):
 //! `{state_dir}/ports/{k(id)}/{k(generation)}` holds the port a generation (container ID) was
 //! given; `{k(id)}/pending` a port reserved for a create that has no container ID yet. Releasing
 //! one generation's port never frees another's, so a stale teardown of generation G1 cannot free

@@ -82,6 +82,8 @@ impl Trace {
             resolved = ?self.resolved,
             decision = "deny",
             reason = %r.reason.text(),
+            // The bounded word (`X-Netproxy-Error`'s): what lifecycle counts refusals by.
+            kind = r.reason.kind(),
             status = r.status().as_u16(),
             "decision"
         );

@@ -160,6 +160,11 @@ impl ApiStack {
         if !e.is_fake() {
             s.sandbox_cmd = Some(vec!["sh".into(), "-c".into(), SERVING_CMD.into()]);
             s.ready_timeout = Duration::from_secs(30);
+            if mode == Mode::Restricted {
+                // The real sidecar: the sandbox is reached only through its relay.
+                s.sidecar_image = Some(crate::engine::ensure_netproxy_image(&e.socket));
+                s.sidecar_cmd = None;
+            }
         }
         tune(&mut s);
         let lc = Lifecycle::new(
@@ -188,6 +193,14 @@ impl ApiStack {
         let (stop, rx) = watch::channel(false);
         let sockets = tempfile::tempdir().expect("socket dir");
         crate::serve::serve_metrics(&provider, &sockets.path().join("metrics.sock"), rx.clone());
+        if mode == Mode::Restricted {
+            // As `lifecycle serve` runs it: the stack's sidecars' refusals counted.
+            tokio::spawn(lifecycle::serve::egress_log::run(
+                provider.clone(),
+                Duration::from_millis(200),
+                rx.clone(),
+            ));
+        }
         tokio::spawn(lifecycle::serve::http::serve(
             listener,
             provider.clone(),

@@ -239,7 +239,8 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
 }
 
 /// The provisioner API's settings, checked at start-up: a key is required on TCP, the key file
-/// must be private, and the mount root must be a directory's real path.
+/// must be private, and the mount root must be a directory's real path that this process's
+/// user may make directories in.
 pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     let listen = listen(a)?;
     let api_key = match &a.api_key_file {
@@ -249,8 +250,15 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     };
     let mount_root = match &a.mount_root {
         Some(root) => {
+            let uid = nix::unistd::geteuid();
             let real = std::fs::canonicalize(root).map_err(|e| {
-                ServeSetupError::Flag("mount-root", format!("{}: {e}", root.display()))
+                let why = match e.kind() {
+                    std::io::ErrorKind::NotFound => format!(
+                        "no such directory; create it, writable by uid {uid} (the user lifecycle serve runs as)"
+                    ),
+                    _ => e.to_string(),
+                };
+                ServeSetupError::Flag("mount-root", format!("{}: {why}", root.display()))
             })?;
             if real != *root || !real.is_dir() {
                 return Err(ServeSetupError::Flag(
@@ -258,6 +266,17 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
                     format!(
                         "{}: must be a directory given by its real path ({}), with no symbolic link in it",
                         root.display(),
+                        real.display()
+                    ),
+                ));
+            }
+            // Checked now, not at the first user's create: there it could only be a 500.
+            let rwx = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+            if nix::unistd::access(&real, rwx).is_err() {
+                return Err(ServeSetupError::Flag(
+                    "mount-root",
+                    format!(
+                        "{}: not writable by uid {uid} (the user lifecycle serve runs as), so no user's directories can be made in it; give that uid write access to it",
                         real.display()
                     ),
                 ));
@@ -362,6 +381,9 @@ pub fn bind_metrics(a: &ServeArgs) -> Result<Option<scrape::Listener>, ServeSetu
         .map_err(|e| ServeSetupError::Bind(format!("--metrics-listen {e}")))
 }
 
+/// The longest time between two scans for the stack's sidecars (`egress_log`).
+const EGRESS_SCAN: Duration = Duration::from_secs(2);
+
 /// Serves until `stop` turns true; returns whether every shutdown teardown succeeded.
 pub async fn run(
     p: Arc<Provider>,
@@ -374,6 +396,12 @@ pub async fn run(
     // Checked by `provider` at start-up; the fallback is never reached.
     let tick = tick(a).unwrap_or(Duration::from_secs(10));
     let bg = tokio::spawn(background::run(p.clone(), tick, stop.clone()));
+    if p.lc.settings.mode == crate::decide::Mode::Restricted {
+        // Sidecars are looked for more often than the maintenance tick: one made and destroyed
+        // between two scans is never followed.
+        let every = tick.min(EGRESS_SCAN);
+        tokio::spawn(super::egress_log::run(p.clone(), every, stop.clone()));
+    }
     if let Some(listener) = metrics {
         let mut until = stop.clone();
         let exposed = Arc::new(super::exposed::Exposed(p.clone()));

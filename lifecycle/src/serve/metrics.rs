@@ -1,7 +1,8 @@
 //! The metric families behind `GET /metrics` (Prometheus text format, written by
-//! prometheus-client through `scrape::encode`, as both proxies' are): acquires and their latency, failures, destroys,
-//! leases, the provisioner API's requests, and the pool's sizes read at scrape time. Every label
-//! value is one of a fixed set (an outcome word, a route template, a status code).
+//! prometheus-client through `scrape::encode`, as both proxies' are): acquires and their
+//! latency, failures, destroys, leases, the provisioner API's requests, the stack's egress
+//! refusals (`egress_log`), and the pool's sizes read at scrape time. Every label value is one
+//! of a fixed set (an outcome word, a route template, a status code, a refusal kind).
 
 use std::time::Duration;
 
@@ -54,6 +55,7 @@ pub struct Metrics {
     leases_lapsed: Family<ResultLabel, Counter>,
     api_requests: Family<ApiLabels, Counter>,
     connections_refused: Family<ReasonLabel, Counter>,
+    egress_refusals: Family<ReasonLabel, Counter>,
     pool: Family<StateLabel, Gauge>,
     quarantined: Gauge,
     abandoned: Counter,
@@ -121,6 +123,13 @@ impl Default for Metrics {
             "API connections refused before any request was read, by why",
             Family::default(),
         );
+        // Every reason at 0, as netproxy's own refusal counter is.
+        let egress_refusals = scrape::labels::counters_at_zero(
+            &mut registry,
+            "lifecycle_egress_refusals",
+            "Egress requests the stack's sidecars refused, read from their logs, by netproxy's reason",
+            super::egress_log::reasons().map(|reason| ReasonLabel { reason }),
+        );
         let pool = registered(
             &mut registry,
             "lifecycle_pool_sandboxes",
@@ -143,6 +152,7 @@ impl Default for Metrics {
             leases_lapsed,
             api_requests,
             connections_refused,
+            egress_refusals,
             pool,
             quarantined,
             abandoned,
@@ -197,6 +207,13 @@ impl Metrics {
 
     /// A connection refused unread: `max_connections` (every slot taken) or
     /// `unauthenticated_per_peer` (its peer holds as many connections without the key as it may).
+    /// One refusal a sidecar of the stack logged (`egress_log`).
+    pub fn egress_refusal(&self, reason: &'static str) {
+        self.egress_refusals
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
     pub fn connection_refused(&self, reason: &'static str) {
         self.connections_refused
             .get_or_create(&ReasonLabel { reason })

@@ -174,7 +174,8 @@ impl Provider {
             return Ok(false);
         };
         let ok = c.id == container_id
-            && decide::discovery(c.running, c.health.as_deref()) == Discovery::Reuse
+            // Its way in was there when it was handed out; the reclaim's HTTP probe asks again.
+            && decide::discovery(c.running, c.health.as_deref(), true) == Discovery::Reuse
             && error::labels_name(&c.labels, id, scope)
             && !self.lc.ledger.fences(id, &c.id).map_err(OpError::from)?;
         Ok(ok)

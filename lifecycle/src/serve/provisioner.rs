@@ -5,17 +5,15 @@
 //! are tracked but never reaped on the idle timer or evicted, since deer-flow keeps its pool
 //! and idle state itself. Input is checked by `provision` before any engine call.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::{json, Value};
 
 use super::claims::Claim;
 use super::error::ServeError;
+use super::host_dirs::prepare_dirs;
 use super::plan::{provision_checked, Checked, ProvisionPlan};
 use super::provider::{Planned, Provider};
 use super::provision::{self, Bind, Provision};
 use crate::create::Extras;
-use crate::decide::Mode;
 use crate::engine::Container;
 use crate::naming;
 use crate::ops::OpError;
@@ -97,85 +95,31 @@ fn same_mounts(id: &str, plan: &Provision, c: &Container) -> Result<(), ServeErr
     Err(ServeError::Mounts { id: id.to_owned() })
 }
 
-/// Creates the directories a sandbox mounts (empty when missing), refusing any path under the
-/// root that passes through a symbolic link: the proxy would refuse the bind anyway, but a link
-/// must not make this process create directories elsewhere on the host first.
-fn prepare_dirs(root: &Path, dirs: &[PathBuf]) -> Result<(), String> {
-    for dir in dirs {
-        let rel = dir
-            .strip_prefix(root)
-            .map_err(|_| format!("{} is not under the mount root", dir.display()))?;
-        let mut at = root.to_path_buf();
-        for part in rel.components() {
-            at.push(part);
-            match std::fs::symlink_metadata(&at) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Err(format!(
-                        "host path {}: {} is a symbolic link",
-                        dir.display(),
-                        at.display()
-                    ))
-                }
-                Ok(m) if !m.is_dir() => {
-                    return Err(format!(
-                        "host path {}: {} is not a directory",
-                        dir.display(),
-                        at.display()
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    match std::fs::create_dir(&at) {
-                        Ok(()) => {}
-                        // Made meanwhile by a concurrent create: a directory, checked again.
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                            let m = std::fs::symlink_metadata(&at)
-                                .map_err(|e| format!("host path {}: {e}", dir.display()))?;
-                            if !m.is_dir() {
-                                return Err(format!(
-                                    "host path {}: {} is not a directory",
-                                    dir.display(),
-                                    at.display()
-                                ));
-                            }
-                        }
-                        Err(e) => {
-                            return Err(format!(
-                                "host path {}: cannot create {}: {e}",
-                                dir.display(),
-                                at.display()
-                            ))
-                        }
-                    }
-                }
-                Err(e) => return Err(format!("host path {}: {e}", dir.display())),
+impl Provider {
+    /// The URL a gateway reaches a sandbox at: its host port on `--sandbox-host`, the
+    /// sandbox's own published port (open mode) or its sidecar's relay (restricted mode).
+    fn api_url(&self, host_port: u16) -> String {
+        format!("http://{}:{host_port}", self.api.sandbox_host)
+    }
+
+    /// The URL of found sandbox `c`, `None` when the host has no way in to it
+    /// (`Lifecycle::way_in`) or that cannot be read.
+    async fn container_url(&self, id: &str, c: &Container) -> Option<String> {
+        match self.lc.way_in(id, c).await {
+            Ok(Some(port)) => Some(self.api_url(port)),
+            // Open mode with nothing published (not a sandbox lifecycle made): its name, as
+            // a gateway on its network would reach it.
+            Ok(None) if !self.lc.needs_relay(c) => Some(format!(
+                "http://{}:{}",
+                self.lc.names(id).sandbox,
+                self.lc.settings.sandbox_port
+            )),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(sandbox_id = id, error = %e, "provisioner: the sandbox's way in could not be read");
+                None
             }
         }
-    }
-    Ok(())
-}
-
-impl Provider {
-    /// The URL a gateway reaches a sandbox at: the published port on `--sandbox-host` (open
-    /// mode), or its address on its internal network (restricted mode).
-    fn api_url(&self, id: &str, host_port: Option<u16>, internal_ip: Option<&str>) -> String {
-        match (self.lc.settings.mode, host_port) {
-            (Mode::Open, Some(port)) => format!("http://{}:{port}", self.api.sandbox_host),
-            // Restricted: the host reaches the internal network directly (lifecycle's URL).
-            _ => format!(
-                "http://{}:{}",
-                internal_ip.unwrap_or(self.lc.names(id).sandbox.as_str()),
-                self.lc.settings.sandbox_port
-            ),
-        }
-    }
-
-    fn container_url(&self, id: &str, c: &Container) -> String {
-        let ip = c
-            .networks
-            .get(&self.lc.names(id).network)
-            .map(String::as_str);
-        self.api_url(id, c.host_port, ip)
     }
 
     /// `POST /api/sandboxes`: idempotent create-or-return.
@@ -205,7 +149,11 @@ impl Provider {
             }
         };
         if let Err(why) = prepare_dirs(&root, &plan.make_dirs) {
-            return detail(400, why);
+            let status = why.status();
+            if status >= 500 {
+                tracing::warn!(sandbox_id = %plan.sandbox_id, error = ?why, "provisioner create: the sandbox's host directories could not be made");
+            }
+            return detail(status, why.text());
         }
         match self.provision(&plan).await {
             Ok(a) => ok(a),
@@ -242,21 +190,33 @@ impl Provider {
             }
             ProvisionPlan::Check { container_id } => {
                 let found = self.lc.inspect_sandbox(&id).await?;
-                let seen = found.as_ref().map(|c| (c.id.as_str(), c.running));
+                // One the host has no way in to any more (its sidecar gone) is as good as dead.
+                let url = match &found {
+                    Some(c) if c.running => self.container_url(&id, c).await,
+                    _ => None,
+                };
+                let seen = found
+                    .as_ref()
+                    .map(|c| (c.id.as_str(), c.running && url.is_some()));
                 match provision_checked(&container_id, seen) {
                     Checked::Reuse => {
-                        let Some(c) = found else {
+                        let (Some(c), Some(url)) = (found, url) else {
                             return Err(ServeError::Busy { id });
                         };
                         same_mounts(&id, plan, &c)?;
-                        let url = self
+                        let tracked = self
                             .pool()
                             .get(&id)
                             .map(|e| e.url.clone())
                             .unwrap_or_default();
-                        self.pool()
-                            .commit_provisioned(&id, &scope, &container_id, &url, self.now());
-                        return Ok(self.answer(&id, &c));
+                        self.pool().commit_provisioned(
+                            &id,
+                            &scope,
+                            &container_id,
+                            &tracked,
+                            self.now(),
+                        );
+                        return Ok(self.answer(&id, &c, &url));
                     }
                     Checked::Replace => {
                         // Dead or replaced under its name: torn down by the generation
@@ -326,7 +286,7 @@ impl Provider {
             return Err(ServeError::Collision { id });
         }
         let url = match created.host_port {
-            Some(port) => self.api_url(&id, Some(port), None),
+            Some(port) => self.api_url(port),
             None => created.url.clone(),
         };
         self.pool().commit_provisioned(
@@ -348,13 +308,8 @@ impl Provider {
         }))
     }
 
-    fn answer(&self, id: &str, c: &Container) -> Value {
-        answered(
-            id,
-            &self.container_url(id, c),
-            provision::phase(&c.state),
-            &c.labels,
-        )
+    fn answer(&self, id: &str, c: &Container, url: &str) -> Value {
+        answered(id, url, provision::phase(&c.state), &c.labels)
     }
 
     /// `GET /api/sandboxes/{id}`: the sandbox under the ID if it runs. One that does not run
@@ -366,7 +321,16 @@ impl Provider {
             return not_found();
         }
         match self.lc.inspect_sandbox(id).await {
-            Ok(Some(c)) if c.running => ok(self.answer(id, &c)),
+            Ok(Some(c)) if c.running => match self.container_url(id, &c).await {
+                Some(url) => ok(self.answer(id, &c, &url)),
+                // Running, but nothing reaches it (a restricted sandbox whose sidecar is gone,
+                // or one made before the relay): not a sandbox deer-flow can use; its next
+                // create replaces it.
+                None => {
+                    tracing::info!(sandbox_id = id, container_id = %c.id, "provisioner get: no way in to it; answered 404");
+                    not_found()
+                }
+            },
             Ok(Some(c)) => {
                 tracing::info!(sandbox_id = id, container_id = %c.id, state = %c.state, "provisioner get: not running; answered 404 and handed to the reconciler");
                 self.suspect(id);
@@ -408,9 +372,12 @@ impl Provider {
                 continue;
             };
             let url = match l.host_port {
-                Some(port) => self.api_url(&id, Some(port), None),
+                Some(port) => self.api_url(port),
                 None => match self.lc.inspect_sandbox(&id).await {
-                    Ok(Some(c)) => self.container_url(&id, &c),
+                    Ok(Some(c)) => match self.container_url(&id, &c).await {
+                        Some(url) => url,
+                        None => continue,
+                    },
                     _ => continue,
                 },
             };
@@ -418,30 +385,5 @@ impl Provider {
         }
         let count = out.len();
         ok(json!({ "sandboxes": out, "count": count }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dirs_are_made_under_the_root_and_links_refused() {
-        let dir = tempfile::tempdir().expect("dir");
-        let root = std::fs::canonicalize(dir.path()).expect("real path");
-        let want = root.join("users/u/threads/t/user-data");
-        prepare_dirs(&root, std::slice::from_ref(&want)).expect("made");
-        assert!(want.is_dir());
-        std::os::unix::fs::symlink("/etc", root.join("users/link")).expect("link");
-        let via_link = root.join("users/link/x");
-        let e = prepare_dirs(&root, &[via_link]).expect_err("refused");
-        assert!(e.contains("is a symbolic link"), "{e}");
-        assert!(
-            !Path::new("/etc/x").exists(),
-            "nothing made through the link"
-        );
-        std::fs::write(root.join("file"), b"x").expect("file");
-        let e = prepare_dirs(&root, &[root.join("file/x")]).expect_err("refused");
-        assert!(e.contains("is not a directory"), "{e}");
     }
 }

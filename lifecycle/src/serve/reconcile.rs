@@ -309,7 +309,15 @@ async fn adopt(p: &Provider, id: &str) {
         let _ = p.own.release(id).await;
         return;
     };
-    let created = p.lc.discovered(id, &c);
+    let way_in = match p.lc.way_in(id, &c).await {
+        Ok(port) if port.is_some() || !p.lc.needs_relay(&c) => port,
+        other => {
+            tracing::warn!(sandbox_id = id, container_id = %c.id, found = ?other, "reconcile: no way in to it (a restricted sandbox whose sidecar publishes no relay port); not adopted");
+            let _ = p.own.release(id).await;
+            return;
+        }
+    };
+    let created = p.lc.discovered(id, &c, way_in);
     let origin = c
         .labels
         .get(super::provision::LABEL_ORIGIN)

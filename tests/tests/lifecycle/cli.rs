@@ -467,7 +467,8 @@ fn serve_help_names_the_global_flags_it_needs() {
 
 /// `LIFECYCLE_EGRESS_ALLOW=` (compose's `${EGRESS_ALLOW:-}` left unset) is no egress at all,
 /// not a bad rule (issue 51): every command runs, destroy included, and the sidecar is started
-/// with no allow rule (deer-flow's isolated mode).
+/// with no allow rule (deer-flow's isolated mode), its relay to the sandbox's port its only other
+/// flag.
 #[test]
 fn an_empty_egress_allow_is_deny_all_not_an_error() {
     let s = LcStack::new(true);
@@ -499,7 +500,12 @@ fn an_empty_egress_allow_is_deny_all_not_an_error() {
         .iter()
         .filter_map(|v| v.as_str().map(str::to_owned))
         .collect();
-    assert_eq!(cmd, ["--listen", "0.0.0.0:3128"], "no --allow: no egress");
+    let relay = format!("0.0.0.0:8080={}:8080", s.names(&id).sandbox);
+    assert_eq!(
+        cmd,
+        ["--listen", "0.0.0.0:3128", "--relay", relay.as_str()],
+        "no --allow: no egress (the relay is the way in, not out)"
+    );
     let out = run(&["destroy", &id]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -7,8 +7,8 @@ use std::process::Output;
 
 use lifecycle::naming::sandbox_id;
 use sockproxy_tests::bounded::{OutputWithin, LONG};
-use sockproxy_tests::engine::{real_engine, Cleanup};
-use sockproxy_tests::lc::{lifecycle_command, names as names_of};
+use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
+use sockproxy_tests::lc::{lifecycle_base, lifecycle_command, names as names_of};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::step::step;
@@ -27,6 +27,23 @@ fn lifecycle(sock: &Path, prefix: &str, mode: &str, state: &Path, args: &[&str])
             "--stop-timeout",
             "1",
         ])
+        .args(args)
+        .output_within(LONG)
+        .expect("lifecycle runs")
+}
+
+/// `lifecycle` with the real netproxy image as the sidecar (its default command: the
+/// relay lifecycle's URL and readiness wait go through).
+fn lifecycle_netproxy(
+    sock: &Path,
+    prefix: &str,
+    sidecar: &str,
+    state: &Path,
+    args: &[&str],
+) -> Output {
+    lifecycle_base(sock, prefix, "restricted", state)
+        .args(["--sidecar-image", sidecar, "--sandbox-cmd", SANDBOX_CMD])
+        .args(["--ready-timeout", "30", "--stop-timeout", "1"])
         .args(args)
         .output_within(LONG)
         .expect("lifecycle runs")
@@ -124,15 +141,16 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
     clean.container(&names.sidecar);
     clean.network(&names.network);
     clean.network(&names.egress);
+    let sidecar = ensure_netproxy_image(&e.socket);
     let proxy = StackProxy::start(&e.socket, &prefix, true);
     let state = tempfile::tempdir().expect("dir");
     let (sock, st) = (proxy.socket_buf(), state.path());
 
     let c = step("lifecycle creates a restricted sandbox", || {
-        let made = lifecycle(
+        let made = lifecycle_netproxy(
             &sock,
             &prefix,
-            "restricted",
+            &sidecar,
             st,
             &["create", "--user", "user-2", "--thread", "thread-r"],
         );
@@ -165,11 +183,13 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
                 vec![names.network.clone()],
                 "the sandbox is on its internal network only"
             );
-            let ip = sandbox["NetworkSettings"]["Networks"][&names.network]["IPAddress"]
+            // Its URL is the sidecar's relay, published on loopback (issue 49).
+            let sidecar = inspect(&format!("/containers/{}/json", names.sidecar)).json();
+            let port = sidecar["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostPort"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            assert_eq!(c["url"], format!("http://{ip}:8080").as_str());
+            assert_eq!(c["url"], format!("http://127.0.0.1:{port}").as_str());
             let env = sandbox["Config"]["Env"]
                 .as_array()
                 .cloned()
@@ -200,7 +220,7 @@ fn restricted_mode_creates_and_destroys_network_sidecar_and_sandbox() {
     );
 
     step("destroy removes sandbox, sidecar and both networks", || {
-        let destroyed = lifecycle(&sock, &prefix, "restricted", st, &["destroy", &id]);
+        let destroyed = lifecycle_netproxy(&sock, &prefix, &sidecar, st, &["destroy", &id]);
         assert!(destroyed.status.success(), "{}", stderr(&destroyed));
         assert_eq!(
             inspect(&format!("/containers/{}/json", names.sandbox)).status,

@@ -124,3 +124,60 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
         assert_eq!(got, want, "{what}");
     }
 }
+
+/// Issue 51: `--mount-root` is checked when `lifecycle serve` starts, not at the first user's
+/// create: a directory that is missing, or that its user cannot make directories in, is one
+/// line naming the directory and the uid, exit 2 (bad configuration).
+#[test]
+fn serve_checks_the_mount_root_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+
+    let dir = tempfile::tempdir().expect("dir");
+    let top = std::fs::canonicalize(dir.path()).expect("real path");
+    std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let state = top.join("state");
+    let engine = top.join("no-engine.sock");
+    let serve = |root: &Path| {
+        let mut cmd = base(&engine, &state);
+        cmd.args(["serve", "--listen"])
+            .arg(top.join("s.sock"))
+            .arg("--mount-root")
+            .arg(root);
+        cmd
+    };
+
+    let missing = top.join("missing");
+    let (code, got) = run(serve(&missing));
+    let uid = nix::unistd::geteuid();
+    assert_eq!(code, Some(2), "{got}");
+    assert_eq!(
+        got,
+        format!(
+            "lifecycle serve: --mount-root: {}: no such directory; create it, writable by uid {uid} (the user lifecycle serve runs as)\n",
+            missing.display()
+        )
+    );
+
+    // Not writable by the user it runs as: as root, run it as nobody (65534) on a directory
+    // root owns; as anyone else, on a directory with no write bit.
+    let readonly = top.join("readonly");
+    std::fs::create_dir(&readonly).expect("dir");
+    std::fs::set_permissions(&readonly, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let mut cmd = serve(&readonly);
+    let uid = if uid.is_root() {
+        cmd.uid(65534).gid(65534);
+        65534
+    } else {
+        uid.as_raw()
+    };
+    let (code, got) = run(cmd);
+    assert_eq!(code, Some(2), "{got}");
+    assert_eq!(
+        got,
+        format!(
+            "lifecycle serve: --mount-root: {}: not writable by uid {uid} (the user lifecycle serve runs as), so no user's directories can be made in it; give that uid write access to it\n",
+            readonly.display()
+        )
+    );
+}

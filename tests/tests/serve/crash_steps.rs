@@ -48,16 +48,14 @@ pub(crate) struct Site<'e> {
     root: PathBuf,
     state: tempfile::TempDir,
     dir: tempfile::TempDir,
-    _root: tempfile::TempDir,
+    /// On a `nosuid,nodev` mount of its own, as a pinning proxy's bind root must be.
+    _root: sockproxy_tests::bindroot::BindRootDir,
 }
 
 impl<'e> Site<'e> {
     pub(crate) fn new(e: &'e Engine, mode: &'static str) -> Self {
-        let root_dir = tempfile::Builder::new()
-            .prefix("crashroot")
-            .tempdir()
-            .expect("root");
-        let root = std::fs::canonicalize(root_dir.path()).expect("real path");
+        let root_dir = sockproxy_tests::bindroot::BindRootDir::new("crashroot");
+        let root = root_dir.path().to_owned();
         let prefix = sockproxy_tests::unique_prefix();
         let bind_root = root.clone();
         let proxy = StackProxy::start_with(&e.socket, &prefix, mode == "restricted", |c| {

@@ -2,12 +2,14 @@
 //! (`provider`), shutdown (`shutdown`), its Redis ownership store and two providers sharing it
 //! (`redis`), ownership claims around failures and orphans (`claims`), acquire/release/reclaim
 //! on the real engine (`real`), the socket's header and write timeouts and connection cap
-//! (`limits`), and leases released by the reaper once not renewed within `--lease-timeout`
-//! (`leases`).
+//! (`limits`), leases released by the reaper once not renewed within `--lease-timeout`
+//! (`leases`), and a restricted stack's egress refusals counted past its sandboxes
+//! (`egress_refusals`).
 //! Run on its own with `cargo test -p sockproxy-tests --test serve`.
 
 mod claims;
 mod crash_steps;
+mod egress_refusals;
 mod findings;
 mod keyed;
 mod leases;

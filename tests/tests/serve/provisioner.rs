@@ -186,16 +186,40 @@ async fn restricted_mode_makes_the_sidecar_and_networks_and_delete_removes_them(
                 let c = s.inspect(&s.name("7d9ac0ff9b98cd06"));
                 assert_eq!(c["Config"]["Labels"]["deerflow.network_mode"], "allowlist");
                 let v: Value = serde_json::from_str(out.trim()).expect("one JSON line");
-                let ip = c["NetworkSettings"]["Networks"][format!("{p}sandbox-net-{digest}")]
-                    ["IPAddress"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
+                // The URL is the sidecar's relay, published on loopback (issue 49): the host
+                // has no address on the sandbox's internal network.
+                let sidecar = s.inspect(&format!("{p}netproxy-{digest}"));
+                let bound = &sidecar["HostConfig"]["PortBindings"]["8080/tcp"][0];
+                assert_eq!(bound["HostIp"], "127.0.0.1", "{sidecar}");
+                let port = bound["HostPort"].as_str().unwrap_or_default().to_owned();
                 assert_eq!(
                     v["sandbox_url"],
-                    json!(format!("http://{ip}:8080")),
+                    json!(format!("http://localhost:{port}")),
                     "{out}"
                 );
+                let own = &c["HostConfig"]["PortBindings"];
+                assert!(
+                    own.as_object().is_none_or(serde_json::Map::is_empty),
+                    "the sandbox publishes nothing itself: {own}"
+                );
+                if !e.is_fake() {
+                    // Through the real netproxy's relay to the sandbox's httpd.
+                    let answered = tokio::task::spawn_blocking(move || {
+                        let mut c = std::net::TcpStream::connect((
+                            "127.0.0.1",
+                            port.parse::<u16>().expect("port"),
+                        ))
+                        .expect("the relay accepts");
+                        let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                        std::io::Write::write_all(&mut c, b"GET / HTTP/1.0\r\n\r\n").expect("send");
+                        let mut got = String::new();
+                        let _ = std::io::Read::read_to_string(&mut c, &mut got);
+                        got
+                    })
+                    .await
+                    .expect("probe");
+                    assert!(answered.starts_with("HTTP/1."), "{answered:?}");
+                }
                 let (url, key) = (s.url(), KEY.to_owned());
                 tokio::task::spawn_blocking(move || {
                     python(&script(), &[&url, &key, "delete", "7d9ac0ff9b98cd06"])
