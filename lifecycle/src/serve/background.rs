@@ -98,7 +98,7 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         // The list is a snapshot and renewing takes a store round trip per ID: one
         // destroyed (and its claim released) since would get its key back, blocking peers
         // for a TTL. Only what is still tracked or still being acquired is renewed.
-        if !still_ours(p, &id) {
+        if !still_ours(p, &id) || p.removing_stale(&id) {
             continue;
         }
         // A sandbox on its way out keeps (or, lapsed, gets back) `del:`, never `own:`; so does

@@ -32,6 +32,9 @@ pub struct MultiHost {
     renewed: Mutex<HashMap<String, Duration>>,
     /// The answer published for each tracked provisioner sandbox.
     published: Mutex<HashMap<String, Value>>,
+    /// Stale sandboxes being removed right now: the heartbeat must not renew (and so take)
+    /// their claims, as it does for an ID whose lock a create holds.
+    removing: Mutex<std::collections::HashSet<String>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -45,6 +48,7 @@ impl MultiHost {
             stale_since: Mutex::default(),
             renewed: Mutex::default(),
             published: Mutex::default(),
+            removing: Mutex::default(),
         }
     }
 }
@@ -169,6 +173,13 @@ impl Provider {
         if let Some(m) = &self.hosts {
             locked(&m.renewed).insert(id.to_owned(), self.now());
         }
+    }
+
+    /// Whether `id` is a stale sandbox being removed here (its claim is not ours to renew).
+    pub(crate) fn removing_stale(&self, id: &str) -> bool {
+        self.hosts
+            .as_ref()
+            .is_some_and(|m| locked(&m.removing).contains(id))
     }
 
     fn fresh(&self, m: &MultiHost, id: &str) -> bool {

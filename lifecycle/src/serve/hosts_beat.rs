@@ -125,7 +125,10 @@ async fn remove_stale(
         locked(&m.stale_since).remove(id);
         return;
     }
-    match p.lc.destroy_generation(id, generation).await {
+    locked(&m.removing).insert(id.to_owned());
+    let done = p.lc.destroy_generation(id, generation).await;
+    locked(&m.removing).remove(id);
+    match done {
         Ok(done) => {
             locked(&m.stale_since).remove(id);
             tracing::warn!(sandbox_id = id, container_id = generation, claim = ?claim, result = ?done, "multi-host reconcile: a sandbox this host does not own is removed from its engine (stale: another host took the ID over, or its claim lapsed)");

@@ -1,11 +1,14 @@
 use super::*;
 
+/// (call, tracked, fresh, claim, expected)
+type ClaimCase = (Call, bool, bool, Result<Option<&'static str>, ()>, ByClaim);
+
 #[test]
 fn route_by_claim_table() {
     use ByClaim::*;
     use Call::*;
     let store_down = "the ownership store does not answer";
-    let cases: Vec<(Call, bool, bool, Result<Option<&str>, ()>, ByClaim)> = vec![
+    let cases: Vec<ClaimCase> = vec![
         // Tracked here and renewed within the TTL: answered here, the store not asked.
         (Create, true, true, Err(()), Local),
         (Get, true, true, Err(()), Local),

@@ -13,6 +13,7 @@ mod keyed;
 mod leases;
 mod limits;
 mod liveness;
+mod multi_host;
 mod provider;
 mod provisioner;
 mod provisioner_guards;
