@@ -143,6 +143,29 @@ impl OwnDockerd {
         }
     }
 
+    /// Its network namespace (`/proc/PID/ns/net`), for `nsenter --net=…`.
+    pub fn netns(&self) -> Option<PathBuf> {
+        self.child
+            .as_ref()
+            .map(|c| PathBuf::from(format!("/proc/{}/ns/net", c.id())))
+    }
+
+    /// Brings its namespace's loopback up (`unshare --net` leaves it down), so ports
+    /// published on 127.0.0.1 there can be bound.
+    pub fn loopback_up(&self) {
+        let ns = self.netns().expect("running");
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", ns.display()))
+            .args(["ip", "link", "set", "lo", "up"])
+            .output()
+            .expect("nsenter runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root().join("dockerd.log")).unwrap_or_default()
     }

@@ -11,6 +11,7 @@ use hyper::{Method, Response};
 use serde_json::json;
 
 use super::answer::{answer, detached, Answer};
+use super::hosts::Routed;
 use super::provider::Provider;
 use super::provisioner::ApiAnswer;
 use super::routes::Route;
@@ -58,6 +59,29 @@ fn to_answer(a: ApiAnswer) -> Answer {
     answer(a.status, &a.body)
 }
 
+/// A routed answer (`hosts`): the API's own, a 307 to the owner (method and body kept, as
+/// deer-flow's `requests` follows it), or a 503 with `Retry-After`.
+fn routed(r: Routed) -> Answer {
+    let (mut a, header) = match r {
+        Routed::Api(a) => return to_answer(a),
+        Routed::Redirect(to) => (
+            answer(
+                307,
+                &json!({ "detail": format!("owned by another host: {to}") }),
+            ),
+            (hyper::header::LOCATION, to),
+        ),
+        Routed::Retry { after_secs, detail } => (
+            answer(503, &json!({ "detail": detail })),
+            (hyper::header::RETRY_AFTER, after_secs.to_string()),
+        ),
+    };
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&header.1) {
+        a.headers_mut().insert(header.0, v);
+    }
+    a
+}
+
 /// Answers one request of the provisioner API whose key (if one is needed) was checked.
 pub(super) async fn dispatch(
     p: Arc<Provider>,
@@ -79,18 +103,18 @@ pub(super) async fn dispatch(
         ),
         Route::ApiCreate => {
             let task = p.clone();
-            match detached(async move { task.api_create(&body).await }).await {
-                Ok(a) => to_answer(a),
+            match detached(async move { task.routed_create(&body).await }).await {
+                Ok(a) => routed(a),
                 Err(r) => r,
             }
         }
-        Route::ApiList => to_answer(p.api_list().await),
-        Route::ApiGet(id) => to_answer(p.api_get(id).await),
+        Route::ApiList => routed(p.routed_list().await),
+        Route::ApiGet(id) => routed(p.routed_get(id).await),
         Route::ApiDelete(id) => {
             let task = p.clone();
             let id = id.to_owned();
-            match detached(async move { task.api_delete(&id).await }).await {
-                Ok(a) => to_answer(a),
+            match detached(async move { task.routed_delete(&id).await }).await {
+                Ok(a) => routed(a),
                 Err(r) => r,
             }
         }

@@ -72,6 +72,7 @@ impl Provider {
     /// (`renew_ownership`).
     pub async fn heartbeat(&self) {
         renew_ownership(self).await;
+        super::hosts::beat(self).await;
     }
 }
 
@@ -97,7 +98,7 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         // The list is a snapshot and renewing takes a store round trip per ID: one
         // destroyed (and its claim released) since would get its key back, blocking peers
         // for a TTL. Only what is still tracked or still being acquired is renewed.
-        if !still_ours(p, &id) {
+        if !still_ours(p, &id) || p.removing_stale(&id) {
             continue;
         }
         // A sandbox on its way out keeps (or, lapsed, gets back) `del:`, never `own:`; so does
@@ -114,6 +115,9 @@ pub(crate) async fn renew_ownership(p: &Provider) {
         match renewed {
             Ok(r) => {
                 p.metrics.lease_renewal(renew_word(r));
+                if r != Renew::Lost {
+                    p.note_claim_held(&id);
+                }
                 if r == Renew::Lapsed && !still_ours(p, &id) {
                     // Destroyed (and its claim released) while this renewal was on its way:
                     // the key it just wrote back would hold off everyone for a TTL.

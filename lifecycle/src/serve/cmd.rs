@@ -109,6 +109,12 @@ pub struct ServeArgs {
     /// ceil(--max-replicas / this) × (2 × --stop-timeout + 5) + 30 seconds. 1 to 64.
     #[arg(long, env = "LIFECYCLE_SHUTDOWN_PARALLEL", default_value_t = 8)]
     pub shutdown_parallel: usize,
+    /// This host's provisioner API address as the gateway and HAProxy reach it
+    /// (`http://HOST:PORT`), for one provisioner URL over several Docker hosts, each with its
+    /// own engine (docs/multi-host.md): needs a Redis --ownership; --owner-id defaults to the
+    /// host name [default: one host].
+    #[arg(long, env = "LIFECYCLE_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
     /// What SIGTERM does with the sandboxes this process owns (`/v1/` ones: the provisioner
     /// API's are deer-flow's and always kept).
     #[arg(
@@ -178,11 +184,14 @@ fn group(raw: &str) -> Result<u32, ServeSetupError> {
     }
 }
 
-fn owner_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "host".into());
-    format!("{host}-{}", std::process::id())
+        .unwrap_or_else(|_| "host".into())
+}
+
+fn owner_name() -> String {
+    format!("{}-{}", host_name(), std::process::id())
 }
 
 /// The socket's limits from their flags, checked before anything is bound or started.
@@ -216,7 +225,25 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
             .map_err(|e| ServeSetupError::Flag("ownership", e.to_string()))?;
         Store::Redis(r)
     };
-    let me = a.owner_id.clone().unwrap_or_else(owner_name);
+    let hosts = match &a.advertise_url {
+        None => None,
+        Some(_) if a.ownership == "memory" => {
+            return Err(ServeSetupError::Flag(
+                "advertise-url",
+                "needs a Redis --ownership shared by every host".into(),
+            ))
+        }
+        Some(raw) => Some(
+            super::hosts::check_advertise(raw)
+                .map_err(|e| ServeSetupError::Flag("advertise-url", e))?,
+        ),
+    };
+    // Several hosts: a host keeps its name across restarts, so its claims stay its own.
+    let me = match (&a.owner_id, &hosts) {
+        (Some(o), _) => o.clone(),
+        (None, Some(_)) => host_name(),
+        (None, None) => owner_name(),
+    };
     tick(a)?;
     metrics_listen(a)?;
     let config = ProviderConfig {
@@ -235,7 +262,11 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
         },
     };
     let own = Ownership::new(store, me, ttl);
-    Ok(Provider::new(lc, own, Arc::new(SystemClock::default()), config).with_api(api(a)?))
+    let p = Provider::new(lc, own, Arc::new(SystemClock::default()), config).with_api(api(a)?);
+    Ok(match hosts {
+        Some(url) => p.with_hosts(super::hosts::MultiHost::new(url)),
+        None => p,
+    })
 }
 
 /// The provisioner API's settings, checked at start-up: a key is required on TCP, the key file

@@ -9,7 +9,8 @@
 //! provisioner API's key, `provision` its pure input and mount rules, `provisioner` its work and
 //! `api_http` its answers, `v1_http` the project API's; `routes` the one route table of both
 //! APIs, `http` the server, `gate` its cap on connections that have not shown the key;
-//! `exposed` what `--metrics-listen` serves;
+//! `exposed` what `--metrics-listen` serves; `hosts` one provisioner URL over several Docker
+//! hosts (routing by the Redis claim, stale removal), `registry` its shared registry in Redis;
 //! `background` the reaper and heartbeat loops, `reconcile` the reconciliation, `shutdown` the
 //! shutdown; `limits` the socket's header
 //! and write timeouts (the write timeout enforced by `scrape::write_timeout`) and connection
@@ -29,6 +30,7 @@ pub mod error;
 pub mod exposed;
 pub mod gate;
 pub mod host_dirs;
+pub mod hosts;
 pub mod http;
 pub mod limits;
 pub mod listen;
@@ -41,6 +43,7 @@ pub mod provisioner;
 pub mod reclaim;
 pub mod reconcile;
 pub mod redis_store;
+pub mod registry;
 pub mod release;
 pub mod routes;
 pub mod shutdown;

@@ -69,6 +69,8 @@ pub struct Provider {
     pub(crate) dead_since: Mutex<HashMap<String, Duration>>,
     /// Sandbox IDs whose restricted objects were seen with no sandbox, since (monotonic).
     lone_since: Mutex<HashMap<String, Duration>>,
+    /// This host's part in a multi-host deployment (`--advertise-url`).
+    pub hosts: Option<super::hosts::MultiHost>,
 }
 
 /// Ends a create's reservation under the cap and an acquire's reclaim mark, however the step
@@ -120,7 +122,14 @@ impl Provider {
             wake: tokio::sync::Notify::new(),
             dead_since: Mutex::new(HashMap::new()),
             lone_since: Mutex::new(HashMap::new()),
+            hosts: None,
         }
+    }
+
+    /// The provider as one host of several behind one provisioner URL (`--advertise-url`).
+    pub fn with_hosts(mut self, hosts: super::hosts::MultiHost) -> Self {
+        self.hosts = Some(hosts);
+        self
     }
 
     /// The provider with the provisioner API configured.

@@ -36,10 +36,17 @@ pub async fn reconcile(p: &Provider) {
     let mut dead = Vec::new();
     // Every sandbox ID a container holds, in any state: its restricted objects are not lone.
     let held: BTreeSet<String> = listed.iter().filter_map(|l| l.sandbox_id.clone()).collect();
+    // Several hosts (`--advertise-url`): what this host does not track is its claim's to
+    // decide, adopted or removed as stale (`hosts::untracked`).
+    let mut untracked = Vec::new();
     for l in listed {
         let Some(id) = adoptable_id(p, &l) else {
             continue;
         };
+        if p.hosts.is_some() && p.pool().get(&id).is_none() {
+            untracked.push((id, l.container_id, l.state == "running"));
+            continue;
+        }
         if l.state != "running" {
             p.unowned_since().remove(&id);
             // Created, exited or dead: a leftover once it stays so for the grace (a create
@@ -86,6 +93,7 @@ pub async fn reconcile(p: &Provider) {
     for (id, generation) in dead {
         tear_down_dead(p, &id, &generation).await;
     }
+    super::hosts::untracked(p, untracked).await;
     if p.lc.settings.mode == Mode::Restricted {
         sweep_lone(p, &held, grace).await;
     }
@@ -203,7 +211,7 @@ async fn sweep_lone(p: &Provider, held: &BTreeSet<String>, grace: Duration) {
 /// down by the generation listed, under its lock and a `del:` claim (never one another provider
 /// owns). A tracked one held by a lease is left to its holder (the next acquire's health check
 /// replaces it); a tracked unheld one is destroyed as the reaper would.
-async fn tear_down_dead(p: &Provider, id: &str, generation: &str) {
+pub(crate) async fn tear_down_dead(p: &Provider, id: &str, generation: &str) {
     p.dead_since().remove(id);
     let serial = p.serial(id);
     let Ok(_serial) = serial.try_lock() else {
@@ -275,7 +283,7 @@ fn adoptable_id(p: &Provider, l: &crate::ops::Listed) -> Option<String> {
     Some(id)
 }
 
-async fn adopt(p: &Provider, id: &str) {
+pub(crate) async fn adopt(p: &Provider, id: &str) {
     p.unowned_since().remove(id);
     // Under the ID's lock, as every other change to an entry. One in use (an acquire or a
     // destroy of that ID under way here) is no orphan: skipped, without waiting on it, so a

@@ -122,7 +122,15 @@ impl RedisStore {
         })
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
+    pub(super) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(super) async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
         let mut guard = self.conn.lock().await;
         if let Some(c) = guard.as_ref() {
             return Ok(c.clone());
@@ -137,7 +145,7 @@ impl RedisStore {
         Ok(c)
     }
 
-    async fn forget_connection(&self) {
+    pub(super) async fn forget_connection(&self) {
         *self.conn.lock().await = None;
     }
 

@@ -78,6 +78,8 @@ pub async fn shutdown(p: &Arc<Provider>, keep_warm: bool) -> Vec<ShutdownLine> {
     // Acquires under way finish first (their engine steps are never cut off), so what they
     // made is tracked and torn down here too.
     let _quiet = p.inflight.write().await;
+    // Several hosts: calls for this host's IDs stop being sent here at once.
+    super::hosts::withdraw(p).await;
     let leases = p.pool().all_leases();
     for lease in leases {
         let now = p.now();

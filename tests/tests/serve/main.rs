@@ -15,6 +15,7 @@ mod keyed;
 mod leases;
 mod limits;
 mod liveness;
+mod multi_host;
 mod provider;
 mod provisioner;
 mod provisioner_guards;
