@@ -16,14 +16,14 @@ use sockproxy_tests::skip::skip;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-struct Compose {
-    files: Vec<PathBuf>,
-    project: String,
-    env: Vec<(String, String)>,
+pub(crate) struct Compose {
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) project: String,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl Compose {
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("docker-compose");
         cmd.arg("-p").arg(&self.project);
         for f in &self.files {
@@ -43,7 +43,7 @@ impl Drop for Compose {
     }
 }
 
-fn text(o: &Output) -> String {
+pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -51,12 +51,12 @@ fn text(o: &Output) -> String {
     )
 }
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Whether Debian's docker-compose is installed; a skip notice for `test` when it is not.
-fn have_compose(test: &str) -> bool {
+pub(crate) fn have_compose(test: &str) -> bool {
     let have = Command::new("docker-compose")
         .arg("version")
         .output()

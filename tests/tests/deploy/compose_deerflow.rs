@@ -1,0 +1,241 @@
+//! `deploy/compose.deerflow.yaml` brought up as shipped on the real engine and driven as
+//! deer-flow's gateway drives it: the images built offline, the key and the base directory
+//! prepared as the file's header says (the key readable by the provisioner's user, the base
+//! directory a `nosuid,nodev` mount it may write), deer-flow's remote-backend calls (the
+//! contract test's client, `deerflow_remote.py`) create, discover, list and delete a sandbox
+//! whose readiness the provisioner waits for, the sandbox's URL answers from a container where
+//! the file puts deer-flow's gateway (the host's network namespace), and `down` leaves nothing
+//! of the stack on the engine. The test's own override sets only what an offline engine needs:
+//! the sandbox image and its command.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use sockproxy_tests::bindroot::{can_pin, BindRootDir};
+use sockproxy_tests::cli::docker;
+use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack, stack_networks};
+use sockproxy_tests::provisioner::{python, script, SERVING_CMD};
+use sockproxy_tests::step::step;
+use sockproxy_tests::unique_prefix;
+
+use crate::compose::{have_compose, repo, text, Compose};
+
+/// The provisioner's user in the shipped image (`nobody`).
+const PROVISIONER_UID: u32 = 65534;
+
+/// Whether `/run/sockproxy-pins` is a shared mount, making it one as `.ci/run` does (the
+/// proxy's pin directory is shared with the host through it).
+fn shared_pin_parent() {
+    let dir = std::path::Path::new("/run/sockproxy-pins");
+    std::fs::create_dir_all(dir).expect("mkdir /run/sockproxy-pins");
+    let shared = std::process::Command::new("findmnt")
+        .args(["-n", "-o", "PROPAGATION", "--target", "/run/sockproxy-pins"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("shared"))
+        .unwrap_or(false);
+    if !shared {
+        for args in [
+            &["--bind", "/run/sockproxy-pins", "/run/sockproxy-pins"][..],
+            &["--make-rshared", "/run/sockproxy-pins"][..],
+        ] {
+            let ok = std::process::Command::new("mount")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "mount {args:?}");
+        }
+    }
+}
+
+/// A free TCP port on loopback.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
+    let test = "the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing";
+    let Some(e) = real_engine(test) else { return };
+    if !have_compose(test) || !can_pin(test) {
+        return;
+    }
+    let images = ensure_images(&e.socket);
+    shared_pin_parent();
+    let stack = unique_prefix();
+    let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
+    let base = BindRootDir::new("df-base-");
+    let own = |path: &std::path::Path| {
+        nix::unistd::chown(
+            path,
+            Some(nix::unistd::Uid::from_raw(PROVISIONER_UID)),
+            Some(nix::unistd::Gid::from_raw(PROVISIONER_UID)),
+        )
+        .expect("chown");
+    };
+    own(base.path());
+    let secrets = tempfile::tempdir().expect("dir");
+    let key_file = secrets.path().join("provisioner.key");
+    let key = "0123456789abcdef0123456789abcdef";
+    std::fs::write(&key_file, key).expect("key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    own(&key_file);
+    // What an offline engine needs and nothing else: an image it holds, and its command.
+    let override_file = secrets.path().join("offline.yaml");
+    std::fs::write(
+        &override_file,
+        format!(
+            "services:\n  provisioner:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"{SERVING_CMD}\"\n"
+        ),
+    )
+    .expect("override");
+    let port = free_port();
+    let pin_dir = format!("/run/sockproxy-pins/{project}");
+    let compose = Compose {
+        files: vec![repo().join("deploy/compose.deerflow.yaml"), override_file],
+        project: project.clone(),
+        env: vec![
+            (
+                "DOCKER_HOST".into(),
+                format!("unix://{}", e.socket.display()),
+            ),
+            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
+            ("IMAGE_PREFIX".into(), images.into()),
+            ("STACK_PREFIX".into(), stack.clone()),
+            ("STACK_NAME".into(), project.clone()),
+            ("SANDBOX_IMAGE".into(), e.image.clone()),
+            (
+                "DEER_FLOW_HOST_BASE_DIR".into(),
+                base.path().display().to_string(),
+            ),
+            (
+                "PROVISIONER_KEY_FILE".into(),
+                key_file.display().to_string(),
+            ),
+            ("PROVISIONER_PORT".into(), port.to_string()),
+            ("PIN_DIR".into(), pin_dir.clone()),
+        ],
+    };
+    let url = format!("http://127.0.0.1:{port}");
+
+    step(
+        "the route comes up and the provisioner answers /health",
+        || {
+            let up = compose.run(&["up", "-d"]);
+            assert!(up.status.success(), "{}", text(&up));
+            let began = Instant::now();
+            loop {
+                let health = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+                if health {
+                    break;
+                }
+                assert!(
+                    began.elapsed() < Duration::from_secs(60),
+                    "the provisioner never listened: {}",
+                    text(&compose.run(&["logs", "--no-color"]))
+                );
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        },
+    );
+
+    let sid = "5e1f0c3a9b7d2e44";
+    let made: serde_json::Value = step(
+        "deer-flow's calls create a sandbox, ready, with its thread's directories",
+        || {
+            let out = python(&script(), &[&url, key, "create", sid, "u1", "t1", "[]"]);
+            let line = out.lines().last().unwrap_or_default();
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {out}"))
+        },
+    );
+    let sandbox_url = made["sandbox_url"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        sandbox_url.starts_with("http://127.0.0.1:"),
+        "published on loopback: {made}"
+    );
+
+    step(
+        "the sandbox's URL answers from a container in the host's network namespace",
+        || {
+            let got = docker(
+                &e.socket,
+                &[
+                    "run",
+                    "--rm",
+                    "--network",
+                    "host",
+                    &e.image,
+                    "wget",
+                    "-q",
+                    "-S",
+                    "-O",
+                    "/dev/null",
+                    &sandbox_url,
+                ],
+            );
+            // busybox's httpd answers 404 for a directory with no index: any HTTP answer is
+            // the sandbox answering.
+            assert!(
+                got.stderr.contains("HTTP/1."),
+                "no HTTP answer from {sandbox_url}: {}",
+                got.stderr
+            );
+        },
+    );
+
+    step("deer-flow's delete removes it", || {
+        python(&script(), &[&url, key, "delete", sid]);
+        let left = docker(
+            &e.socket,
+            &[
+                "ps",
+                "-a",
+                "--filter",
+                &format!("name=^{stack}"),
+                "--format",
+                "{{.Names}}",
+            ],
+        );
+        assert_eq!(left.out(), "", "the sandbox is gone");
+    });
+
+    step("down leaves nothing of the stack on the engine", || {
+        let down = compose.run(&["down", "-v"]);
+        assert!(down.status.success(), "{}", text(&down));
+        let left = docker(
+            &e.socket,
+            &[
+                "ps",
+                "-a",
+                "--filter",
+                &format!("label=com.docker.compose.project={project}"),
+                "--format",
+                "{{.Names}}",
+            ],
+        );
+        assert_eq!(left.out(), "", "no container of the route");
+        let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
+        assert!(
+            !volumes.out().contains(&project),
+            "its volumes are gone: {}",
+            volumes.out()
+        );
+        // The proxy made the stack's network at the first create; it removes it as it stops,
+        // since no container names it any more.
+        assert_eq!(
+            stack_networks(&e.socket, &stack),
+            Vec::<String>::new(),
+            "the stack's network is gone"
+        );
+        let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
+        assert!(
+            !networks.out().contains(&project),
+            "compose's network is gone: {}",
+            networks.out()
+        );
+    });
+    remove_stack(&e.socket, &stack);
+    let _ = std::process::Command::new("umount").arg(&pin_dir).status();
+}
