@@ -53,7 +53,7 @@ fn a_refusal_moves_exactly_its_own_decision_series_and_healthz_says_ok() {
     let before = Scrape::take(at);
     before.assert_types(&FAMILIES);
     assert_eq!(
-        before.value(r#"sockproxy_decisions_total{op="system.ping",decision="allow",reason="always_allowed"}"#),
+        before.value(r#"sockproxy_decisions_total{op="system.ping",decision="allow",reason="always_allowed",rule="always_allowed"}"#),
         1.0,
         "{}",
         before.text
@@ -71,7 +71,7 @@ fn a_refusal_moves_exactly_its_own_decision_series_and_healthz_says_ok() {
     assert_eq!(
         after.moved(&before, "sockproxy_decisions_total"),
         [(
-            r#"sockproxy_decisions_total{op="containers.stop",decision="deny",reason="out_of_scope"}"#
+            r#"sockproxy_decisions_total{op="containers.stop",decision="deny",reason="out_of_scope",rule="out_of_scope"}"#
                 .to_owned(),
             1.0
         )],
@@ -139,7 +139,7 @@ fn without_an_engine_errors_are_counted_by_kind_and_healthz_is_503() {
         s.text
     );
     assert_eq!(
-        s.value(r#"sockproxy_decisions_total{op="system.ping",decision="deny",reason="upstream_unavailable"}"#),
+        s.value(r#"sockproxy_decisions_total{op="system.ping",decision="deny",reason="upstream_unavailable",rule="upstream_unavailable"}"#),
         1.0,
         "{}",
         s.text
@@ -241,7 +241,7 @@ fn a_connection_over_the_cap_is_counted_refused() {
     assert_eq!(
         after.moved(&before, "sockproxy_decisions_total"),
         [(
-            r#"sockproxy_decisions_total{op="connection",decision="deny",reason="busy"}"#
+            r#"sockproxy_decisions_total{op="connection",decision="deny",reason="busy",rule="busy"}"#
                 .to_owned(),
             1.0
         )]

@@ -97,7 +97,10 @@ fn a_start_up_error_is_one_line_with_its_exit_code() {
             "the socket's directory missing",
             no_dir,
             1,
-            format!("lifecycle serve: cannot listen on {m}: No such file or directory (os error 2)\n"),
+            format!(
+                "lifecycle serve: cannot listen on {m}: the directory {d} does not exist: create it (mkdir -p {d}, owned by the user the program runs as) or listen elsewhere\n",
+                d = missing_dir.parent().map(|p| p.display().to_string()).unwrap_or_default()
+            ),
         ),
         (
             "a sandbox memory limit dockerd would refuse",
