@@ -1,4 +1,4 @@
-//! Request targets (DESIGN §3): `CONNECT host:port` authorities and absolute-form `http://`
+//! Request targets (docs/architecture.md, "netproxy"): `CONNECT host:port` authorities and absolute-form `http://`
 //! URIs, parsed strictly (explicit port 1–65535 without leading zeros, no userinfo, IPv6 only in
 //! brackets) into one canonical host that policy, dialing and logging all use: ASCII,
 //! lowercase, one trailing dot dropped, IP spellings read the way `inet_aton` reads them (so

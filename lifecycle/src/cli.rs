@@ -277,7 +277,7 @@ pub fn main() -> ExitCode {
     // `LIFECYCLE_EGRESS_ALLOW=` (compose's `${EGRESS_ALLOW:-}`) is no rule, not an empty one:
     // the sidecar then allows nothing, and every command, destroy included, still runs.
     args.egress_allow.retain(|r| !r.trim().is_empty());
-    // The same rule sockproxy enforces (DESIGN §1), from the one place it is written.
+    // The same rule sockproxy enforces (docs/architecture.md, "Names"), from the one place it is written.
     let prefix = match Prefix::parse(&args.prefix) {
         Ok(p) => p,
         Err(e) => {

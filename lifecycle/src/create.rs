@@ -1,4 +1,4 @@
-//! Creating a sandbox (DESIGN §4), under its lock: first what `decide::before_create` says about
+//! Creating a sandbox (docs/architecture.md, "lifecycle"), under its lock: first what `decide::before_create` says about
 //! quarantine records, then the create. Open mode publishes the sandbox port on a reserved
 //! loopback port (the reservation moves to the container's generation as soon as it has an
 //! ID); restricted mode makes the sandbox's internal and egress networks, the sidecar (on both)

@@ -1,4 +1,4 @@
-//! Undoing a failed create (DESIGN §4): what it made is removed by ID (the sandbox, then in
+//! Undoing a failed create (docs/architecture.md, "lifecycle"): what it made is removed by ID (the sandbox, then in
 //! restricted mode the sidecar and both networks, never a network it found and refused), under
 //! the caller's teardown claim (`BeforeUndo`); success releases the port, failure quarantines
 //! the generation, keeps its port and names what is left.

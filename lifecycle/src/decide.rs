@@ -1,4 +1,4 @@
-//! Pure decisions (DESIGN §4): what a create does first when the sandbox has quarantine records
+//! Pure decisions (docs/architecture.md, "lifecycle"): what a create does first when the sandbox has quarantine records
 //! ("retire before create"), whether a found container is reused or replaced, whether a destroy
 //! needs the restricted cleanup, whether an absent sandbox's teardown must be strict, and
 //! whether an engine error means "no such object" for exactly the name that was asked about, or

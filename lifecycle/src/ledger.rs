@@ -1,4 +1,4 @@
-//! The quarantine ledger (DESIGN §4): `{state_dir}/sandbox-quarantine/{k(scope)}/{k(id)}/
+//! The quarantine ledger (docs/architecture.md, "lifecycle"): `{state_dir}/sandbox-quarantine/{k(scope)}/{k(id)}/
 //! {k(generation)}`, one empty file per quarantined generation, written atomically (temp file,
 //! fsync, rename, fsync of the directory) so a record survives a crash and a restart. Beside the
 //! records, `.sandbox_id` names the sandbox (the path holds only hashes). Every storage error is

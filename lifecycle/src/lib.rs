@@ -1,5 +1,5 @@
 //! lifecycle: sandboxes created, discovered, quarantined and torn down through the stack's
-//! sockproxy (DESIGN §4). `naming` holds IDs, names and labels (from `stackmodel`); `engine` the
+//! sockproxy (docs/architecture.md, "lifecycle"). `naming` holds IDs, names and labels (from `stackmodel`); `engine` the
 //! bollard client on the one given socket (`engine_networks` its network calls); `ledger` the
 //! quarantine records; `intent` the record of a multi-object step under way (`converge`
 //! finishes or undoes an interrupted one); `ports` host-port reservations per generation; `lock`

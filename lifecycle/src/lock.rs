@@ -1,4 +1,4 @@
-//! One sandbox ID at a time (DESIGN §4, issue 15): create, discover, destroy, retire and absent
+//! One sandbox ID at a time (docs/architecture.md, "lifecycle", issue 15): create, discover, destroy, retire and absent
 //! teardown of a sandbox ID run under its lock, so no process decides on a container another is
 //! replacing. The lock is two locks: an in-process async mutex per lock file (tasks of one
 //! process queue on it instead of polling) and an `flock` on

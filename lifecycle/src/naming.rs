@@ -1,4 +1,4 @@
-//! Names, IDs and labels (DESIGN §1) come from `stackmodel`, the one place they are defined (and
+//! Names, IDs and labels (docs/architecture.md, "Names") come from `stackmodel`, the one place they are defined (and
 //! shared with sockproxy); this module only adds what the command line needs: rejecting IDs
 //! that cannot be a user's or thread's, and checking a sandbox ID typed by an operator.
 

@@ -1,4 +1,4 @@
-//! Tearing down (DESIGN §4): destroy of a present container (stop and remove by the ID that was
+//! Tearing down (docs/architecture.md, "lifecycle"): destroy of a present container (stop and remove by the ID that was
 //! inspected, absence confirmed, the restricted cleanup when its label is not `open`), the
 //! absent teardown of a quarantined sandbox, and `retire`. A failure is returned, leaves a
 //! quarantine record for the generation it was about and keeps that generation's port; success
@@ -251,7 +251,7 @@ impl Lifecycle {
         self.stop_and_remove(&id, &names.sidecar).await
     }
 
-    /// Teardown of a sandbox whose container is gone (DESIGN §4), under the sandbox's lock.
+    /// Teardown of a sandbox whose container is gone (docs/architecture.md, "lifecycle"), under the sandbox's lock.
     pub async fn complete_absent_teardown(&self, id: &str) -> Result<Teardown, OpError> {
         let _lock = self.locks.acquire(id).await?;
         self.with_intent(id, &Unguarded, self.absent_teardown(id))

@@ -1,4 +1,4 @@
-//! What tearing down a present sandbox container does, decided without I/O (DESIGN §4): which
+//! What tearing down a present sandbox container does, decided without I/O (docs/architecture.md, "lifecycle"): which
 //! container to stop and remove (by the ID that was inspected, never by its name), whether the
 //! restricted cleanup follows, which generation's quarantine record a failure writes, and which
 //! generation's record and port a success retires. `teardown` runs the plan step by step and

@@ -1,4 +1,4 @@
-//! netproxy: the restricted-mode egress sidecar (DESIGN §3). `target` parses and canonicalizes
+//! netproxy: the restricted-mode egress sidecar (docs/architecture.md, "netproxy"). `target` parses and canonicalizes
 //! request targets; `rules` decides on the name before any lookup; `resolve` looks names up
 //! (injectable); `addr` refuses special-purpose addresses (`special` is the table, `own` the
 //! sidecar's networks, `nat64` the translator prefixes); `policy` joins them into the pure halves of the pipeline; `proxy` is

@@ -1,4 +1,4 @@
-//! Request-target canonicalization (DESIGN §2): turns a raw URI into a version, path segments
+//! Request-target canonicalization (docs/architecture.md, "sockproxy: a request's way through"): turns a raw URI into a version, path segments
 //! and a parsed query, or says why the request is malformed. Runs before any decision, so every
 //! later stage sees one unambiguous reading of the target, the same one dockerd will make.
 

@@ -40,7 +40,7 @@ pub struct CreateRules {
     /// `--require-stack-label`: a container another setting names (`VolumesFrom`, `Links`,
     /// `container:` modes) cannot be checked for the label here, so such settings are refused.
     pub require_stack_label: bool,
-    /// Bounds on what a request may make the engine and the proxy spend (DESIGN §4d).
+    /// Bounds on what a request may make the engine and the proxy spend (docs/architecture.md, "What a stack may spend").
     pub spend: Spend,
 }
 

@@ -1,4 +1,4 @@
-//! List filtering (DESIGN §2): keeps only entries the stack may see, then applies the client's
+//! List filtering (docs/architecture.md, "sockproxy: a request's way through"): keeps only entries the stack may see, then applies the client's
 //! `limit`. Pure: bytes in, bytes out. Entries are copied verbatim, never re-encoded.
 
 use serde::Deserialize;

@@ -1,4 +1,4 @@
-//! The stack's name scopes (DESIGN §1): which container and network names a stack may see and
+//! The stack's name scopes (docs/architecture.md, "Names"): which container and network names a stack may see and
 //! which it may change, from the family table in `stackmodel`. Pure string logic.
 
 pub use stackmodel::{Kind, Prefix, PrefixError};

@@ -1,4 +1,4 @@
-//! What a stack may make the engine spend outside the sandbox's cgroup (DESIGN §4d): operator
+//! What a stack may make the engine spend outside the sandbox's cgroup (docs/architecture.md, "What a stack may spend"): operator
 //! bounds with safe defaults, and the pure rules that apply them. A healthcheck runs one
 //! `runc exec` per interval in the engine; a published port starts one `docker-proxy` process
 //! on the host; a stop timeout of -1 makes `docker stop` wait forever; a body with many keys

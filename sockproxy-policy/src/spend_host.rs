@@ -1,4 +1,4 @@
-//! The rest of what a stack may spend (issue 37, DESIGN §4d), field by field: log options of an
+//! The rest of what a stack may spend (issue 37, docs/architecture.md, "What a stack may spend"), field by field: log options of an
 //! allowed driver (a `max-size` of its own overrides the operator's log limits), CPU and block
 //! I/O weight, real-time CPU time, the pids limit, core-dump size; and where a container's
 //! working directory and mounts may be (never `/dev`, `/proc`, `/sys` or below them, the

@@ -23,7 +23,7 @@ pub fn timeout(flag: Option<u64>) -> Result<std::time::Duration, String> {
     }
 }
 
-/// Largest request body the proxy reads to decide on (DESIGN: oversized ⇒ deny).
+/// Largest request body the proxy reads to decide on (docs/architecture.md: an oversized body is denied).
 pub const MAX_BODY: usize = 1 << 20;
 
 /// Reads a JSON body (at most `MAX_BODY`, else 413) and parses it with the policy's key rule

@@ -20,7 +20,7 @@ const DEFAULT_MAX_LIST_BYTES_TOTAL: usize = 128 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InfoMode {
-    /// The engine's description with the stack's own counts and name (DESIGN §2).
+    /// The engine's description with the stack's own counts and name (docs/architecture.md, "sockproxy: a request's way through").
     Stack,
     /// Refused, like other host-wide endpoints.
     Deny,

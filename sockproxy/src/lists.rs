@@ -1,4 +1,4 @@
-//! Container and network lists as the stack gets them (DESIGN §2): the engine asked for the
+//! Container and network lists as the stack gets them (docs/architecture.md, "sockproxy: a request's way through"): the engine asked for the
 //! stack's own objects (`list_query`), the answer read within the list caps, then filtered
 //! (`filter`), off the event loop when it is large. Volume lists take the same ask
 //! (`own_list`) and are kept by `volumes`; `GET /info` counts the stack's own containers

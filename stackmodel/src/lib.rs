@@ -1,4 +1,4 @@
-//! The stack model (DESIGN §1), defined once for sockproxy and lifecycle: the prefix rule, the
+//! The stack model (docs/architecture.md, "Names"), defined once for sockproxy and lifecycle: the prefix rule, the
 //! declarative table of name families (who may change what, in open and restricted mode), the
 //! sandbox ID and digest derivations deer-flow upstream uses, and the labels lifecycle writes.
 //! Pure string logic, byte-exact and case-sensitive.
@@ -88,7 +88,7 @@ pub struct Family {
     pub what: &'static str,
 }
 
-/// Every family a stack may change (DESIGN §1). Everything else under `P` is visible only.
+/// Every family a stack may change (docs/architecture.md, "Names"). Everything else under `P` is visible only.
 pub const FAMILIES: [Family; 5] = [
     Family {
         kind: Kind::Container,

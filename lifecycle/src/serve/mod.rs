@@ -1,4 +1,4 @@
-//! `lifecycle serve`: the sandbox provider a gateway calls (DESIGN §4b). `pool` is the pure
+//! `lifecycle serve`: the sandbox provider a gateway calls (docs/architecture.md, "The provider (`lifecycle serve`)"). `pool` is the pure
 //! state (leases, holders, warm pool, expiry, cap), table-tested; `plan` what an acquire, a
 //! provisioner create and a destroy must do first (one acquire decision for both routes);
 //! `clock` the injectable monotonic clock; `claims` the pure ownership rule, `store` the

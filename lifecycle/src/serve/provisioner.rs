@@ -1,4 +1,4 @@
-//! deer-flow's provisioner API on the provider (DESIGN §4c): create-or-return, status, destroy
+//! deer-flow's provisioner API on the provider (docs/architecture.md, "deer-flow's provisioner API"): create-or-return, status, destroy
 //! and list of sandboxes, answered the way deer-flow's remote backend reads them (FastAPI's
 //! `{"detail": …}` errors). The sandboxes are lifecycle's own (names, labels, ports, restricted
 //! mode, teardown, quarantine), so `/v1/`, the CLI and this API see one set; the ones made here

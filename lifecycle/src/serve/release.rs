@@ -1,4 +1,4 @@
-//! Releasing a lease (DESIGN §4b): what the pool says a release leaves to do (nothing, a
+//! Releasing a lease (docs/architecture.md, "The provider (`lifecycle serve`)"): what the pool says a release leaves to do (nothing, a
 //! health check then warm, or a deferred destroy), done under the sandbox's lock in a task the
 //! client cannot cancel; a guard warms an entry whose release stopped half way.
 

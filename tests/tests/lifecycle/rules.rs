@@ -1,4 +1,4 @@
-//! lifecycle's rules (DESIGN §4, the seed's patch note), against the fake engine behind the
+//! lifecycle's rules (docs/architecture.md, "lifecycle", the seed's patch note), against the fake engine behind the
 //! real sockproxy (not `--restricted`, so sidecar and network changes are refused exactly as in
 //! the incident), and against the raw fake where the seed says "a raw engine".
 
@@ -451,7 +451,7 @@ async fn a_storage_error_fails_closed_and_is_returned() {
 }
 
 /// The sidecar, like the sandbox, is stopped and removed by the ID an inspect of its exact name
-/// answered (DESIGN §4 "pinned"), never by its name.
+/// answered (docs/architecture.md, "lifecycle" "pinned"), never by its name.
 #[tokio::test]
 async fn the_sidecar_is_stopped_and_removed_by_its_inspected_id() {
     let s = LcStack::new(false);

@@ -1,4 +1,4 @@
-//! The API version floor: by default 1.24 (DESIGN §2), raised by `--min-api-version`, never
+//! The API version floor: by default 1.24 (docs/architecture.md, "sockproxy: a request's way through"), raised by `--min-api-version`, never
 //! lowered below 1.24. Checked where it is set (the flag's parse) and where it acts (a request
 //! under the floor is refused 400 before anything reaches the engine).
 

@@ -1,4 +1,4 @@
-//! What a stack may make the engine and the proxy spend (issue 37, DESIGN §4d), through the
+//! What a stack may make the engine and the proxy spend (issue 37, docs/architecture.md, "What a stack may spend"), through the
 //! real proxy and checked on what the engine holds afterwards: a body with more keys than
 //! `--max-json-keys` is refused while another client's `/_ping` is answered; a healthcheck every
 //! millisecond, a stop that never returns (`StopTimeout: -1`, `SIGCONT`, `t=-1`), many or low
