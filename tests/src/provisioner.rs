@@ -320,31 +320,56 @@ pub async fn call(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(120)))
-            .expect("timeout");
-        let body = body.unwrap_or_default();
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: provisioner\r\nConnection: close\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if !body.is_empty() {
-            head.push_str("Content-Type: application/json\r\n");
-        }
-        for (k, v) in &headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str("\r\n");
-        let _ = s.write_all(head.as_bytes());
-        let _ = s.write_all(&body);
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        let r = crate::raw::parse(&out).expect("an HTTP answer");
-        (r.status, r.text())
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        try_call(
+            addr,
+            &method,
+            &path,
+            &headers,
+            body,
+            Duration::from_secs(120),
+        )
+        .expect("an HTTP answer")
     })
     .await
     .expect("request thread")
+}
+
+/// `call` without a runtime and without panicking: a provider that is down (killed, restarting)
+/// is an error, for the chaos run's clients. `timeout` bounds each read.
+pub fn try_call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    let body = body.unwrap_or_default();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: provisioner\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    // A write may fail where the server answered early and closed; its answer is still read.
+    let _ = s.write_all(head.as_bytes());
+    let _ = s.write_all(&body);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let r = crate::raw::parse(&out)?;
+    Ok((r.status, r.text()))
 }
 
 /// Runs the Python `script` (deer-flow's side, with `requests`) with `args`; its stdout, or a

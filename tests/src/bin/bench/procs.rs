@@ -141,6 +141,24 @@ impl Proc {
         )
     }
 
+    /// SIGTERM, then waits (`limit` at most, SIGKILL after) until it exits; whether it exited
+    /// by itself. (For the chaos program's teardown, which includes this file.)
+    #[allow(dead_code)]
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGTERM);
+        }
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

@@ -1,0 +1,207 @@
+//! What the run measures besides the counts: every well-behaved call's latency (by phase and
+//! operation, successes and failures), and the host every two seconds (dockerd's RSS and CPU,
+//! containerd shims, each proxy's and provider's RSS). Figures for the report, never judged.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::stacks::Stacks;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Quiet,
+    Chaos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    Create,
+    Discover,
+    Http,
+    List,
+    Delete,
+}
+
+impl Op {
+    pub const ALL: [Op; 5] = [Op::Create, Op::Discover, Op::Http, Op::List, Op::Delete];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Create => "create (POST /api/sandboxes)",
+            Op::Discover => "discover (GET /api/sandboxes/ID)",
+            Op::Http => "HTTP call to the sandbox URL",
+            Op::List => "list (GET /api/sandboxes)",
+            Op::Delete => "delete (DELETE /api/sandboxes/ID)",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub phase: Phase,
+    pub op: Op,
+    pub stack: usize,
+    /// Seconds since the run's start, when the call began.
+    pub at: f64,
+    pub took: Duration,
+    pub ok: bool,
+}
+
+/// Every well-behaved call, from every stack's thread.
+#[derive(Debug)]
+pub struct Log {
+    pub start: Instant,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Log {
+    pub fn record(&self, phase: Phase, op: Op, stack: usize, began: Instant, ok: bool) {
+        let call = Call {
+            phase,
+            op,
+            stack,
+            at: began.duration_since(self.start).as_secs_f64(),
+            took: began.elapsed(),
+            ok,
+        };
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(call);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The host at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostPoint {
+    pub secs: f64,
+    pub dockerd_rss_kib: u64,
+    /// dockerd's own CPU over the last interval, in percent of one core.
+    pub dockerd_cpu_pct: f64,
+    pub shims: u64,
+    pub proxies_rss_kib: u64,
+    pub serves_rss_kib: u64,
+}
+
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Vec<HostPoint>>,
+}
+
+impl Sampler {
+    pub fn start(pid_file: PathBuf, stacks: Arc<Stacks>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let root = pid_file
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let handle = std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut out = Vec::new();
+            let mut last: Option<(u32, u64, Instant)> = None;
+            while !flag.load(Ordering::SeqCst) {
+                let pid: u32 = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0);
+                let ticks = own_ticks(pid);
+                let now = Instant::now();
+                let cpu = match last {
+                    Some((p, t, at)) if p == pid && ticks >= t => {
+                        let secs = now.duration_since(at).as_secs_f64().max(0.001);
+                        100.0 * (ticks - t) as f64 / 100.0 / secs
+                    }
+                    _ => 0.0,
+                };
+                last = Some((pid, ticks, now));
+                let (mut proxies, mut serves) = (0, 0);
+                for s in &stacks.all {
+                    let (p, v) = s.rss();
+                    proxies += p;
+                    serves += v;
+                }
+                out.push(HostPoint {
+                    secs: start.elapsed().as_secs_f64(),
+                    dockerd_rss_kib: rss_kib(pid),
+                    dockerd_cpu_pct: cpu,
+                    shims: shims(&root),
+                    proxies_rss_kib: proxies,
+                    serves_rss_kib: serves,
+                });
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            out
+        });
+        Self { stop, handle }
+    }
+
+    pub fn stop(self) -> Vec<HostPoint> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime of `pid` alone (clock ticks, 100 a second), not its children.
+fn own_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The run's engine's containerd shims: those whose command line names its directory `root`.
+fn shims(root: &str) -> u64 {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with("containerd-shim"))
+                        && std::fs::read(e.path().join("cmdline"))
+                            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(root))
+                })
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// The `q` quantile (0..=1) of `sorted`, nearest rank.
+pub fn quantile(sorted: &[Duration], q: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted.get(rank - 1).copied()
+}

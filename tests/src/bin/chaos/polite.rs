@@ -1,0 +1,165 @@
+//! Well-behaved traffic: in each stack, deer-flow's remote-backend sequence against the
+//! provisioner API, in a loop until the phase ends: create, discover (GET by ID), an HTTP call
+//! to the sandbox URL (open mode: the URL is a loopback port this host reaches; restricted
+//! mode's URL is on an internal network the host is not on, so that step is left out there),
+//! list, delete. Each call is timed and logged with its outcome; a failed create ends that round.
+//! Also the held sandbox the lost check asks about (`held_status`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sockproxy_tests::provisioner::try_call;
+
+use crate::measure::{Log, Op, Phase};
+use crate::stacks::{Stack, Stacks, KEY};
+
+/// Bound on each API call (a create waits for the sandbox to answer, up to 30 s).
+const CALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs every stack's loop on a thread of its own until `end`.
+pub fn run_all(stacks: &Arc<Stacks>, log: &Arc<Log>, phase: Phase, end: Instant) {
+    let handles: Vec<_> = (0..stacks.all.len())
+        .map(|k| {
+            let (stacks, log) = (stacks.clone(), log.clone());
+            std::thread::spawn(move || {
+                let s = &stacks.all[k];
+                let mut round = 0u64;
+                while Instant::now() < end {
+                    round += 1;
+                    one_round(s, &log, phase, round);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+/// The sandbox ID of stack `k`'s round `round` in `phase` (16 hex digits, as deer-flow's).
+fn sandbox_id(k: usize, phase: Phase, round: u64) -> String {
+    let p = match phase {
+        Phase::Quiet => 0xa,
+        Phase::Chaos => 0xc,
+    };
+    format!("{p:x}{k:03x}{round:012x}")
+}
+
+pub fn api(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> std::io::Result<(u16, String)> {
+    try_call(
+        addr,
+        method,
+        path,
+        &[("X-API-Key", KEY)],
+        body.map(|b| b.to_string().into_bytes()),
+        CALL_LIMIT,
+    )
+}
+
+fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
+    let id = sandbox_id(s.k, phase, round);
+    let body = json!({"sandbox_id": id, "user_id": format!("user-{}", s.k),
+                      "thread_id": format!("thread-{round}")});
+    let t = Instant::now();
+    let made = api(s.addr, "POST", "/api/sandboxes", Some(&body));
+    let url = match &made {
+        Ok((200 | 201, text)) => serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|v| v["sandbox_url"].as_str().map(str::to_owned)),
+        _ => None,
+    };
+    log.record(phase, Op::Create, s.k, t, url.is_some());
+    if url.is_none() {
+        // Clean up whatever half a create left, then pause: the provider may be restarting.
+        let _ = api(s.addr, "DELETE", &format!("/api/sandboxes/{id}"), None);
+        std::thread::sleep(Duration::from_millis(500));
+        return;
+    }
+    let t = Instant::now();
+    let found = api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None);
+    log.record(phase, Op::Discover, s.k, t, matches!(found, Ok((200, _))));
+    if !s.restricted {
+        let t = Instant::now();
+        let ok = url.as_deref().is_some_and(url_answers);
+        log.record(phase, Op::Http, s.k, t, ok);
+    }
+    let t = Instant::now();
+    let listed = api(s.addr, "GET", "/api/sandboxes", None);
+    log.record(phase, Op::List, s.k, t, matches!(listed, Ok((200, _))));
+    let t = Instant::now();
+    let gone = api(s.addr, "DELETE", &format!("/api/sandboxes/{id}"), None);
+    log.record(
+        phase,
+        Op::Delete,
+        s.k,
+        t,
+        matches!(gone, Ok((200 | 202 | 204 | 404, _))),
+    );
+}
+
+/// One `GET /` to a sandbox URL (`http://localhost:PORT`): whether an HTTP answer came.
+pub fn url_answers(url: &str) -> bool {
+    use std::io::{Read, Write};
+    let Some(port) = url
+        .strip_prefix("http://localhost:")
+        .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
+    else {
+        return false;
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut t) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
+        return false;
+    };
+    let _ = t.set_read_timeout(Some(Duration::from_secs(10)));
+    if t.write_all(b"GET / HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 12];
+    let n = t.read(&mut buf).unwrap_or(0);
+    buf[..n].starts_with(b"HTTP/1.")
+}
+
+/// The held sandbox's ID in stack `k` (made at the start, kept for the run).
+pub fn held_id(k: usize) -> String {
+    format!("e{k:03x}{:012x}", 0)
+}
+
+/// Creates stack `s`'s held sandbox; its URL.
+pub fn make_held(s: &Stack) -> anyhow::Result<String> {
+    let id = held_id(s.k);
+    let body = json!({"sandbox_id": id, "user_id": format!("user-{}", s.k),
+                      "thread_id": "held"});
+    let (status, text) = api(s.addr, "POST", "/api/sandboxes", Some(&body))?;
+    if !(200..300).contains(&status) {
+        anyhow::bail!("held sandbox of stack {}: {status} {text}", s.k);
+    }
+    Ok(text)
+}
+
+/// What the lost check sees for the held sandbox of `s`: `Ok(true)` Running (and, in open
+/// mode, its URL answering), `Ok(false)` 404, `Err(what)` anything else: lost.
+pub fn held_status(s: &Stack) -> Result<bool, String> {
+    let id = held_id(s.k);
+    match api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None) {
+        Ok((404, _)) => Ok(false),
+        Ok((200, text)) => {
+            let v: Value = serde_json::from_str(&text).unwrap_or_default();
+            let running = v["status"] == "Running";
+            let answers = s.restricted || v["sandbox_url"].as_str().is_some_and(url_answers);
+            if running && answers {
+                Ok(true)
+            } else {
+                Err(format!("200 {text} (URL answers: {answers})"))
+            }
+        }
+        Ok((status, text)) => Err(format!("{status} {text}")),
+        Err(e) => Err(format!("no answer: {e}")),
+    }
+}

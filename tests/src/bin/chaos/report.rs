@@ -1,0 +1,203 @@
+//! The report a person reads, printed and written to the run's folder: `report.md` (the run,
+//! the latency table quiet vs chaos, the host, the hostile tenants' tallies, every finding),
+//! `latencies.csv` (every well-behaved call) and `host.csv` (the host every two seconds).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::hostile::Tally;
+use crate::measure::{quantile, HostPoint, Log, Op, Phase};
+use crate::watch::Found;
+use crate::{Config, Counts};
+
+pub struct Inputs<'a> {
+    pub log: &'a Log,
+    pub host: &'a [HostPoint],
+    pub hostile: &'a [Tally],
+    pub cross: &'a Found,
+    pub leaks: &'a [String],
+    pub panics: &'a [String],
+    pub counts: Counts,
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("–".into(), |d| format!("{:.1}", d.as_secs_f64() * 1000.0))
+}
+
+fn change(quiet: Option<Duration>, chaos: Option<Duration>) -> String {
+    match (quiet, chaos) {
+        (Some(q), Some(c)) if !q.is_zero() => {
+            format!("{:+.0}%", 100.0 * (c.as_secs_f64() / q.as_secs_f64() - 1.0))
+        }
+        _ => "–".into(),
+    }
+}
+
+pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
+    let mut md = String::new();
+    let c = i.counts;
+    let _ = writeln!(md, "# Chaos run, seed {}\n", cfg.seed);
+    let _ = writeln!(
+        md,
+        "{} stacks ({} restricted), quiet phase {} s, chaos phase {} s, recovery window W = {} s, \
+         --max-containers {}, sandboxes {} CPU each.\n",
+        cfg.stacks,
+        cfg.stacks / 2,
+        cfg.quiet.as_secs(),
+        cfg.seconds,
+        cfg.window.as_secs(),
+        cfg.max_containers,
+        crate::stacks::SANDBOX_CPUS
+    );
+    let _ = writeln!(
+        md,
+        "Counts: cross-stack {}, lost {}, leaked {}, panics {}.\n",
+        c.cross, c.lost, c.leaked, c.panics
+    );
+    let calls = i.log.calls();
+    let _ = writeln!(md, "## Well-behaved calls, quiet vs chaos (ms)\n");
+    let _ = writeln!(
+        md,
+        "| Call | quiet n (failed) | chaos n (failed) | quiet p50 | chaos p50 | p50 change | quiet p99 | chaos p99 | p99 change |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    for op in Op::ALL {
+        let of = |phase: Phase| {
+            let mine: Vec<_> = calls
+                .iter()
+                .filter(|c| c.op == op && c.phase == phase)
+                .collect();
+            let failed = mine.iter().filter(|c| !c.ok).count();
+            let mut ok: Vec<Duration> = mine.iter().filter(|c| c.ok).map(|c| c.took).collect();
+            ok.sort();
+            (mine.len(), failed, ok)
+        };
+        let (qn, qf, q) = of(Phase::Quiet);
+        let (cn, cf, ch) = of(Phase::Chaos);
+        let (q50, c50, q99, c99) = (
+            quantile(&q, 0.5),
+            quantile(&ch, 0.5),
+            quantile(&q, 0.99),
+            quantile(&ch, 0.99),
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {qn} ({qf}) | {cn} ({cf}) | {} | {} | {} | {} | {} | {} |",
+            op.name(),
+            ms(q50),
+            ms(c50),
+            change(q50, c50),
+            ms(q99),
+            ms(c99),
+            change(q99, c99)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nFailed calls are those that got no answer or an error status (a provider or proxy \
+         being restarted, a sandbox killed with the engine's restart); latencies are of the \
+         successful ones. The HTTP call is made in open-mode stacks only.\n"
+    );
+    host_table(&mut md, i.host);
+    let _ = writeln!(md, "## Hostile tenants\n");
+    let _ = writeln!(md, "| Stack | moves | answers | refused | cross-stack |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    for t in i.hostile {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            t.stack, t.moves, t.answers, t.refused, t.cross
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nEngine events judged: {}.\n\n## Findings\n",
+        i.cross.events
+    );
+    let findings: Vec<&String> = i
+        .cross
+        .lines
+        .iter()
+        .chain(i.hostile.iter().flat_map(|t| t.lines.iter()))
+        .chain(i.leaks.iter())
+        .chain(i.panics.iter())
+        .collect();
+    if findings.is_empty() {
+        let _ = writeln!(md, "None.");
+    }
+    for f in findings {
+        let _ = writeln!(md, "- {f}");
+    }
+    print!("\n{md}");
+    std::fs::write(cfg.report.join("report.md"), &md).context("report.md")?;
+    let mut csv = String::from("at_s,stack,phase,call,ms,ok\n");
+    for c in &calls {
+        let _ = writeln!(
+            csv,
+            "{:.3},{},{:?},{:?},{:.3},{}",
+            c.at,
+            c.stack,
+            c.phase,
+            c.op,
+            c.took.as_secs_f64() * 1000.0,
+            c.ok
+        );
+    }
+    std::fs::write(cfg.report.join("latencies.csv"), csv).context("latencies.csv")?;
+    let mut csv =
+        String::from("at_s,dockerd_rss_kib,dockerd_cpu_pct,shims,proxies_rss_kib,serves_rss_kib\n");
+    for p in i.host {
+        let _ = writeln!(
+            csv,
+            "{:.1},{},{:.1},{},{},{}",
+            p.secs,
+            p.dockerd_rss_kib,
+            p.dockerd_cpu_pct,
+            p.shims,
+            p.proxies_rss_kib,
+            p.serves_rss_kib
+        );
+    }
+    std::fs::write(cfg.report.join("host.csv"), csv).context("host.csv")?;
+    println!("report: {}", cfg.report.display());
+    Ok(())
+}
+
+fn host_table(md: &mut String, host: &[HostPoint]) {
+    let _ = writeln!(md, "## Host\n");
+    let _ = writeln!(md, "| Figure | first | median | max | last |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
+    type Figure = fn(&HostPoint) -> f64;
+    let rows: [(&str, Figure); 5] = [
+        ("dockerd RSS (MiB)", |p| p.dockerd_rss_kib as f64 / 1024.0),
+        ("dockerd CPU (% of a core)", |p| p.dockerd_cpu_pct),
+        ("containerd shims", |p| p.shims as f64),
+        ("all proxies' RSS (MiB)", |p| {
+            p.proxies_rss_kib as f64 / 1024.0
+        }),
+        ("all providers' RSS (MiB)", |p| {
+            p.serves_rss_kib as f64 / 1024.0
+        }),
+    ];
+    for (name, f) in rows {
+        let mut v: Vec<f64> = host.iter().map(f).collect();
+        let (first, last) = (
+            v.first().copied().unwrap_or(0.0),
+            v.last().copied().unwrap_or(0.0),
+        );
+        v.sort_by(f64::total_cmp);
+        let med = v.get(v.len() / 2).copied().unwrap_or(0.0);
+        let max = v.last().copied().unwrap_or(0.0);
+        let _ = writeln!(
+            md,
+            "| {name} | {first:.1} | {med:.1} | {max:.1} | {last:.1} |"
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nSampled every 2 s over both phases ({} samples).\n",
+        host.len()
+    );
+}

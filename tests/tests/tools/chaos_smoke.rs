@@ -1,0 +1,76 @@
+//! The chaos soak (`.ci/chaos.sh`, the `chaos` program) run short: three stacks, one of them
+//! restricted, for 120 s of hostile tenants and faults after a quiet phase, on a dockerd of its
+//! own in a network namespace of its own. What it asserts is the run's counts, from its one
+//! summary line: no cross-stack effect, no lost sandbox, nothing leaked, no panic, and exit 0.
+//! Its latency table is a benchmark figure (docs/benchmarks.md), never judged here.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use sockproxy_tests::bins;
+use sockproxy_tests::bounded::OutputWithin;
+use sockproxy_tests::skip::skip;
+
+/// Where a program is on PATH or in the sbin directories.
+fn installed(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .any(|d| d.join(program).is_file())
+}
+
+#[test]
+fn a_short_chaos_run_counts_no_cross_stack_effect_loss_leak_or_panic() {
+    const TEST: &str = "a_short_chaos_run_counts_no_cross_stack_effect_loss_leak_or_panic";
+    if !nix::unistd::geteuid().is_root() {
+        skip(
+            TEST,
+            "the chaos run needs root",
+            "run the tests as root, as .ci/run does",
+        );
+        return;
+    }
+    if let Some(p) = ["dockerd", "ip", "nsenter"].iter().find(|p| !installed(p)) {
+        skip(
+            TEST,
+            &format!("{p} is not installed"),
+            "apt-get install docker.io iproute2 util-linux, as .ci/run does",
+        );
+        return;
+    }
+    let report = tempfile::tempdir().expect("report dir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/chaos.sh");
+    // The programs this build made (cargo test --workspace builds sockproxy for its own tests).
+    bins::sockproxy();
+    let out = Command::new(script)
+        .args(["--stacks", "3", "--seconds", "120"])
+        .arg("--report")
+        .arg(report.path())
+        .env("CHAOS_BIN_DIR", bins::dir())
+        .output_within(Duration::from_secs(900))
+        .expect("chaos.sh runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .rfind(|l| l.starts_with("chaos: 3 stacks, 120 s, seed "))
+        .unwrap_or_default();
+    let counts = summary.split_once(", seed ").map(|(_, rest)| rest);
+    let zero = counts.is_some_and(|c| {
+        c.ends_with(", cross-stack 0, lost 0, leaked 0, panics 0")
+            && c.split(',')
+                .next()
+                .is_some_and(|seed| seed.parse::<u64>().is_ok())
+    });
+    assert!(
+        zero && out.status.success(),
+        "exit {:?}, summary {summary:?}:\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(report.path().join("report.md")).expect("report.md");
+    assert!(
+        md.contains("## Well-behaved calls, quiet vs chaos (ms)"),
+        "{md}"
+    );
+}
