@@ -271,7 +271,7 @@ pub fn provider(lc: Lifecycle, a: &ServeArgs) -> Result<Provider, ServeSetupErro
 
 /// The provisioner API's settings, checked at start-up: a key is required on TCP, the key file
 /// must be private, and the mount root must be a directory's real path that this process's
-/// user may make directories in.
+/// user may make directories in, on a `nosuid,nodev` mount (what the proxy's bind root must be).
 pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
     let listen = listen(a)?;
     let api_key = match &a.api_key_file {
@@ -308,6 +308,24 @@ pub fn api(a: &ServeArgs) -> Result<ApiConfig, ServeSetupError> {
                     "mount-root",
                     format!(
                         "{}: not writable by uid {uid} (the user lifecycle serve runs as), so no user's directories can be made in it; give that uid write access to it",
+                        real.display()
+                    ),
+                ));
+            }
+            // The stack's proxy refuses a bind root without nosuid and nodev, so every create
+            // would be refused: said now, with the mount that fixes it.
+            let flags = nix::sys::statvfs::statvfs(&real)
+                .map(|st| st.flags())
+                .map_err(|e| {
+                    ServeSetupError::Flag("mount-root", format!("{}: {e}", real.display()))
+                })?;
+            let wanted =
+                nix::sys::statvfs::FsFlags::ST_NOSUID | nix::sys::statvfs::FsFlags::ST_NODEV;
+            if !flags.contains(wanted) {
+                return Err(ServeSetupError::Flag(
+                    "mount-root",
+                    format!(
+                        "{0}: on a mount without nosuid and nodev, which the stack's sockproxy refuses as a bind root (every create would be refused); make it one: mount --bind {0} {0} && mount -o remount,bind,nosuid,nodev {0}",
                         real.display()
                     ),
                 ));

@@ -183,4 +183,39 @@ fn serve_checks_the_mount_root_at_start() {
             readonly.display()
         )
     );
+
+    // Writable, on a mount without nosuid and nodev: the proxy would refuse every create's
+    // binds. As root the directory is made such a mount itself (in case the temporary
+    // directory's own mount has the flags); else the temporary directory must lack them.
+    let plain = top.join("plain");
+    std::fs::create_dir(&plain).expect("dir");
+    let mounted = nix::unistd::geteuid().is_root() && {
+        rustix::mount::mount_bind(&plain, &plain).expect("bind");
+        rustix::mount::mount_remount(&plain, rustix::mount::MountFlags::BIND, "")
+            .expect("remount without nosuid and nodev");
+        true
+    };
+    let flags = nix::sys::statvfs::statvfs(&plain).expect("statvfs").flags();
+    let plain_mount = !flags.contains(nix::sys::statvfs::FsFlags::ST_NOSUID)
+        || !flags.contains(nix::sys::statvfs::FsFlags::ST_NODEV);
+    if plain_mount {
+        let (code, got) = run(serve(&plain));
+        assert_eq!(code, Some(2), "{got}");
+        assert_eq!(
+            got,
+            format!(
+                "lifecycle serve: --mount-root: {0}: on a mount without nosuid and nodev, which the stack's sockproxy refuses as a bind root (every create would be refused); make it one: mount --bind {0} {0} && mount -o remount,bind,nosuid,nodev {0}\n",
+                plain.display()
+            )
+        );
+    } else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: the mount-root flags check needs root or a temporary directory without nosuid"
+        );
+        eprintln!("NOTICE: serve_checks_the_mount_root_at_start: the nosuid,nodev case skipped, not root and the temporary directory is nosuid,nodev (run as root, as CI does)");
+    }
+    if mounted {
+        let _ = rustix::mount::unmount(&plain, rustix::mount::UnmountFlags::DETACH);
+    }
 }
