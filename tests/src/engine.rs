@@ -373,3 +373,20 @@ pub fn make_container(socket: &Path, name: &str, labels: serde_json::Value) -> S
     assert_eq!(started.status, 204);
     r.json()["Id"].as_str().unwrap_or_default().to_owned()
 }
+
+/// `network`'s gateway address on the host: its IPAM's `Gateway`, or the subnet's first address
+/// (the default bridge's IPAM names none on dockerd 20.10); empty when the engine says neither.
+pub fn network_gateway(sock: &Path, network: &str) -> String {
+    let net = raw::get(sock, &format!("/networks/{network}"))
+        .map(|r| r.json())
+        .unwrap_or_default();
+    let config = &net["IPAM"]["Config"][0];
+    config["Gateway"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| {
+            let subnet: ipnet::Ipv4Net = config["Subnet"].as_str()?.parse().ok()?;
+            subnet.hosts().next().map(|a| a.to_string())
+        })
+        .unwrap_or_default()
+}

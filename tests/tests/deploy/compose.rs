@@ -43,6 +43,15 @@ impl Drop for Compose {
     }
 }
 
+/// The names of the containers, in any state, that `docker ps -a --filter FILTER` lists.
+pub(crate) fn ps_names(socket: &Path, filter: &str) -> String {
+    docker(
+        socket,
+        &["ps", "-a", "--filter", filter, "--format", "{{.Names}}"],
+    )
+    .out()
+}
+
 pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -227,18 +236,11 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     step("the example comes down and leaves nothing", || {
         let down = compose.run(&["down", "-v"]);
         assert!(down.status.success(), "{}", text(&down));
-        let left = docker(
+        let left = ps_names(
             &e.socket,
-            &[
-                "ps",
-                "-a",
-                "--filter",
-                &format!("label=com.docker.compose.project={project}"),
-                "--format",
-                "{{.Names}}",
-            ],
+            &format!("label=com.docker.compose.project={project}"),
         );
-        assert_eq!(left.out(), "", "nothing of the example is left");
+        assert_eq!(left, "", "nothing of the example is left");
         let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
         assert!(
             !volumes.out().contains(&project),

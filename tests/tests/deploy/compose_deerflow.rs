@@ -18,7 +18,7 @@ use sockproxy_tests::provisioner::{python, script, SERVING_CMD};
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{have_compose, repo, text, Compose};
+use crate::compose::{have_compose, ps_names, repo, text, Compose};
 
 /// The provisioner's user in the shipped image (`nobody`).
 const PROVISIONER_UID: u32 = 65534;
@@ -187,35 +187,18 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
 
     step("deer-flow's delete removes it", || {
         python(&script(), &[&url, key, "delete", sid]);
-        let left = docker(
-            &e.socket,
-            &[
-                "ps",
-                "-a",
-                "--filter",
-                &format!("name=^{stack}"),
-                "--format",
-                "{{.Names}}",
-            ],
-        );
-        assert_eq!(left.out(), "", "the sandbox is gone");
+        let left = ps_names(&e.socket, &format!("name=^{stack}"));
+        assert_eq!(left, "", "the sandbox is gone");
     });
 
     step("down leaves nothing of the stack on the engine", || {
         let down = compose.run(&["down", "-v"]);
         assert!(down.status.success(), "{}", text(&down));
-        let left = docker(
+        let left = ps_names(
             &e.socket,
-            &[
-                "ps",
-                "-a",
-                "--filter",
-                &format!("label=com.docker.compose.project={project}"),
-                "--format",
-                "{{.Names}}",
-            ],
+            &format!("label=com.docker.compose.project={project}"),
         );
-        assert_eq!(left.out(), "", "no container of the route");
+        assert_eq!(left, "", "no container of the route");
         let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
         assert!(
             !volumes.out().contains(&project),

@@ -12,12 +12,14 @@ use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 
 use sockproxy_tests::cli::docker;
-use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack, stack_networks};
+use sockproxy_tests::engine::{
+    ensure_images, network_gateway, real_engine, remove_stack, stack_networks,
+};
 use sockproxy_tests::raw;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{have_compose, repo, text, Compose};
+use crate::compose::{have_compose, ps_names, repo, text, Compose};
 
 const ANSWER: &str = "compose-restricted-target";
 
@@ -42,23 +44,6 @@ fn target() -> u16 {
     port
 }
 
-/// `network`'s gateway address on the host.
-fn gateway_of(e: &std::path::Path, network: &str) -> String {
-    let net = raw::get(e, &format!("/networks/{network}"))
-        .expect("answer")
-        .json();
-    let config = &net["IPAM"]["Config"][0];
-    // The default bridge's IPAM names no gateway on 20.10: the subnet's first address is it.
-    config["Gateway"]
-        .as_str()
-        .map(str::to_owned)
-        .or_else(|| {
-            let subnet: ipnet::Ipv4Net = config["Subnet"].as_str()?.parse().ok()?;
-            subnet.hosts().next().map(|a| a.to_string())
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
     let test = "the_restricted_compose_route_allows_its_rule_and_nothing_else";
@@ -71,7 +56,7 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
     let gid = std::fs::metadata(&e.socket).expect("engine socket").gid();
     let port = target();
-    let gw = gateway_of(&e.socket, "bridge");
+    let gw = network_gateway(&e.socket, "bridge");
     assert!(!gw.is_empty(), "the default bridge's gateway");
     let dir = tempfile::tempdir().expect("dir");
     let override_file = dir.path().join("engine.yaml");
@@ -194,7 +179,7 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
                 .unwrap_or_default();
             assert!(!nets.is_empty(), "{inspect}");
             for net in nets.keys() {
-                let own_gw = gateway_of(&e.socket, net);
+                let own_gw = network_gateway(&e.socket, net);
                 if own_gw.is_empty() {
                     continue;
                 }
@@ -221,30 +206,13 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
         assert!(destroyed.status.success(), "{}", text(&destroyed));
         let down = compose.run(&["down", "-v"]);
         assert!(down.status.success(), "{}", text(&down));
-        let left = docker(
+        let left = ps_names(&e.socket, &format!("name=^{stack}"));
+        assert_eq!(left, "", "no container of the stack");
+        let left = ps_names(
             &e.socket,
-            &[
-                "ps",
-                "-a",
-                "--filter",
-                &format!("name=^{stack}"),
-                "--format",
-                "{{.Names}}",
-            ],
+            &format!("label=com.docker.compose.project={project}"),
         );
-        assert_eq!(left.out(), "", "no container of the stack");
-        let left = docker(
-            &e.socket,
-            &[
-                "ps",
-                "-a",
-                "--filter",
-                &format!("label=com.docker.compose.project={project}"),
-                "--format",
-                "{{.Names}}",
-            ],
-        );
-        assert_eq!(left.out(), "", "no container of the route");
+        assert_eq!(left, "", "no container of the route");
         let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
         assert!(
             !networks.out().contains(&stack) && !networks.out().contains(&project),

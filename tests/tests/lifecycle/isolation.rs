@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use lifecycle::naming::sandbox_id;
 use sockproxy_tests::bounded::{OutputWithin, LONG};
 use sockproxy_tests::cli::{docker, CliOutput};
-use sockproxy_tests::engine::{ensure_netproxy_image, real_engine, Cleanup};
+use sockproxy_tests::engine::{ensure_netproxy_image, network_gateway, real_engine, Cleanup};
 use sockproxy_tests::lc::{lifecycle_base, names as names_of};
 use sockproxy_tests::raw;
 use sockproxy_tests::stack::StackProxy;
@@ -88,22 +88,6 @@ fn ip_on(sock: &Path, container: &str, network: &str) -> String {
         .to_owned()
 }
 
-/// A network's gateway address: its IPAM's, or (not always filled in) its subnet's first.
-fn gateway_of(sock: &Path, network: &str) -> String {
-    let net = raw::get(sock, &format!("/networks/{network}"))
-        .expect("answer")
-        .json();
-    let config = &net["IPAM"]["Config"][0];
-    config["Gateway"]
-        .as_str()
-        .map(str::to_owned)
-        .or_else(|| {
-            let subnet: ipnet::Ipv4Net = config["Subnet"].as_str()?.parse().ok()?;
-            subnet.hosts().next().map(|a| a.to_string())
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn a_restricted_sandbox_reaches_its_sidecar_only_and_is_reached_through_its_relay() {
     let Some(e) = real_engine(
@@ -147,14 +131,14 @@ fn a_restricted_sandbox_reaches_its_sidecar_only_and_is_reached_through_its_rela
             ],
         );
         assert!(up.ok(), "{}", up.stderr);
-        let gw = gateway_of(&e.socket, &other);
+        let gw = network_gateway(&e.socket, &other);
         assert!(!gw.is_empty(), "the bridge's gateway");
         gw
     });
     let (port, peers) = host_service();
     // The allowed upstream: the host service itself at the default bridge's gateway, which
     // only the sidecar may dial, by rule.
-    let default_gw = gateway_of(&e.socket, "bridge");
+    let default_gw = network_gateway(&e.socket, "bridge");
     assert!(!default_gw.is_empty(), "the default bridge's gateway");
 
     let proxy = StackProxy::start_with(&e.socket, &prefix, true, |c| {
@@ -293,7 +277,7 @@ fn a_restricted_sandbox_reaches_its_sidecar_only_and_is_reached_through_its_rela
                 host_addresses().iter().map(ToString::to_string).collect();
             for n in &names {
                 // The internal network's gateway address: the host holds it no more.
-                let gw = gateway_of(&e.socket, &n.network);
+                let gw = network_gateway(&e.socket, &n.network);
                 if !gw.is_empty() {
                     targets.insert(gw);
                 }
@@ -304,7 +288,7 @@ fn a_restricted_sandbox_reaches_its_sidecar_only_and_is_reached_through_its_rela
             );
             // One sandbox tries them all (each a bounded `nc`); the other its own gateway and the
             // publish address.
-            let other_gw = gateway_of(&e.socket, &names[1].network);
+            let other_gw = network_gateway(&e.socket, &names[1].network);
             for (n, addrs) in [
                 (&names[0], targets.iter().cloned().collect::<Vec<_>>()),
                 (&names[1], vec![other_gw, publish.clone()]),
