@@ -178,16 +178,22 @@ impl Drop for OwnDockerd {
             return;
         };
         // A mount dockerd left under its roots would be walked into by the removal.
-        let root = dir.path().display().to_string();
-        let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-            .filter(|p| p.starts_with(&root))
-            .collect();
-        for p in left.iter().rev() {
-            let _ = rustix::mount::unmount(p.as_str(), rustix::mount::UnmountFlags::DETACH);
-        }
+        unmount_under(dir.path());
         drop(dir);
+    }
+}
+
+/// Detaches every mount under `root`, deepest first: a mount a dockerd left under its roots
+/// would be walked into by the directory's removal.
+pub fn unmount_under(root: &Path) {
+    let root = root.display().to_string();
+    let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|p| p.starts_with(&root))
+        .collect();
+    for p in left.iter().rev() {
+        let _ = rustix::mount::unmount(p.as_str(), rustix::mount::UnmountFlags::DETACH);
     }
 }

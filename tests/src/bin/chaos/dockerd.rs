@@ -156,16 +156,7 @@ impl Drop for Dockerd {
         let Some(dir) = self.dir.take() else {
             return;
         };
-        let root = dir.path().display().to_string();
-        let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-            .filter(|p| p.starts_with(&root))
-            .collect();
-        for p in left.iter().rev() {
-            let _ = rustix::mount::unmount(p.as_str(), rustix::mount::UnmountFlags::DETACH);
-        }
+        sockproxy_tests::own_dockerd::unmount_under(dir.path());
         drop(dir);
     }
 }
