@@ -73,4 +73,19 @@ fn a_short_chaos_run_counts_no_cross_stack_effect_loss_leak_or_panic() {
         md.contains("## Well-behaved calls, quiet vs chaos (ms)"),
         "{md}"
     );
+    // The plots a person reads: PNG files of the size the program draws.
+    for name in ["latency.png", "host.png"] {
+        let png = std::fs::read(report.path().join(name)).unwrap_or_default();
+        let size = png.get(16..24).map(|b| {
+            (
+                u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+                u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            )
+        });
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && size == Some((1400, 1000)),
+            "{name}: not a 1400x1000 PNG ({} bytes, size {size:?}):\n{stdout}",
+            png.len()
+        );
+    }
 }

@@ -13,6 +13,7 @@ mod hostile;
 mod hostile_moves;
 mod hostile_sockets;
 mod measure;
+mod plot;
 mod polite;
 mod report;
 mod stacks;
@@ -62,9 +63,14 @@ struct Args {
     /// Where sockproxy and lifecycle-cli are [default: beside this program].
     #[arg(long, env = "CHAOS_BIN_DIR")]
     bin_dir: Option<PathBuf>,
-    /// The report folder (report.md, latencies.csv, host.csv) [default: ./chaos-report-SEED].
+    /// The report folder (report.md, latencies.csv, host.csv, latency.png, host.png)
+    /// [default: ./chaos-report-SEED].
     #[arg(long, env = "CHAOS_REPORT")]
     report: Option<PathBuf>,
+    /// Only draw the plots of a finished run's report folder again (from its CSV files), then
+    /// exit; nothing is started.
+    #[arg(long, env = "CHAOS_PLOT", value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 /// The run's settings, checked.
@@ -140,7 +146,14 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-    let cfg = Config::from_args(Args::parse())?;
+    let args = Args::parse();
+    if let Some(dir) = &args.plot {
+        for p in plot::draw(dir)? {
+            println!("plot: {}", p.display());
+        }
+        return Ok(());
+    }
+    let cfg = Config::from_args(args)?;
     dockerd::refuse_host_namespace()?;
     let counts = run(&cfg)?;
     println!(
@@ -239,6 +252,11 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
             counts,
         },
     )?;
+    // A plot that cannot be drawn costs the report its pictures, not the run its counts.
+    match plot::draw(&cfg.report) {
+        Ok(paths) => paths.iter().for_each(|p| println!("plot: {}", p.display())),
+        Err(e) => println!("plots not drawn: {e:#}"),
+    }
     drop(engine);
     Ok(counts)
 }
