@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
@@ -162,19 +163,7 @@ fn draw_latency(path: &Path, calls: &[Call]) -> Result<(), Box<dyn std::error::E
                 .label("chaos phase begins")
                 .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
         }
-        for (i, (op, points)) in series.into_iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-                .label(op)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
+        lines_with_legend(&mut chart, series.into_iter().collect())?;
     }
     root.present()?;
     Ok(())
@@ -223,27 +212,35 @@ fn draw_host(path: &Path, host: &[Sample]) -> Result<(), Box<dyn std::error::Err
             .x_desc("seconds since the run began")
             .y_desc(unit)
             .draw()?;
-        for (i, (name, f)) in lines.into_iter().enumerate() {
-            if name.is_empty() {
-                continue;
-            }
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(
-                    host.iter().map(|s| (s.at, f(s))),
-                    color.stroke_width(2),
-                ))?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
+        let series = lines
+            .into_iter()
+            .filter(|(name, _)| !name.is_empty())
+            .map(|(name, f)| (name.to_owned(), host.iter().map(|s| (s.at, f(s))).collect()))
+            .collect();
+        lines_with_legend(&mut chart, series)?;
     }
     root.present()?;
+    Ok(())
+}
+
+/// Draws each named series as a line in a colour of its own, then the legend.
+fn lines_with_legend<'a, Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for (i, (name, points)) in series.into_iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
     Ok(())
 }
 
