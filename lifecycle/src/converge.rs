@@ -218,22 +218,12 @@ impl Lifecycle {
                 step = ?record.step,
                 "an earlier step on this sandbox stopped half way: converging first"
             );
-            guard
-                .before_undo(id)
-                .await
-                .map_err(|reason| OpError::NotOurs {
-                    id: id.to_owned(),
-                    reason,
-                })?;
-            self.converge(id, &record.step).await?;
-            self.intents.end(id)?;
-            guard
-                .after_teardown(id)
-                .await
-                .map_err(|reason| OpError::NotOurs {
-                    id: id.to_owned(),
-                    reason,
-                })?;
+            crate::create::under_claim(guard, id, async {
+                self.converge(id, &record.step).await?;
+                self.intents.end(id)?;
+                Ok(())
+            })
+            .await?;
         }
         let result = step_.await;
         // A step that returned did its own undo or left a quarantine record for what it could

@@ -81,6 +81,23 @@ pub trait BeforeUndo: Sync {
     }
 }
 
+/// Runs `teardown` under `guard`'s teardown claim: asked first (a refusal is `NotOurs` and
+/// nothing is removed), told after it succeeded.
+pub(crate) async fn under_claim<T>(
+    guard: &dyn BeforeUndo,
+    id: &str,
+    teardown: impl Future<Output = Result<T, OpError>>,
+) -> Result<T, OpError> {
+    let not_ours = |reason| OpError::NotOurs {
+        id: id.to_owned(),
+        reason,
+    };
+    guard.before_undo(id).await.map_err(not_ours)?;
+    let done = teardown.await?;
+    guard.after_teardown(id).await.map_err(not_ours)?;
+    Ok(done)
+}
+
 /// Nobody to ask (the one-shot CLI): the undo always runs.
 #[derive(Debug)]
 pub struct Unguarded;
@@ -160,21 +177,8 @@ impl Lifecycle {
                 // lifecycle made it for this ID, then the create runs once more.
                 None => {
                     tracing::warn!(sandbox_id = id, error = %e, "a create met leftovers under the sandbox's names: converging, then creating again");
-                    guard
-                        .before_undo(id)
-                        .await
-                        .map_err(|reason| OpError::NotOurs {
-                            id: id.to_owned(),
-                            reason,
-                        })?;
-                    let cleared = self.converge(id, &Step::Teardown).await?;
-                    guard
-                        .after_teardown(id)
-                        .await
-                        .map_err(|reason| OpError::NotOurs {
-                            id: id.to_owned(),
-                            reason,
-                        })?;
+                    let cleared =
+                        under_claim(guard, id, self.converge(id, &Step::Teardown)).await?;
                     if cleared.removed.is_empty() {
                         return Err(e);
                     }
@@ -203,23 +207,12 @@ impl Lifecycle {
             Discovery::Replace => {
                 tracing::info!(sandbox_id = id, container_id = %c.id, running = c.running, health = ?c.health, way_in = ?way_in, "replacing a sandbox that is not running, unhealthy, or has no way in");
                 // A teardown like any other: under the guard's teardown claim.
-                guard
-                    .before_undo(id)
-                    .await
-                    .map_err(|reason| OpError::NotOurs {
-                        id: id.to_owned(),
-                        reason,
-                    })?;
-                self.destroy_present(id, &c)
-                    .await
-                    .map_err(|e| crate::teardown::unfinished(id, e))?;
-                guard
-                    .after_teardown(id)
-                    .await
-                    .map_err(|reason| OpError::NotOurs {
-                        id: id.to_owned(),
-                        reason,
-                    })?;
+                under_claim(guard, id, async {
+                    self.destroy_present(id, &c)
+                        .await
+                        .map_err(|e| crate::teardown::unfinished(id, e))
+                })
+                .await?;
                 self.create_fresh(id, scope, extras, guard).await
             }
         }
