@@ -158,29 +158,7 @@ async fn delete_removes_what_a_gone_sandbox_left_and_says_what_it_did() {
     let e = Engine::start_fake(sockproxy_tests::fake::Flavor::Debian2010);
     let s = ApiStack::start(&e, Mode::Restricted, Some(KEY)).await;
     let id = derived("left");
-    let digest = hex(&<sha2::Sha256 as sha2::Digest>::digest(
-        format!("{}sandbox:{id}", s.prefix).as_bytes(),
-    ))[..16]
-        .to_owned();
-    let ours = |role: &str| {
-        json!({"deerflow.role": role, "deerflow.sandbox_id": id,
-               "deerflow.network_mode": "allowlist", "deerflow.stack": s.prefix})
-    };
-    let sidecar = format!("{}netproxy-{digest}", s.prefix);
-    s.make(&sidecar, ours("netproxy"));
-    let net = format!("{}sandbox-net-{digest}", s.prefix);
-    let made = sockproxy_tests::raw::request(
-        &s.engine,
-        "POST",
-        "/networks/create",
-        Some(
-            json!({"Name": net, "Internal": true, "Labels": ours("network")})
-                .to_string()
-                .as_bytes(),
-        ),
-    )
-    .expect("answer");
-    assert_eq!(made.status, 201, "{}", made.text());
+    let (sidecar, net) = leftovers(&s, &id, "sandbox-net", true);
     let key = [("X-API-Key", KEY)];
     let path = format!("/api/sandboxes/{id}");
     let (status, text) = s.call("DELETE", &path, &key, None).await;
@@ -209,29 +187,7 @@ async fn the_reconciler_removes_a_lone_sidecar_and_network() {
     let (status, text) = s.create(&create_body("kept")).await;
     assert_eq!(status, 200, "{text}");
     let id = derived("lone");
-    let digest = hex(&<sha2::Sha256 as sha2::Digest>::digest(
-        format!("{}sandbox:{id}", s.prefix).as_bytes(),
-    ))[..16]
-        .to_owned();
-    let ours = |role: &str| {
-        json!({"deerflow.role": role, "deerflow.sandbox_id": id,
-               "deerflow.network_mode": "allowlist", "deerflow.stack": s.prefix})
-    };
-    let sidecar = format!("{}netproxy-{digest}", s.prefix);
-    s.make(&sidecar, ours("netproxy"));
-    let net = format!("{}sandbox-egress-{digest}", s.prefix);
-    let made = sockproxy_tests::raw::request(
-        &s.engine,
-        "POST",
-        "/networks/create",
-        Some(
-            json!({"Name": net, "Labels": ours("network")})
-                .to_string()
-                .as_bytes(),
-        ),
-    )
-    .expect("answer");
-    assert_eq!(made.status, 201, "{}", made.text());
+    let (sidecar, net) = leftovers(&s, &id, "sandbox-egress", false);
     lifecycle::serve::background::reconcile(&s.provider).await;
     assert!(
         !s.exists(&format!("/containers/{sidecar}/json")),
@@ -240,13 +196,44 @@ async fn the_reconciler_removes_a_lone_sidecar_and_network() {
     assert!(!s.exists(&format!("/networks/{net}")), "the lone network");
     // The running sandbox's own sidecar stays.
     let kept = derived("kept");
-    let kept_digest = hex(&<sha2::Sha256 as sha2::Digest>::digest(
-        format!("{}sandbox:{kept}", s.prefix).as_bytes(),
-    ))[..16]
-        .to_owned();
     assert!(s.exists(&format!(
-        "/containers/{}netproxy-{kept_digest}/json",
-        s.prefix
+        "/containers/{}netproxy-{}/json",
+        s.prefix,
+        name_digest(&s.prefix, &kept)
     )));
     assert_eq!(s.inspect(&s.name(&kept))["State"]["Running"], json!(true));
+}
+
+/// The 16 hex digits lifecycle derives a restricted sandbox's sidecar and network names from.
+fn name_digest(prefix: &str, id: &str) -> String {
+    hex(&<sha2::Sha256 as sha2::Digest>::digest(
+        format!("{prefix}sandbox:{id}").as_bytes(),
+    ))[..16]
+        .to_owned()
+}
+
+/// What a restricted sandbox `id` whose container is gone leaves, made as lifecycle makes it
+/// (its labels, its derived names): the sidecar container and the network `{prefix}{kind}-…`.
+fn leftovers(s: &ApiStack, id: &str, kind: &str, internal: bool) -> (String, String) {
+    let digest = name_digest(&s.prefix, id);
+    let ours = |role: &str| {
+        json!({"deerflow.role": role, "deerflow.sandbox_id": id,
+               "deerflow.network_mode": "allowlist", "deerflow.stack": s.prefix})
+    };
+    let sidecar = format!("{}netproxy-{digest}", s.prefix);
+    s.make(&sidecar, ours("netproxy"));
+    let net = format!("{}{kind}-{digest}", s.prefix);
+    let mut body = json!({"Name": net, "Labels": ours("network")});
+    if internal {
+        body["Internal"] = json!(true);
+    }
+    let made = sockproxy_tests::raw::request(
+        &s.engine,
+        "POST",
+        "/networks/create",
+        Some(body.to_string().as_bytes()),
+    )
+    .expect("answer");
+    assert_eq!(made.status, 201, "{}", made.text());
+    (sidecar, net)
 }
