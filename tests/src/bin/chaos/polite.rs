@@ -85,11 +85,9 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
     let t = Instant::now();
     let found = api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None);
     log.record(phase, Op::Discover, s.k, t, matches!(found, Ok((200, _))));
-    if !s.restricted {
-        let t = Instant::now();
-        let ok = url.as_deref().is_some_and(url_answers);
-        log.record(phase, Op::Http, s.k, t, ok);
-    }
+    let t = Instant::now();
+    let ok = url.as_deref().is_some_and(url_answers);
+    log.record(phase, Op::Http, s.k, t, ok);
     let t = Instant::now();
     let listed = api(s.addr, "GET", "/api/sandboxes", None);
     log.record(phase, Op::List, s.k, t, matches!(listed, Ok((200, _))));
@@ -143,8 +141,9 @@ pub fn make_held(s: &Stack) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// What the lost check sees for the held sandbox of `s`: `Ok(true)` Running (and, in open
-/// mode, its URL answering), `Ok(false)` 404, `Err(what)` anything else: lost.
+/// What the lost check sees for the held sandbox of `s`: `Ok(true)` Running and its URL
+/// answering (in restricted mode through the sidecar's relay), `Ok(false)` 404, `Err(what)`
+/// anything else: lost.
 pub fn held_status(s: &Stack) -> Result<bool, String> {
     let id = held_id(s.k);
     match api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None) {
@@ -152,7 +151,7 @@ pub fn held_status(s: &Stack) -> Result<bool, String> {
         Ok((200, text)) => {
             let v: Value = serde_json::from_str(&text).unwrap_or_default();
             let running = v["status"] == "Running";
-            let answers = s.restricted || v["sandbox_url"].as_str().is_some_and(url_answers);
+            let answers = v["sandbox_url"].as_str().is_some_and(url_answers);
             if running && answers {
                 Ok(true)
             } else {

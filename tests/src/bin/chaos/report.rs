@@ -98,7 +98,8 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         md,
         "\nFailed calls are those that got no answer or an error status (a provider or proxy \
          being restarted, a sandbox killed with the engine's restart); latencies are of the \
-         successful ones. The HTTP call is made in open-mode stacks only.\n"
+         successful ones. The HTTP call goes to the sandbox URL in both modes (in restricted \
+         mode through the netproxy sidecar's relay).\n"
     );
     host_table(&mut md, i.host);
     let _ = writeln!(md, "## Hostile tenants\n");
