@@ -10,11 +10,13 @@
 mod dockerd;
 mod faults;
 mod hostile;
+mod hostile_egress;
 mod hostile_moves;
 mod hostile_sockets;
 mod measure;
 mod plot;
 mod polite;
+mod polite_cli;
 mod report;
 mod stacks;
 mod teardown;
@@ -60,6 +62,9 @@ struct Args {
     /// dockerd's `--default-address-pool` base, cut in /24s (room for every stack's networks).
     #[arg(long, env = "CHAOS_ADDRESS_POOL", default_value = "10.123.0.0/16")]
     address_pool: String,
+    /// The docker CLI the well-behaved traffic replays deer-flow's local backend with.
+    #[arg(long, env = "CHAOS_DOCKER_CLI", default_value = "/usr/bin/docker")]
+    docker_cli: PathBuf,
     /// Where sockproxy and lifecycle-cli are [default: beside this program].
     #[arg(long, env = "CHAOS_BIN_DIR")]
     bin_dir: Option<PathBuf>,
@@ -84,6 +89,7 @@ pub struct Config {
     pub max_containers: usize,
     pub address_pool: String,
     pub bin_dir: PathBuf,
+    pub docker_cli: PathBuf,
     pub report: PathBuf,
 }
 
@@ -116,6 +122,12 @@ impl Config {
                 );
             }
         }
+        if !a.docker_cli.is_file() {
+            bail!(
+                "--docker-cli {}: not found (apt-get install docker.io)",
+                a.docker_cli.display()
+            );
+        }
         Ok(Self {
             stacks: a.stacks,
             seconds: a.seconds,
@@ -125,6 +137,7 @@ impl Config {
             max_containers: a.max_containers,
             address_pool: a.address_pool,
             bin_dir,
+            docker_cli: a.docker_cli,
             report: a
                 .report
                 .unwrap_or_else(|| PathBuf::from(format!("chaos-report-{seed}"))),
@@ -194,12 +207,27 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
     let t0 = Instant::now();
     println!("== quiet phase: well-behaved traffic alone");
     let quiet_end = Instant::now() + cfg.quiet;
-    polite::run_all(&stacks, &log, measure::Phase::Quiet, quiet_end);
+    polite::run_all(
+        &stacks,
+        &log,
+        &cfg.docker_cli,
+        measure::Phase::Quiet,
+        quiet_end,
+    );
 
     println!("== chaos phase: hostile tenants, faults");
     let end = Instant::now() + Duration::from_secs(cfg.seconds);
     let stop = Arc::new(AtomicBool::new(false));
-    let hostiles = hostile::start_all(&stacks, cfg.seed, &stop, &watcher);
+    let host_canary = hostile_egress::HostCanary::start(
+        format!(
+            "HOST-CANARY-{}-{:016x}",
+            cfg.seed,
+            stacks::canary_salt(cfg.seed, 999)
+        ),
+        stop.clone(),
+    )
+    .context("host canary")?;
+    let hostiles = hostile::start_all(&stacks, cfg.seed, &stop, &watcher, &host_canary);
     let fault_stacks = stacks.clone();
     let (fault_cfg, fault_watcher, fault_stop) = (cfg.clone(), watcher.clone(), stop.clone());
     let faults = std::thread::spawn(move || {
@@ -213,7 +241,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
         );
         (engine, lost)
     });
-    polite::run_all(&stacks, &log, measure::Phase::Chaos, end);
+    polite::run_all(&stacks, &log, &cfg.docker_cli, measure::Phase::Chaos, end);
     stop.store(true, Ordering::SeqCst);
     let hostile_done: Vec<hostile::Tally> = hostiles
         .into_iter()

@@ -23,10 +23,26 @@ pub enum Op {
     Http,
     List,
     Delete,
+    CliRun,
+    CliPs,
+    CliInspect,
+    CliStop,
+    CliRm,
 }
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Create, Op::Discover, Op::Http, Op::List, Op::Delete];
+    pub const ALL: [Op; 10] = [
+        Op::Create,
+        Op::Discover,
+        Op::Http,
+        Op::List,
+        Op::Delete,
+        Op::CliRun,
+        Op::CliPs,
+        Op::CliInspect,
+        Op::CliStop,
+        Op::CliRm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -35,6 +51,11 @@ impl Op {
             Op::Http => "HTTP call to the sandbox URL",
             Op::List => "list (GET /api/sandboxes)",
             Op::Delete => "delete (DELETE /api/sandboxes/ID)",
+            Op::CliRun => "docker run -d --rm -p (CLI, through the proxy)",
+            Op::CliPs => "docker ps --filter name= (CLI)",
+            Op::CliInspect => "docker inspect -f {{.State.Running}} (CLI)",
+            Op::CliStop => "docker stop (CLI)",
+            Op::CliRm => "docker rm -f, already gone (CLI)",
         }
     }
 }
