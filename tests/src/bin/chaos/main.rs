@@ -14,6 +14,7 @@ mod hostile_egress;
 mod hostile_moves;
 mod hostile_sockets;
 mod measure;
+mod orphans;
 mod plot;
 mod polite;
 mod polite_cli;
@@ -247,7 +248,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
         .into_iter()
         .map(|h| h.join().unwrap_or_default())
         .collect();
-    let (engine, lost) = faults
+    let (mut engine, lost) = faults
         .join()
         .map_err(|_| anyhow::anyhow!("the fault thread panicked"))?;
     let host = sampler.stop();
@@ -255,7 +256,19 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
 
     println!("== teardown");
     let t1 = Instant::now();
-    let leaks = teardown::run(&stacks, &engine.socket());
+    let (mut leaks, notes) = teardown::run(
+        &stacks,
+        &engine.socket(),
+        &engine.root_dir(),
+        engine.restarted_at(),
+        &watcher,
+    );
+    // The engine goes now, so what of it outlives it counts too.
+    leaks.extend(engine.shut_down());
+    engine.save_log(&cfg.report.join("dockerd.log"));
+    for l in leaks.iter().filter(|l| l.starts_with("process ")) {
+        println!("LEAKED: {l}");
+    }
     println!(
         "phases took {:.0} s, teardown {:.0} s",
         t1.duration_since(t0).as_secs_f64(),
@@ -276,6 +289,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
             hostile: &hostile_done,
             cross: &cross,
             leaks: &leaks,
+            notes: &notes,
             panics: &panics,
             counts,
         },

@@ -204,18 +204,10 @@ fn own_ticks(pid: u32) -> u64 {
 
 /// The run's engine's containerd shims: those whose command line names its directory `root`.
 fn shims(root: &str) -> u64 {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_to_string(e.path().join("comm"))
-                        .is_ok_and(|c| c.starts_with("containerd-shim"))
-                        && std::fs::read(e.path().join("cmdline"))
-                            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(root))
-                })
-                .count() as u64
-        })
-        .unwrap_or(0)
+    crate::orphans::processes_naming(root)
+        .iter()
+        .filter(|p| p.comm.starts_with("containerd-shim"))
+        .count() as u64
 }
 
 /// The `q` quantile (0..=1) of `sorted`, nearest rank.
