@@ -1,8 +1,9 @@
 //! The chaos soak (`.ci/chaos.sh`, the `chaos` program) run short: three stacks, one of them
 //! restricted, for 120 s of hostile tenants and faults after a quiet phase, on a dockerd of its
 //! own in a network namespace of its own. What it asserts is the run's counts, from its one
-//! summary line: no cross-stack effect, no lost sandbox, nothing leaked, no panic, and exit 0.
-//! Its latency table is a benchmark figure (docs/benchmarks.md), never judged here.
+//! summary line: no cross-stack effect, no lost sandbox, nothing leaked, no panic, and exit 0;
+//! and that the report holds deer-flow's docker-CLI replay in both phases. Its latencies are a
+//! benchmark figure (docs/benchmarks.md), never judged here.
 
 use std::path::Path;
 use std::process::Command;
@@ -72,6 +73,16 @@ fn a_short_chaos_run_counts_no_cross_stack_effect_loss_leak_or_panic() {
     assert!(
         md.contains("## Well-behaved calls, quiet vs chaos (ms)"),
         "{md}"
+    );
+    // deer-flow's docker-CLI replay ran in the well-behaved loop, in both phases.
+    let cli_row = md
+        .lines()
+        .find(|l| l.starts_with("| docker run -d --rm -p (CLI"))
+        .unwrap_or_default();
+    let runs: Vec<&str> = cli_row.split('|').map(str::trim).collect();
+    assert!(
+        runs.len() > 3 && !runs[2].starts_with("0 ") && !runs[3].starts_with("0 "),
+        "no docker CLI replay in the report: {cli_row:?}\n{md}"
     );
     // The plots a person reads: PNG files of the size the program draws.
     for name in ["latency.png", "host.png"] {

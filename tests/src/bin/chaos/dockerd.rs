@@ -41,6 +41,8 @@ pub struct Dockerd {
     dir: Option<tempfile::TempDir>,
     child: Option<Child>,
     pool: String,
+    /// When its last restart ended (seconds since boot).
+    restarted_at: Option<f64>,
 }
 
 impl Dockerd {
@@ -54,6 +56,7 @@ impl Dockerd {
             dir: Some(dir),
             child: None,
             pool: pool.to_owned(),
+            restarted_at: None,
         };
         d.run()?;
         Ok(d)
@@ -67,6 +70,11 @@ impl Dockerd {
 
     pub fn socket(&self) -> PathBuf {
         self.root().join("d.sock")
+    }
+
+    /// The directory every one of its paths is under (its processes' command lines name it).
+    pub fn root_dir(&self) -> String {
+        self.root().display().to_string()
     }
 
     /// Where dockerd writes its process ID (read afresh after the restart).
@@ -110,7 +118,14 @@ impl Dockerd {
     /// SIGTERM (60 s, then SIGKILL) and start again.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop();
-        self.run()
+        let r = self.run();
+        self.restarted_at = Some(crate::orphans::uptime_s());
+        r
+    }
+
+    /// When the last restart ended, in seconds since boot (`None`: never restarted).
+    pub fn restarted_at(&self) -> Option<f64> {
+        self.restarted_at
     }
 
     fn stop(&mut self) {
@@ -132,17 +147,47 @@ impl Dockerd {
         }
     }
 
+    /// A copy of dockerd's log (every incarnation's) at `to`.
+    pub fn save_log(&self, to: &Path) {
+        let _ = std::fs::copy(self.root().join("dockerd.log"), to);
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.root().join("dockerd.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(10)..].join("\n")
     }
-}
 
-impl Drop for Dockerd {
-    /// Every container goes first (live-restore would keep them, and their shims, running past
-    /// dockerd), then dockerd, its containerd, the mounts under its roots and the directory.
-    fn drop(&mut self) {
+    /// Removes every container, stops dockerd (and so its containerd), and names every process
+    /// of this engine still running 15 s later (a containerd or shim left behind): each a leak,
+    /// then killed, so the run leaves nothing on the host.
+    pub fn shut_down(&mut self) -> Vec<String> {
+        self.remove_all();
+        self.stop();
+        let root = self.root_dir();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut left = crate::orphans::processes_naming(&root);
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            left = crate::orphans::processes_naming(&root);
+        }
+        left.iter()
+            .map(|p| {
+                if let Ok(pid) = i32::try_from(p.pid) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::SIGKILL,
+                    );
+                }
+                format!(
+                    "process {} ({}) left running after dockerd stopped: {}",
+                    p.pid, p.comm, p.cmdline
+                )
+            })
+            .collect()
+    }
+
+    fn remove_all(&self) {
         let sock = self.socket();
         if let Ok(r) = raw::get(&sock, "/containers/json?all=1") {
             for c in r.json().as_array().into_iter().flatten() {
@@ -152,6 +197,14 @@ impl Drop for Dockerd {
                 }
             }
         }
+    }
+}
+
+impl Drop for Dockerd {
+    /// Every container goes first (live-restore would keep them, and their shims, running past
+    /// dockerd), then dockerd, its containerd, the mounts under its roots and the directory.
+    fn drop(&mut self) {
+        self.remove_all();
         self.stop();
         let Some(dir) = self.dir.take() else {
             return;

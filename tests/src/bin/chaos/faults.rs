@@ -3,7 +3,7 @@
 //! started again at once by the harness, and exactly one dockerd restart (SIGTERM, start; the
 //! engine runs with `--live-restore`) at a seeded place in the sequence. After each fault and
 //! the recovery window W, the lost check: every stack's held sandbox must answer Running (its
-//! URL answering, in open mode) or 404; anything else counts as lost.
+//! URL answering, in either mode) or 404; anything else counts as lost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -1,9 +1,10 @@
 //! One hostile tenant per stack, on a thread of its own for the chaos phase: the moves of
 //! `hostile_moves` in a seeded order, over and over, through its own stack's proxy and
 //! provisioner port (from 127.0.0.K+2, so per-peer limits see a second peer) and from inside
-//! its own sandboxes. Every answer is searched for every other stack's canary token; a request
-//! that must be refused and was served counts as a cross-stack effect too (each of them names
-//! another stack's object, or the host, through which every stack's data is reached).
+//! its own sandboxes (egress attempts: `hostile_egress`). Every answer is searched for every
+//! other stack's canary token; a request that must be refused and was served counts as a
+//! cross-stack effect too (each of them names another stack's object, or the host, through
+//! which every stack's data is reached).
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +13,7 @@ use std::thread::JoinHandle;
 
 use sockproxy_tests::crash::Rng;
 
+use crate::hostile_egress::HostCanary;
 use crate::hostile_moves::{Move, MOVES};
 use crate::stacks::{Stack, Stacks};
 use crate::watch::Watcher;
@@ -70,6 +72,8 @@ pub struct Ctx<'a> {
     pub rng: Rng,
     pub max_containers: usize,
     pub stop: &'a AtomicBool,
+    /// The harness's host canary (what a sandbox reaching the host would read).
+    pub host: HostCanary,
 }
 
 impl Ctx<'_> {
@@ -88,11 +92,13 @@ pub fn start_all(
     seed: u64,
     stop: &Arc<AtomicBool>,
     watcher: &Watcher,
+    host: &HostCanary,
 ) -> Vec<JoinHandle<Tally>> {
     let max_containers = stacks.all.first().map_or(0, Stack::max_containers);
     (0..stacks.all.len())
         .map(|k| {
             let (stacks, stop, tokens) = (stacks.clone(), stop.clone(), watcher.tokens());
+            let host = host.clone();
             std::thread::spawn(move || {
                 let me = &stacks.all[k];
                 let mut ctx = Ctx {
@@ -102,6 +108,7 @@ pub fn start_all(
                     rng: Rng::new(seed ^ (0x4057_11e0 + k as u64)),
                     max_containers,
                     stop: &stop,
+                    host,
                 };
                 let foreign: Vec<(usize, String)> =
                     tokens.into_iter().filter(|(o, _)| *o != k).collect();

@@ -2,8 +2,8 @@
 //! bypass tests know (other stacks' objects by name, ID and short ID; the host's namespaces,
 //! devices, capabilities, root and other stacks' bind roots), lists and filter floods, a
 //! container flood past `--max-containers`, a fork bomb, a memory hog and a log flood in its own
-//! sandboxes, a sandbox probing other stacks' canaries over the network; and the socket moves
-//! of `hostile_sockets`.
+//! sandboxes, a sandbox probing other stacks' canaries over the network; the socket moves
+//! of `hostile_sockets` and the egress attempts of `hostile_egress`.
 
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use sockproxy_tests::engine::TEST_IMAGE;
 use sockproxy_tests::raw;
 
 use crate::hostile::{Answer, Ctx, Expect};
+use crate::hostile_egress::egress;
 use crate::hostile_sockets::{provisioner, slow};
 
 pub struct Move {
@@ -59,6 +60,10 @@ pub const MOVES: &[Move] = &[
     Move {
         name: "provisioner",
         run: provisioner,
+    },
+    Move {
+        name: "egress",
+        run: egress,
     },
 ];
 

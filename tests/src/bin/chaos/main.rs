@@ -10,11 +10,14 @@
 mod dockerd;
 mod faults;
 mod hostile;
+mod hostile_egress;
 mod hostile_moves;
 mod hostile_sockets;
 mod measure;
+mod orphans;
 mod plot;
 mod polite;
+mod polite_cli;
 mod report;
 mod stacks;
 mod teardown;
@@ -60,6 +63,9 @@ struct Args {
     /// dockerd's `--default-address-pool` base, cut in /24s (room for every stack's networks).
     #[arg(long, env = "CHAOS_ADDRESS_POOL", default_value = "10.123.0.0/16")]
     address_pool: String,
+    /// The docker CLI the well-behaved traffic replays deer-flow's local backend with.
+    #[arg(long, env = "CHAOS_DOCKER_CLI", default_value = "/usr/bin/docker")]
+    docker_cli: PathBuf,
     /// Where sockproxy and lifecycle-cli are [default: beside this program].
     #[arg(long, env = "CHAOS_BIN_DIR")]
     bin_dir: Option<PathBuf>,
@@ -84,6 +90,7 @@ pub struct Config {
     pub max_containers: usize,
     pub address_pool: String,
     pub bin_dir: PathBuf,
+    pub docker_cli: PathBuf,
     pub report: PathBuf,
 }
 
@@ -116,6 +123,12 @@ impl Config {
                 );
             }
         }
+        if !a.docker_cli.is_file() {
+            bail!(
+                "--docker-cli {}: not found (apt-get install docker.io)",
+                a.docker_cli.display()
+            );
+        }
         Ok(Self {
             stacks: a.stacks,
             seconds: a.seconds,
@@ -125,6 +138,7 @@ impl Config {
             max_containers: a.max_containers,
             address_pool: a.address_pool,
             bin_dir,
+            docker_cli: a.docker_cli,
             report: a
                 .report
                 .unwrap_or_else(|| PathBuf::from(format!("chaos-report-{seed}"))),
@@ -194,12 +208,27 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
     let t0 = Instant::now();
     println!("== quiet phase: well-behaved traffic alone");
     let quiet_end = Instant::now() + cfg.quiet;
-    polite::run_all(&stacks, &log, measure::Phase::Quiet, quiet_end);
+    polite::run_all(
+        &stacks,
+        &log,
+        &cfg.docker_cli,
+        measure::Phase::Quiet,
+        quiet_end,
+    );
 
     println!("== chaos phase: hostile tenants, faults");
     let end = Instant::now() + Duration::from_secs(cfg.seconds);
     let stop = Arc::new(AtomicBool::new(false));
-    let hostiles = hostile::start_all(&stacks, cfg.seed, &stop, &watcher);
+    let host_canary = hostile_egress::HostCanary::start(
+        format!(
+            "HOST-CANARY-{}-{:016x}",
+            cfg.seed,
+            stacks::canary_salt(cfg.seed, 999)
+        ),
+        stop.clone(),
+    )
+    .context("host canary")?;
+    let hostiles = hostile::start_all(&stacks, cfg.seed, &stop, &watcher, &host_canary);
     let fault_stacks = stacks.clone();
     let (fault_cfg, fault_watcher, fault_stop) = (cfg.clone(), watcher.clone(), stop.clone());
     let faults = std::thread::spawn(move || {
@@ -213,13 +242,13 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
         );
         (engine, lost)
     });
-    polite::run_all(&stacks, &log, measure::Phase::Chaos, end);
+    polite::run_all(&stacks, &log, &cfg.docker_cli, measure::Phase::Chaos, end);
     stop.store(true, Ordering::SeqCst);
     let hostile_done: Vec<hostile::Tally> = hostiles
         .into_iter()
         .map(|h| h.join().unwrap_or_default())
         .collect();
-    let (engine, lost) = faults
+    let (mut engine, lost) = faults
         .join()
         .map_err(|_| anyhow::anyhow!("the fault thread panicked"))?;
     let host = sampler.stop();
@@ -227,7 +256,19 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
 
     println!("== teardown");
     let t1 = Instant::now();
-    let leaks = teardown::run(&stacks, &engine.socket());
+    let (mut leaks, notes) = teardown::run(
+        &stacks,
+        &engine.socket(),
+        &engine.root_dir(),
+        engine.restarted_at(),
+        &watcher,
+    );
+    // The engine goes now, so what of it outlives it counts too.
+    leaks.extend(engine.shut_down());
+    engine.save_log(&cfg.report.join("dockerd.log"));
+    for l in leaks.iter().filter(|l| l.starts_with("process ")) {
+        println!("LEAKED: {l}");
+    }
     println!(
         "phases took {:.0} s, teardown {:.0} s",
         t1.duration_since(t0).as_secs_f64(),
@@ -248,6 +289,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
             hostile: &hostile_done,
             cross: &cross,
             leaks: &leaks,
+            notes: &notes,
             panics: &panics,
             counts,
         },

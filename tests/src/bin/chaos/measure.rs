@@ -23,10 +23,26 @@ pub enum Op {
     Http,
     List,
     Delete,
+    CliRun,
+    CliPs,
+    CliInspect,
+    CliStop,
+    CliRm,
 }
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Create, Op::Discover, Op::Http, Op::List, Op::Delete];
+    pub const ALL: [Op; 10] = [
+        Op::Create,
+        Op::Discover,
+        Op::Http,
+        Op::List,
+        Op::Delete,
+        Op::CliRun,
+        Op::CliPs,
+        Op::CliInspect,
+        Op::CliStop,
+        Op::CliRm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -35,6 +51,11 @@ impl Op {
             Op::Http => "HTTP call to the sandbox URL",
             Op::List => "list (GET /api/sandboxes)",
             Op::Delete => "delete (DELETE /api/sandboxes/ID)",
+            Op::CliRun => "docker run -d --rm -p (CLI, through the proxy)",
+            Op::CliPs => "docker ps --filter name= (CLI)",
+            Op::CliInspect => "docker inspect -f {{.State.Running}} (CLI)",
+            Op::CliStop => "docker stop (CLI)",
+            Op::CliRm => "docker rm -f, already gone (CLI)",
         }
     }
 }
@@ -183,18 +204,10 @@ fn own_ticks(pid: u32) -> u64 {
 
 /// The run's engine's containerd shims: those whose command line names its directory `root`.
 fn shims(root: &str) -> u64 {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_to_string(e.path().join("comm"))
-                        .is_ok_and(|c| c.starts_with("containerd-shim"))
-                        && std::fs::read(e.path().join("cmdline"))
-                            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(root))
-                })
-                .count() as u64
-        })
-        .unwrap_or(0)
+    crate::orphans::processes_naming(root)
+        .iter()
+        .filter(|p| p.comm.starts_with("containerd-shim"))
+        .count() as u64
 }
 
 /// The `q` quantile (0..=1) of `sorted`, nearest rank.

@@ -1,11 +1,13 @@
 //! Well-behaved traffic: in each stack, deer-flow's remote-backend sequence against the
 //! provisioner API, in a loop until the phase ends: create, discover (GET by ID), an HTTP call
-//! to the sandbox URL (open mode: the URL is a loopback port this host reaches; restricted
-//! mode's URL is on an internal network the host is not on, so that step is left out there),
-//! list, delete. Each call is timed and logged with its outcome; a failed create ends that round.
+//! to the sandbox URL (`http://localhost:PORT` in both modes: open mode publishes the sandbox's
+//! own port, restricted mode its netproxy sidecar's relay to it), list, delete; then
+//! deer-flow's local-backend docker CLI sequence (`polite_cli`). Each call is timed and logged
+//! with its outcome; a failed create ends that round's API part.
 //! Also the held sandbox the lost check asks about (`held_status`).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,17 +20,20 @@ use crate::stacks::{Stack, Stacks, KEY};
 /// Bound on each API call (a create waits for the sandbox to answer, up to 30 s).
 const CALL_LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs every stack's loop on a thread of its own until `end`.
-pub fn run_all(stacks: &Arc<Stacks>, log: &Arc<Log>, phase: Phase, end: Instant) {
+/// Runs every stack's loop on a thread of its own until `end`; `cli` is the docker CLI.
+pub fn run_all(stacks: &Arc<Stacks>, log: &Arc<Log>, cli: &Path, phase: Phase, end: Instant) {
     let handles: Vec<_> = (0..stacks.all.len())
         .map(|k| {
-            let (stacks, log) = (stacks.clone(), log.clone());
+            let (stacks, log, cli) = (stacks.clone(), log.clone(), cli.to_owned());
             std::thread::spawn(move || {
                 let s = &stacks.all[k];
                 let mut round = 0u64;
                 while Instant::now() < end {
                     round += 1;
                     one_round(s, &log, phase, round);
+                    if Instant::now() < end {
+                        crate::polite_cli::round(&cli, s, &log, phase, round);
+                    }
                 }
             })
         })
@@ -85,11 +90,9 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
     let t = Instant::now();
     let found = api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None);
     log.record(phase, Op::Discover, s.k, t, matches!(found, Ok((200, _))));
-    if !s.restricted {
-        let t = Instant::now();
-        let ok = url.as_deref().is_some_and(url_answers);
-        log.record(phase, Op::Http, s.k, t, ok);
-    }
+    let t = Instant::now();
+    let ok = url.as_deref().is_some_and(url_answers);
+    log.record(phase, Op::Http, s.k, t, ok);
     let t = Instant::now();
     let listed = api(s.addr, "GET", "/api/sandboxes", None);
     log.record(phase, Op::List, s.k, t, matches!(listed, Ok((200, _))));
@@ -143,8 +146,9 @@ pub fn make_held(s: &Stack) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// What the lost check sees for the held sandbox of `s`: `Ok(true)` Running (and, in open
-/// mode, its URL answering), `Ok(false)` 404, `Err(what)` anything else: lost.
+/// What the lost check sees for the held sandbox of `s`: `Ok(true)` Running and its URL
+/// answering (in restricted mode through the sidecar's relay), `Ok(false)` 404, `Err(what)`
+/// anything else: lost.
 pub fn held_status(s: &Stack) -> Result<bool, String> {
     let id = held_id(s.k);
     match api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None) {
@@ -152,7 +156,7 @@ pub fn held_status(s: &Stack) -> Result<bool, String> {
         Ok((200, text)) => {
             let v: Value = serde_json::from_str(&text).unwrap_or_default();
             let running = v["status"] == "Running";
-            let answers = s.restricted || v["sandbox_url"].as_str().is_some_and(url_answers);
+            let answers = v["sandbox_url"].as_str().is_some_and(url_answers);
             if running && answers {
                 Ok(true)
             } else {

@@ -18,6 +18,8 @@ pub struct Inputs<'a> {
     pub hostile: &'a [Tally],
     pub cross: &'a Found,
     pub leaks: &'a [String],
+    /// What was seen and is not counted (the engine's orphans after the harness's restart).
+    pub notes: &'a [String],
     pub panics: &'a [String],
     pub counts: Counts,
 }
@@ -98,7 +100,8 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         md,
         "\nFailed calls are those that got no answer or an error status (a provider or proxy \
          being restarted, a sandbox killed with the engine's restart); latencies are of the \
-         successful ones. The HTTP call is made in open-mode stacks only.\n"
+         successful ones. The HTTP call goes to the sandbox URL in both modes (in restricted \
+         mode through the netproxy sidecar's relay).\n"
     );
     host_table(&mut md, i.host);
     let _ = writeln!(md, "## Hostile tenants\n");
@@ -129,6 +132,12 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
     }
     for f in findings {
         let _ = writeln!(md, "- {f}");
+    }
+    if !i.notes.is_empty() {
+        let _ = writeln!(md, "\nNot counted:\n");
+        for n in i.notes {
+            let _ = writeln!(md, "- {n}");
+        }
     }
     print!("\n{md}");
     std::fs::write(cfg.report.join("report.md"), &md).context("report.md")?;

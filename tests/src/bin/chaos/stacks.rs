@@ -148,7 +148,7 @@ impl Stacks {
 }
 
 /// A token part no one guesses from the seed alone (the seed is printed).
-fn canary_salt(seed: u64, k: usize) -> u64 {
+pub fn canary_salt(seed: u64, k: usize) -> u64 {
     let mut r = sockproxy_tests::crash::Rng::new(
         seed ^ (k as u64 + 1).wrapping_mul(0x9e37_79b9) ^ u64::from(std::process::id()),
     );
@@ -338,6 +338,11 @@ impl Stack {
             .to_owned();
         *self.canary_id.lock().unwrap_or_else(|p| p.into_inner()) = (id, ip);
         Ok(())
+    }
+
+    /// The engine's own socket (for what the harness reads directly: network gateways).
+    pub fn engine(&self) -> &Path {
+        &self.engine
     }
 
     pub fn max_containers(&self) -> usize {

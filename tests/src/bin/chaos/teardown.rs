@@ -5,7 +5,11 @@
 //! (`lifecycle retire`, through the proxy), then the proxy stopped and the stack's own network
 //! `{P}net` removed on the engine (the proxy never lets the stack remove it). Leaked: whatever is left
 //! after that on the engine (containers, networks but the engine's own three, volumes) and on
-//! disk (port reservation files, quarantine ledger records), each named.
+//! disk (port reservation files, quarantine ledger records), and on the host: a containerd
+//! shim of this engine whose container the engine no longer has (`orphans`), unless it started
+//! before the harness's dockerd restart ended (then a note: the engine's doing, see `orphans`),
+//! each named; every orphan is then killed with its container's processes.
+//! (`Dockerd::shut_down` then counts whatever of the engine outlives the engine.)
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,8 +19,17 @@ use sockproxy_tests::raw;
 
 use crate::polite::{api, held_id};
 use crate::stacks::{Stack, Stacks};
+use crate::watch::Watcher;
 
-pub fn run(stacks: &Stacks, engine: &Path) -> Vec<String> {
+/// The leaks, each named, and the notes: the engine's orphaned shims excused as the harness's
+/// restart's doing (`orphans::judge`).
+pub fn run(
+    stacks: &Stacks,
+    engine: &Path,
+    engine_root: &str,
+    restarted_at: Option<f64>,
+    watcher: &Watcher,
+) -> (Vec<String>, Vec<String>) {
     for s in &stacks.all {
         teardown(s, engine);
     }
@@ -47,10 +60,45 @@ pub fn run(stacks: &Stacks, engine: &Path) -> Vec<String> {
             leaks.push(format!("stack {} ledger record {r}", s.k));
         }
     }
+    let (counted, excused) =
+        crate::orphans::judge(crate::orphans::shims(engine, engine_root), restarted_at);
+    let name = |p: &crate::orphans::Process| {
+        let id = p.arg("-id").unwrap_or_default();
+        watcher
+            .name_of(id)
+            .unwrap_or_else(|| "never seen in its events".into())
+    };
+    for p in &counted {
+        leaks.push(format!(
+            "containerd shim {} of a container the engine no longer has ({}): {}",
+            p.pid,
+            name(p),
+            p.cmdline
+        ));
+    }
+    let notes: Vec<String> = excused
+        .iter()
+        .map(|p| {
+            format!(
+                "containerd shim {} of a container the engine no longer has ({}), started \
+                 before the harness's dockerd restart ended: the engine's orphan, killed, not \
+                 counted: {}",
+                p.pid,
+                name(p),
+                p.cmdline
+            )
+        })
+        .collect();
+    for p in counted.iter().chain(&excused) {
+        crate::orphans::kill_with_its_container(p);
+    }
     for l in &leaks {
         println!("LEAKED: {l}");
     }
-    leaks
+    for n in &notes {
+        println!("NOTE: {n}");
+    }
+    (leaks, notes)
 }
 
 fn teardown(s: &Stack, engine: &Path) {

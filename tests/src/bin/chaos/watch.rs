@@ -69,6 +69,11 @@ impl Watcher {
         self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The name a container had in the events seen (`None`: never seen).
+    pub fn name_of(&self, id: &str) -> Option<String> {
+        self.lock().names.get(id).cloned()
+    }
+
     /// (stack, token) of every canary, for the hostile tenants' scans.
     pub fn tokens(&self) -> Vec<(usize, String)> {
         self.lock()
