@@ -50,8 +50,15 @@ impl RedisServer {
             .prefix("rd")
             .tempdir_in("/tmp")
             .expect("redis dir");
-        let sock = dir.path().join("redis.sock");
-        let child = Command::new(&bin)
+        let child = Self::spawn(&bin, dir.path());
+        let server = Self { child, dir };
+        server.wait_listening();
+        Some(server)
+    }
+
+    fn spawn(bin: &Path, dir: &Path) -> Child {
+        let sock = dir.join("redis.sock");
+        Command::new(bin)
             .args(["--port", "0", "--unixsocket"])
             .arg(&sock)
             .args([
@@ -63,19 +70,31 @@ impl RedisServer {
                 "no",
                 "--dir",
             ])
-            .arg(dir.path())
+            .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server");
-        let server = Self { child, dir };
+            .expect("start redis-server")
+    }
+
+    fn wait_listening(&self) {
+        let sock = self.socket();
         for _ in 0..500 {
             if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
-                return Some(server);
+                return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!("redis-server did not open {}", sock.display());
+    }
+
+    /// Starts a killed server again on the same socket, empty (no persistence): an outage
+    /// ended by a restart.
+    pub fn restart(&mut self) {
+        self.kill();
+        let bin = binary().expect("found at start");
+        self.child = Self::spawn(&bin, self.dir.path());
+        self.wait_listening();
     }
 
     pub fn socket(&self) -> PathBuf {
