@@ -23,13 +23,18 @@ pub struct Reply {
 /// One keyed HTTP/1.0 request to 127.0.0.1:`port` with an optional JSON body; no redirect
 /// followed.
 pub fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Reply {
+    call_to(&format!("127.0.0.1:{port}"), method, path, body)
+}
+
+/// `call` to `addr` (`HOST:PORT`).
+pub fn call_to(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Reply {
     use std::io::{Read, Write};
     let none = Reply {
         status: 0,
         location: None,
         body: Value::Null,
     };
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return none;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
