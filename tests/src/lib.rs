@@ -19,6 +19,8 @@ pub mod fake;
 pub mod lc;
 /// A metrics endpoint scraped and checked (`--metrics-listen`).
 pub mod metrics;
+/// One provisioner URL over several hosts: calls, deer-flow's client, HAProxy as shipped.
+pub mod multihost;
 /// A dockerd of a test's own, which it may restart.
 pub mod own_dockerd;
 pub mod provisioner;

@@ -126,7 +126,13 @@ impl OwnDockerd {
         self.run();
     }
 
-    fn stop(&mut self) {
+    /// Starts a stopped dockerd again (60 s at most until it answers).
+    pub fn start_again(&mut self) {
+        self.run();
+    }
+
+    /// Stops dockerd (SIGTERM, as systemd does; 60 s at most, then SIGKILL).
+    pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;
         };

@@ -1,4 +1,5 @@
-//! A private `redis-server` per test: `--port 0` (no TCP at all), a Unix socket in a temp dir,
+//! A private `redis-server` per test: `--port 0` (no TCP at all; `start_tcp`: loopback only), a
+//! Unix socket in a temp dir,
 //! no persistence; killed (by its own PID) when dropped. Found as `$REDIS_SERVER`, else
 //! `redis-server` on PATH or in /usr/bin. Missing: the test is skipped (`skip::skip`: a printed
 //! notice, a failure with `CI=true`; CI installs Debian's `redis-server`).
@@ -16,6 +17,8 @@ use crate::skip::skip;
 pub struct RedisServer {
     child: Child,
     pub dir: tempfile::TempDir,
+    /// The TCP port on 127.0.0.1 it also listens on (`start_tcp`), for clients in containers.
+    pub port: Option<u16>,
 }
 
 fn binary() -> Option<PathBuf> {
@@ -38,6 +41,16 @@ fn binary() -> Option<PathBuf> {
 impl RedisServer {
     /// A running server, or `None` after printing why `test` is skipped.
     pub fn start(test: &str) -> Option<Self> {
+        Self::start_on(test, None)
+    }
+
+    /// `start`, also listening on 127.0.0.1:`port` (a container on the host's network reaches
+    /// it there; `--bind 127.0.0.1` only).
+    pub fn start_tcp(test: &str, port: u16) -> Option<Self> {
+        Self::start_on(test, Some(port))
+    }
+
+    fn start_on(test: &str, port: Option<u16>) -> Option<Self> {
         let Some(bin) = binary() else {
             skip(
                 test,
@@ -50,9 +63,17 @@ impl RedisServer {
             .prefix("rd")
             .tempdir_in("/tmp")
             .expect("redis dir");
-        let sock = dir.path().join("redis.sock");
-        let child = Command::new(&bin)
-            .args(["--port", "0", "--unixsocket"])
+        let child = Self::spawn(&bin, dir.path(), port);
+        let server = Self { child, dir, port };
+        server.wait_listening();
+        Some(server)
+    }
+
+    fn spawn(bin: &Path, dir: &Path, port: Option<u16>) -> Child {
+        let sock = dir.join("redis.sock");
+        let tcp = port.unwrap_or(0).to_string();
+        Command::new(bin)
+            .args(["--port", &tcp, "--bind", "127.0.0.1", "--unixsocket"])
             .arg(&sock)
             .args([
                 "--unixsocketperm",
@@ -63,19 +84,31 @@ impl RedisServer {
                 "no",
                 "--dir",
             ])
-            .arg(dir.path())
+            .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server");
-        let server = Self { child, dir };
+            .expect("start redis-server")
+    }
+
+    fn wait_listening(&self) {
+        let sock = self.socket();
         for _ in 0..500 {
             if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
-                return Some(server);
+                return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!("redis-server did not open {}", sock.display());
+    }
+
+    /// Starts a killed server again on the same socket, empty (no persistence): an outage
+    /// ended by a restart.
+    pub fn restart(&mut self) {
+        self.kill();
+        let bin = binary().expect("found at start");
+        self.child = Self::spawn(&bin, self.dir.path(), self.port);
+        self.wait_listening();
     }
 
     pub fn socket(&self) -> PathBuf {

@@ -90,7 +90,10 @@ pub(super) async fn dispatch(
     body: Bytes,
 ) -> Answer {
     let r = match route {
-        Route::Health => answer(200, &json!({ "status": "ok" })),
+        Route::Health => {
+            let (status, body) = super::engine_health::answer(&p.engine_state().await);
+            answer(status, &body)
+        }
         Route::Capabilities => answer(
             200,
             // No Lark CLI images here: deer-flow then provisions the runtime its own way. The

@@ -9,7 +9,8 @@
 //! provisioner API's key, `provision` its pure input and mount rules, `provisioner` its work and
 //! `api_http` its answers, `v1_http` the project API's; `routes` the one route table of both
 //! APIs, `http` the server, `gate` its cap on connections that have not shown the key;
-//! `exposed` what `--metrics-listen` serves; `hosts` one provisioner URL over several Docker
+//! `exposed` what `--metrics-listen` serves; `engine_health` the engine check behind
+//! deer-flow's `/health`; `hosts` one provisioner URL over several Docker
 //! hosts (routing by the Redis claim, stale removal), `registry` its shared registry in Redis;
 //! `background` the reaper and heartbeat loops, `reconcile` the reconciliation, `shutdown` the
 //! shutdown; `limits` the socket's header
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod cmd;
 pub mod destroy;
 pub mod egress_log;
+pub mod engine_health;
 pub mod error;
 pub mod exposed;
 pub mod gate;

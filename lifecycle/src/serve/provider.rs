@@ -71,6 +71,8 @@ pub struct Provider {
     lone_since: Mutex<HashMap<String, Duration>>,
     /// This host's part in a multi-host deployment (`--advertise-url`).
     pub hosts: Option<super::hosts::MultiHost>,
+    /// The engine's last `/_ping` for deer-flow's `/health`.
+    pub(crate) engine_health: super::engine_health::EngineHealth,
 }
 
 /// Ends a create's reservation under the cap and an acquire's reclaim mark, however the step
@@ -123,6 +125,7 @@ impl Provider {
             dead_since: Mutex::new(HashMap::new()),
             lone_since: Mutex::new(HashMap::new()),
             hosts: None,
+            engine_health: Default::default(),
         }
     }
 

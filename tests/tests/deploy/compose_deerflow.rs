@@ -21,11 +21,11 @@ use sockproxy_tests::unique_prefix;
 use crate::compose::{have_compose, ps_names, repo, text, Compose};
 
 /// The provisioner's user in the shipped image (`nobody`).
-const PROVISIONER_UID: u32 = 65534;
+pub(crate) const PROVISIONER_UID: u32 = 65534;
 
 /// Whether `/run/sockproxy-pins` is a shared mount, making it one as `.ci/run` does (the
 /// proxy's pin directory is shared with the host through it).
-fn shared_pin_parent() {
+pub(crate) fn shared_pin_parent() {
     let dir = std::path::Path::new("/run/sockproxy-pins");
     std::fs::create_dir_all(dir).expect("mkdir /run/sockproxy-pins");
     let shared = std::process::Command::new("findmnt")

@@ -1,7 +1,8 @@
 //! What `deploy/` ships, as its tools read it: the compose example brought up with
 //! docker-compose on the real engine (`compose`), and deer-flow's route brought up as shipped and
-//! driven with deer-flow's remote-backend calls (`compose_deerflow`), and the restricted overlay
-//! brought up and driven (`compose_restricted`); the systemd units as `systemd-analyze verify`
+//! driven with deer-flow's remote-backend calls (`compose_deerflow`), the restricted overlay
+//! brought up and driven (`compose_restricted`), the multi-host override brought up as one host
+//! with a shared Redis and driven the same way (`compose_multihost`); the systemd units as `systemd-analyze verify`
 //! reads them and as their system call filters let their programs run (`systemd`, with
 //! `syscalls` reading the filters and strace's record), and with the drop-in for pinned bind
 //! sources (`pins_unit`); socket activation as systemd hands a
@@ -11,6 +12,7 @@
 mod activation;
 mod compose;
 mod compose_deerflow;
+mod compose_multihost;
 mod compose_restricted;
 mod dashboards;
 mod examples;

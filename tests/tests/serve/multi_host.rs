@@ -6,16 +6,18 @@
 //! `requests`, which follows the serves' 307s as deer-flow does) go through HAProxy only.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::bins;
 use sockproxy_tests::engine::real_engine;
+use sockproxy_tests::multihost::{
+    free_port, haproxy, haproxy_installed, http, remote, urlencode, wait_for, wait_until, Killed,
+};
 use sockproxy_tests::own_dockerd::OwnDockerd;
-use sockproxy_tests::provisioner::{script, KEY};
+use sockproxy_tests::provisioner::KEY;
 use sockproxy_tests::raw;
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::skip::skip;
@@ -110,125 +112,11 @@ impl Host {
     }
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 struct Setup {
     prefix: String,
     root: PathBuf,
     key_file: PathBuf,
     redis: RedisServer,
-}
-
-/// One keyed HTTP/1.0 request to 127.0.0.1:`port` (no redirect followed): (status, body).
-fn http(port: u16, method: &str, path: &str) -> (u16, Value) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, Value::Null);
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
-    let req = format!("{method} {path} HTTP/1.0\r\nHost: t\r\nX-API-Key: {KEY}\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return (0, Value::Null);
-    }
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
-/// deer-flow's calls through HAProxy (`deerflow_remote.py`): whether they all kept the contract.
-fn remote(port: u16, args: &[&str]) -> Result<String, String> {
-    let base = format!("http://127.0.0.1:{port}");
-    let out = Command::new("python3")
-        .arg(script())
-        .args([base.as_str(), KEY])
-        .args(args)
-        .output()
-        .expect("python3 runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    match out.status.success() {
-        true => Ok(text),
-        false => Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr))),
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// The shipped HAProxy configuration, with the test's frontend port and hosts.
-fn haproxy(dir: &Path, port: u16, hosts: &[(String, u16)]) -> Child {
-    let shipped =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/multi-host/haproxy.cfg");
-    let text = std::fs::read_to_string(&shipped).expect("shipped haproxy.cfg");
-    let mut out = String::new();
-    for line in text.lines() {
-        let t = line.trim_start();
-        if t.starts_with("bind ") {
-            out.push_str(&format!("    bind 127.0.0.1:{port}\n"));
-        } else if t.starts_with("server ") {
-            if t.starts_with("server host1 ") {
-                for (name, p) in hosts {
-                    out.push_str(&format!("    server {name} 127.0.0.1:{p} check\n"));
-                }
-            }
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    let cfg = dir.join("haproxy.cfg");
-    std::fs::write(&cfg, out).expect("config");
-    let log = std::fs::File::create(dir.join("haproxy.log")).expect("log");
-    Command::new("haproxy")
-        .arg("-db")
-        .arg("-f")
-        .arg(&cfg)
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("haproxy starts")
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits (at most `secs`) until `ok`, or panics naming `what`.
-fn wait_for(what: &str, secs: u64, ok: impl FnMut() -> bool) {
-    assert!(wait_until(secs, ok), "{what}: not within {secs} s");
-}
-
-/// Whether `ok` came true within `secs`.
-fn wait_until(secs: u64, mut ok: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !ok() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    true
 }
 
 fn claim(t: &Setup, id: &str) -> String {
@@ -268,11 +156,7 @@ fn three_hosts_behind_haproxy_one_owner_per_sandbox() {
         );
         return;
     }
-    if !Command::new("haproxy")
-        .arg("-v")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if !haproxy_installed() {
         skip(
             test,
             "no haproxy on PATH",

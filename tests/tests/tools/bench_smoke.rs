@@ -72,13 +72,13 @@ fn newest_change(path: &Path) -> Option<SystemTime> {
         .max()
 }
 
-/// This build's binary directory (`bins::dir`), for `--bin-dir`, when sockproxy and netproxy
-/// there are newer than every source they are built from (as after `cargo test --workspace`,
+/// This build's binary directory (`bins::dir`), for `--bin-dir`, when sockproxy, netproxy and
+/// lifecycle-cli there are newer than every source they are built from (as after `cargo test --workspace`,
 /// which builds them for their own tests). Otherwise none, and the bench builds them itself with
 /// a nested `cargo build`, so a stale binary is never what runs.
 fn prebuilt() -> Option<PathBuf> {
     let dir = bins::dir();
-    let built = ["sockproxy", "netproxy"]
+    let built = ["sockproxy", "netproxy", "lifecycle-cli"]
         .iter()
         .map(|b| {
             std::fs::metadata(dir.join(b))
@@ -92,6 +92,7 @@ fn prebuilt() -> Option<PathBuf> {
         "netproxy",
         "headguard",
         "stackmodel",
+        "lifecycle",
         "Cargo.lock",
         "Cargo.toml",
     ]
@@ -339,5 +340,41 @@ fn the_budget_part_prints_one_table_judging_the_after_build() {
         assert!(verdicts.contains(&row[6].as_str()), "{row:?}");
         positive(row, 3);
         positive(row, 4);
+    }
+}
+
+#[test]
+fn the_haproxy_part_prints_its_table_with_a_row_per_call() {
+    const TEST: &str = "the_haproxy_part_prints_its_table_with_a_row_per_call";
+    if !installed("haproxy") {
+        skip(TEST, "the haproxy part: haproxy is not installed", HOW);
+        return;
+    }
+    let text = run("--parts haproxy --haproxy-calls 20 --rounds 2");
+    assert!(
+        text.contains(" --parts haproxy --haproxy-calls 20"),
+        "the command to reproduce it: {text}"
+    );
+    let rows = table(&text, "## 6. HAProxy in front of one provisioner");
+    let calls: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(
+        calls,
+        [
+            "`GET /health` (the engine's cached ping)",
+            "`GET /api/capabilities`",
+            "`GET /api/sandboxes/{id}` (absent: one inspect)",
+            "`GET /api/sandboxes` (the engine's list)",
+        ],
+        "{text}"
+    );
+    for row in &rows {
+        assert_eq!(row.len(), 6, "{row:?}");
+        for col in 1..=4 {
+            positive(row, col);
+        }
+        assert!(
+            number(&row[5]).is_some(),
+            "the difference is a number: {row:?}"
+        );
     }
 }

@@ -3,13 +3,15 @@
 //! tinyproxy, squid) on Unix sockets and loopback, runs bounded loads (a count and a time limit
 //! each), stops everything, and prints one Markdown table per part with medians over rounds.
 //! The `budget` part (not run by default) judges issue 39's performance budget, comparing a
-//! before and an after sockproxy binary in one run.
+//! before and an after sockproxy binary in one run; the `haproxy` part (not run by default)
+//! measures what HAProxy in front of the provisioners adds per call (issue 53).
 //! Usage: `cargo run --release -p sockproxy-tests --bin bench [-- --help]`.
 
 mod budget;
 mod budget_real;
 mod budget_row;
 mod footprint;
+mod haproxy;
 mod load;
 mod procs;
 mod real;
@@ -127,7 +129,10 @@ pub struct Args {
     /// at 10,000; the smoke test lists fewer).
     #[arg(long, env = "BENCH_BUDGET_LIST_SIZE", default_value_t = 10_000)]
     budget_list_size: usize,
-    /// Directory with the sockproxy, netproxy and fake-dockerd binaries [default: build them
+    /// Calls per route and round in the `haproxy` part.
+    #[arg(long, env = "BENCH_HAPROXY_CALLS", default_value_t = 2000)]
+    haproxy_calls: usize,
+    /// Directory with the sockproxy, netproxy, fake-dockerd and lifecycle-cli binaries [default: build them
     /// with this bench's profile, beside it].
     #[arg(long, env = "BENCH_BIN_DIR")]
     bin_dir: Option<PathBuf>,
@@ -157,6 +162,8 @@ enum Part {
     Footprint,
     /// Issue 39's performance budget: one table, direct vs `--before-bin` vs `--after-bin`.
     Budget,
+    /// Issue 53: one provisioner called directly and through HAProxy (the shipped config).
+    Haproxy,
 }
 
 fn header(args: &Args) {
@@ -205,6 +212,9 @@ fn header(args: &Args) {
             parts.push_str(&format!(" --bind-root {}", root.display()));
         }
     }
+    if args.parts.contains(&Part::Haproxy) {
+        parts.push_str(&format!(" --haproxy-calls {}", args.haproxy_calls));
+    }
     if args.targets.len() != Target::value_variants().len() {
         let names: Vec<String> = args
             .targets
@@ -240,8 +250,11 @@ fn header(args: &Args) {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(
-        args.rounds >= 1 && args.real_rounds >= 1 && args.budget_samples >= 1,
-        "--rounds, --real-rounds and --budget-samples must be at least 1"
+        args.rounds >= 1
+            && args.real_rounds >= 1
+            && args.budget_samples >= 1
+            && args.haproxy_calls >= 1,
+        "--rounds, --real-rounds, --budget-samples and --haproxy-calls must be at least 1"
     );
     let bins = procs::bin_dir(args.bin_dir.clone())?;
     let dir = tempfile::tempdir().context("a temporary directory for sockets and logs")?;
@@ -287,6 +300,7 @@ fn main() -> anyhow::Result<()> {
             Part::Tunnels => tunnel::tunnels(&rt, &args, &bins, dir.path())?,
             Part::Footprint => footprint::footprint(&rt, &args, &bins, dir.path())?,
             Part::Budget => budget::budget(&rt, &args, &bins, dir.path())?,
+            Part::Haproxy => haproxy::haproxy(&args, &bins, dir.path())?,
         }
     }
     Ok(())

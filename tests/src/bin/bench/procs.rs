@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-/// The directory holding `sockproxy`, `netproxy` and `fake-dockerd`. Without `explicit`, they
+/// The directory holding `sockproxy`, `netproxy`, `fake-dockerd` and `lifecycle-cli`. Without `explicit`, they
 /// are built first with the profile the bench itself was built with, so the figures are never
 /// those of a stale binary.
 pub fn bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -52,12 +52,14 @@ pub fn bin_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         "netproxy",
         "--bin",
         "fake-dockerd",
+        "--bin",
+        "lifecycle-cli",
     ]);
     let status = cmd
         .status()
         .context("running cargo build for the benchmarked binaries")?;
     if !status.success() {
-        bail!("cargo build of sockproxy, netproxy and fake-dockerd failed");
+        bail!("cargo build of sockproxy, netproxy, fake-dockerd and lifecycle-cli failed");
     }
     Ok(dir)
 }

@@ -1,0 +1,191 @@
+//! What the multi-host tests and the benchmark's HAProxy part share (docs/multi-host.md):
+//! keyed HTTP/1.0 calls to a serve's loopback port that follow no redirect (`call`, `http`),
+//! deer-flow's remote-backend calls (`remote`, with `requests`, which follows the serves' 307s
+//! as deer-flow does), the shipped `deploy/multi-host/haproxy.cfg` with a run's frontend port
+//! and hosts (`haproxy_config`, `haproxy`), and bounded waits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::provisioner::{script, KEY};
+
+/// One answer: status (0 when nothing answered), `Location` (if any) and body as JSON.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub location: Option<String>,
+    pub body: Value,
+}
+
+/// One keyed HTTP/1.0 request to 127.0.0.1:`port` with an optional JSON body; no redirect
+/// followed.
+pub fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Reply {
+    call_to(&format!("127.0.0.1:{port}"), method, path, body)
+}
+
+/// `call` to `addr` (`HOST:PORT`).
+pub fn call_to(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Reply {
+    use std::io::{Read, Write};
+    let none = Reply {
+        status: 0,
+        location: None,
+        body: Value::Null,
+    };
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return none;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+    let payload = body.map(Value::to_string).unwrap_or_default();
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: t\r\nX-API-Key: {KEY}\r\n");
+    if body.is_some() {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            payload.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(&payload);
+    if s.write_all(req.as_bytes()).is_err() {
+        return none;
+    }
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let location = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("location")
+            .then(|| value.trim().to_owned())
+    });
+    Reply {
+        status,
+        location,
+        body: serde_json::from_str(rest).unwrap_or(Value::Null),
+    }
+}
+
+/// `call` without a body: (status, body).
+pub fn http(port: u16, method: &str, path: &str) -> (u16, Value) {
+    let r = call(port, method, path, None);
+    (r.status, r.body)
+}
+
+/// deer-flow's calls (`deerflow_remote.py`) against `port`: what it printed, or why the
+/// contract broke.
+pub fn remote(port: u16, args: &[&str]) -> Result<String, String> {
+    let base = format!("http://127.0.0.1:{port}");
+    let out = Command::new("python3")
+        .arg(script())
+        .args([base.as_str(), KEY])
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    match out.status.success() {
+        true => Ok(text),
+        false => Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr))),
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The shipped HAProxy configuration.
+pub fn shipped_haproxy_cfg() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/multi-host/haproxy.cfg")
+}
+
+/// The shipped HAProxy configuration as is, but for its `bind` line (127.0.0.1:`port`) and
+/// its `server` lines (one per host, on loopback, health-checked as shipped).
+pub fn haproxy_config(port: u16, hosts: &[(String, u16)]) -> String {
+    let text = std::fs::read_to_string(shipped_haproxy_cfg()).expect("shipped haproxy.cfg");
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("bind ") {
+            out.push_str(&format!("    bind 127.0.0.1:{port}\n"));
+        } else if t.starts_with("server ") {
+            if t.starts_with("server host1 ") {
+                for (name, p) in hosts {
+                    out.push_str(&format!("    server {name} 127.0.0.1:{p} check\n"));
+                }
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// HAProxy running `haproxy_config` (its config and log in `dir`), in the foreground.
+pub fn haproxy(dir: &Path, port: u16, hosts: &[(String, u16)]) -> Child {
+    let cfg = dir.join("haproxy.cfg");
+    std::fs::write(&cfg, haproxy_config(port, hosts)).expect("config");
+    let log = std::fs::File::create(dir.join("haproxy.log")).expect("log");
+    Command::new("haproxy")
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("haproxy starts")
+}
+
+/// Whether `haproxy -v` runs.
+pub fn haproxy_installed() -> bool {
+    Command::new("haproxy")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A child killed (and reaped) when dropped.
+#[derive(Debug)]
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (at most `secs`) until `ok`, or panics naming `what`.
+pub fn wait_for(what: &str, secs: u64, ok: impl FnMut() -> bool) {
+    assert!(wait_until(secs, ok), "{what}: not within {secs} s");
+}
+
+/// Whether `ok` came true within `secs`.
+pub fn wait_until(secs: u64, mut ok: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ok() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    true
+}
+
+/// `s` percent-encoded for a query string.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,259 @@
+//! `deploy/multi-host/compose.host.yaml` brought up as its header says, over
+//! `deploy/compose.deerflow.yaml`, on the real engine: one host of several, with the shared
+//! Redis the file expects from outside (`REDIS_URL`: the file runs none, so the test starts a
+//! private `redis-server` on the host's loopback, which the provisioner reaches from the host's
+//! network namespace) and `HOST_ADDR` an address of the host other than loopback (the engine's
+//! default bridge gateway, standing in for a LAN address: the provisioner listens there and the
+//! sandbox is published there, which the proxy allows only through the file's
+//! `SOCKPROXY_ALLOW_PUBLIC_PORTS`). deer-flow's remote-backend calls create, discover, list and
+//! delete a sandbox at `http://HOST_ADDR:PORT`; Redis holds the claim, the host's address and
+//! the registry while it lives; `down` leaves nothing on the engine and withdraws the host.
+//! The test's own override sets only the sandbox command an offline engine needs.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use sockproxy_tests::bindroot::{can_pin, BindRootDir};
+use sockproxy_tests::cli::docker;
+use sockproxy_tests::engine::{
+    ensure_images, network_gateway, real_engine, remove_stack, stack_networks,
+};
+use sockproxy_tests::multihost::{call_to, free_port, wait_for, wait_until};
+use sockproxy_tests::provisioner::{python, script, KEY, SERVING_CMD};
+use sockproxy_tests::redis_server::RedisServer;
+use sockproxy_tests::step::step;
+use sockproxy_tests::unique_prefix;
+
+use crate::compose::{have_compose, ps_names, repo, text, Compose};
+use crate::compose_deerflow::{shared_pin_parent, PROVISIONER_UID};
+
+/// `redis-cli GET key` on `redis`'s socket ("" for none).
+fn redis_get(redis: &RedisServer, key: &str) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-s")
+        .arg(redis.socket())
+        .args(["GET", key])
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Whether an HTTP server answers at `addr` (`HOST:PORT`): any status line.
+fn answers(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut head = [0u8; 12];
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").is_ok()
+        && s.read_exact(&mut head).is_ok()
+        && head.starts_with(b"HTTP/1.")
+}
+
+/// Whatever a failed run left (compose's `down` keeps the sandboxes running): the stack's
+/// containers and networks, and the proxy's pin directory. Declared before the `Compose`, so it
+/// runs after its `down`.
+struct Leftovers {
+    engine: std::path::PathBuf,
+    stack: String,
+    pin_dir: String,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        remove_stack(&self.engine, &self.stack);
+        let _ = Command::new("umount").args(["-R", &self.pin_dir]).status();
+    }
+}
+
+#[test]
+fn the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing() {
+    let test = "the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing";
+    let Some(e) = real_engine(test) else { return };
+    if !have_compose(test) || !can_pin(test) {
+        return;
+    }
+    let redis_port = free_port();
+    let Some(redis) = RedisServer::start_tcp(test, redis_port) else {
+        return;
+    };
+    let images = ensure_images(&e.socket);
+    shared_pin_parent();
+    let host_addr = network_gateway(&e.socket, "bridge");
+    assert!(!host_addr.is_empty(), "the default bridge has a gateway");
+    let stack = unique_prefix();
+    let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
+    let host_name = format!("host-{project}");
+    let base = BindRootDir::new("mh-base-");
+    let own = |path: &std::path::Path| {
+        nix::unistd::chown(
+            path,
+            Some(nix::unistd::Uid::from_raw(PROVISIONER_UID)),
+            Some(nix::unistd::Gid::from_raw(PROVISIONER_UID)),
+        )
+        .expect("chown");
+    };
+    own(base.path());
+    let secrets = tempfile::tempdir().expect("dir");
+    let key_file = secrets.path().join("provisioner.key");
+    // The key `call_to` sends.
+    let key = KEY;
+    std::fs::write(&key_file, key).expect("key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    own(&key_file);
+    let override_file = secrets.path().join("offline.yaml");
+    std::fs::write(
+        &override_file,
+        format!(
+            "services:\n  provisioner:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"{SERVING_CMD}\"\n"
+        ),
+    )
+    .expect("override");
+    let port = free_port();
+    let pin_dir = format!("/run/sockproxy-pins/{project}");
+    let _leftovers = Leftovers {
+        engine: e.socket.clone(),
+        stack: stack.clone(),
+        pin_dir: pin_dir.clone(),
+    };
+    let compose = Compose {
+        files: vec![
+            repo().join("deploy/compose.deerflow.yaml"),
+            repo().join("deploy/multi-host/compose.host.yaml"),
+            override_file,
+        ],
+        project: project.clone(),
+        env: vec![
+            (
+                "DOCKER_HOST".into(),
+                format!("unix://{}", e.socket.display()),
+            ),
+            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
+            ("IMAGE_PREFIX".into(), images.into()),
+            ("STACK_PREFIX".into(), stack.clone()),
+            ("STACK_NAME".into(), project.clone()),
+            ("SANDBOX_IMAGE".into(), e.image.clone()),
+            (
+                "DEER_FLOW_HOST_BASE_DIR".into(),
+                base.path().display().to_string(),
+            ),
+            (
+                "PROVISIONER_KEY_FILE".into(),
+                key_file.display().to_string(),
+            ),
+            ("PROVISIONER_PORT".into(), port.to_string()),
+            ("PIN_DIR".into(), pin_dir.clone()),
+            ("HOST_ADDR".into(), host_addr.clone()),
+            ("HOST_NAME".into(), host_name.clone()),
+            (
+                "REDIS_URL".into(),
+                format!("redis://127.0.0.1:{redis_port}/0"),
+            ),
+        ],
+    };
+    let api = format!("{host_addr}:{port}");
+    let url = format!("http://{api}");
+    let ns = format!("lifecycle:{stack}:sandbox:");
+
+    step(
+        "the host comes up on HOST_ADDR and announces itself in Redis",
+        || {
+            let up = compose.run(&["up", "-d"]);
+            assert!(up.status.success(), "{}", text(&up));
+            let mut last = String::new();
+            let up = wait_until(60, || {
+                let r = call_to(&api, "GET", "/health", None);
+                last = format!("{} {}", r.status, r.body);
+                r.status == 200
+            });
+            assert!(
+                up,
+                "the provisioner answers /health on HOST_ADDR: {last}\n{}",
+                text(&compose.run(&["logs", "--no-color"]))
+            );
+            wait_for("the host's address in Redis", 30, || {
+                redis_get(&redis, &format!("{ns}hosts:{host_name}")) == url
+            });
+        },
+    );
+
+    let sid = "6a1f0c3a9b7d2e55";
+    let sandbox_url: String = step(
+        "deer-flow's calls create, discover and list a sandbox published on HOST_ADDR",
+        || {
+            let out = python(&script(), &[&url, key, "create", sid, "u1", "t1", "[]"]);
+            let line = out.lines().last().unwrap_or_default();
+            let made: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {out}"));
+            made["sandbox_url"].as_str().unwrap_or_default().to_owned()
+        },
+    );
+    step(
+        "the sandbox answers there; its claim and registry entry name the host",
+        || {
+            let addr = sandbox_url
+                .strip_prefix("http://")
+                .filter(|a| a.starts_with(&format!("{host_addr}:")))
+                .unwrap_or_else(|| panic!("published on HOST_ADDR: {sandbox_url}"));
+            assert!(answers(addr), "no HTTP answer from {sandbox_url}");
+            assert_eq!(
+                redis_get(&redis, &format!("{ns}{sid}")),
+                format!("own:{host_name}")
+            );
+            let r = call_to(&api, "GET", &format!("/api/sandboxes/{sid}"), None);
+            assert_eq!(
+                (r.status, r.body["owner"].as_str()),
+                (200, Some(host_name.as_str())),
+                "{}",
+                r.body
+            );
+        },
+    );
+
+    step("deer-flow's delete removes it", || {
+        python(&script(), &[&url, key, "delete", sid]);
+        let left = ps_names(&e.socket, &format!("name=^{stack}"));
+        assert_eq!(left, "", "the sandbox is gone");
+    });
+
+    step(
+        "down leaves nothing on the engine and withdraws the host",
+        || {
+            let down = compose.run(&["down", "-v"]);
+            assert!(down.status.success(), "{}", text(&down));
+            let left = ps_names(
+                &e.socket,
+                &format!("label=com.docker.compose.project={project}"),
+            );
+            assert_eq!(left, "", "no container of the route");
+            assert_eq!(
+                ps_names(&e.socket, &format!("name=^{stack}")),
+                "",
+                "no sandbox"
+            );
+            let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
+            assert!(
+                !volumes.out().contains(&project),
+                "its volumes are gone: {}",
+                volumes.out()
+            );
+            assert_eq!(
+                stack_networks(&e.socket, &stack),
+                Vec::<String>::new(),
+                "the stack's network is gone"
+            );
+            let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
+            assert!(
+                !networks.out().contains(&project),
+                "compose's network is gone: {}",
+                networks.out()
+            );
+            assert_eq!(
+                redis_get(&redis, &format!("{ns}hosts:{host_name}")),
+                "",
+                "the host withdrew its address at shutdown"
+            );
+        },
+    );
+}
