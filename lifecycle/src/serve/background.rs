@@ -69,8 +69,20 @@ async fn maintenance_loop(p: &Provider, every: Duration, mut stop: watch::Receiv
 
 impl Provider {
     /// Renews ownership of every tracked sandbox and of every one an acquire is working on
-    /// (`renew_ownership`).
+    /// (`renew_ownership`). On one of several hosts (`--advertise-url`), not while the engine
+    /// behind the stack's proxy does not answer: HAProxy has taken this host out (its
+    /// `/health` is 503), so its claims and registry entries must lapse for another host to
+    /// make its IDs' sandboxes on deer-flow's next call, instead of redirecting them here
+    /// for as long as this process runs. Once the engine answers again, a claim another host
+    /// took is lost here (forgotten) and its sandbox on this engine is stale (removed by
+    /// reconciliation); one nobody took is renewed as before.
     pub async fn heartbeat(&self) {
+        if self.hosts.is_some() {
+            if let Err(why) = self.engine_state().await {
+                tracing::warn!(reason = %why, "multi-host: the engine does not answer; claims and registry entries left to lapse, so other hosts take this host's sandbox IDs");
+                return;
+            }
+        }
         renew_ownership(self).await;
         super::hosts::beat(self).await;
     }

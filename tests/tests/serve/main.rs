@@ -5,8 +5,9 @@
 //! (`limits`), leases released by the reaper once not renewed within `--lease-timeout`
 //! (`leases`), a restricted stack's egress refusals counted past its sandboxes
 //! (`egress_refusals`), one provisioner URL over several hosts (`multi_host`, and
-//! `multi_host_routes`: calls sent to the wrong host, a Redis outage), and `/health` answering
-//! for the engine (`health_engine`).
+//! `multi_host_routes`: calls sent to the wrong host, a Redis outage; `multi_host_engine_down`: a
+//! host's claims lapse while its engine is gone), and `/health` answering for the engine
+//! (`health_engine`).
 //! Run on its own with `cargo test -p sockproxy-tests --test serve`.
 
 mod claims;
@@ -19,6 +20,7 @@ mod leases;
 mod limits;
 mod liveness;
 mod multi_host;
+mod multi_host_engine_down;
 mod multi_host_routes;
 mod provider;
 mod provisioner;
