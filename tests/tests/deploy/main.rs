@@ -4,7 +4,9 @@
 //! brought up and driven (`compose_restricted`); the systemd units as `systemd-analyze verify`
 //! reads them and as their system call filters let their programs run (`systemd`, with
 //! `syscalls` reading the filters and strace's record), and with the drop-in for pinned bind
-//! sources (`pins_unit`); socket activation as systemd hands a
+//! sources (`pins_unit`); the host firewall rule set that lets only a stack's gateway reach
+//! its sandboxes' ports, run as shipped on the engine's host, with its unit, and sockproxy's
+//! `--allow-publish-address` it goes with (`firewall`); socket activation as systemd hands a
 //! socket over (`activation`); the images as `docker build` makes them (`images`). Run on its
 //! own with `cargo test -p sockproxy-tests --test deploy`.
 
@@ -14,6 +16,7 @@ mod compose_deerflow;
 mod compose_restricted;
 mod dashboards;
 mod examples;
+mod firewall;
 mod images;
 mod monitoring;
 mod pins_unit;
