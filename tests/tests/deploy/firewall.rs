@@ -4,8 +4,7 @@
 //! reaches both (the finding that kept sandboxes on loopback); with it only the admitted bridge
 //! (`--from-interface`) or the admitted address (`--from-address`) does, and the host's own
 //! processes still do; `--remove` brings back what was there before. The rule set's unit as
-//! `systemd-analyze verify` reads it, and sockproxy's `--allow-publish-address` on the real
-//! engine (what the engine holds after an allowed and a refused create).
+//! `systemd-analyze verify` reads it.
 //!
 //! The engine's host is the test's network namespace (a private dockerd's locally, the root
 //! namespace in CI): every chain, namespace and interface the test makes is named for this run
@@ -19,7 +18,6 @@ use sockproxy_tests::cli::docker;
 use sockproxy_tests::engine::{network_gateway, real_engine, Cleanup, TEST_IMAGE};
 use sockproxy_tests::raw;
 use sockproxy_tests::skip::skip;
-use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
@@ -381,9 +379,20 @@ fn the_firewall_admits_only_the_gateways_bridge_or_address() {
 }
 
 /// What the script refuses before touching the host: each with its own line on stderr and
-/// exit status 2, and nothing made.
+/// exit status 2, and nothing made; `--help` is its header, whole.
 #[test]
 fn the_firewall_script_refuses_what_it_cannot_make_exact() {
+    let help = Command::new(script()).arg("--help").output().expect("runs");
+    assert_eq!(help.status.code(), Some(0), "{}", text(&help));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.starts_with("sockproxy-firewall: ")
+            && help.contains("--from-interface IF | --from-address IP[/LEN]")
+            && help
+                .trim_end()
+                .ends_with("run it from sockproxy-firewall@.service."),
+        "{help}"
+    );
     for (args, says) in [
         (
             vec!["--address", "10.0.0.1", "--from-interface", "x"],
@@ -491,81 +500,4 @@ fn systemd_accepts_the_firewall_unit_and_its_example_runs() {
     );
     host.firewall(&name, &["--remove"]);
     assert_eq!(HostState::chain(&name), "");
-}
-
-/// `--allow-publish-address` on the real engine: a port published on the listed address is
-/// created as sent; every address, 0.0.0.0 and another bridge's gateway are still refused,
-/// naming what is allowed, and the engine holds no such container afterwards.
-#[test]
-fn sockproxy_lets_ports_be_published_on_a_listed_address_and_no_other() {
-    let test = "sockproxy_lets_ports_be_published_on_a_listed_address_and_no_other";
-    let Some(e) = real_engine(test) else { return };
-    let s = &e.socket;
-    let p = unique_prefix();
-    let mut clean = Cleanup::new(s);
-    let net = clean.network(&format!("{p}gwnet"));
-    assert!(docker(s, &["network", "create", &net]).ok());
-    let gw = network_gateway(s, &net);
-    let listed: IpAddr = gw.parse().expect("a gateway address");
-    let proxy = StackProxy::start_with(s, &p, false, |c| {
-        c.create_rules.publish_addresses = vec![listed];
-    });
-    let ok = clean.container(&format!("{p}sandbox-ok"));
-    let out = docker(
-        proxy.socket(),
-        &[
-            "run",
-            "-d",
-            "--name",
-            &ok,
-            "-p",
-            &format!("{gw}::8080"),
-            TEST_IMAGE,
-            "sleep",
-            "600",
-        ],
-    );
-    assert!(out.ok(), "{}", out.stderr);
-    let held = raw::get(s, &format!("/containers/{ok}/json"))
-        .expect("answer")
-        .json();
-    assert_eq!(
-        held["HostConfig"]["PortBindings"]["8080/tcp"],
-        serde_json::json!([{ "HostIp": gw, "HostPort": "" }])
-    );
-    assert_eq!(
-        held["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostIp"],
-        gw.as_str()
-    );
-
-    let bridge_gw = network_gateway(s, "bridge");
-    assert!(!bridge_gw.is_empty() && bridge_gw != gw);
-    for (i, (publish, shown)) in [
-        ("8080".to_owned(), "every address".to_owned()),
-        ("0.0.0.0::8080".to_owned(), "0.0.0.0".to_owned()),
-        (format!("{bridge_gw}::8080"), bridge_gw.clone()),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let name = clean.container(&format!("{p}sandbox-no{i}"));
-        let out = docker(
-            proxy.socket(),
-            &[
-                "run", "-d", "--name", &name, "-p", &publish, TEST_IMAGE, "sleep", "600",
-            ],
-        );
-        assert!(!out.ok(), "{publish}");
-        let want = format!(
-            "HostConfig.PortBindings.8080/tcp published on {shown} is not allowed for this stack (loopback, {gw} only; --allow-public-ports)"
-        );
-        assert!(out.stderr.contains(&want), "{publish}: {}", out.stderr);
-        assert_eq!(
-            raw::get(s, &format!("/containers/{name}/json"))
-                .expect("answer")
-                .status,
-            404,
-            "{publish}: nothing made"
-        );
-    }
 }

@@ -5,8 +5,9 @@
 //! reads them and as their system call filters let their programs run (`systemd`, with
 //! `syscalls` reading the filters and strace's record), and with the drop-in for pinned bind
 //! sources (`pins_unit`); the host firewall rule set that lets only a stack's gateway reach
-//! its sandboxes' ports, run as shipped on the engine's host, with its unit, and sockproxy's
-//! `--allow-publish-address` it goes with (`firewall`); socket activation as systemd hands a
+//! its sandboxes' ports, run as shipped on the engine's host, with its unit (`firewall`), and
+//! sockproxy's `--allow-publish-address` it goes with (`publish_address`); compose.yaml's
+//! gateway network per run (`gateway_net`); socket activation as systemd hands a
 //! socket over (`activation`); the images as `docker build` makes them (`images`). Run on its
 //! own with `cargo test -p sockproxy-tests --test deploy`.
 
@@ -17,8 +18,10 @@ mod compose_restricted;
 mod dashboards;
 mod examples;
 mod firewall;
+mod gateway_net;
 mod images;
 mod monitoring;
 mod pins_unit;
+mod publish_address;
 mod syscalls;
 mod systemd;
