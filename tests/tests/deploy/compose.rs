@@ -136,6 +136,25 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     );
 
     step(
+        "the gateway waits for each sandbox's URL (readiness is on)",
+        || {
+            let config = compose.run(&["config"]);
+            assert!(config.status.success(), "{}", text(&config));
+            let config = String::from_utf8_lossy(&config.stdout).into_owned();
+            assert!(
+                !config.contains("LIFECYCLE_READY_TIMEOUT"),
+                "lifecycle's own 60 s wait: {config}"
+            );
+            assert!(
+                config.contains(&format!("LIFECYCLE_PUBLISH_ADDRESS: {}", net.address))
+                    && config
+                        .contains(&format!("SOCKPROXY_ALLOW_PUBLISH_ADDRESS: {}", net.address)),
+                "{config}"
+            );
+        },
+    );
+
+    step(
         "the stack's sockproxy comes up and the gateway lists through it",
         || {
             let up = compose.run(&["up", "-d", "sockproxy"]);
