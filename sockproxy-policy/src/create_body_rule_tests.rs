@@ -359,3 +359,48 @@ fn public_ports_need_their_flag() {
         );
     }
 }
+
+/// `--allow-publish-address`: a binding on a listed address is forwarded as sent; any other
+/// non-loopback one (every address included) is still refused, naming what is allowed.
+#[test]
+fn a_listed_publish_address_is_allowed_and_no_other() {
+    let scope = Scope::new(Prefix::parse("deer-flow-").expect("valid"), false);
+    let rules = CreateRules {
+        publish_addresses: vec!["172.30.0.1".parse().expect("ip")],
+        ..CreateRules::default()
+    };
+    let body = |ip: &str| {
+        serde_json::json!({
+            "ExposedPorts": { "8080/tcp": {} },
+            "HostConfig": { "PortBindings": { "8080/tcp": [{ "HostIp": ip, "HostPort": "" }] } }
+        })
+    };
+    let out = check(
+        body("172.30.0.1"),
+        &scope,
+        &rules,
+        Path::new("/x"),
+        &Disk,
+        "s",
+    )
+    .map(|o| o["HostConfig"]["PortBindings"]["8080/tcp"][0].clone());
+    assert_eq!(
+        out,
+        Ok(serde_json::json!({ "HostIp": "172.30.0.1", "HostPort": "" }))
+    );
+    for (ip, shown) in [
+        ("172.30.0.2", "172.30.0.2"),
+        ("0.0.0.0", "0.0.0.0"),
+        ("", "every address"),
+    ] {
+        let err =
+            check(body(ip), &scope, &rules, Path::new("/x"), &Disk, "s").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "sockproxy: containers.create: HostConfig.PortBindings.8080/tcp published on {shown} is not allowed for this stack (loopback, 172.30.0.1 only; --allow-public-ports)"
+            ),
+            "{ip:?}"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! rule of a create or update is read in (`Ctx`): shared by `create_body`, `host_config`,
 //! `mounts` and `write_rules`, which otherwise need nothing of each other's.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::scope::Scope;
@@ -20,6 +21,9 @@ pub struct CreateRules {
     pub bind_roots: Vec<PathBuf>,
     /// Publish ports on addresses other than loopback (`--allow-public-ports`).
     pub public_ports: bool,
+    /// Host addresses besides loopback ports may be published on (`--allow-publish-address`):
+    /// narrower than `public_ports`, which allows every address.
+    pub publish_addresses: Vec<IpAddr>,
     /// Put containers on the engine's default bridge, which every stack's containers may share
     /// (`--allow-default-bridge`); without it they go on the stack's own network (`stack_net`).
     pub allow_default_bridge: bool,
@@ -50,6 +54,7 @@ impl Default for CreateRules {
             allow_caps: vec![],
             bind_roots: vec![],
             public_ports: false,
+            publish_addresses: vec![],
             allow_default_bridge: false,
             allow_seccomp_unconfined: false,
             seccomp_profiles: vec![],
@@ -73,6 +78,19 @@ impl CreateRules {
             .map(|a| bare_cap(a))
             .any(|a| a == want || a == "ALL")
     }
+}
+
+/// Whether a port binding's `HostIp` is one a stack may publish on: loopback (`127.0.0.1`,
+/// `::1`), every address with `--allow-public-ports`, else only an address
+/// `--allow-publish-address` lists, compared as parsed (`HostIp` as the engine reads it: an
+/// empty one is every address, so it needs `--allow-public-ports`; one that does not parse
+/// here is refused).
+pub fn may_publish_on(rules: &CreateRules, host_ip: &str) -> bool {
+    matches!(host_ip, "127.0.0.1" | "::1")
+        || rules.public_ports
+        || host_ip
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| rules.publish_addresses.contains(&ip))
 }
 
 /// A capability's name as dockerd compares it: upper case, without `CAP_`.
@@ -130,5 +148,50 @@ pub(crate) struct Disk;
 impl HostPaths for Disk {
     fn is_symlink(&self, path: &Path) -> std::io::Result<bool> {
         std::fs::symlink_metadata(path).map(|m| m.file_type().is_symlink())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `HostIp` against each operator choice: loopback always, a listed address only as
+    /// itself, every other (an empty one is every address) only with `--allow-public-ports`.
+    #[test]
+    fn which_host_addresses_a_port_may_be_published_on() {
+        let listed = CreateRules {
+            publish_addresses: vec![
+                "172.30.0.1".parse().expect("ip"),
+                "fd00::1".parse().expect("ip"),
+            ],
+            ..CreateRules::default()
+        };
+        let public = CreateRules {
+            public_ports: true,
+            ..CreateRules::default()
+        };
+        let none = CreateRules::default();
+        // (HostIp, by default, with the two addresses listed, with --allow-public-ports)
+        for (ip, default, with_listed, with_public) in [
+            ("127.0.0.1", true, true, true),
+            ("::1", true, true, true),
+            ("172.30.0.1", false, true, true),
+            ("fd00::1", false, true, true),
+            ("fd00:0::1", false, true, true),
+            ("172.30.0.2", false, false, true),
+            ("172.17.0.1", false, false, true),
+            ("0.0.0.0", false, false, true),
+            ("::", false, false, true),
+            ("", false, false, true),
+            ("::ffff:172.30.0.1", false, false, true),
+            (" 172.30.0.1", false, false, true),
+            ("172.30.0.1 ", false, false, true),
+            ("172.030.0.1", false, false, true),
+            ("localhost", false, false, true),
+        ] {
+            assert_eq!(may_publish_on(&none, ip), default, "{ip:?} by default");
+            assert_eq!(may_publish_on(&listed, ip), with_listed, "{ip:?} listed");
+            assert_eq!(may_publish_on(&public, ip), with_public, "{ip:?} public");
+        }
     }
 }

@@ -382,7 +382,7 @@ fn cap_add(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     Ok(Value::from(caps))
 }
 
-/// Loopback only, unless `--allow-public-ports`; how many and which host ports: `spend`.
+/// Loopback and `--allow-publish-address` only, unless `--allow-public-ports`; how many and which host ports: `spend`.
 fn port_bindings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
     let Value::Object(map) = v else {
         return Err(Refusal::BadRequest(format!("{path} must be an object")));
@@ -403,12 +403,17 @@ fn port_bindings(ctx: &Ctx, path: &str, v: Value) -> Result<Value, Refusal> {
             r.keep(&mut o, "HostPort", fields::any_string)?;
             r.finish()?;
             let ip = o.get("HostIp").and_then(Value::as_str).unwrap_or("");
-            if !ctx.rules.public_ports && !matches!(ip, "127.0.0.1" | "::1") {
+            if !crate::create_rules::may_publish_on(ctx.rules, ip) {
                 let shown = if ip.is_empty() { "every address" } else { ip };
+                let allowed: Vec<String> = ["loopback".to_owned()]
+                    .into_iter()
+                    .chain(ctx.rules.publish_addresses.iter().map(|a| a.to_string()))
+                    .collect();
                 return Err(Refusal::Setting {
                     op: ctx.op.to_owned(),
                     why: format!(
-                        "{at} published on {shown} is not allowed for this stack (loopback only; --allow-public-ports)"
+                        "{at} published on {shown} is not allowed for this stack ({} only; --allow-public-ports)",
+                        allowed.join(", ")
                     ),
                 });
             }

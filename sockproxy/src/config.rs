@@ -117,6 +117,16 @@ pub struct Args {
         env = "SOCKPROXY_ALLOW_PUBLIC_PORTS"
     )]
     pub allow_public_ports: bool,
+    /// A host address besides loopback containers may publish ports on (repeatable; an IP
+    /// address, compared as parsed): narrower than --allow-public-ports, e.g. the bridge
+    /// gateway address a stack's gateway reaches its sandboxes on.
+    #[arg(
+        help_heading = "Create policy",
+        long = "allow-publish-address",
+        env = "SOCKPROXY_ALLOW_PUBLISH_ADDRESS",
+        value_delimiter = ','
+    )]
+    pub allow_publish_address: Vec<String>,
     /// Let containers join the engine's default bridge (NetworkMode bridge), which every
     /// stack's containers may share; without it a container that names no network goes on the
     /// stack's own network {P}net and bridge is refused.
@@ -280,6 +290,8 @@ pub enum ConfigError {
     BindRootSuid(PathBuf, String),
     #[error("--allow-seccomp-profile {0:?}: {1}")]
     SeccompProfile(String, String),
+    #[error("--allow-publish-address {0:?}: expected an IP address such as 172.30.0.1")]
+    PublishAddress(String),
     #[error("--min-api-version {0:?}: expected MAJOR.MINOR, at least 1.24")]
     MinApiVersion(String),
     #[error("--policy {0:?}: {1}")]
@@ -369,6 +381,14 @@ impl Config {
                     .map_err(|why| ConfigError::SeccompProfile(raw.clone(), why))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let publish_addresses = args
+            .allow_publish_address
+            .iter()
+            .map(|raw| {
+                raw.parse::<std::net::IpAddr>()
+                    .map_err(|_| ConfigError::PublishAddress(raw.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let min_raw = args.min_api_version.as_deref().unwrap_or("1.24");
         let min_api_version = sockproxy_policy::settings::api_version(min_raw)
             .filter(|v| *v >= (1, 24))
@@ -425,6 +445,7 @@ impl Config {
                 allow_caps: args.allow_cap,
                 bind_roots: args.allow_bind_root,
                 public_ports: args.allow_public_ports,
+                publish_addresses,
                 allow_default_bridge: args.allow_default_bridge,
                 allow_seccomp_unconfined: args.allow_seccomp_unconfined,
                 seccomp_profiles,

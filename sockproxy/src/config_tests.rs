@@ -92,6 +92,22 @@ fn invalid_settings_are_refused_with_the_rule() {
             .map_err(|e| e.to_string())
     };
     assert_eq!(
+        refused(&["--allow-publish-address", "172.30.0.1,gateway.invalid"]),
+        Err("--allow-publish-address \"gateway.invalid\": expected an IP address such as 172.30.0.1".into())
+    );
+    assert_eq!(
+        Config::from_args(
+            args(&["--allow-publish-address", "172.30.0.1,fd00::1"]),
+            None
+        )
+        .map(|c| c.create_rules.publish_addresses)
+        .map_err(|e| e.to_string()),
+        Ok(vec![
+            "172.30.0.1".parse().expect("ip"),
+            "fd00::1".parse().expect("ip")
+        ])
+    );
+    assert_eq!(
         refused(&["--upstream", "tcp://1.2.3.4:2375"]),
         Err("--upstream \"tcp://1.2.3.4:2375\": only unix:// addresses are supported".into())
     );

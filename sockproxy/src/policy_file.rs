@@ -218,6 +218,7 @@ pub fn effective(cfg: &Config) -> Args {
         allow_cap: r.allow_caps.clone(),
         allow_bind_root: r.bind_roots.clone(),
         allow_public_ports: r.public_ports,
+        allow_publish_address: r.publish_addresses.iter().map(|a| a.to_string()).collect(),
         allow_default_bridge: r.allow_default_bridge,
         allow_seccomp_unconfined: r.allow_seccomp_unconfined,
         allow_seccomp_profile: r

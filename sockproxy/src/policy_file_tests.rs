@@ -81,6 +81,7 @@ fn flags_add_to_the_file_and_override_its_numbers() {
             "unknown field `allow-everything`, expected one of ",
             "`allow-bind-root`, `allow-cap`, `allow-default-bridge`, `allow-host-port`, ",
             "`allow-image`, `allow-log-driver`, `allow-log-opt`, `allow-public-ports`, ",
+            "`allow-publish-address`, ",
             "`allow-seccomp-profile`, `allow-seccomp-unconfined`, `allow-sysctl`, ",
             "`body-timeout`, `default-cpus`, `default-memory`, `default-pids-limit`, ",
             "`header-timeout`, `info`, `max-bind-pins`, `max-blkio-weight`, `max-connections`, ",
@@ -156,7 +157,7 @@ fn every_flag_is_kept_over_an_empty_file() {
 #[test]
 fn the_file_keys_are_flags_without_defaults() {
     let keys = settings(&Args::default()).expect("serializes");
-    assert_eq!(keys.len(), 42);
+    assert_eq!(keys.len(), 43);
     let cmd = Args::command();
     for key in keys.keys() {
         let long = if key == "name-cache" {

@@ -1,8 +1,10 @@
 //! `deploy/compose.yaml` with Debian's docker-compose against the real engine (CI): the images
-//! build offline, the stack comes up, the gateway stand-in (lifecycle) creates and destroys a
-//! sandbox through the stack's sockproxy, a foreign container on the same engine stays untouched
-//! and invisible to it, the restricted variant is a valid configuration, and the example comes
-//! down cleanly.
+//! build offline, the firewall rule set its header names is made, the stack comes up, the
+//! gateway stand-in (lifecycle, on its own bridge) creates a sandbox through the stack's
+//! sockproxy with readiness on, its URL on the gateway bridge's address answers on that bridge
+//! and not from another stack's container, a foreign container on the same engine stays
+//! untouched and invisible to it, the gateway destroys the sandbox, the restricted variant is a
+//! valid configuration, and the example comes down leaving nothing.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -15,6 +17,9 @@ use sockproxy_tests::raw;
 use sockproxy_tests::skip::skip;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
+
+use crate::firewall::{container_reaches, have_iptables, HostState};
+use crate::gateway_net::GatewayNet;
 
 pub(crate) struct Compose {
     pub(crate) files: Vec<PathBuf>,
@@ -85,11 +90,15 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     let Some(e) = real_engine("the_compose_example_runs_a_stack_against_the_engine") else {
         return;
     };
-    if !have_compose("the_compose_example_runs_a_stack_against_the_engine") {
+    if !have_compose("the_compose_example_runs_a_stack_against_the_engine")
+        || !have_iptables("the_compose_example_runs_a_stack_against_the_engine")
+    {
         return;
     }
     let images = ensure_images(&e.socket);
     let stack = unique_prefix();
+    let net = GatewayNet::new(&stack);
+    let mut host = HostState::default();
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
     let gid = std::fs::metadata(&e.socket).expect("engine socket").gid();
     let compose = Compose {
@@ -106,7 +115,10 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
             ("STACK_PREFIX".into(), stack.clone()),
             ("STACK_NAME".into(), project.clone()),
             ("SANDBOX_IMAGE".into(), e.image.clone()),
-        ],
+        ]
+        .into_iter()
+        .chain(net.env())
+        .collect(),
     };
     let mut clean = Cleanup::new(&e.socket);
     let foreign = clean.container(&format!("o{stack}foreign"));
@@ -115,6 +127,32 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
         &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"]
     )
     .ok());
+
+    step(
+        "the firewall rule set of the header is made before up",
+        || {
+            net.shipped_firewall(&mut host, &project);
+        },
+    );
+
+    step(
+        "the gateway waits for each sandbox's URL (readiness is on)",
+        || {
+            let config = compose.run(&["config"]);
+            assert!(config.status.success(), "{}", text(&config));
+            let config = String::from_utf8_lossy(&config.stdout).into_owned();
+            assert!(
+                !config.contains("LIFECYCLE_READY_TIMEOUT"),
+                "lifecycle's own 60 s wait: {config}"
+            );
+            assert!(
+                config.contains(&format!("LIFECYCLE_PUBLISH_ADDRESS: {}", net.address))
+                    && config
+                        .contains(&format!("SOCKPROXY_ALLOW_PUBLISH_ADDRESS: {}", net.address)),
+                "{config}"
+            );
+        },
+    );
 
     step(
         "the stack's sockproxy comes up and the gateway lists through it",
@@ -135,13 +173,13 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     );
 
     let (created, name) = step(
-        "the gateway creates a sandbox, stamped with the stack",
+        "the gateway creates a sandbox, stamped with the stack, and waits for its URL",
         || {
             let made = compose.run(&[
                 "run",
                 "--rm",
                 "-e",
-                "LIFECYCLE_SANDBOX_CMD=sleep 600",
+                "LIFECYCLE_SANDBOX_CMD=httpd -f -p 8080 -h /tmp",
                 "gateway",
                 "create",
                 "--user",
@@ -173,6 +211,33 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
                 project.as_str()
             );
             (created, name)
+        },
+    );
+
+    step(
+        "the URL is on the gateway's bridge address: it answers there, not another stack's container",
+        || {
+            let url = created["url"].as_str().unwrap_or_default();
+            let port: u16 = url
+                .strip_prefix(&format!("http://{}:", net.address))
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("{url} is on {}", net.address));
+            assert!(docker(&e.socket, &["network", "inspect", &format!("{project}_gateway")]).ok());
+            // A container where the gateway is (the stand-in is FROM scratch: lifecycle's own
+            // readiness wait reached the URL from there before create answered).
+            let beside = clean.container(&format!("o{stack}beside"));
+            let out = docker(
+                &e.socket,
+                &["run", "-d", "--name", &beside, "--network", &format!("{project}_gateway"), &e.image, "sleep", "600"],
+            );
+            assert!(out.ok(), "{}", out.stderr);
+            assert!(container_reaches(&e.socket, &beside, &net.address, port), "from the gateway's bridge");
+            assert!(
+                !container_reaches(&e.socket, &foreign, &net.address, port),
+                "another stack's container on the default bridge"
+            );
+            // Off the network before `down` removes it.
+            assert!(docker(&e.socket, &["rm", "-f", &beside]).ok());
         },
     );
 
@@ -246,6 +311,12 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
             !volumes.out().contains(&project),
             "its volumes are gone: {}",
             volumes.out()
+        );
+        let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
+        assert!(
+            !networks.out().contains(&project),
+            "its networks are gone: {}",
+            networks.out()
         );
     });
 }

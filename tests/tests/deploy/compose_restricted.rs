@@ -4,8 +4,10 @@
 //! target answers (through the sidecar), a target the rule does not name is refused, the host's
 //! services at the sandbox network's own gateway are not reached; the gateway destroys it, and
 //! `down` leaves nothing of the stack. The test's override sets only what this engine needs:
-//! the sandbox image's command, and the private address range the allowed target is on (a
-//! listener of the test's own on the host, at the default bridge's gateway).
+//! the sandbox image's command (busybox's httpd: lifecycle waits for the URL), and the private
+//! address range the allowed target is on (a listener of the test's own on the host, at the
+//! default bridge's gateway); its gateway network gets addresses of its own, and the firewall
+//! rule set of compose.yaml's header is made before `up`.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -20,6 +22,8 @@ use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 use crate::compose::{have_compose, ps_names, repo, text, Compose};
+use crate::firewall::{have_iptables, HostState};
+use crate::gateway_net::GatewayNet;
 
 const ANSWER: &str = "compose-restricted-target";
 
@@ -48,11 +52,12 @@ fn target() -> u16 {
 fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
     let test = "the_restricted_compose_route_allows_its_rule_and_nothing_else";
     let Some(e) = real_engine(test) else { return };
-    if !have_compose(test) {
+    if !have_compose(test) || !have_iptables(test) {
         return;
     }
     let images = ensure_images(&e.socket);
     let stack = unique_prefix();
+    let net = GatewayNet::new(&stack);
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
     let gid = std::fs::metadata(&e.socket).expect("engine socket").gid();
     let port = target();
@@ -63,7 +68,7 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
     std::fs::write(
         &override_file,
         format!(
-            "services:\n  gateway:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"sleep 600\"\n      LIFECYCLE_EGRESS_ALLOW_CIDR: \"{gw}/32\"\n      LIFECYCLE_STOP_TIMEOUT: \"1\"\n"
+            "services:\n  gateway:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"httpd -f -p 8080 -h /tmp\"\n      LIFECYCLE_EGRESS_ALLOW_CIDR: \"{gw}/32\"\n      LIFECYCLE_STOP_TIMEOUT: \"1\"\n"
         ),
     )
     .expect("override");
@@ -87,8 +92,18 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
             ("SANDBOX_IMAGE".into(), e.image.clone()),
             // As an operator writes it: a netproxy --allow rule, its port.
             ("EGRESS_ALLOW".into(), format!("{gw}:{port}")),
-        ],
+        ]
+        .into_iter()
+        .chain(net.env())
+        .collect(),
     };
+    let mut host = HostState::default();
+    step(
+        "the firewall rule set of compose.yaml's header is made before up",
+        || {
+            net.shipped_firewall(&mut host, &project);
+        },
+    );
 
     step("the restricted stack's proxy comes up", || {
         let up = compose.run(&["up", "-d", "sockproxy"]);

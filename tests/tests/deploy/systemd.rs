@@ -42,6 +42,15 @@ pub(crate) fn local_units(dir: &Path) {
         let local = text.replace(binary, &built.display().to_string());
         std::fs::write(dir.join(unit), local).expect("write");
     }
+    // The firewall rule set's unit runs the script as shipped.
+    let unit = "sockproxy-firewall@.service";
+    let text = std::fs::read_to_string(repo().join("deploy/systemd").join(unit)).expect("unit");
+    let script = repo().join("deploy/firewall/sockproxy-firewall");
+    let local = text.replace(
+        "/usr/local/sbin/sockproxy-firewall",
+        &script.display().to_string(),
+    );
+    std::fs::write(dir.join(unit), local).expect("write");
     std::fs::copy(
         repo().join("deploy/systemd/sockproxy@.socket"),
         dir.join("sockproxy@.socket"),
@@ -52,7 +61,7 @@ pub(crate) fn local_units(dir: &Path) {
 /// `systemd-analyze verify` of instance `deer-flow` of `template` (from `local_units`): no
 /// error and no warning (it prints unknown keys and exits 0, so stderr must be empty too).
 /// `false` (after a skip notice for `test`) where systemd-analyze is not installed.
-fn verified(test: &str, template: &str) -> bool {
+pub(crate) fn verified(test: &str, template: &str) -> bool {
     let have_analyze = Command::new("systemd-analyze")
         .arg("--version")
         .output()
