@@ -5,8 +5,8 @@
 //! network namespace) and `HOST_ADDR` an address of the host other than loopback (the engine's
 //! default bridge gateway, standing in for a LAN address: the provisioner listens there and the
 //! sandbox is published there, which the proxy allows only through the file's
-//! `SOCKPROXY_ALLOW_PUBLIC_PORTS`). deer-flow's remote-backend calls create, discover, list and
-//! delete a sandbox at `http://HOST_ADDR:PORT`; Redis holds the claim, the host's address and
+//! `SOCKPROXY_ALLOW_PUBLISH_ADDRESS` of that one address). deer-flow's remote-backend calls
+//! create, discover, list and delete a sandbox at `http://HOST_ADDR:PORT`; Redis holds the claim, the host's address and
 //! the registry while it lives; `down` leaves nothing on the engine and withdraws the host.
 //! The test's own override sets only the sandbox command an offline engine needs.
 
