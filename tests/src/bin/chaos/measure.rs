@@ -71,11 +71,13 @@ pub struct Call {
     pub ok: bool,
 }
 
-/// Every well-behaved call, from every stack's thread.
+/// Every well-behaved call, from every stack's thread, and why each failed HTTP call to a
+/// sandbox URL failed.
 #[derive(Debug)]
 pub struct Log {
     pub start: Instant,
     calls: Mutex<Vec<Call>>,
+    http_failures: Mutex<Vec<(f64, usize, String)>>,
 }
 
 impl Default for Log {
@@ -83,11 +85,29 @@ impl Default for Log {
         Self {
             start: Instant::now(),
             calls: Mutex::new(Vec::new()),
+            http_failures: Mutex::new(Vec::new()),
         }
     }
 }
 
 impl Log {
+    /// Why stack `stack`'s HTTP call to a sandbox URL begun at `began` failed.
+    pub fn http_failed(&self, stack: usize, began: Instant, why: String) {
+        let at = began.duration_since(self.start).as_secs_f64();
+        self.http_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((at, stack, why));
+    }
+
+    /// (seconds since the start, stack, why) of each failed HTTP call to a sandbox URL.
+    pub fn http_failures(&self) -> Vec<(f64, usize, String)> {
+        self.http_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn record(&self, phase: Phase, op: Op, stack: usize, began: Instant, ok: bool) {
         let call = Call {
             phase,

@@ -91,8 +91,11 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
     let found = api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None);
     log.record(phase, Op::Discover, s.k, t, matches!(found, Ok((200, _))));
     let t = Instant::now();
-    let ok = url.as_deref().is_some_and(url_answers);
-    log.record(phase, Op::Http, s.k, t, ok);
+    let answer = url.as_deref().map_or(Err("no URL".into()), url_answer);
+    log.record(phase, Op::Http, s.k, t, answer.is_ok());
+    if let Err(why) = answer {
+        log.http_failed(s.k, t, format!("{why} ({})", url.as_deref().unwrap_or("")));
+    }
     let t = Instant::now();
     let listed = api(s.addr, "GET", "/api/sandboxes", None);
     log.record(phase, Op::List, s.k, t, matches!(listed, Ok((200, _))));
@@ -109,24 +112,43 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
 
 /// One `GET /` to a sandbox URL (`http://localhost:PORT`): whether an HTTP answer came.
 pub fn url_answers(url: &str) -> bool {
+    url_answer(url).is_ok()
+}
+
+/// One `GET /` to a sandbox URL: `Ok` when an answer begins `HTTP/1.`, else what happened
+/// instead (the connect, the write or the read failing, or what the answer began with).
+pub fn url_answer(url: &str) -> Result<(), String> {
     use std::io::{Read, Write};
     let Some(port) = url
         .strip_prefix("http://localhost:")
         .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
     else {
-        return false;
+        return Err("not a loopback URL".into());
     };
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut t) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
-        return false;
-    };
+    let mut t = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connect: {e}"))?;
     let _ = t.set_read_timeout(Some(Duration::from_secs(10)));
-    if t.write_all(b"GET / HTTP/1.0\r\n\r\n").is_err() {
-        return false;
-    }
+    t.write_all(b"GET / HTTP/1.0\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    // The status line may come in more than one read.
     let mut buf = [0u8; 12];
-    let n = t.read(&mut buf).unwrap_or(0);
-    buf[..n].starts_with(b"HTTP/1.")
+    let mut n = 0;
+    while n < 7 {
+        match t.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => return Err(format!("read after {n} bytes: {e}")),
+        }
+    }
+    if buf[..n].starts_with(b"HTTP/1.") {
+        Ok(())
+    } else {
+        Err(format!(
+            "closed after {n} bytes: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ))
+    }
 }
 
 /// The held sandbox's ID in stack `k` (made at the start, kept for the run).
@@ -165,5 +187,62 @@ pub fn held_status(s: &Stack) -> Result<bool, String> {
         }
         Ok((status, text)) => Err(format!("{status} {text}")),
         Err(e) => Err(format!("no answer: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    /// A loopback listener that answers one connection with `reply` (after reading the
+    /// request), sent in pieces of `piece` bytes; the URL to reach it.
+    fn server(reply: &'static [u8], piece: usize) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let mut req = [0u8; 64];
+                let _ = c.read(&mut req);
+                for chunk in reply.chunks(piece.max(1)) {
+                    let _ = c.write_all(chunk);
+                    let _ = c.flush();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        format!("http://localhost:{port}")
+    }
+
+    /// An answer is an answer however the status line arrives; a connection closed before
+    /// one, or a port nobody holds, is a failure that says which it was.
+    #[test]
+    fn url_answer_says_why_a_call_failed() {
+        assert_eq!(
+            url_answer(&server(b"HTTP/1.0 404 Not Found\r\n\r\n", 64)),
+            Ok(())
+        );
+        assert_eq!(url_answer(&server(b"HTTP/1.0 200 OK\r\n\r\n", 3)), Ok(()));
+        assert_eq!(
+            url_answer(&server(b"", 1)),
+            Err("closed after 0 bytes: \"\"".into())
+        );
+        assert_eq!(
+            url_answer(&server(b"SSH-2", 64)),
+            Err("closed after 5 bytes: \"SSH-2\"".into())
+        );
+        let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = free.local_addr().expect("addr").port();
+        drop(free);
+        let refused = url_answer(&format!("http://localhost:{port}"));
+        assert!(
+            refused.as_ref().is_err_and(|e| e.starts_with("connect: ")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            url_answer("http://10.0.0.1:80"),
+            Err("not a loopback URL".into())
+        );
     }
 }

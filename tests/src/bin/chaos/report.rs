@@ -103,6 +103,14 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
          successful ones. The HTTP call goes to the sandbox URL in both modes (in restricted \
          mode through the netproxy sidecar's relay).\n"
     );
+    let failures = i.log.http_failures();
+    if !failures.is_empty() {
+        let _ = writeln!(md, "Why each failed HTTP call to a sandbox URL failed:\n");
+        for (at, stack, why) in &failures {
+            let _ = writeln!(md, "- {at:.1} s, stack {stack}: {why}");
+        }
+        let _ = writeln!(md);
+    }
     host_table(&mut md, i.host);
     let _ = writeln!(md, "## Hostile tenants\n");
     let _ = writeln!(md, "| Stack | moves | answers | refused | cross-stack |");
