@@ -189,3 +189,73 @@ pub fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Writes the provisioner key to `dir/key`, mode 0600 as the serve requires; its path.
+pub fn key_file(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("key");
+    std::fs::write(&path, KEY).expect("key");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("mode");
+    path
+}
+
+/// Whether the test may run what it starts (root, for dockerds of its own; `haproxy` too when
+/// `with_haproxy`); else a skip notice and `false`.
+pub fn may_run(test: &str, with_haproxy: bool) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        crate::skip::skip(
+            test,
+            "not root (it starts dockerds of its own)",
+            "run as root, as CI does",
+        );
+        return false;
+    }
+    if with_haproxy && !haproxy_installed() {
+        crate::skip::skip(
+            test,
+            "no haproxy on PATH",
+            "apt-get install haproxy, as .ci/run does",
+        );
+        return false;
+    }
+    true
+}
+
+/// Sandbox ID → (container ID, running) of every container on `engine` whose name begins
+/// with `name_prefix`.
+pub fn sandboxes_named(
+    engine: &Path,
+    name_prefix: &str,
+) -> std::collections::BTreeMap<String, (String, bool)> {
+    let filter = format!("{{\"name\":[\"{name_prefix}\"]}}");
+    let target = format!("/containers/json?all=1&filters={}", urlencode(&filter));
+    let r = crate::raw::get(engine, &target).expect("list");
+    let mut out = std::collections::BTreeMap::new();
+    for c in r.json().as_array().cloned().unwrap_or_default() {
+        let id = c["Labels"]["deerflow.sandbox_id"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let cid = c["Id"].as_str().unwrap_or("").to_owned();
+        out.insert(id, (cid, c["State"] == "running"));
+    }
+    out
+}
+
+/// The IDs of every container on `engine` labelled with sandbox `id`, whichever stack made it.
+pub fn labelled(engine: &Path, id: &str) -> Vec<String> {
+    let filter = format!("{{\"label\":[\"deerflow.sandbox_id={id}\"]}}");
+    let target = format!("/containers/json?all=1&filters={}", urlencode(&filter));
+    crate::raw::get(engine, &target)
+        .map(|r| {
+            r.json()
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|c| c["Id"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}

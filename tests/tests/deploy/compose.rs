@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use sockproxy_tests::cli::docker;
-use sockproxy_tests::engine::{ensure_images, real_engine, Cleanup};
+use sockproxy_tests::engine::{ensure_images, real_engine, Cleanup, Engine};
 use sockproxy_tests::raw;
 use sockproxy_tests::skip::skip;
 use sockproxy_tests::step::step;
@@ -28,6 +28,36 @@ pub(crate) struct Compose {
 }
 
 impl Compose {
+    /// `files` as project `project` of stack `stack` on engine `e`, with what every compose
+    /// route reads (the engine, its socket, the images' prefix, the stack's prefix and name,
+    /// the sandbox image) and `more`.
+    pub(crate) fn for_stack(
+        e: &Engine,
+        files: Vec<PathBuf>,
+        images: &str,
+        stack: &str,
+        project: &str,
+        more: Vec<(String, String)>,
+    ) -> Self {
+        let env = [
+            ("DOCKER_HOST", format!("unix://{}", e.socket.display())),
+            ("DOCKER_SOCKET", e.socket.display().to_string()),
+            ("IMAGE_PREFIX", images.to_owned()),
+            ("STACK_PREFIX", stack.to_owned()),
+            ("STACK_NAME", project.to_owned()),
+            ("SANDBOX_IMAGE", e.image.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .chain(more)
+        .collect();
+        Self {
+            files,
+            project: project.to_owned(),
+            env,
+        }
+    }
+
     pub(crate) fn run(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("docker-compose");
         cmd.arg("-p").arg(&self.project);
@@ -101,25 +131,17 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     let mut host = HostState::default();
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
     let gid = std::fs::metadata(&e.socket).expect("engine socket").gid();
-    let compose = Compose {
-        files: vec![repo().join("deploy/compose.yaml")],
-        project: project.clone(),
-        env: vec![
-            (
-                "DOCKER_HOST".into(),
-                format!("unix://{}", e.socket.display()),
-            ),
-            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
-            ("DOCKER_GID".into(), gid.to_string()),
-            ("IMAGE_PREFIX".into(), images.into()),
-            ("STACK_PREFIX".into(), stack.clone()),
-            ("STACK_NAME".into(), project.clone()),
-            ("SANDBOX_IMAGE".into(), e.image.clone()),
-        ]
-        .into_iter()
-        .chain(net.env())
-        .collect(),
-    };
+    let compose = Compose::for_stack(
+        &e,
+        vec![repo().join("deploy/compose.yaml")],
+        images,
+        &stack,
+        &project,
+        [("DOCKER_GID".to_owned(), gid.to_string())]
+            .into_iter()
+            .chain(net.env())
+            .collect(),
+    );
     let mut clean = Cleanup::new(&e.socket);
     let foreign = clean.container(&format!("o{stack}foreign"));
     assert!(docker(

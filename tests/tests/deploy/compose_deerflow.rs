@@ -9,6 +9,7 @@
 //! the sandbox image and its command.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bindroot::{can_pin, BindRootDir};
@@ -93,31 +94,14 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
     .expect("override");
     let port = free_port();
     let pin_dir = format!("/run/sockproxy-pins/{project}");
-    let compose = Compose {
-        files: vec![repo().join("deploy/compose.deerflow.yaml"), override_file],
-        project: project.clone(),
-        env: vec![
-            (
-                "DOCKER_HOST".into(),
-                format!("unix://{}", e.socket.display()),
-            ),
-            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
-            ("IMAGE_PREFIX".into(), images.into()),
-            ("STACK_PREFIX".into(), stack.clone()),
-            ("STACK_NAME".into(), project.clone()),
-            ("SANDBOX_IMAGE".into(), e.image.clone()),
-            (
-                "DEER_FLOW_HOST_BASE_DIR".into(),
-                base.path().display().to_string(),
-            ),
-            (
-                "PROVISIONER_KEY_FILE".into(),
-                key_file.display().to_string(),
-            ),
-            ("PROVISIONER_PORT".into(), port.to_string()),
-            ("PIN_DIR".into(), pin_dir.clone()),
-        ],
-    };
+    let compose = Compose::for_stack(
+        &e,
+        vec![repo().join("deploy/compose.deerflow.yaml"), override_file],
+        images,
+        &stack,
+        &project,
+        deerflow_env(base.path(), &key_file, port, &pin_dir),
+    );
     let url = format!("http://127.0.0.1:{port}");
 
     step(
@@ -221,4 +205,23 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
     });
     remove_stack(&e.socket, &stack);
     let _ = std::process::Command::new("umount").arg(&pin_dir).status();
+}
+
+/// What `deploy/compose.deerflow.yaml` reads besides every route's settings: the thread data's
+/// base directory, the provisioner's key file and port, the pin directory.
+pub(crate) fn deerflow_env(
+    base: &Path,
+    key_file: &Path,
+    port: u16,
+    pin_dir: &str,
+) -> Vec<(String, String)> {
+    [
+        ("DEER_FLOW_HOST_BASE_DIR", base.display().to_string()),
+        ("PROVISIONER_KEY_FILE", key_file.display().to_string()),
+        ("PROVISIONER_PORT", port.to_string()),
+        ("PIN_DIR", pin_dir.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }

@@ -25,7 +25,7 @@ use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 use crate::compose::{have_compose, ps_names, repo, text, Compose};
-use crate::compose_deerflow::{shared_pin_parent, PROVISIONER_UID};
+use crate::compose_deerflow::{deerflow_env, shared_pin_parent, PROVISIONER_UID};
 
 /// `redis-cli GET key` on `redis`'s socket ("" for none).
 fn redis_get(redis: &RedisServer, key: &str) -> String {
@@ -117,41 +117,28 @@ fn the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing() {
         stack: stack.clone(),
         pin_dir: pin_dir.clone(),
     };
-    let compose = Compose {
-        files: vec![
+    let compose = Compose::for_stack(
+        &e,
+        vec![
             repo().join("deploy/compose.deerflow.yaml"),
             repo().join("deploy/multi-host/compose.host.yaml"),
             override_file,
         ],
-        project: project.clone(),
-        env: vec![
-            (
-                "DOCKER_HOST".into(),
-                format!("unix://{}", e.socket.display()),
-            ),
-            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
-            ("IMAGE_PREFIX".into(), images.into()),
-            ("STACK_PREFIX".into(), stack.clone()),
-            ("STACK_NAME".into(), project.clone()),
-            ("SANDBOX_IMAGE".into(), e.image.clone()),
-            (
-                "DEER_FLOW_HOST_BASE_DIR".into(),
-                base.path().display().to_string(),
-            ),
-            (
-                "PROVISIONER_KEY_FILE".into(),
-                key_file.display().to_string(),
-            ),
-            ("PROVISIONER_PORT".into(), port.to_string()),
-            ("PIN_DIR".into(), pin_dir.clone()),
-            ("HOST_ADDR".into(), host_addr.clone()),
-            ("HOST_NAME".into(), host_name.clone()),
-            (
-                "REDIS_URL".into(),
-                format!("redis://127.0.0.1:{redis_port}/0"),
-            ),
-        ],
-    };
+        images,
+        &stack,
+        &project,
+        deerflow_env(base.path(), &key_file, port, &pin_dir)
+            .into_iter()
+            .chain([
+                ("HOST_ADDR".to_owned(), host_addr.clone()),
+                ("HOST_NAME".to_owned(), host_name.clone()),
+                (
+                    "REDIS_URL".to_owned(),
+                    format!("redis://127.0.0.1:{redis_port}/0"),
+                ),
+            ])
+            .collect(),
+    );
     let api = format!("{host_addr}:{port}");
     let url = format!("http://{api}");
     let ns = format!("lifecycle:{stack}:sandbox:");

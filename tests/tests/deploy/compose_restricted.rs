@@ -72,31 +72,25 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
         ),
     )
     .expect("override");
-    let compose = Compose {
-        files: vec![
+    let compose = Compose::for_stack(
+        &e,
+        vec![
             repo().join("deploy/compose.yaml"),
             repo().join("deploy/compose.restricted.yaml"),
             override_file,
         ],
-        project: project.clone(),
-        env: vec![
-            (
-                "DOCKER_HOST".into(),
-                format!("unix://{}", e.socket.display()),
-            ),
-            ("DOCKER_SOCKET".into(), e.socket.display().to_string()),
-            ("DOCKER_GID".into(), gid.to_string()),
-            ("IMAGE_PREFIX".into(), images.into()),
-            ("STACK_PREFIX".into(), stack.clone()),
-            ("STACK_NAME".into(), project.clone()),
-            ("SANDBOX_IMAGE".into(), e.image.clone()),
+        images,
+        &stack,
+        &project,
+        [
+            ("DOCKER_GID".to_owned(), gid.to_string()),
             // As an operator writes it: a netproxy --allow rule, its port.
-            ("EGRESS_ALLOW".into(), format!("{gw}:{port}")),
+            ("EGRESS_ALLOW".to_owned(), format!("{gw}:{port}")),
         ]
         .into_iter()
         .chain(net.env())
         .collect(),
-    };
+    );
     let mut host = HostState::default();
     step(
         "the firewall rule set of compose.yaml's header is made before up",

@@ -8,31 +8,16 @@ use std::process::Stdio;
 
 use sockproxy_tests::engine::real_engine;
 use sockproxy_tests::multihost::{
-    free_port, haproxy, haproxy_installed, http, wait_for, wait_until, Killed,
+    free_port, haproxy, http, key_file, may_run, wait_for, wait_until, Killed,
 };
 use sockproxy_tests::own_dockerd::OwnDockerd;
-use sockproxy_tests::provisioner::KEY;
-use sockproxy_tests::skip::skip;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
 
 #[test]
 fn health_answers_503_while_the_engine_is_down_and_haproxy_takes_the_host_out() {
     let test = "health_answers_503_while_the_engine_is_down_and_haproxy_takes_the_host_out";
-    if !nix::unistd::geteuid().is_root() {
-        skip(
-            test,
-            "not root (it starts and stops a dockerd of its own)",
-            "run as root, as CI does",
-        );
-        return;
-    }
-    if !haproxy_installed() {
-        skip(
-            test,
-            "no haproxy on PATH",
-            "apt-get install haproxy, as .ci/run does",
-        );
+    if !may_run(test, true) {
         return;
     }
     let Some(e) = real_engine(test) else { return };
@@ -43,13 +28,7 @@ fn health_answers_503_while_the_engine_is_down_and_haproxy_takes_the_host_out() 
     let proxy = StackProxy::start(&dockerd.socket(), &prefix, false);
     proxy.wait_names_live();
     let dir = tempfile::tempdir().expect("dir");
-    let key_file = dir.path().join("key");
-    std::fs::write(&key_file, KEY).expect("key");
-    std::fs::set_permissions(
-        &key_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .expect("mode");
+    let key_file = key_file(dir.path());
     let port = free_port();
     let log = std::fs::File::create(dir.path().join("serve.log")).expect("log");
     let serve = sockproxy_tests::lc::lifecycle_base(proxy.socket(), &prefix, "open", dir.path())

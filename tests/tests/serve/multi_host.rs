@@ -14,13 +14,11 @@ use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::bins;
 use sockproxy_tests::engine::real_engine;
 use sockproxy_tests::multihost::{
-    free_port, haproxy, haproxy_installed, http, remote, urlencode, wait_for, wait_until, Killed,
+    free_port, haproxy, http, key_file, may_run, remote, sandboxes_named, wait_for, wait_until,
+    Killed,
 };
 use sockproxy_tests::own_dockerd::OwnDockerd;
-use sockproxy_tests::provisioner::KEY;
-use sockproxy_tests::raw;
 use sockproxy_tests::redis_server::RedisServer;
-use sockproxy_tests::skip::skip;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
 
@@ -92,19 +90,7 @@ impl Host {
 
     /// Sandbox ID → (container ID, running) of the stack's sandboxes on this host's engine.
     fn sandboxes(&self, prefix: &str) -> BTreeMap<String, (String, bool)> {
-        let filter = format!("{{\"name\":[\"{prefix}sandbox-\"]}}");
-        let target = format!("/containers/json?all=1&filters={}", urlencode(&filter));
-        let r = raw::get(&self.dockerd.socket(), &target).expect("list");
-        let mut out = BTreeMap::new();
-        for c in r.json().as_array().cloned().unwrap_or_default() {
-            let id = c["Labels"]["deerflow.sandbox_id"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned();
-            let cid = c["Id"].as_str().unwrap_or("").to_owned();
-            out.insert(id, (cid, c["State"] == "running"));
-        }
-        out
+        sandboxes_named(&self.dockerd.socket(), &format!("{prefix}sandbox-"))
     }
 
     fn log(&self) -> String {
@@ -148,20 +134,7 @@ const SANDBOXES: usize = 30;
 #[test]
 fn three_hosts_behind_haproxy_one_owner_per_sandbox() {
     let test = "three_hosts_behind_haproxy_one_owner_per_sandbox";
-    if !nix::unistd::geteuid().is_root() {
-        skip(
-            test,
-            "not root (it starts dockerds of its own)",
-            "run as root, as CI does",
-        );
-        return;
-    }
-    if !haproxy_installed() {
-        skip(
-            test,
-            "no haproxy on PATH",
-            "apt-get install haproxy, as .ci/run does",
-        );
+    if !may_run(test, true) {
         return;
     }
     let Some(e) = real_engine(test) else { return };
@@ -170,13 +143,7 @@ fn three_hosts_behind_haproxy_one_owner_per_sandbox() {
     };
     let root_dir = BindRootDir::new("mhroot");
     let keys = tempfile::tempdir().expect("dir");
-    let key_file = keys.path().join("key");
-    std::fs::write(&key_file, KEY).expect("key");
-    std::fs::set_permissions(
-        &key_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .expect("mode");
+    let key_file = key_file(keys.path());
     let t = Setup {
         prefix: unique_prefix(),
         root: root_dir.path().to_owned(),

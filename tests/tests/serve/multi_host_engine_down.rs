@@ -6,49 +6,25 @@
 //! test's own (stopped with SIGTERM, as systemd stops it, and started again); host B's is the
 //! suite's engine; one private Redis.
 
-use std::path::Path;
 use std::process::Stdio;
 
 use serde_json::json;
 use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::engine::{real_engine, remove_stack};
-use sockproxy_tests::multihost::{call, free_port, http, urlencode, wait_for, wait_until, Killed};
+use sockproxy_tests::multihost::{
+    call, free_port, http, key_file, labelled, may_run, wait_for, wait_until, Killed,
+};
 use sockproxy_tests::own_dockerd::OwnDockerd;
-use sockproxy_tests::provisioner::{KEY, SERVING_CMD};
-use sockproxy_tests::raw;
+use sockproxy_tests::provisioner::SERVING_CMD;
 use sockproxy_tests::redis_server::RedisServer;
-use sockproxy_tests::skip::skip;
 use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
-
-/// Containers on `engine` labelled with sandbox `id`.
-fn labelled(engine: &Path, id: &str) -> Vec<String> {
-    let filter = format!("{{\"label\":[\"deerflow.sandbox_id={id}\"]}}");
-    let target = format!("/containers/json?all=1&filters={}", urlencode(&filter));
-    raw::get(engine, &target)
-        .map(|r| {
-            r.json()
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|c| c["Names"][0].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default()
-        })
-        .unwrap_or_default()
-}
 
 #[test]
 fn a_host_whose_engine_is_gone_lets_its_claims_lapse_and_another_host_makes_its_sandboxes() {
     let test =
         "a_host_whose_engine_is_gone_lets_its_claims_lapse_and_another_host_makes_its_sandboxes";
-    if !nix::unistd::geteuid().is_root() {
-        skip(
-            test,
-            "not root (it starts and stops a dockerd of its own)",
-            "run as root, as CI does",
-        );
+    if !may_run(test, false) {
         return;
     }
     let Some(e) = real_engine(test) else { return };
@@ -61,13 +37,7 @@ fn a_host_whose_engine_is_gone_lets_its_claims_lapse_and_another_host_makes_its_
     // Sandboxes publish on 127.0.0.1 of the dockerd's own network namespace.
     dockerd.loopback_up();
     let dir = tempfile::tempdir().expect("dir");
-    let key_file = dir.path().join("key");
-    std::fs::write(&key_file, KEY).expect("key");
-    std::fs::set_permissions(
-        &key_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .expect("mode");
+    let key_file = key_file(dir.path());
     let key_prefix = format!("lifecycle:{}:sandbox", unique_prefix());
     let (prefix_a, prefix_b) = (unique_prefix(), unique_prefix());
     // deer-flow's thread directories under a root both proxies allow binding from.

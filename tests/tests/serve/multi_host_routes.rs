@@ -14,8 +14,10 @@ use std::process::{Child, Stdio};
 use serde_json::{json, Value};
 use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::engine::{real_engine, remove_stack, Engine};
-use sockproxy_tests::multihost::{call, free_port, http, remote, urlencode, wait_for};
-use sockproxy_tests::provisioner::{KEY, SERVING_CMD};
+use sockproxy_tests::multihost::{
+    call, free_port, http, key_file, labelled, remote, sandboxes_named, wait_for,
+};
+use sockproxy_tests::provisioner::SERVING_CMD;
 use sockproxy_tests::raw;
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::stack::StackProxy;
@@ -96,19 +98,7 @@ impl Host {
 
     /// Sandbox ID → (container ID, running) of this host's stack on the engine.
     fn sandboxes(&self, engine: &Path) -> BTreeMap<String, (String, bool)> {
-        let filter = format!("{{\"name\":[\"{}sandbox-\"]}}", self.prefix);
-        let target = format!("/containers/json?all=1&filters={}", urlencode(&filter));
-        let r = raw::get(engine, &target).expect("list");
-        let mut out = BTreeMap::new();
-        for c in r.json().as_array().cloned().unwrap_or_default() {
-            let id = c["Labels"]["deerflow.sandbox_id"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned();
-            let cid = c["Id"].as_str().unwrap_or("").to_owned();
-            out.insert(id, (cid, c["State"] == "running"));
-        }
-        out
+        sandboxes_named(engine, &format!("{}sandbox-", self.prefix))
     }
 
     fn url(&self) -> String {
@@ -118,21 +108,6 @@ impl Host {
     fn log(&self) -> String {
         std::fs::read_to_string(self.state.path().join("serve.log")).unwrap_or_default()
     }
-}
-
-/// Every container on the engine labelled with sandbox `id`, whichever stack made it.
-fn on_engine(engine: &Path, id: &str) -> Vec<String> {
-    let filter = format!("{{\"label\":[\"deerflow.sandbox_id={id}\"]}}");
-    let target = format!("/containers/json?all=1&filters={}", urlencode(&filter));
-    let r = raw::get(engine, &target).expect("list");
-    r.json()
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["Id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// deer-flow's create body for (user, thread).
@@ -186,13 +161,7 @@ fn fixture(test: &str) -> Option<Fixture> {
     let redis = RedisServer::start(test)?;
     let root = BindRootDir::new("mhroutes");
     let keys = tempfile::tempdir().expect("dir");
-    let key_file = keys.path().join("key");
-    std::fs::write(&key_file, KEY).expect("key");
-    std::fs::set_permissions(
-        &key_file,
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .expect("mode");
+    let key_file = key_file(keys.path());
     let shared = Shared {
         engine: &engine,
         root: root.path(),
@@ -292,7 +261,7 @@ fn calls_sent_to_the_wrong_host_reach_the_live_owner() {
         raw::get(&engine, &format!("/containers/{a_cid}/json")).is_ok_and(|r| r.status == 404),
         "the owner's container is gone from the engine"
     );
-    assert_eq!(on_engine(&engine, &id), Vec::<String>::new());
+    assert_eq!(labelled(&engine, &id), Vec::<String>::new());
     assert_eq!(b.sandboxes(&engine), b_before, "hostB's own untouched");
     assert_eq!(
         http(b.port, "GET", &path).0,
@@ -307,14 +276,10 @@ fn calls_sent_to_the_wrong_host_reach_the_live_owner() {
     let a2_cid = a.sandboxes(&engine)[&id2].0.clone();
     remote(b.port, &["create", &id2, "user-a", "thread-a2", "[]"])
         .unwrap_or_else(|why| panic!("deer-flow's create through hostB: {why}"));
-    assert_eq!(
-        on_engine(&engine, &id2),
-        vec![a2_cid.clone()],
-        "one sandbox"
-    );
+    assert_eq!(labelled(&engine, &id2), vec![a2_cid.clone()], "one sandbox");
     remote(b.port, &["delete", &id2])
         .unwrap_or_else(|why| panic!("deer-flow's delete through hostB: {why}"));
-    assert_eq!(on_engine(&engine, &id2), Vec::<String>::new());
+    assert_eq!(labelled(&engine, &id2), Vec::<String>::new());
     assert!(raw::get(&engine, &format!("/containers/{a2_cid}/json")).is_ok_and(|r| r.status == 404));
     assert_eq!(b.sandboxes(&engine), b_before, "hostB's own untouched");
     assert_eq!(
@@ -357,7 +322,7 @@ fn a_redis_outage_keeps_what_is_held_and_creates_nothing() {
         );
     }
     assert_eq!(
-        on_engine(&engine, &new_id),
+        labelled(&engine, &new_id),
         Vec::<String>::new(),
         "nothing created in the outage"
     );
@@ -372,7 +337,7 @@ fn a_redis_outage_keeps_what_is_held_and_creates_nothing() {
     });
     assert_eq!(last["owner"], "hostA", "{last}");
     assert_eq!(
-        on_engine(&engine, &new_id).len(),
+        labelled(&engine, &new_id).len(),
         1,
         "one sandbox: {}",
         f.a.log()
