@@ -87,6 +87,30 @@ pub(crate) fn ps_names(socket: &Path, filter: &str) -> String {
     .out()
 }
 
+/// After `down -v`: no container, volume or network of compose project `project` is left, and
+/// no container or network of stack `stack` (the proxy removes the stack's network as it
+/// stops, once no container names it).
+pub(crate) fn assert_nothing_left(socket: &Path, project: &str, stack: &str) {
+    for filter in [
+        format!("label=com.docker.compose.project={project}"),
+        format!("name=^{stack}"),
+    ] {
+        assert_eq!(ps_names(socket, &filter), "", "no container: {filter}");
+    }
+    for kind in ["volume", "network"] {
+        let names = docker(socket, &[kind, "ls", "--format", "{{.Name}}"]).out();
+        assert!(
+            !names.contains(project) && !names.contains(stack),
+            "no {kind} of the route or the stack: {names}"
+        );
+    }
+    assert_eq!(
+        sockproxy_tests::engine::stack_networks(socket, stack),
+        Vec::<String>::new(),
+        "the stack's network is gone"
+    );
+}
+
 pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -323,23 +347,7 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     step("the example comes down and leaves nothing", || {
         let down = compose.run(&["down", "-v"]);
         assert!(down.status.success(), "{}", text(&down));
-        let left = ps_names(
-            &e.socket,
-            &format!("label=com.docker.compose.project={project}"),
-        );
-        assert_eq!(left, "", "nothing of the example is left");
-        let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
-        assert!(
-            !volumes.out().contains(&project),
-            "its volumes are gone: {}",
-            volumes.out()
-        );
-        let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
-        assert!(
-            !networks.out().contains(&project),
-            "its networks are gone: {}",
-            networks.out()
-        );
+        assert_nothing_left(&e.socket, &project, &stack);
     });
 }
 

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use sockproxy_tests::bindroot::{can_pin, BindRootDir};
 use sockproxy_tests::cli::docker;
-use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack, stack_networks};
+use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack};
 use sockproxy_tests::provisioner::{python, script, SERVING_CMD};
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{have_compose, ps_names, repo, text, Compose};
+use crate::compose::{assert_nothing_left, have_compose, ps_names, repo, text, Compose};
 
 /// The provisioner's user in the shipped image (`nobody`).
 pub(crate) const PROVISIONER_UID: u32 = 65534;
@@ -178,30 +178,7 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
     step("down leaves nothing of the stack on the engine", || {
         let down = compose.run(&["down", "-v"]);
         assert!(down.status.success(), "{}", text(&down));
-        let left = ps_names(
-            &e.socket,
-            &format!("label=com.docker.compose.project={project}"),
-        );
-        assert_eq!(left, "", "no container of the route");
-        let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
-        assert!(
-            !volumes.out().contains(&project),
-            "its volumes are gone: {}",
-            volumes.out()
-        );
-        // The proxy made the stack's network at the first create; it removes it as it stops,
-        // since no container names it any more.
-        assert_eq!(
-            stack_networks(&e.socket, &stack),
-            Vec::<String>::new(),
-            "the stack's network is gone"
-        );
-        let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
-        assert!(
-            !networks.out().contains(&project),
-            "compose's network is gone: {}",
-            networks.out()
-        );
+        assert_nothing_left(&e.socket, &project, &stack);
     });
     remove_stack(&e.socket, &stack);
     let _ = std::process::Command::new("umount").arg(&pin_dir).status();

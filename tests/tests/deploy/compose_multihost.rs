@@ -14,17 +14,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use sockproxy_tests::bindroot::{can_pin, BindRootDir};
-use sockproxy_tests::cli::docker;
-use sockproxy_tests::engine::{
-    ensure_images, network_gateway, real_engine, remove_stack, stack_networks,
-};
+use sockproxy_tests::engine::{ensure_images, network_gateway, real_engine, remove_stack};
 use sockproxy_tests::multihost::{call_to, free_port, wait_for, wait_until};
 use sockproxy_tests::provisioner::{python, script, KEY, SERVING_CMD};
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{have_compose, ps_names, repo, text, Compose};
+use crate::compose::{assert_nothing_left, have_compose, ps_names, repo, text, Compose};
 use crate::compose_deerflow::{deerflow_env, shared_pin_parent, PROVISIONER_UID};
 
 /// `redis-cli GET key` on `redis`'s socket ("" for none).
@@ -209,33 +206,7 @@ fn the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing() {
         || {
             let down = compose.run(&["down", "-v"]);
             assert!(down.status.success(), "{}", text(&down));
-            let left = ps_names(
-                &e.socket,
-                &format!("label=com.docker.compose.project={project}"),
-            );
-            assert_eq!(left, "", "no container of the route");
-            assert_eq!(
-                ps_names(&e.socket, &format!("name=^{stack}")),
-                "",
-                "no sandbox"
-            );
-            let volumes = docker(&e.socket, &["volume", "ls", "--format", "{{.Name}}"]);
-            assert!(
-                !volumes.out().contains(&project),
-                "its volumes are gone: {}",
-                volumes.out()
-            );
-            assert_eq!(
-                stack_networks(&e.socket, &stack),
-                Vec::<String>::new(),
-                "the stack's network is gone"
-            );
-            let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
-            assert!(
-                !networks.out().contains(&project),
-                "compose's network is gone: {}",
-                networks.out()
-            );
+            assert_nothing_left(&e.socket, &project, &stack);
             assert_eq!(
                 redis_get(&redis, &format!("{ns}hosts:{host_name}")),
                 "",

@@ -14,14 +14,12 @@ use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 
 use sockproxy_tests::cli::docker;
-use sockproxy_tests::engine::{
-    ensure_images, network_gateway, real_engine, remove_stack, stack_networks,
-};
+use sockproxy_tests::engine::{ensure_images, network_gateway, real_engine, remove_stack};
 use sockproxy_tests::raw;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{have_compose, ps_names, repo, text, Compose};
+use crate::compose::{assert_nothing_left, have_compose, repo, text, Compose};
 use crate::firewall::{have_iptables, HostState};
 use crate::gateway_net::GatewayNet;
 
@@ -215,20 +213,7 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
         assert!(destroyed.status.success(), "{}", text(&destroyed));
         let down = compose.run(&["down", "-v"]);
         assert!(down.status.success(), "{}", text(&down));
-        let left = ps_names(&e.socket, &format!("name=^{stack}"));
-        assert_eq!(left, "", "no container of the stack");
-        let left = ps_names(
-            &e.socket,
-            &format!("label=com.docker.compose.project={project}"),
-        );
-        assert_eq!(left, "", "no container of the route");
-        let networks = docker(&e.socket, &["network", "ls", "--format", "{{.Name}}"]);
-        assert!(
-            !networks.out().contains(&stack) && !networks.out().contains(&project),
-            "no network of the stack or the route: {}",
-            networks.out()
-        );
-        assert_eq!(stack_networks(&e.socket, &stack), Vec::<String>::new());
+        assert_nothing_left(&e.socket, &project, &stack);
     });
     remove_stack(&e.socket, &stack);
 }
