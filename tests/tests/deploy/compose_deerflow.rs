@@ -9,12 +9,13 @@
 //! the sandbox image and its command.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bindroot::{can_pin, BindRootDir};
 use sockproxy_tests::cli::docker;
 use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack};
+use sockproxy_tests::multihost::free_port;
 use sockproxy_tests::provisioner::{python, script, SERVING_CMD};
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
@@ -48,12 +49,49 @@ pub(crate) fn shared_pin_parent() {
     }
 }
 
-/// A free TCP port on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+/// What the header of `deploy/compose.deerflow.yaml` has an operator make, and the test's
+/// offline override: the thread data's base directory and the key file, both the
+/// provisioner's user's, and an override with the sandbox command an offline engine needs.
+pub(crate) struct RouteFiles {
+    pub(crate) base: BindRootDir,
+    pub(crate) secrets: tempfile::TempDir,
+    pub(crate) key_file: PathBuf,
+    pub(crate) override_file: PathBuf,
+}
+
+impl RouteFiles {
+    pub(crate) fn new(base_name: &str, key: &str) -> Self {
+        let base = BindRootDir::new(base_name);
+        let own = |path: &Path| {
+            nix::unistd::chown(
+                path,
+                Some(nix::unistd::Uid::from_raw(PROVISIONER_UID)),
+                Some(nix::unistd::Gid::from_raw(PROVISIONER_UID)),
+            )
+            .expect("chown");
+        };
+        own(base.path());
+        let secrets = tempfile::tempdir().expect("dir");
+        let key_file = secrets.path().join("provisioner.key");
+        std::fs::write(&key_file, key).expect("key");
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        own(&key_file);
+        // What an offline engine needs and nothing else: an image it holds, and its command.
+        let override_file = secrets.path().join("offline.yaml");
+        std::fs::write(
+            &override_file,
+            format!(
+                "services:\n  provisioner:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"{SERVING_CMD}\"\n"
+            ),
+        )
+        .expect("override");
+        Self {
+            base,
+            secrets,
+            key_file,
+            override_file,
+        }
+    }
 }
 
 #[test]
@@ -67,31 +105,13 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
     shared_pin_parent();
     let stack = unique_prefix();
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
-    let base = BindRootDir::new("df-base-");
-    let own = |path: &std::path::Path| {
-        nix::unistd::chown(
-            path,
-            Some(nix::unistd::Uid::from_raw(PROVISIONER_UID)),
-            Some(nix::unistd::Gid::from_raw(PROVISIONER_UID)),
-        )
-        .expect("chown");
-    };
-    own(base.path());
-    let secrets = tempfile::tempdir().expect("dir");
-    let key_file = secrets.path().join("provisioner.key");
     let key = "0123456789abcdef0123456789abcdef";
-    std::fs::write(&key_file, key).expect("key");
-    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    own(&key_file);
-    // What an offline engine needs and nothing else: an image it holds, and its command.
-    let override_file = secrets.path().join("offline.yaml");
-    std::fs::write(
-        &override_file,
-        format!(
-            "services:\n  provisioner:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"{SERVING_CMD}\"\n"
-        ),
-    )
-    .expect("override");
+    let RouteFiles {
+        base,
+        secrets: _secrets,
+        key_file,
+        override_file,
+    } = RouteFiles::new("df-base-", key);
     let port = free_port();
     let pin_dir = format!("/run/sockproxy-pins/{project}");
     let compose = Compose::for_stack(

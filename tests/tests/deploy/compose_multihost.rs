@@ -10,19 +10,18 @@
 //! the registry while it lives; `down` leaves nothing on the engine and withdraws the host.
 //! The test's own override sets only the sandbox command an offline engine needs.
 
-use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use sockproxy_tests::bindroot::{can_pin, BindRootDir};
+use sockproxy_tests::bindroot::can_pin;
 use sockproxy_tests::engine::{ensure_images, network_gateway, real_engine, remove_stack};
 use sockproxy_tests::multihost::{call_to, free_port, wait_for, wait_until};
-use sockproxy_tests::provisioner::{python, script, KEY, SERVING_CMD};
+use sockproxy_tests::provisioner::{python, script, KEY};
 use sockproxy_tests::redis_server::RedisServer;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 use crate::compose::{assert_nothing_left, have_compose, ps_names, repo, text, Compose};
-use crate::compose_deerflow::{deerflow_env, shared_pin_parent, PROVISIONER_UID};
+use crate::compose_deerflow::{deerflow_env, shared_pin_parent, RouteFiles};
 
 /// `redis-cli GET key` on `redis`'s socket ("" for none).
 fn redis_get(redis: &RedisServer, key: &str) -> String {
@@ -82,31 +81,14 @@ fn the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing() {
     let stack = unique_prefix();
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
     let host_name = format!("host-{project}");
-    let base = BindRootDir::new("mh-base-");
-    let own = |path: &std::path::Path| {
-        nix::unistd::chown(
-            path,
-            Some(nix::unistd::Uid::from_raw(PROVISIONER_UID)),
-            Some(nix::unistd::Gid::from_raw(PROVISIONER_UID)),
-        )
-        .expect("chown");
-    };
-    own(base.path());
-    let secrets = tempfile::tempdir().expect("dir");
-    let key_file = secrets.path().join("provisioner.key");
     // The key `call_to` sends.
     let key = KEY;
-    std::fs::write(&key_file, key).expect("key");
-    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    own(&key_file);
-    let override_file = secrets.path().join("offline.yaml");
-    std::fs::write(
-        &override_file,
-        format!(
-            "services:\n  provisioner:\n    environment:\n      LIFECYCLE_SANDBOX_CMD: \"{SERVING_CMD}\"\n"
-        ),
-    )
-    .expect("override");
+    let RouteFiles {
+        base,
+        secrets: _secrets,
+        key_file,
+        override_file,
+    } = RouteFiles::new("mh-base-", key);
     let port = free_port();
     let pin_dir = format!("/run/sockproxy-pins/{project}");
     let _leftovers = Leftovers {
