@@ -174,6 +174,19 @@ fn dechunk(mut data: &[u8]) -> io::Result<Vec<u8>> {
     }
 }
 
+/// `POST /exec/{id}/start` attached (not detached, no TTY), asking to upgrade the connection to
+/// the exec's raw stream, as the docker CLI's `exec` sends it.
+pub fn exec_start_request(id: &str) -> Vec<u8> {
+    let body = br#"{"Detach":false,"Tty":false}"#;
+    let mut req = format!(
+        "POST /exec/{id}/start HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
 /// A request whose answer is read incrementally: the head first, then the body or the upgraded
 /// stream as it arrives; writes and half-close for upgraded connections.
 #[derive(Debug)]

@@ -320,13 +320,7 @@ fn exec(ctx: &Ctx, n: u64) -> anyhow::Result<()> {
         .as_str()
         .map(str::to_owned)
         .context("exec create answered without an Id")?;
-    let start = br#"{"Detach":false,"Tty":false}"#;
-    let mut req = format!(
-        "POST /exec/{id}/start HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        start.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(start);
+    let req = raw::exec_start_request(&id);
     let mut conn = raw::Conn::open(&ctx.sockproxy, &req).context("exec start")?;
     ensure!(conn.status == 101, "exec start: {}", conn.status);
     let line = format!("soak {n}\n");

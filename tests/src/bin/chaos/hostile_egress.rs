@@ -236,13 +236,7 @@ fn run_exec(ctx: &Ctx<'_>, container: &str, script: &str) -> (Answer, String) {
     let Some(id) = id else {
         return (answer, String::new());
     };
-    let start = br#"{"Detach":false,"Tty":false}"#;
-    let mut req = format!(
-        "POST /exec/{id}/start HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        start.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(start);
+    let req = raw::exec_start_request(&id);
     let Ok(mut conn) = raw::Conn::open(&ctx.me.socket(), &req) else {
         return (answer, String::new());
     };
