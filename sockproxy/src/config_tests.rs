@@ -1,5 +1,6 @@
 //! Unit tests of `config`.
 use super::*;
+use crate::bind_root::bind_root_mount;
 
 /// Settings from argv with the two flags every configuration needs; `policy_file`'s tests use
 /// them too.

@@ -13,6 +13,7 @@
 //! event per decision, written by tracing-subscriber's `fmt` layer, written whole to stderr
 //! (the binary's `main`).
 mod act;
+mod bind_root;
 pub mod body;
 mod client_body;
 pub mod config;
