@@ -177,7 +177,7 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
     step(
         "the firewall rule set of the header is made before up",
         || {
-            net.shipped_firewall(&mut host, &project);
+            net.shipped_firewall("compose.yaml", &mut host, &project);
         },
     );
 
@@ -353,8 +353,9 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
 
 /// `deploy/compose.deerflow.yaml` as docker-compose reads it: valid, the provisioner on TCP with
 /// its key from a secret file, the proxy's bind root the provisioner's mount root, and the
-/// provisioner in the host's network namespace, listening and publishing sandboxes on loopback
-/// only (a port on any other host address answers every other stack's containers); and what
+/// provisioner in the host's network namespace, listening and publishing sandboxes on the
+/// gateway network's bridge address only (the one the proxy allows besides loopback, the
+/// firewall rule set of the header admitting only that bridge); and what
 /// pinning bind sources takes (issue 46): the proxy as root with SYS_ADMIN and no AppArmor
 /// confinement, its bind root read-write, its pin directory shared with the host (`rshared`),
 /// and its socket given the provisioner's group.
@@ -377,9 +378,12 @@ fn the_deerflow_compose_file_is_valid_and_wires_the_key_and_the_mount_root() {
     let config = text(&out);
     assert!(out.status.success(), "{config}");
     for want in [
-        "LIFECYCLE_LISTEN: tcp://127.0.0.1:8002",
-        "LIFECYCLE_PUBLISH_ADDRESS: 127.0.0.1",
-        "LIFECYCLE_SANDBOX_HOST: 127.0.0.1",
+        "LIFECYCLE_LISTEN: tcp://172.30.0.1:8002",
+        "LIFECYCLE_PUBLISH_ADDRESS: 172.30.0.1",
+        "LIFECYCLE_SANDBOX_HOST: 172.30.0.1",
+        "SOCKPROXY_ALLOW_PUBLISH_ADDRESS: 172.30.0.1",
+        "com.docker.network.bridge.name: dfgw0",
+        "name: deer-flow-gateway",
         "network_mode: host",
         "LIFECYCLE_API_KEY_FILE: /run/secrets/provisioner_key",
         "LIFECYCLE_MOUNT_ROOT: /srv/deer-flow",

@@ -3,9 +3,10 @@
 //! prepared as the file's header says (the key readable by the provisioner's user, the base
 //! directory a `nosuid,nodev` mount it may write), deer-flow's remote-backend calls (the
 //! contract test's client, `deerflow_remote.py`) create, discover, list and delete a sandbox
-//! whose readiness the provisioner waits for, the sandbox's URL answers from a container where
-//! the file puts deer-flow's gateway (the host's network namespace), and `down` leaves nothing
-//! of the stack on the engine. The test's own override sets only what an offline engine needs:
+//! whose readiness the provisioner waits for, after the firewall step of the header; the
+//! sandbox's URL answers from a container where the file puts deer-flow's gateway (on its
+//! `gateway` network, a bridge) and not from a container on another bridge, and `down` leaves
+//! nothing of the stack on the engine. The test's own override sets only what an offline engine needs:
 //! the sandbox image and its command.
 
 use std::os::unix::fs::PermissionsExt;
@@ -14,13 +15,15 @@ use std::time::{Duration, Instant};
 
 use sockproxy_tests::bindroot::{can_pin, BindRootDir};
 use sockproxy_tests::cli::docker;
-use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack};
+use sockproxy_tests::engine::{ensure_images, real_engine, remove_stack, Cleanup};
 use sockproxy_tests::multihost::free_port;
 use sockproxy_tests::provisioner::{python, script, SERVING_CMD};
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
 use crate::compose::{assert_nothing_left, have_compose, ps_names, repo, text, Compose};
+use crate::firewall::{container_reaches, have_iptables, HostState};
+use crate::gateway_net::GatewayNet;
 
 /// The provisioner's user in the shipped image (`nobody`).
 pub(crate) const PROVISIONER_UID: u32 = 65534;
@@ -98,13 +101,15 @@ impl RouteFiles {
 fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
     let test = "the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing";
     let Some(e) = real_engine(test) else { return };
-    if !have_compose(test) || !can_pin(test) {
+    if !have_compose(test) || !can_pin(test) || !have_iptables(test) {
         return;
     }
     let images = ensure_images(&e.socket);
     shared_pin_parent();
     let stack = unique_prefix();
     let project: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
+    let net = GatewayNet::new(&stack);
+    let mut host = HostState::default();
     let key = "0123456789abcdef0123456789abcdef";
     let RouteFiles {
         base,
@@ -120,9 +125,26 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
         images,
         &stack,
         &project,
-        deerflow_env(base.path(), &key_file, port, &pin_dir),
+        deerflow_env(base.path(), &key_file, port, &pin_dir)
+            .into_iter()
+            .chain(net.env())
+            .collect(),
     );
-    let url = format!("http://127.0.0.1:{port}");
+    let url = format!("http://{}:{port}", net.address);
+    let mut clean = Cleanup::new(&e.socket);
+    let foreign = clean.container(&format!("o{stack}foreign"));
+    assert!(docker(
+        &e.socket,
+        &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"]
+    )
+    .ok());
+
+    step(
+        "the firewall rule set of the header is made before up",
+        || {
+            net.shipped_firewall("compose.deerflow.yaml", &mut host, &project);
+        },
+    );
 
     step(
         "the route comes up and the provisioner answers /health",
@@ -131,7 +153,7 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
             assert!(up.status.success(), "{}", text(&up));
             let began = Instant::now();
             loop {
-                let health = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+                let health = std::net::TcpStream::connect((net.address.as_str(), port)).is_ok();
                 if health {
                     break;
                 }
@@ -155,37 +177,47 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
         },
     );
     let sandbox_url = made["sandbox_url"].as_str().unwrap_or_default().to_owned();
-    assert!(
-        sandbox_url.starts_with("http://127.0.0.1:"),
-        "published on loopback: {made}"
-    );
+    let sandbox_port: u16 = sandbox_url
+        .strip_prefix(&format!("http://{}:", net.address))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("published on the gateway's bridge address: {made}"));
 
     step(
-        "the sandbox's URL answers from a container in the host's network namespace",
+        "the sandbox's URL answers on the gateway's network, not from another bridge",
         || {
-            let got = docker(
+            // Where deer-flow's gateway runs: a container on the route's gateway network.
+            let beside = clean.container(&format!("o{stack}beside"));
+            let out = docker(
                 &e.socket,
                 &[
                     "run",
-                    "--rm",
+                    "-d",
+                    "--name",
+                    &beside,
                     "--network",
-                    "host",
+                    &net.name,
                     &e.image,
-                    "wget",
-                    "-q",
-                    "-S",
-                    "-O",
-                    "/dev/null",
-                    &sandbox_url,
+                    "sleep",
+                    "600",
                 ],
             );
-            // busybox's httpd answers 404 for a directory with no index: any HTTP answer is
-            // the sandbox answering.
+            assert!(out.ok(), "{}", out.stderr);
             assert!(
-                got.stderr.contains("HTTP/1."),
-                "no HTTP answer from {sandbox_url}: {}",
-                got.stderr
+                container_reaches(&e.socket, &beside, &net.address, sandbox_port),
+                "{sandbox_url} from the gateway's network"
             );
+            assert!(
+                container_reaches(&e.socket, &beside, &net.address, port),
+                "the provisioner from the gateway's network"
+            );
+            for (what, p) in [("the sandbox", sandbox_port), ("the provisioner", port)] {
+                assert!(
+                    !container_reaches(&e.socket, &foreign, &net.address, p),
+                    "{what} from another stack's container on the default bridge"
+                );
+            }
+            // Off the network before `down` removes it.
+            assert!(docker(&e.socket, &["rm", "-f", &beside]).ok());
         },
     );
 

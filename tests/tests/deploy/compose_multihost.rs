@@ -22,6 +22,7 @@ use sockproxy_tests::unique_prefix;
 
 use crate::compose::{assert_nothing_left, have_compose, ps_names, repo, text, Compose};
 use crate::compose_deerflow::{deerflow_env, shared_pin_parent, RouteFiles};
+use crate::gateway_net::GatewayNet;
 
 /// `redis-cli GET key` on `redis`'s socket ("" for none).
 fn redis_get(redis: &RedisServer, key: &str) -> String {
@@ -108,6 +109,9 @@ fn the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing() {
         &project,
         deerflow_env(base.path(), &key_file, port, &pin_dir)
             .into_iter()
+            // The base file's gateway network, which this override leaves unused: the run's
+            // own, as the defaults would collide between runs.
+            .chain(GatewayNet::new(&stack).env())
             .chain([
                 ("HOST_ADDR".to_owned(), host_addr.clone()),
                 ("HOST_NAME".to_owned(), host_name.clone()),

@@ -93,7 +93,7 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
     step(
         "the firewall rule set of compose.yaml's header is made before up",
         || {
-            net.shipped_firewall(&mut host, &project);
+            net.shipped_firewall("compose.yaml", &mut host, &project);
         },
     );
 

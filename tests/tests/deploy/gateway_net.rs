@@ -1,14 +1,19 @@
-//! The gateway network each compose run of `deploy/compose.yaml` gets, and the firewall step
-//! of its header run as written there for that network.
+//! The gateway network each compose run of `deploy/compose.yaml` or
+//! `deploy/compose.deerflow.yaml` gets, and the firewall step of the file's header run as
+//! written there for that network.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::compose::repo;
 use crate::firewall::HostState;
 
-/// The gateway network a compose run gets (`GATEWAY_BRIDGE`, `GATEWAY_SUBNET`,
-/// `GATEWAY_ADDRESS`): the shipped defaults would collide between runs on one engine.
+/// The gateway network a compose run gets (`GATEWAY_NETWORK`, `GATEWAY_BRIDGE`,
+/// `GATEWAY_SUBNET`, `GATEWAY_ADDRESS`): the shipped defaults would collide between runs on one
+/// engine.
 pub(crate) struct GatewayNet {
+    /// The network's name where the file names it (compose.deerflow.yaml); it carries the
+    /// run's project, so the checks after `down` see it gone.
+    pub(crate) name: String,
     pub(crate) bridge: String,
     pub(crate) subnet: String,
     pub(crate) address: String,
@@ -22,6 +27,7 @@ impl GatewayNet {
         let k = (std::process::id().wrapping_mul(7) + N.fetch_add(1, Ordering::Relaxed)) % 250;
         let id: String = stack.chars().filter(char::is_ascii_alphanumeric).collect();
         Self {
+            name: format!("{id}-gateway"),
             bridge: format!("gw{id}"),
             subnet: format!("10.213.{k}.0/24"),
             address: format!("10.213.{k}.1"),
@@ -30,16 +36,18 @@ impl GatewayNet {
 
     pub(crate) fn env(&self) -> Vec<(String, String)> {
         vec![
+            ("GATEWAY_NETWORK".into(), self.name.clone()),
             ("GATEWAY_BRIDGE".into(), self.bridge.clone()),
             ("GATEWAY_SUBNET".into(), self.subnet.clone()),
             ("GATEWAY_ADDRESS".into(), self.address.clone()),
         ]
     }
 
-    /// The firewall step of compose.yaml's header, as written there, with this network's
-    /// bridge and address and rule set `name` in place of the defaults; made in `host`.
-    pub(crate) fn shipped_firewall(&self, host: &mut HostState, name: &str) {
-        let header = std::fs::read_to_string(repo().join("deploy/compose.yaml")).expect("compose");
+    /// The firewall step of `file`'s header (under deploy/), as written there, with this
+    /// network's bridge and address and rule set `name` in place of the defaults; made in
+    /// `host`.
+    pub(crate) fn shipped_firewall(&self, file: &str, host: &mut HostState, name: &str) {
+        let header = std::fs::read_to_string(repo().join("deploy").join(file)).expect("compose");
         let line = header
             .lines()
             .find_map(|l| {
@@ -47,7 +55,7 @@ impl GatewayNet {
                     .trim()
                     .strip_prefix("deploy/firewall/sockproxy-firewall ")
             })
-            .expect("compose.yaml's header runs deploy/firewall/sockproxy-firewall");
+            .unwrap_or_else(|| panic!("{file}'s header runs deploy/firewall/sockproxy-firewall"));
         let args: Vec<String> = line
             .split_whitespace()
             .map(|a| match a {
