@@ -111,6 +111,18 @@ pub(crate) fn assert_nothing_left(socket: &Path, project: &str, stack: &str) {
     );
 }
 
+/// Another stack's container on the default bridge (removed with `clean`): what must not reach
+/// a stack's sandboxes; its name.
+pub(crate) fn foreign_container(e: &Engine, clean: &mut Cleanup, stack: &str) -> String {
+    let foreign = clean.container(&format!("o{stack}foreign"));
+    let run = docker(
+        &e.socket,
+        &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"],
+    );
+    assert!(run.ok(), "{}", run.stderr);
+    foreign
+}
+
 pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -167,12 +179,7 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
             .collect(),
     );
     let mut clean = Cleanup::new(&e.socket);
-    let foreign = clean.container(&format!("o{stack}foreign"));
-    assert!(docker(
-        &e.socket,
-        &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"]
-    )
-    .ok());
+    let foreign = foreign_container(&e, &mut clean, &stack);
 
     step(
         "the firewall rule set of the header is made before up",

@@ -21,7 +21,9 @@ use sockproxy_tests::provisioner::{python, script, SERVING_CMD};
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{assert_nothing_left, have_compose, ps_names, repo, text, Compose};
+use crate::compose::{
+    assert_nothing_left, foreign_container, have_compose, ps_names, repo, text, Compose,
+};
 use crate::firewall::{container_reaches, have_iptables, HostState};
 use crate::gateway_net::GatewayNet;
 
@@ -132,12 +134,7 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
     );
     let url = format!("http://{}:{port}", net.address);
     let mut clean = Cleanup::new(&e.socket);
-    let foreign = clean.container(&format!("o{stack}foreign"));
-    assert!(docker(
-        &e.socket,
-        &["run", "-d", "--name", &foreign, &e.image, "sleep", "600"]
-    )
-    .ok());
+    let foreign = foreign_container(&e, &mut clean, &stack);
 
     step(
         "the firewall rule set of the header is made before up",
