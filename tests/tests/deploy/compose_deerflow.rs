@@ -199,13 +199,41 @@ fn the_deerflow_compose_route_comes_up_serves_deer_flow_and_leaves_nothing() {
                 ],
             );
             assert!(out.ok(), "{}", out.stderr);
+            // A probe gives up after 3 s without an answer; on a loaded machine a first answer
+            // may take longer, so what must answer is asked up to five times.
+            let reaches = |p: u16| {
+                (0..5).any(|i| {
+                    if i > 0 {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    container_reaches(&e.socket, &beside, &net.address, p)
+                })
+            };
+            let why = || {
+                let cmd = |p: &str, a: &[&str]| {
+                    std::process::Command::new(p)
+                        .args(a)
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                };
+                format!(
+                    "rule set:\n{}\nINPUT:\n{}\nlisteners:\n{}\n{}",
+                    HostState::chain(&project),
+                    cmd("iptables", &["-w", "-L", "INPUT", "-v", "-n"]),
+                    cmd("ss", &["-ltn"]),
+                    text(&compose.run(&["logs", "--no-color", "--tail", "30"]))
+                )
+            };
             assert!(
-                container_reaches(&e.socket, &beside, &net.address, sandbox_port),
-                "{sandbox_url} from the gateway's network"
+                reaches(sandbox_port),
+                "{sandbox_url} from the gateway's network: {}",
+                why()
             );
             assert!(
-                container_reaches(&e.socket, &beside, &net.address, port),
-                "the provisioner from the gateway's network"
+                reaches(port),
+                "the provisioner from the gateway's network: {}",
+                why()
             );
             for (what, p) in [("the sandbox", sandbox_port), ("the provisioner", port)] {
                 assert!(

@@ -141,7 +141,7 @@ impl HostState {
     }
 
     /// The rule set's chain, as `iptables -S` lists it (empty when there is none).
-    fn chain(name: &str) -> String {
+    pub(crate) fn chain(name: &str) -> String {
         let out = run("iptables", &["-w", "-S", &format!("SOCKPROXY-{name}")]);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
