@@ -20,6 +20,41 @@ pub struct Reply {
     pub body: Value,
 }
 
+/// One host of a multi-host set: `lifecycle serve`'s flags after `serve` on `cmd` (its
+/// global flags already there), listening on 127.0.0.1:`port` with the shared key file and
+/// mount root, owning through `redis` as `owner` under `key_prefix` (when given), and
+/// advertising its own URL.
+#[derive(Debug)]
+pub struct ServeHost<'a> {
+    pub port: u16,
+    pub key_file: &'a Path,
+    pub root: &'a Path,
+    pub redis: &'a str,
+    pub owner: &'a str,
+    pub key_prefix: Option<&'a str>,
+}
+
+impl ServeHost<'_> {
+    pub fn args<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(format!("tcp://127.0.0.1:{}", self.port))
+            .arg("--api-key-file")
+            .arg(self.key_file)
+            .arg("--mount-root")
+            .arg(self.root)
+            .args(["--ownership", self.redis, "--owner-id", self.owner])
+            .args([
+                "--advertise-url",
+                &format!("http://127.0.0.1:{}", self.port),
+            ]);
+        if let Some(p) = self.key_prefix {
+            cmd.args(["--ownership-key-prefix", p]);
+        }
+        cmd
+    }
+}
+
 /// One keyed HTTP/1.0 request to 127.0.0.1:`port` with an optional JSON body; no redirect
 /// followed.
 pub fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Reply {

@@ -123,6 +123,26 @@ pub(crate) fn foreign_container(e: &Engine, clean: &mut Cleanup, stack: &str) ->
     foreign
 }
 
+/// What `lifecycle-cli create` printed (its last JSON line) and the sandbox's container name,
+/// which must be one of `stack`'s sandboxes; the command must have succeeded.
+pub(crate) fn created(made: &Output, stack: &str) -> (serde_json::Value, String) {
+    assert!(made.status.success(), "{}", text(made));
+    let line = String::from_utf8_lossy(&made.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("")
+        .to_owned();
+    let created: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {}", text(made)));
+    let name = created["container_name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(name.starts_with(&format!("{stack}sandbox-")), "{name}");
+    (created, name)
+}
+
 pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -240,21 +260,8 @@ fn the_compose_example_runs_a_stack_against_the_engine() {
                 "--thread",
                 "t1",
             ]);
-            assert!(made.status.success(), "{}", text(&made));
-            let line = String::from_utf8_lossy(&made.stdout)
-                .lines()
-                .rev()
-                .find(|l| l.starts_with('{'))
-                .unwrap_or("")
-                .to_owned();
-            let created: serde_json::Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {}", text(&made)));
-            let name = created["container_name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
+            let (created, name) = created(&made, &stack);
             clean.container(&name);
-            assert!(name.starts_with(&format!("{stack}sandbox-")), "{name}");
             let inspect = raw::get(&e.socket, &format!("/containers/{name}/json"))
                 .expect("answer")
                 .json();

@@ -13,17 +13,22 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 
-use sockproxy_tests::cli::docker;
+use sockproxy_tests::cli::{docker, CliOutput};
 use sockproxy_tests::engine::{ensure_images, network_gateway, real_engine, remove_stack};
 use sockproxy_tests::raw;
 use sockproxy_tests::step::step;
 use sockproxy_tests::unique_prefix;
 
-use crate::compose::{assert_nothing_left, have_compose, repo, text, Compose};
+use crate::compose::{assert_nothing_left, created, have_compose, repo, text, Compose};
 use crate::firewall::{have_iptables, HostState};
 use crate::gateway_net::GatewayNet;
 
 const ANSWER: &str = "compose-restricted-target";
+
+/// `wget -q -O - URL` run in the container `name`.
+fn wget_in(socket: &std::path::Path, name: &str, url: &str) -> CliOutput {
+    docker(socket, &["exec", name, "wget", "-q", "-O", "-", url])
+}
 
 /// A listener on every host address answering each connection with `ANSWER`.
 fn target() -> u16 {
@@ -118,20 +123,7 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
                     "run", "--rm", "gateway", "create", "--user", "u1", "--thread", "t1",
                 ]);
             }
-            assert!(made.status.success(), "{}", text(&made));
-            let line = String::from_utf8_lossy(&made.stdout)
-                .lines()
-                .rev()
-                .find(|l| l.starts_with('{'))
-                .unwrap_or("")
-                .to_owned();
-            let created: serde_json::Value =
-                serde_json::from_str(&line).unwrap_or_else(|err| panic!("{err}: {}", text(&made)));
-            let name = created["container_name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            assert!(name.starts_with(&format!("{stack}sandbox-")), "{name}");
+            let (created, name) = created(&made, &stack);
             let id = created["sandbox_id"]
                 .as_str()
                 .unwrap_or_default()
@@ -141,35 +133,13 @@ fn the_restricted_compose_route_allows_its_rule_and_nothing_else() {
     );
 
     step("the allowed target answers from inside the sandbox", || {
-        let got = docker(
-            &e.socket,
-            &[
-                "exec",
-                &name,
-                "wget",
-                "-q",
-                "-O",
-                "-",
-                &format!("http://{gw}:{port}/"),
-            ],
-        );
+        let got = wget_in(&e.socket, &name, &format!("http://{gw}:{port}/"));
         assert_eq!(got.out(), format!("{ANSWER}\n"), "{}", got.stderr);
     });
 
     step("a target the rule does not name is refused", || {
         let other = port.checked_add(1).unwrap_or(port - 1);
-        let got = docker(
-            &e.socket,
-            &[
-                "exec",
-                &name,
-                "wget",
-                "-q",
-                "-O",
-                "-",
-                &format!("http://{gw}:{other}/"),
-            ],
-        );
+        let got = wget_in(&e.socket, &name, &format!("http://{gw}:{other}/"));
         assert!(!got.ok(), "refused: {}", got.out());
         assert!(!got.out().contains(ANSWER), "{}", got.out());
     });

@@ -15,7 +15,7 @@ use sockproxy_tests::bins;
 use sockproxy_tests::engine::real_engine;
 use sockproxy_tests::multihost::{
     free_port, haproxy, http, key_file, may_run, remote, sandboxes_named, wait_for, wait_until,
-    Killed,
+    Killed, ServeHost,
 };
 use sockproxy_tests::own_dockerd::OwnDockerd;
 use sockproxy_tests::redis_server::RedisServer;
@@ -52,24 +52,23 @@ impl Host {
             .append(true)
             .open(self.state.path().join("serve.log"))
             .expect("log");
-        let url = format!("http://127.0.0.1:{}", self.port);
-        let child = sockproxy_tests::lc::lifecycle_base(
+        let mut cmd = sockproxy_tests::lc::lifecycle_base(
             self.proxy.socket(),
             &t.prefix,
             "open",
             self.state.path(),
-        )
+        );
         // `sleep` ignores SIGTERM: a stop waits its timeout out.
-        .args(["--sandbox-cmd", "sleep 600", "--stop-timeout", "1"])
-        .arg("serve")
-        .arg("--listen")
-        .arg(format!("tcp://127.0.0.1:{}", self.port))
-        .arg("--api-key-file")
-        .arg(&t.key_file)
-        .arg("--mount-root")
-        .arg(&t.root)
-        .args(["--ownership", &t.redis.url(), "--owner-id", &self.name])
-        .args(["--advertise-url", &url])
+        cmd.args(["--sandbox-cmd", "sleep 600", "--stop-timeout", "1"]);
+        let child = ServeHost {
+            port: self.port,
+            key_file: &t.key_file,
+            root: &t.root,
+            redis: &t.redis.url(),
+            owner: &self.name,
+            key_prefix: None,
+        }
+        .args(&mut cmd)
         .args(["--ownership-ttl", "6", "--adopt-grace", "2", "--tick", "1"])
         .env("LIFECYCLE_LOG", "info")
         .stdout(Stdio::null())

@@ -12,7 +12,7 @@ use serde_json::json;
 use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::engine::{real_engine, remove_stack};
 use sockproxy_tests::multihost::{
-    call, free_port, http, key_file, labelled, may_run, wait_for, wait_until, Killed,
+    call, free_port, http, key_file, labelled, may_run, wait_for, wait_until, Killed, ServeHost,
 };
 use sockproxy_tests::own_dockerd::OwnDockerd;
 use sockproxy_tests::provisioner::SERVING_CMD;
@@ -56,26 +56,25 @@ fn a_host_whose_engine_is_gone_lets_its_claims_lapse_and_another_host_makes_its_
         let state = dir.path().join(name);
         std::fs::create_dir_all(&state).expect("state");
         let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).expect("log");
-        let child = sockproxy_tests::lc::lifecycle_base(proxy.socket(), prefix, "open", &state)
-            .args(["--sandbox-cmd", SERVING_CMD, "--stop-timeout", "1"])
-            .args(["--ready-timeout", ready])
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("tcp://127.0.0.1:{port}"))
-            .arg("--api-key-file")
-            .arg(&key_file)
-            .arg("--mount-root")
-            .arg(root.path())
-            .args(["--sandbox-host", "127.0.0.1"])
-            .args(["--ownership", &redis.url(), "--owner-id", name])
-            .args(["--ownership-key-prefix", &key_prefix])
-            .args(["--advertise-url", &format!("http://127.0.0.1:{port}")])
-            .args(["--ownership-ttl", "6", "--adopt-grace", "2", "--tick", "1"])
-            .env("LIFECYCLE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("lifecycle serve starts");
+        let mut cmd = sockproxy_tests::lc::lifecycle_base(proxy.socket(), prefix, "open", &state);
+        cmd.args(["--sandbox-cmd", SERVING_CMD, "--stop-timeout", "1"])
+            .args(["--ready-timeout", ready]);
+        let child = ServeHost {
+            port,
+            key_file: &key_file,
+            root: root.path(),
+            redis: &redis.url(),
+            owner: name,
+            key_prefix: Some(&key_prefix),
+        }
+        .args(&mut cmd)
+        .args(["--sandbox-host", "127.0.0.1"])
+        .args(["--ownership-ttl", "6", "--adopt-grace", "2", "--tick", "1"])
+        .env("LIFECYCLE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("lifecycle serve starts");
         wait_for(&format!("{name} answers /health"), 30, || {
             http(port, "GET", "/health").0 == 200
         });
