@@ -166,7 +166,11 @@ fn the_multi_host_compose_override_comes_up_as_one_host_and_leaves_nothing() {
                 .strip_prefix("http://")
                 .filter(|a| a.starts_with(&format!("{host_addr}:")))
                 .unwrap_or_else(|| panic!("published on HOST_ADDR: {sandbox_url}"));
-            assert!(answers(addr), "no HTTP answer from {sandbox_url}");
+            // Polled as deer-flow does (up to 30 s): the create does not wait for the URL.
+            assert!(
+                wait_until(30, || answers(addr)),
+                "no HTTP answer from {sandbox_url}"
+            );
             assert_eq!(
                 redis_get(&redis, &format!("{ns}{sid}")),
                 format!("own:{host_name}")

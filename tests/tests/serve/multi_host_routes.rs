@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::engine::{real_engine, remove_stack, Engine};
 use sockproxy_tests::multihost::{
-    call, free_port, http, key_file, labelled, remote, sandboxes_named, wait_for,
+    call, free_port, http, key_file, labelled, remote, sandboxes_named, wait_for, ServeHost,
 };
 use sockproxy_tests::provisioner::SERVING_CMD;
 use sockproxy_tests::raw;
@@ -60,28 +60,27 @@ impl Host {
         let state = tempfile::tempdir().expect("state");
         let port = free_port();
         let log = std::fs::File::create(state.path().join("serve.log")).expect("log");
-        let serve =
-            sockproxy_tests::lc::lifecycle_base(proxy.socket(), &prefix, "open", state.path())
-                .args(["--sandbox-cmd", SERVING_CMD, "--stop-timeout", "1"])
-                .arg("serve")
-                .arg("--listen")
-                .arg(format!("tcp://127.0.0.1:{port}"))
-                .arg("--api-key-file")
-                .arg(t.key_file)
-                .arg("--mount-root")
-                .arg(t.root)
-                .args(["--sandbox-host", "127.0.0.1"])
-                .args(["--ownership", &t.redis.url(), "--owner-id", name])
-                .args(["--ownership-key-prefix", &t.key_prefix])
-                .args(["--advertise-url", &format!("http://127.0.0.1:{port}")])
-                // A TTL long enough that a sandbox held when Redis goes is still handed out while
-                // the test asks for it.
-                .args(["--ownership-ttl", "30", "--adopt-grace", "2", "--tick", "1"])
-                .env("LIFECYCLE_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("lifecycle serve starts");
+        let mut cmd =
+            sockproxy_tests::lc::lifecycle_base(proxy.socket(), &prefix, "open", state.path());
+        cmd.args(["--sandbox-cmd", SERVING_CMD, "--stop-timeout", "1"]);
+        let serve = ServeHost {
+            port,
+            key_file: t.key_file,
+            root: t.root,
+            redis: &t.redis.url(),
+            owner: name,
+            key_prefix: Some(&t.key_prefix),
+        }
+        .args(&mut cmd)
+        .args(["--sandbox-host", "127.0.0.1"])
+        // A TTL long enough that a sandbox held when Redis goes is still handed out while
+        // the test asks for it.
+        .args(["--ownership-ttl", "30", "--adopt-grace", "2", "--tick", "1"])
+        .env("LIFECYCLE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("lifecycle serve starts");
         let host = Self {
             name,
             prefix,
@@ -214,7 +213,10 @@ fn calls_sent_to_the_wrong_host_reach_the_live_owner() {
         "{got}"
     );
     let url = got["sandbox_url"].as_str().unwrap_or("");
-    assert!(answers(url), "the owner's sandbox answers at {url}");
+    // deer-flow polls a new sandbox's URL for up to 30 s: the create does not wait for it.
+    wait_for(&format!("the owner's sandbox answers at {url}"), 30, || {
+        answers(url)
+    });
 
     // POST at the wrong host: 307 to the owner, nothing made on the wrong host's stack.
     let (_, body) = create_body("user-a", "thread-a");
@@ -297,7 +299,9 @@ fn a_redis_outage_keeps_what_is_held_and_creates_nothing() {
     let engine = f.engine.socket.clone();
     let (held, made) = create_on(&f.a, "user-h", "thread-h");
     let url = made["sandbox_url"].as_str().unwrap_or("").to_owned();
-    assert!(answers(&url), "{url}");
+    wait_for(&format!("the sandbox answers at {url}"), 30, || {
+        answers(&url)
+    });
 
     f.redis.kill();
     // What hostA holds is still handed out (its claim was renewed within its TTL), and
@@ -343,5 +347,7 @@ fn a_redis_outage_keeps_what_is_held_and_creates_nothing() {
         f.a.log()
     );
     let new_url = last["sandbox_url"].as_str().unwrap_or("");
-    assert!(answers(new_url), "{new_url}");
+    wait_for(&format!("the new sandbox answers at {new_url}"), 30, || {
+        answers(new_url)
+    });
 }
