@@ -17,6 +17,7 @@ use crate::hostile_egress::HostCanary;
 use crate::hostile_moves::{Move, MOVES};
 use crate::stacks::{Stack, Stacks};
 use crate::watch::Watcher;
+use crate::Config;
 
 /// What a move expects of one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,16 +90,23 @@ impl Ctx<'_> {
 
 pub fn start_all(
     stacks: &Arc<Stacks>,
-    seed: u64,
+    cfg: &Config,
     stop: &Arc<AtomicBool>,
     watcher: &Watcher,
     host: &HostCanary,
 ) -> Vec<JoinHandle<Tally>> {
     let max_containers = stacks.all.first().map_or(0, Stack::max_containers);
+    let seed = cfg.seed;
+    let moves: Arc<Vec<&'static Move>> = Arc::new(
+        MOVES
+            .iter()
+            .filter(|m| !cfg.skip_moves.iter().any(|s| s == m.name))
+            .collect(),
+    );
     (0..stacks.all.len())
         .map(|k| {
             let (stacks, stop, tokens) = (stacks.clone(), stop.clone(), watcher.tokens());
-            let host = host.clone();
+            let (host, moves) = (host.clone(), moves.clone());
             std::thread::spawn(move || {
                 let me = &stacks.all[k];
                 let mut ctx = Ctx {
@@ -112,14 +120,14 @@ pub fn start_all(
                 };
                 let foreign: Vec<(usize, String)> =
                     tokens.into_iter().filter(|(o, _)| *o != k).collect();
-                tenant(&mut ctx, &foreign)
+                tenant(&mut ctx, &moves, &foreign)
             })
         })
         .collect()
 }
 
-fn tenant(ctx: &mut Ctx<'_>, foreign: &[(usize, String)]) -> Tally {
-    let mut order: Vec<&Move> = MOVES.iter().collect();
+fn tenant(ctx: &mut Ctx<'_>, moves: &[&'static Move], foreign: &[(usize, String)]) -> Tally {
+    let mut order: Vec<&Move> = moves.to_vec();
     for i in (1..order.len()).rev() {
         let j = ctx.rng.below(i as u64 + 1) as usize;
         order.swap(i, j);

@@ -77,6 +77,16 @@ struct Args {
     /// exit; nothing is started.
     #[arg(long, env = "CHAOS_PLOT", value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// A hostile move the tenants leave out (repeatable, by its name in the report, e.g.
+    /// `--skip-move "log flood"`), to find which move costs the well-behaved stacks their
+    /// latency; the run's counts then judge only the moves made.
+    #[arg(
+        long = "skip-move",
+        env = "CHAOS_SKIP_MOVES",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    skip_moves: Vec<String>,
 }
 
 /// The run's settings, checked.
@@ -92,6 +102,8 @@ pub struct Config {
     pub bin_dir: PathBuf,
     pub docker_cli: PathBuf,
     pub report: PathBuf,
+    /// The hostile moves left out (`--skip-move`), each a name of `hostile_moves::MOVES`.
+    pub skip_moves: Vec<String>,
 }
 
 impl Config {
@@ -123,6 +135,15 @@ impl Config {
                 );
             }
         }
+        for m in &a.skip_moves {
+            if !hostile_moves::MOVES.iter().any(|known| known.name == m) {
+                let names: Vec<&str> = hostile_moves::MOVES.iter().map(|m| m.name).collect();
+                bail!(
+                    "--skip-move {m:?}: no such move (moves: {})",
+                    names.join(", ")
+                );
+            }
+        }
         if !a.docker_cli.is_file() {
             bail!(
                 "--docker-cli {}: not found (apt-get install docker.io)",
@@ -142,6 +163,7 @@ impl Config {
             report: a
                 .report
                 .unwrap_or_else(|| PathBuf::from(format!("chaos-report-{seed}"))),
+            skip_moves: a.skip_moves,
         })
     }
 }
@@ -228,7 +250,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
         stop.clone(),
     )
     .context("host canary")?;
-    let hostiles = hostile::start_all(&stacks, cfg.seed, &stop, &watcher, &host_canary);
+    let hostiles = hostile::start_all(&stacks, cfg, &stop, &watcher, &host_canary);
     let fault_stacks = stacks.clone();
     let (fault_cfg, fault_watcher, fault_stop) = (cfg.clone(), watcher.clone(), stop.clone());
     let faults = std::thread::spawn(move || {

@@ -20,6 +20,7 @@ pub enum Phase {
 pub enum Op {
     Create,
     Discover,
+    Ready,
     Http,
     List,
     Delete,
@@ -31,9 +32,10 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 10] = [
+    pub const ALL: [Op; 11] = [
         Op::Create,
         Op::Discover,
+        Op::Ready,
         Op::Http,
         Op::List,
         Op::Delete,
@@ -48,7 +50,8 @@ impl Op {
         match self {
             Op::Create => "create (POST /api/sandboxes)",
             Op::Discover => "discover (GET /api/sandboxes/ID)",
-            Op::Http => "HTTP call to the sandbox URL",
+            Op::Ready => "the URL answers, polled after the create (as deer-flow does)",
+            Op::Http => "HTTP call to the sandbox URL, once it answers",
             Op::List => "list (GET /api/sandboxes)",
             Op::Delete => "delete (DELETE /api/sandboxes/ID)",
             Op::CliRun => "docker run -d --rm -p (CLI, through the proxy)",

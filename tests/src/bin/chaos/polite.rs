@@ -90,11 +90,23 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
     let t = Instant::now();
     let found = api(s.addr, "GET", &format!("/api/sandboxes/{id}"), None);
     log.record(phase, Op::Discover, s.k, t, matches!(found, Ok((200, _))));
+    // deer-flow polls a new sandbox's URL for up to 30 s before it uses it: the create answers
+    // once the container runs, not once its server listens.
     let t = Instant::now();
-    let answer = url.as_deref().map_or(Err("no URL".into()), url_answer);
+    let ready = url
+        .as_deref()
+        .map_or(Err("no URL".into()), |u| poll_ready(u, READY_LIMIT));
+    log.record(phase, Op::Ready, s.k, t, ready.is_ok());
+    let t = Instant::now();
+    let answer = match ready {
+        Ok(()) => url.as_deref().map_or(Err("no URL".into()), url_answer),
+        Err(e) => Err(format!("not ready in {} s: {e}", READY_LIMIT.as_secs())),
+    };
     log.record(phase, Op::Http, s.k, t, answer.is_ok());
     if let Err(why) = answer {
-        log.http_failed(s.k, t, format!("{why} ({})", url.as_deref().unwrap_or("")));
+        let url = url.as_deref().unwrap_or("");
+        let seen = failure_context(s, &id, url);
+        log.http_failed(s.k, t, format!("{why} ({url}); {seen}"));
     }
     let t = Instant::now();
     let listed = api(s.addr, "GET", "/api/sandboxes", None);
@@ -111,6 +123,64 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
 }
 
 /// One `GET /` to a sandbox URL (`http://localhost:PORT`): whether an HTTP answer came.
+/// How long deer-flow's remote backend waits for a new sandbox's URL.
+const READY_LIMIT: Duration = Duration::from_secs(30);
+
+/// `url_answer` every 100 ms until it answers (`Ok`) or `limit` passes (the last failure).
+fn poll_ready(url: &str, limit: Duration) -> Result<(), String> {
+    let until = Instant::now() + limit;
+    loop {
+        match url_answer(url) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= until => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// What the host shows right after a failed call to a sandbox URL, so a report names the
+/// cause: the same call again after 200 ms, the sandbox container as the engine holds it
+/// (status, start time, restarts, its published port and address) and what listens on the port.
+fn failure_context(s: &Stack, id: &str, url: &str) -> String {
+    std::thread::sleep(Duration::from_millis(200));
+    let again = match url_answer(url) {
+        Ok(()) => "answers 0.2 s later".to_owned(),
+        Err(e) => format!("0.2 s later: {e}"),
+    };
+    let name = format!("{}sandbox-{id}", s.prefix);
+    let held = match sockproxy_tests::raw::get(s.engine(), &format!("/containers/{name}/json")) {
+        Ok(r) if r.status == 200 => {
+            let v = r.json();
+            let ip: Vec<&str> = v["NetworkSettings"]["Networks"]
+                .as_object()
+                .map(|n| n.values().filter_map(|e| e["IPAddress"].as_str()).collect())
+                .unwrap_or_default();
+            format!(
+                "engine: {} since {}, restarts {}, ports {}, address {}",
+                v["State"]["Status"].as_str().unwrap_or("?"),
+                v["State"]["StartedAt"].as_str().unwrap_or("?"),
+                v["RestartCount"],
+                v["NetworkSettings"]["Ports"],
+                ip.join(" ")
+            )
+        }
+        Ok(r) => format!("engine: {name} answers {}", r.status),
+        Err(e) => format!("engine: {e}"),
+    };
+    let port = url.rsplit(':').next().unwrap_or("").trim_end_matches('/');
+    let listeners = std::process::Command::new("ss")
+        .args(["-Hltnp", &format!("sport = :{port}")])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|e| format!("ss: {e}"));
+    format!("{again}; {held}; listening: [{listeners}]")
+}
+
 pub fn url_answers(url: &str) -> bool {
     url_answer(url).is_ok()
 }

@@ -53,6 +53,13 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         cfg.max_containers,
         crate::stacks::SANDBOX_CPUS
     );
+    if !cfg.skip_moves.is_empty() {
+        let _ = writeln!(
+            md,
+            "Hostile moves left out (`--skip-move`): {}.\n",
+            cfg.skip_moves.join(", ")
+        );
+    }
     let _ = writeln!(
         md,
         "Counts: cross-stack {}, lost {}, leaked {}, panics {}.\n",
