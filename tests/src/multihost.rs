@@ -20,10 +20,10 @@ pub struct Reply {
     pub body: Value,
 }
 
-/// One host of a multi-host set: `lifecycle serve`'s flags after `serve` on `cmd` (its
-/// global flags already there), listening on 127.0.0.1:`port` with the shared key file and
-/// mount root, owning through `redis` as `owner` under `key_prefix` (when given), and
-/// advertising its own URL.
+/// One host of a multi-host set: `lifecycle serve` on `cmd` (its global flags already there),
+/// listening on 127.0.0.1:`port` with the shared key file and mount root, owning through
+/// `redis` as `owner` under `key_prefix` (when given) with claims of `ttl` seconds (adopt grace
+/// 2 s, tick 1 s), advertising its own URL, logging at `info` to `log`.
 #[derive(Debug)]
 pub struct ServeHost<'a> {
     pub port: u16,
@@ -32,10 +32,12 @@ pub struct ServeHost<'a> {
     pub redis: &'a str,
     pub owner: &'a str,
     pub key_prefix: Option<&'a str>,
+    pub ttl: u32,
 }
 
 impl ServeHost<'_> {
-    pub fn args<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+    /// Starts it, with `extra` serve flags.
+    pub fn spawn(&self, cmd: &mut Command, extra: &[&str], log: std::fs::File) -> Child {
         cmd.arg("serve")
             .arg("--listen")
             .arg(format!("tcp://127.0.0.1:{}", self.port))
@@ -47,11 +49,18 @@ impl ServeHost<'_> {
             .args([
                 "--advertise-url",
                 &format!("http://127.0.0.1:{}", self.port),
-            ]);
+            ])
+            .args(["--ownership-ttl", &self.ttl.to_string()])
+            .args(["--adopt-grace", "2", "--tick", "1"]);
         if let Some(p) = self.key_prefix {
             cmd.args(["--ownership-key-prefix", p]);
         }
-        cmd
+        cmd.args(extra)
+            .env("LIFECYCLE_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("lifecycle serve starts")
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bindroot::BindRootDir;
@@ -67,14 +67,9 @@ impl Host {
             redis: &t.redis.url(),
             owner: &self.name,
             key_prefix: None,
+            ttl: 6,
         }
-        .args(&mut cmd)
-        .args(["--ownership-ttl", "6", "--adopt-grace", "2", "--tick", "1"])
-        .env("LIFECYCLE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("lifecycle serve starts");
+        .spawn(&mut cmd, &[], log);
         self.serve = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while http(self.port, "GET", "/health").0 != 200 {

@@ -6,8 +6,6 @@
 //! test's own (stopped with SIGTERM, as systemd stops it, and started again); host B's is the
 //! suite's engine; one private Redis.
 
-use std::process::Stdio;
-
 use serde_json::json;
 use sockproxy_tests::bindroot::BindRootDir;
 use sockproxy_tests::engine::{real_engine, remove_stack};
@@ -66,15 +64,9 @@ fn a_host_whose_engine_is_gone_lets_its_claims_lapse_and_another_host_makes_its_
             redis: &redis.url(),
             owner: name,
             key_prefix: Some(&key_prefix),
+            ttl: 6,
         }
-        .args(&mut cmd)
-        .args(["--sandbox-host", "127.0.0.1"])
-        .args(["--ownership-ttl", "6", "--adopt-grace", "2", "--tick", "1"])
-        .env("LIFECYCLE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("lifecycle serve starts");
+        .spawn(&mut cmd, &["--sandbox-host", "127.0.0.1"], log);
         wait_for(&format!("{name} answers /health"), 30, || {
             http(port, "GET", "/health").0 == 200
         });

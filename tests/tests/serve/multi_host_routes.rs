@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 
 use serde_json::{json, Value};
 use sockproxy_tests::bindroot::BindRootDir;
@@ -70,17 +70,11 @@ impl Host {
             redis: &t.redis.url(),
             owner: name,
             key_prefix: Some(&t.key_prefix),
+            // Long enough that a sandbox held when Redis goes is still handed out while the
+            // test asks for it.
+            ttl: 30,
         }
-        .args(&mut cmd)
-        .args(["--sandbox-host", "127.0.0.1"])
-        // A TTL long enough that a sandbox held when Redis goes is still handed out while
-        // the test asks for it.
-        .args(["--ownership-ttl", "30", "--adopt-grace", "2", "--tick", "1"])
-        .env("LIFECYCLE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("lifecycle serve starts");
+        .spawn(&mut cmd, &["--sandbox-host", "127.0.0.1"], log);
         let host = Self {
             name,
             prefix,
