@@ -122,7 +122,6 @@ fn one_round(s: &Stack, log: &Log, phase: Phase, round: u64) {
     );
 }
 
-/// One `GET /` to a sandbox URL (`http://localhost:PORT`): whether an HTTP answer came.
 /// How long deer-flow's remote backend waits for a new sandbox's URL.
 const READY_LIMIT: Duration = Duration::from_secs(30);
 
@@ -181,6 +180,7 @@ fn failure_context(s: &Stack, id: &str, url: &str) -> String {
     format!("{again}; {held}; listening: [{listeners}]")
 }
 
+/// One `GET /` to a sandbox URL (`http://localhost:PORT`): whether an HTTP answer came.
 pub fn url_answers(url: &str) -> bool {
     url_answer(url).is_ok()
 }
