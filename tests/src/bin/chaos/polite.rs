@@ -315,4 +315,50 @@ mod tests {
             Err("not a loopback URL".into())
         );
     }
+
+    /// The engine's port proxy in front of a sandbox whose server does not listen yet: it
+    /// accepts each connection and, with nothing to forward to, closes it unread (a reset).
+    /// After `late` it answers HTTP, as the sandbox does once its server listens.
+    fn late_server(late: Duration) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let from = Instant::now() + late;
+        std::thread::spawn(move || {
+            for c in l.incoming().take(100) {
+                let Ok(mut c) = c else { continue };
+                if Instant::now() < from {
+                    // Unread request bytes make the close a reset, as the port proxy's is.
+                    std::thread::sleep(Duration::from_millis(20));
+                    drop(c);
+                    continue;
+                }
+                let mut req = [0u8; 64];
+                let _ = c.read(&mut req);
+                let _ = c.write_all(b"HTTP/1.0 200 OK\r\n\r\n");
+            }
+        });
+        format!("http://localhost:{port}")
+    }
+
+    /// A call made as soon as the create answers fails the way the reports showed ("read after
+    /// 0 bytes": a reset); polling as deer-flow does gets the answer once the server listens,
+    /// and gives up at its limit when none comes.
+    #[test]
+    fn poll_ready_waits_out_a_sandbox_that_is_not_listening_yet() {
+        let url = late_server(Duration::from_millis(600));
+        let first = url_answer(&url);
+        assert!(
+            first
+                .as_ref()
+                .is_err_and(|e| e.starts_with("read after 0 bytes")
+                    || e.starts_with("closed after 0 bytes")),
+            "{first:?}"
+        );
+        assert_eq!(poll_ready(&url, Duration::from_secs(10)), Ok(()));
+
+        let never = late_server(Duration::from_secs(3600));
+        let t = Instant::now();
+        assert!(poll_ready(&never, Duration::from_millis(500)).is_err());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
 }
