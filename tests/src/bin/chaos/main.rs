@@ -168,6 +168,25 @@ impl Config {
     }
 }
 
+/// Copies each stack's proxy and provider logs into `into/sK/`, before the stacks' temporary
+/// folder goes.
+fn keep_stack_logs(stacks: &stacks::Stacks, into: &std::path::Path) {
+    for s in &stacks.all {
+        let to = into.join(format!("s{}", s.k));
+        let Ok(entries) = std::fs::read_dir(&s.dir) else {
+            continue;
+        };
+        let _ = std::fs::create_dir_all(&to);
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "log") {
+                let _ = std::fs::copy(&path, to.join(e.file_name()));
+            }
+        }
+    }
+    println!("the stacks' logs: {}", into.display());
+}
+
 /// The four counts the summary line carries.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counts {
@@ -288,6 +307,10 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
     // The engine goes now, so what of it outlives it counts too.
     leaks.extend(engine.shut_down());
     engine.save_log(&cfg.report.join("dockerd.log"));
+    if !leaks.is_empty() {
+        // The stacks' own logs go with the stacks' folder: a leak's cause is in them.
+        keep_stack_logs(&stacks, &cfg.report.join("stacks"));
+    }
     for l in leaks.iter().filter(|l| l.starts_with("process ")) {
         println!("LEAKED: {l}");
     }

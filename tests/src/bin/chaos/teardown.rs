@@ -1,5 +1,6 @@
 //! Teardown and the leak count. Teardown is what an operator does through each stack's own
-//! doors: the held sandbox deleted through the provisioner API, every container and network the
+//! doors: the held sandbox and every sandbox the provider still lists (one whose DELETE failed
+//! while the provider was killed) deleted through the provisioner API, every container and network the
 //! stack's proxy lists removed through that proxy (the hostile tenant's leftovers, the canary,
 //! the stack's own network), the provider stopped (SIGTERM) and one reconciler pass
 //! (`lifecycle retire`, through the proxy), then the proxy stopped and the stack's own network
@@ -108,6 +109,22 @@ fn teardown(s: &Stack, engine: &Path) {
         &format!("/api/sandboxes/{}", held_id(s.k)),
         None,
     );
+    // What the provider still keeps, as an operator ends a stack: through the provider, which
+    // keeps a provisioner sandbox until it is deleted (one whose DELETE failed while the
+    // provider was killed is still there). Removing it behind the provider's back would leave
+    // its port reservation, which the leak count would then blame on lifecycle.
+    let kept = api(s.addr, "GET", "/api/sandboxes", None)
+        .ok()
+        .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+        .unwrap_or_default();
+    for id in kept["sandboxes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["sandbox_id"].as_str())
+    {
+        let _ = api(s.addr, "DELETE", &format!("/api/sandboxes/{id}"), None);
+    }
     let sock = s.socket();
     // Twice: a sidecar or network may be held by a container removed in the first pass.
     for _ in 0..2 {
