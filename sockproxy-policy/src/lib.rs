@@ -18,7 +18,8 @@
 //! writes the body forwarded on the staging paths it pinned them on. Answers are cut to the
 //! stack's view: lists (`list_query`, `filter`, `volumes`), events (`events`) and `info`;
 //! `answers` reads the engine's answers the decisions stand on. A refusal (`refusal`) carries
-//! dockerd's error shape.
+//! dockerd's error shape. `log_flood` is the rule the transport's log guard samples each running
+//! container against, the one decision not about a request.
 
 mod answers;
 mod api;
@@ -39,6 +40,7 @@ mod info;
 mod json;
 mod limits;
 mod list_query;
+pub mod log_flood;
 mod mounts;
 mod paths;
 mod pinning;

@@ -350,6 +350,9 @@ pub struct Config {
     pub metrics_listen: Option<scrape::Listen>,
     /// Where and how many bind sources are pinned (used with `--allow-bind-root`).
     pub pins: crate::pins::PinSettings,
+    /// How fast the stack's containers may log before the log guard stops them; `None`: no
+    /// guard (`--log-flood-lines 0`).
+    pub log_flood: Option<sockproxy_policy::log_flood::LogFlood>,
 }
 
 impl Config {
@@ -403,6 +406,7 @@ impl Config {
             return Err(ConfigError::WorkerThreads(worker_threads));
         }
         let spend = args.spend.spend().map_err(ConfigError::Spend)?;
+        let log_flood = args.spend.log_flood().map_err(ConfigError::Spend)?;
         let body_timeout = crate::body::timeout(args.body_timeout).map_err(ConfigError::Spend)?;
         let stack = args.stack.unwrap_or_else(|| prefix.to_string());
         let stack_lock = args
@@ -467,6 +471,7 @@ impl Config {
             allow_images,
             metrics_listen,
             pins,
+            log_flood,
         })
     }
 }

@@ -7,7 +7,8 @@
 //! hyper-util's, or the name map `names`, kept coherent by `watch`; the stack's own objects;
 //! the stack's network and its totals, under `stack_lock`), evaluate again, until the plan is
 //! final. Then it acts (`act`): forwards (`forward`), cuts lists (`lists`), streams the stack's events (`event_stream`), and answers refusals
-//! (`refused`). `wire` is the body type both sides carry. `config`, `policy_file`,
+//! (`refused`). Beside requests, `log_guard` stops the stack's containers that flood their logs
+//! (`sockproxy_policy::log_flood`). `wire` is the body type both sides carry. `config`, `policy_file`,
 //! `spend_args` and `seccomp_profile` read the flags and the policy file; `metrics` holds the
 //! metric families and what `--metrics-listen` serves; `decision_line` is the one `tracing`
 //! event per decision, written by tracing-subscriber's `fmt` layer, written whole to stderr
@@ -28,6 +29,7 @@ mod forward;
 pub mod host_paths;
 pub mod inflight;
 mod lists;
+pub mod log_guard;
 pub mod metrics;
 pub mod names;
 pub mod pin_dir;

@@ -262,6 +262,8 @@ pub fn effective(cfg: &Config) -> Args {
             max_container_cpus: Some(cpus(r.spend.limits.max_container_nano_cpus)),
             max_containers: Some(r.spend.limits.max_containers),
             max_memory: Some(r.spend.limits.max_memory.to_string()),
+            log_flood_lines: Some(cfg.log_flood.map_or(0, |l| l.lines)),
+            log_flood_seconds: cfg.log_flood.map(|l| l.seconds),
         },
         ..Args::default()
     }

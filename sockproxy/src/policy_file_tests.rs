@@ -84,7 +84,7 @@ fn flags_add_to_the_file_and_override_its_numbers() {
             "`allow-publish-address`, ",
             "`allow-seccomp-profile`, `allow-seccomp-unconfined`, `allow-sysctl`, ",
             "`body-timeout`, `default-cpus`, `default-memory`, `default-pids-limit`, ",
-            "`header-timeout`, `info`, `max-bind-pins`, `max-blkio-weight`, `max-connections`, ",
+            "`header-timeout`, `info`, `log-flood-lines`, `log-flood-seconds`, `max-bind-pins`, `max-blkio-weight`, `max-connections`, ",
             "`max-container-cpus`, `max-container-memory`, `max-containers`, ",
             "`max-core-ulimit`, `max-cpu-shares`, `max-healthcheck-retries`, ",
             "`max-json-keys`, `max-list-bytes`, `max-list-bytes-total`, `max-log-files`, ",
@@ -157,7 +157,7 @@ fn every_flag_is_kept_over_an_empty_file() {
 #[test]
 fn the_file_keys_are_flags_without_defaults() {
     let keys = settings(&Args::default()).expect("serializes");
-    assert_eq!(keys.len(), 43);
+    assert_eq!(keys.len(), 45);
     let cmd = Args::command();
     for key in keys.keys() {
         let long = if key == "name-cache" {

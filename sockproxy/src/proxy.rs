@@ -59,6 +59,8 @@ pub struct Proxy {
     pub pins: Option<Arc<crate::pins::Pins>>,
     /// What a create's checks of the stack's network and totals are gathered under.
     pub stack_lock: crate::stack_lock::StackLock,
+    /// The log guard's limit (`log_guard`); `None`: no guard.
+    pub log_flood: Option<sockproxy_policy::log_flood::LogFlood>,
 }
 
 /// What bounds the clients the proxy serves and the lists it buffers for them.

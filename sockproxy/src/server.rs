@@ -126,6 +126,7 @@ pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
         metrics,
         pins: pins.map(Arc::new),
         stack_lock: crate::stack_lock::StackLock::new(cfg.stack_lock.clone()),
+        log_flood: cfg.log_flood,
     })
 }
 
@@ -170,6 +171,16 @@ pub async fn serve(
             proxy.serving.max_list_bytes,
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("pins", run)))
+    });
+    // Stops the stack's containers that flood their logs, until this ends.
+    let _log_guard = proxy.log_flood.map(|limit| {
+        let run = crate::log_guard::run(
+            proxy.upstream.clone(),
+            proxy.policy.clone(),
+            limit,
+            proxy.serving.max_list_bytes,
+        );
+        AbortOnDrop(tokio::spawn(crate::metrics::with_op("log_guard", run)))
     });
     tokio::pin!(shutdown);
     loop {

@@ -1,7 +1,9 @@
 //! The flags that bound what a stack may spend (`--max-*`, `--min-*`, `--allow-host-port`,
 //! `--allow-log-opt`, and each container's default limits, `--default-*`): configuration,
-//! read into the policy crate's `Spend` and its `Limits`.
+//! read into the policy crate's `Spend` and its `Limits`; and the log guard's limit
+//! (`--log-flood-*`), read into its `LogFlood`.
 
+use sockproxy_policy::log_flood::LogFlood;
 use sockproxy_policy::settings::{parse_duration, ram_in_bytes, Limits, Spend};
 
 /// The flags that set `Spend` (each with a `SOCKPROXY_*` fallback); absent ones keep the
@@ -90,9 +92,22 @@ pub struct SpendArgs {
     /// --default-memory); a create or update past it is refused [default: 128g].
     #[arg(long, env = "SOCKPROXY_MAX_MEMORY")]
     pub max_memory: Option<String>,
+    /// Log lines a second one of the stack's running containers may write, sustained for
+    /// --log-flood-seconds, before the proxy stops it (dockerd spends its own CPU on every
+    /// line, whatever the logging driver); 0 turns the guard off [default: 1000].
+    #[arg(long, env = "SOCKPROXY_LOG_FLOOD_LINES")]
+    pub log_flood_lines: Option<u32>,
+    /// Seconds in a row over --log-flood-lines that stop a container, 1 to 600 [default: 3].
+    #[arg(long, env = "SOCKPROXY_LOG_FLOOD_SECONDS")]
+    pub log_flood_seconds: Option<u32>,
 }
 
 impl SpendArgs {
+    /// The log guard's limit, validated; `None` with `--log-flood-lines 0`.
+    pub fn log_flood(&self) -> Result<Option<LogFlood>, String> {
+        LogFlood::from_flags(self.log_flood_lines, self.log_flood_seconds)
+    }
+
     /// The validated bounds; `Err` is the flag's message.
     pub fn spend(&self) -> Result<Spend, String> {
         let d = Spend::default();

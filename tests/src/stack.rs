@@ -139,6 +139,9 @@ impl StackProxy {
                 dir: dir.pins(),
                 max: sockproxy::pins::DEFAULT_MAX_PINS,
             },
+            // Off unless a test turns it on: its list and samples each second would be
+            // requests the recorders see.
+            log_flood: None,
         };
         let mut cfg = cfg;
         adjust(&mut cfg);

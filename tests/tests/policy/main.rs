@@ -11,7 +11,8 @@
 //! engine expands at every line (`log_templates`), list filters the proxy cannot read or that
 //! would compile too much (`list_filters`), and bind sources pinned against a swap after the
 //! create, across every kind of restart, and a proxy that cannot pin refusing to start (`pins`,
-//! `pins_restarts`, `pins_startup`);
+//! `pins_restarts`, `pins_startup`), and a sandbox flooding its log stopped by the log guard
+//! (`log_flood`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -24,6 +25,7 @@ mod isolation;
 mod limits;
 mod list_filters;
 mod lists;
+mod log_flood;
 mod log_templates;
 mod names;
 mod offline;

@@ -1,0 +1,186 @@
+//! The log guard on the real engine (`--log-flood-lines`, `--log-flood-seconds`): a sandbox that
+//! prints as fast as it can, with or without a TTY, is stopped by its own stack's proxy, stays
+//! stopped whatever its restart policy, and the stop is a decision line naming it; one that logs
+//! steadily under the limit keeps running; started again, a flooder is stopped at its first
+//! second over. Checked on what the engine holds (`State`), through the program as shipped.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sockproxy_tests::engine::{real_engine, Cleanup};
+use sockproxy_tests::step::step;
+use sockproxy_tests::{bins, raw, unique_prefix};
+
+/// The proxy program, killed when dropped.
+struct Program {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Program {
+    /// The log guard's decision lines naming `name`, in order.
+    fn stops(&self, name: &str) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["rule"] == "log_flood" && v["name"] == name)
+            .collect()
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn create(sock: &Path, name: &str, body: &Value) {
+    let b = body.to_string();
+    let r = raw::request(
+        sock,
+        "POST",
+        &format!("/containers/create?name={name}"),
+        Some(b.as_bytes()),
+    )
+    .expect("create answers");
+    assert_eq!(r.status, 201, "{name}: {}", r.text());
+    let r = raw::request(sock, "POST", &format!("/containers/{name}/start"), None)
+        .expect("start answers");
+    assert_eq!(r.status, 204, "{name}: {}", r.text());
+}
+
+fn state(engine: &Path, name: &str) -> Value {
+    let r = raw::get(engine, &format!("/containers/{name}/json")).expect("inspect answers");
+    assert_eq!(r.status, 200, "{name}: {}", r.text());
+    r.json()["State"].clone()
+}
+
+/// Waits (at most 60 s) for `name` to stop running on the engine; its `State` then.
+fn stopped_within(engine: &Path, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = state(engine, name);
+        if s["Running"] == false {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{name} still running: {s}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
+    let Some(e) = real_engine("a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not")
+    else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("stack.sock");
+    let log = dir.path().join("sockproxy.log");
+    let child = Command::new(bins::sockproxy())
+        .arg("--listen")
+        .arg(&sock)
+        .arg("--upstream")
+        .arg(format!("unix://{}", e.socket.display()))
+        .args(["--prefix", &prefix])
+        .args(["--log-flood-lines", "200", "--log-flood-seconds", "2"])
+        .arg("--pin-dir")
+        .arg(dir.path().join("pins"))
+        .env("SOCKPROXY_LOG_FORMAT", "json")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("sockproxy starts");
+    let program = Program { child, log };
+    let started = Instant::now();
+    while !sock.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut clean = Cleanup::new(&e.socket);
+    let flood = clean.container(&format!("{prefix}sandbox-flood"));
+    let tty = clean.container(&format!("{prefix}sandbox-ttyflood"));
+    let steady = clean.container(&format!("{prefix}sandbox-steady"));
+    let run = |cmd: &str, tty: bool| {
+        json!({
+            "Image": e.image, "Cmd": ["sh", "-c", cmd], "Tty": tty,
+            "HostConfig": { "RestartPolicy": { "Name": "always" } },
+        })
+    };
+    // About 20 lines a second: a chatty program, a tenth of the limit.
+    create(
+        &sock,
+        &steady,
+        &run("while :; do echo steady; sleep 0.05; done", false),
+    );
+    create(&sock, &flood, &run("yes flood", false));
+    create(&sock, &tty, &run("yes tty", true));
+
+    step(
+        "both flooders are stopped; a restart policy of always does not bring them back",
+        || {
+            for name in [&flood, &tty] {
+                let s = stopped_within(&e.socket, name);
+                assert_eq!(s["ExitCode"], 137, "{name}: {s}");
+            }
+            std::thread::sleep(Duration::from_secs(3));
+            for name in [&flood, &tty] {
+                let s = state(&e.socket, name);
+                assert_eq!(s["Running"], false, "{name} came back: {s}");
+                assert_eq!(s["Restarting"], false, "{name}: {s}");
+            }
+        },
+    );
+    step("the steady one is still running", || {
+        assert_eq!(state(&e.socket, &steady)["Running"], true);
+    });
+    step(
+        "each stop is one decision line naming the container",
+        || {
+            for name in [&flood, &tty] {
+                let mine = program.stops(name);
+                assert_eq!(mine.len(), 1, "{name}: {mine:?}");
+                assert_eq!(mine[0]["decision"], "stop");
+                assert_eq!(mine[0]["status"], 204);
+                assert_eq!(
+                mine[0]["refusal"],
+                format!(
+                    "sockproxy: container.stop: {name} logged at least 200 lines a second for 2 s (--log-flood-lines 200, --log-flood-seconds 2); stopped"
+                )
+            );
+            }
+            assert_eq!(program.stops(&steady), Vec::<Value>::new());
+        },
+    );
+    step(
+        "started again, a flooder is stopped at its first second over",
+        || {
+            let r = raw::request(&sock, "POST", &format!("/containers/{flood}/start"), None)
+                .expect("start answers");
+            assert_eq!(r.status, 204, "{}", r.text());
+            stopped_within(&e.socket, &flood);
+            // The line follows the engine's answer to the stop.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mine = loop {
+                let mine = program.stops(&flood);
+                if mine.len() >= 2 || Instant::now() > deadline {
+                    break mine;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            assert_eq!(mine.len(), 2, "{mine:?}");
+            assert!(
+                mine[1]["refusal"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("for 1 s")),
+                "{}",
+                mine[1]
+            );
+        },
+    );
+}
