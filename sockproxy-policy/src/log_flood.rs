@@ -17,9 +17,9 @@ pub const MAX_SECONDS: u32 = 600;
 /// The most of one sample's answer that is read: reaching it is over the limit by itself
 /// (a MiB of log in one second, whatever the line count; dockerd cuts lines at 16 KiB).
 pub const SAMPLE_BYTES: usize = 1 << 20;
-/// A container stopped for flooding and started again is stopped at its first second over
-/// the limit for this long after (seconds): a tenant that restarts it in a loop gets a second
-/// of flood per start, not `--log-flood-seconds`.
+/// For this long after one of a stack's containers is stopped for flooding (seconds), any of
+/// its containers is stopped at its first second over the limit: a tenant that starts its
+/// flooder again, or makes another, gets a second of flood each time, not `--log-flood-seconds`.
 pub const REPEAT_WINDOW_SECS: u64 = 600;
 
 /// The limit: `lines` a second for `seconds` seconds in a row.
@@ -90,8 +90,8 @@ pub struct Streak {
 }
 
 impl Streak {
-    /// Folds one sample in. `repeat`: the container was stopped for flooding within
-    /// `REPEAT_WINDOW_SECS`, so one second over stops it.
+    /// Folds one sample in. `repeat`: one of the stack's containers was stopped for flooding
+    /// within `REPEAT_WINDOW_SECS`, so one second over stops it.
     pub fn judge(&mut self, limit: &LogFlood, sample: Sample, repeat: bool) -> Verdict {
         if !sample.over(limit) {
             self.seconds = 0;

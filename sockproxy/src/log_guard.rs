@@ -3,8 +3,9 @@
 //! second, judged by `sockproxy_policy::log_flood`. A container over `--log-flood-lines` for
 //! `--log-flood-seconds` in a row is stopped (`POST /containers/{id}/stop?t=0`, a manual stop,
 //! so no restart policy brings it back) and the stop is a decision line (`decision="stop"`,
-//! `rule="log_flood"`). One stopped before and started again within
-//! `REPEAT_WINDOW_SECS` is stopped at its first second over. Nothing here forwards a client's
+//! `rule="log_flood"`). For `REPEAT_WINDOW_SECS` after a stop, any of the stack's containers
+//! is stopped at its first second over: a tenant gets one long flood, not one per start or
+//! per new sandbox. Nothing here forwards a client's
 //! request; an engine that does not answer only skips a second (no container is stopped on a
 //! doubt).
 
@@ -40,13 +41,12 @@ struct Watched {
 /// Runs the guard until dropped.
 pub async fn run(upstream: Upstream, policy: Policy, limit: LogFlood, max_list: usize) {
     let mut watched: HashMap<String, Watched> = HashMap::new();
-    // Containers stopped for flooding, by ID, and when.
-    let mut stopped: HashMap<String, Instant> = HashMap::new();
+    // When one of the stack's containers was last stopped for flooding.
+    let mut last_stop: Option<Instant> = None;
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        stopped.retain(|_, at| at.elapsed() < Duration::from_secs(REPEAT_WINDOW_SECS));
         let running = match running(&upstream, &policy, max_list.min(MAX_ANSWER)).await {
             Ok(r) => r,
             Err(why) => {
@@ -67,10 +67,11 @@ pub async fn run(upstream: Upstream, policy: Policy, limit: LogFlood, max_list: 
                     continue;
                 }
             };
-            let repeat = stopped.contains_key(&id);
+            let repeat =
+                last_stop.is_some_and(|at| at.elapsed() < Duration::from_secs(REPEAT_WINDOW_SECS));
             if let Verdict::Stop { seconds } = w.streak.judge(&limit, sample, repeat) {
                 stop(&upstream, &policy.stack, &id, &name, &limit, seconds).await;
-                stopped.insert(id.clone(), Instant::now());
+                last_stop = Some(Instant::now());
                 watched.remove(&id);
             }
         }

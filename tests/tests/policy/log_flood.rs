@@ -1,8 +1,8 @@
 //! The log guard on the real engine (`--log-flood-lines`, `--log-flood-seconds`): a sandbox that
 //! prints as fast as it can, with or without a TTY, is stopped by its own stack's proxy, stays
 //! stopped whatever its restart policy, and the stop is a decision line naming it; one that logs
-//! steadily under the limit keeps running; started again, a flooder is stopped at its first
-//! second over. Checked on what the engine holds (`State`), through the program as shipped.
+//! steadily under the limit keeps running; after a stop, a flooder started again or a new one is
+//! stopped at its first second over. Checked on what the engine holds (`State`), through the program as shipped.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -158,29 +158,34 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
         },
     );
     step(
-        "started again, a flooder is stopped at its first second over",
+        "after a stop, a flooder started again or made anew is stopped at its first second over",
         || {
             let r = raw::request(&sock, "POST", &format!("/containers/{flood}/start"), None)
                 .expect("start answers");
             assert_eq!(r.status, 204, "{}", r.text());
-            stopped_within(&e.socket, &flood);
-            // The line follows the engine's answer to the stop.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let mine = loop {
-                let mine = program.stops(&flood);
-                if mine.len() >= 2 || Instant::now() > deadline {
-                    break mine;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            };
-            assert_eq!(mine.len(), 2, "{mine:?}");
-            assert!(
-                mine[1]["refusal"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("for 1 s")),
-                "{}",
-                mine[1]
-            );
+            let another = clean.container(&format!("{prefix}sandbox-flood2"));
+            create(&sock, &another, &run("yes again", false));
+            for (name, count) in [(&flood, 2), (&another, 1)] {
+                stopped_within(&e.socket, name);
+                // The line follows the engine's answer to the stop.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mine = loop {
+                    let mine = program.stops(name);
+                    if mine.len() >= count || Instant::now() > deadline {
+                        break mine;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                };
+                assert_eq!(mine.len(), count, "{name}: {mine:?}");
+                let last = &mine[count - 1];
+                assert!(
+                    last["refusal"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("for 1 s")),
+                    "{last}"
+                );
+            }
+            assert_eq!(state(&e.socket, &steady)["Running"], true);
         },
     );
 }
