@@ -114,7 +114,7 @@ impl Streak {
 /// The words of a stop, for the decision line and the operator.
 pub fn stop_message(name: &str, limit: &LogFlood, seconds: u32) -> String {
     format!(
-        "sockproxy: container.stop: {name} logged at least {} lines a second for {seconds} s \
+        "sockproxy: containers.stop: {name} logged at least {} lines a second for {seconds} s \
          (--log-flood-lines {}, --log-flood-seconds {}); stopped",
         limit.lines, limit.lines, limit.seconds
     )
@@ -337,7 +337,7 @@ mod tests {
         let limit = LogFlood::default();
         assert_eq!(
             stop_message("deer-flow-sandbox-1", &limit, 3),
-            "sockproxy: container.stop: deer-flow-sandbox-1 logged at least 1000 lines a second \
+            "sockproxy: containers.stop: deer-flow-sandbox-1 logged at least 1000 lines a second \
              for 3 s (--log-flood-lines 1000, --log-flood-seconds 3); stopped"
         );
     }

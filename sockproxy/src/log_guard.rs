@@ -3,13 +3,14 @@
 //! second, judged by `sockproxy_policy::log_flood`. A container over `--log-flood-lines` for
 //! `--log-flood-seconds` in a row is stopped (`POST /containers/{id}/stop?t=0`, a manual stop,
 //! so no restart policy brings it back) and the stop is a decision line (`decision="stop"`,
-//! `rule="log_flood"`). For `REPEAT_WINDOW_SECS` after a stop, any of the stack's containers
+//! `rule="log_flood"`), counted in `sockproxy_decisions_total` like every other. For `REPEAT_WINDOW_SECS` after a stop, any of the stack's containers
 //! is stopped at its first second over: a tenant gets one long flood, not one per start or
 //! per new sandbox. Nothing here forwards a client's
 //! request; an engine that does not answer only skips a second (no container is stopped on a
 //! doubt).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::{Request, StatusCode};
@@ -21,6 +22,7 @@ use sockproxy_policy::log_flood::{
 };
 use sockproxy_policy::{Access, Kind, Policy};
 
+use crate::metrics::Metrics;
 use crate::upstream::{self, Upstream};
 
 /// How often each running container is sampled, and how far back a sample reaches.
@@ -39,7 +41,13 @@ struct Watched {
 }
 
 /// Runs the guard until dropped.
-pub async fn run(upstream: Upstream, policy: Policy, limit: LogFlood, max_list: usize) {
+pub async fn run(
+    upstream: Upstream,
+    policy: Policy,
+    limit: LogFlood,
+    max_list: usize,
+    metrics: Arc<Metrics>,
+) {
     let mut watched: HashMap<String, Watched> = HashMap::new();
     // When one of the stack's containers was last stopped for flooding.
     let mut last_stop: Option<Instant> = None;
@@ -71,6 +79,7 @@ pub async fn run(upstream: Upstream, policy: Policy, limit: LogFlood, max_list: 
                 last_stop.is_some_and(|at| at.elapsed() < Duration::from_secs(REPEAT_WINDOW_SECS));
             if let Verdict::Stop { seconds } = w.streak.judge(&limit, sample, repeat) {
                 stop(&upstream, &policy.stack, &id, &name, &limit, seconds).await;
+                metrics.decision("containers.stop", "stop", "log_flood", "log_flood");
                 last_stop = Some(Instant::now());
                 watched.remove(&id);
             }
@@ -224,7 +233,7 @@ async fn stop(
         None,
         &crate::decision_line::Decided {
             method: "POST",
-            op: "container.stop",
+            op: "containers.stop",
             target: &target,
             decision: "stop",
             reason: "log_flood",

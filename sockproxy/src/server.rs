@@ -179,6 +179,7 @@ pub async fn serve(
             proxy.policy.clone(),
             limit,
             proxy.serving.max_list_bytes,
+            proxy.metrics.clone(),
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("log_guard", run)))
     });

@@ -2,7 +2,8 @@
 //! prints as fast as it can, with or without a TTY, is stopped by its own stack's proxy, stays
 //! stopped whatever its restart policy, and the stop is a decision line naming it; one that logs
 //! steadily under the limit keeps running; after a stop, a flooder started again or a new one is
-//! stopped at its first second over. Checked on what the engine holds (`State`), through the program as shipped.
+//! stopped at its first second over; each stop is counted in `sockproxy_decisions_total`.
+//! Checked on what the engine holds (`State`), through the program as shipped.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -91,6 +92,8 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
         .args(["--log-flood-lines", "200", "--log-flood-seconds", "2"])
         .arg("--pin-dir")
         .arg(dir.path().join("pins"))
+        .arg("--metrics-listen")
+        .arg(dir.path().join("metrics.sock"))
         .env("SOCKPROXY_LOG_FORMAT", "json")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
@@ -150,7 +153,7 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
                 assert_eq!(
                 mine[0]["refusal"],
                 format!(
-                    "sockproxy: container.stop: {name} logged at least 200 lines a second for 2 s (--log-flood-lines 200, --log-flood-seconds 2); stopped"
+                    "sockproxy: containers.stop: {name} logged at least 200 lines a second for 2 s (--log-flood-lines 200, --log-flood-seconds 2); stopped"
                 )
             );
             }
@@ -188,4 +191,19 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
             assert_eq!(state(&e.socket, &steady)["Running"], true);
         },
     );
+    step("the stops are counted as decisions", || {
+        let m = raw::get(&dir.path().join("metrics.sock"), "/metrics").expect("metrics answer");
+        let line = m
+            .text()
+            .lines()
+            .find(|l| {
+                l.starts_with("sockproxy_decisions_total{") && l.contains("decision=\"stop\"")
+            })
+            .map(str::to_owned)
+            .unwrap_or_default();
+        assert!(
+            line.contains("reason=\"log_flood\"") && line.ends_with(" 4"),
+            "{line:?}"
+        );
+    });
 }
