@@ -350,8 +350,7 @@ pub struct Config {
     pub metrics_listen: Option<scrape::Listen>,
     /// Where and how many bind sources are pinned (used with `--allow-bind-root`).
     pub pins: crate::pins::PinSettings,
-    /// How fast the stack's containers may log before the log guard stops them; `None`: no
-    /// guard (`--log-flood-lines 0`).
+    /// The log guard's limit (`log_guard`); `None` with `--log-flood-lines 0`.
     pub log_flood: Option<sockproxy_policy::log_flood::LogFlood>,
 }
 
