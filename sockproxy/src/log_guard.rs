@@ -1,13 +1,13 @@
 //! The log guard (I/O): once a second, the stack's running containers (those it may change,
-//! listed as `answers::own_list_path` asks) and, for each, a sample of what it logged in the last
-//! second, judged by `sockproxy_policy::log_flood`. A container over `--log-flood-lines` for
-//! `--log-flood-seconds` in a row is stopped (`POST /containers/{id}/stop?t=0`, a manual stop,
-//! so no restart policy brings it back) and the stop is a decision line (`decision="stop"`,
-//! `rule="log_flood"`), counted in `sockproxy_decisions_total` like every other. For `REPEAT_WINDOW_SECS` after a stop, any of the stack's containers
-//! is stopped at its first second over: a tenant gets one long flood, not one per start or
-//! per new sandbox. Nothing here forwards a client's
-//! request; an engine that does not answer only skips a second (no container is stopped on a
-//! doubt).
+//! listed as `answers::own_list_path` asks) and, for each, a sample of what it logged in the
+//! last second, judged by `sockproxy_policy::log_flood`. A container over `--log-flood-lines`
+//! for `--log-flood-seconds` in a row is stopped (`POST /containers/{id}/stop?t=0`, a manual
+//! stop, so no restart policy brings it back); the stop is a decision line (`decision="stop"`,
+//! `rule="log_flood"`), counted in `sockproxy_decisions_total` like every other. For
+//! `REPEAT_WINDOW_SECS` after a stop, any of the stack's containers is stopped at its first
+//! second over: a tenant gets one long flood, not one per start or per new sandbox. Nothing
+//! here forwards a client's request; an engine that does not answer only skips a second (no
+//! container is stopped on a doubt).
 
 use std::collections::HashMap;
 use std::sync::Arc;
