@@ -51,3 +51,21 @@ pub fn bench() -> PathBuf {
 pub fn sockproxy() -> PathBuf {
     path("sockproxy")
 }
+
+/// The proxy program listening at `listen` in front of the engine at `engine`, for prefix
+/// `prefix`, its output discarded; the caller adds its own flags and where the log goes.
+pub fn sockproxy_command(
+    listen: &std::path::Path,
+    engine: &std::path::Path,
+    prefix: &str,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(sockproxy());
+    cmd.arg("--listen")
+        .arg(listen)
+        .arg("--upstream")
+        .arg(format!("unix://{}", engine.display()))
+        .args(["--prefix", prefix])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    cmd
+}

@@ -5,7 +5,7 @@
 //! queued at exit).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bins;
@@ -58,15 +58,9 @@ fn three_event_loops_serve_clients_at_once_and_drain_on_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("stack.sock");
     let log = dir.path().join("sockproxy.log");
-    let child = Command::new(bins::sockproxy())
-        .arg("--listen")
-        .arg(&sock)
-        .args(["--prefix", "deer-flow-", "--event-loops", "3"])
-        .args(["--shutdown-grace", "3"])
-        .arg("--upstream")
-        .arg(format!("unix://{}", engine.socket().display()))
+    let child = bins::sockproxy_command(&sock, engine.socket(), "deer-flow-")
+        .args(["--event-loops", "3", "--shutdown-grace", "3"])
         .env_remove("SOCKPROXY_LOG")
-        .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("sockproxy starts");

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sockproxy_tests::bins;
@@ -285,16 +285,9 @@ fn the_program_serves_its_metrics_listen_and_refuses_a_bare_address() {
 
     let sock = dir.path().join("stack.sock");
     let m = dir.path().join("metrics.sock");
-    let mut child = Command::new(bins::sockproxy())
-        .arg("--listen")
-        .arg(&sock)
-        .args(["--prefix", "deer-flow-"])
+    let mut child = bins::sockproxy_command(&sock, engine.socket(), "deer-flow-")
         .arg("--metrics-listen")
         .arg(&m)
-        .arg("--upstream")
-        .arg(format!("unix://{}", engine.socket().display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("sockproxy starts");
     let start = Instant::now();

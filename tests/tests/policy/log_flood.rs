@@ -6,7 +6,7 @@
 //! Checked on what the engine holds (`State`), through the program as shipped.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -83,19 +83,13 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("stack.sock");
     let log = dir.path().join("sockproxy.log");
-    let child = Command::new(bins::sockproxy())
-        .arg("--listen")
-        .arg(&sock)
-        .arg("--upstream")
-        .arg(format!("unix://{}", e.socket.display()))
-        .args(["--prefix", &prefix])
+    let child = bins::sockproxy_command(&sock, &e.socket, &prefix)
         .args(["--log-flood-lines", "200", "--log-flood-seconds", "2"])
         .arg("--pin-dir")
         .arg(dir.path().join("pins"))
         .arg("--metrics-listen")
         .arg(dir.path().join("metrics.sock"))
         .env("SOCKPROXY_LOG_FORMAT", "json")
-        .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("sockproxy starts");
