@@ -10,13 +10,19 @@ use sockproxy_tests::stack::StackProxy;
 use sockproxy_tests::unique_prefix;
 
 const SCRIPT: &str = r#"
-import json, sys, docker
+import json, sys, time, docker
 sock, name, image = sys.argv[1], sys.argv[2], sys.argv[3]
 client = docker.DockerClient(base_url="unix://" + sock, version="auto", timeout=60)
 out = {"api": client.version()["ApiVersion"]}
 c = client.containers.run(image, ["sh", "-c", "echo from-py; sleep 600"], name=name, detach=True)
 out["listed"] = sorted(x.name for x in client.containers.list(all=True))
-out["logs"] = c.logs().decode()
+# The container's first line comes once its shell has run, which the start's answer does not
+# wait for: asked until it is there, for at most 20 s.
+for _ in range(200):
+    out["logs"] = c.logs().decode()
+    if out["logs"]:
+        break
+    time.sleep(0.1)
 code, output = c.exec_run(["echo", "exec-ok"])
 out["exec"] = [code, output.decode()]
 c.stop(timeout=1)
