@@ -138,7 +138,7 @@ async fn sample(
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .ok_or("the clock is before 1970")?;
     let last = logs(upstream, id, tty, 1, since).await?;
-    if last.lines == 0 && last.bytes == 0 {
+    if last == Sample::default() {
         return Ok(last);
     }
     logs(upstream, id, tty, limit.lines, since).await

@@ -7,10 +7,11 @@
 
 use std::path::Path;
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use sockproxy_tests::engine::{real_engine, Cleanup};
+use sockproxy_tests::multihost::{wait_for, wait_until};
 use sockproxy_tests::step::step;
 use sockproxy_tests::{bins, raw, unique_prefix};
 
@@ -62,15 +63,10 @@ fn state(engine: &Path, name: &str) -> Value {
 
 /// Waits (at most 60 s) for `name` to stop running on the engine; its `State` then.
 fn stopped_within(engine: &Path, name: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = state(engine, name);
-        if s["Running"] == false {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{name} still running: {s}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_for(&format!("{name} stopped"), 60, || {
+        state(engine, name)["Running"] == false
+    });
+    state(engine, name)
 }
 
 #[test]
@@ -94,11 +90,7 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
         .spawn()
         .expect("sockproxy starts");
     let program = Program { child, log };
-    let started = Instant::now();
-    while !sock.exists() {
-        assert!(started.elapsed() < Duration::from_secs(10), "no socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("the socket", 10, || sock.exists());
     let mut clean = Cleanup::new(&e.socket);
     let flood = clean.container(&format!("{prefix}sandbox-flood"));
     let tty = clean.container(&format!("{prefix}sandbox-ttyflood"));
@@ -165,14 +157,8 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
             for (name, count) in [(&flood, 2), (&another, 1)] {
                 stopped_within(&e.socket, name);
                 // The line follows the engine's answer to the stop.
-                let deadline = Instant::now() + Duration::from_secs(10);
-                let mine = loop {
-                    let mine = program.stops(name);
-                    if mine.len() >= count || Instant::now() > deadline {
-                        break mine;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                };
+                wait_until(10, || program.stops(name).len() >= count);
+                let mine = program.stops(name);
                 assert_eq!(mine.len(), count, "{name}: {mine:?}");
                 let last = &mine[count - 1];
                 assert!(
