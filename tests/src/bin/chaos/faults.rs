@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sockproxy_tests::crash::Rng;
 
+use crate::attribute::Span;
 use crate::dockerd::Dockerd;
 use crate::polite::{held_status, make_held};
 use crate::stacks::Stacks;
@@ -23,7 +24,27 @@ enum Fault {
     RestartDockerd,
 }
 
-/// Runs faults until `end` (or `stop`); the number of lost sandboxes the checks found.
+impl Fault {
+    /// The fault's span: from its start to the end of its recovery window, for the calls of
+    /// the stack it struck (all of them for the engine's restart).
+    fn span(self, from: f64, to: f64) -> Span {
+        let (what, stack) = match self {
+            Fault::KillProxy(k) => ("fault: SIGKILL of its sockproxy, W", Some(k)),
+            Fault::KillServe(k) => ("fault: SIGKILL of its lifecycle serve, W", Some(k)),
+            Fault::RestartDockerd => ("fault: dockerd restart, W", None),
+        };
+        Span {
+            what: what.into(),
+            stack,
+            from,
+            to,
+            own_stack_only: true,
+        }
+    }
+}
+
+/// Runs faults until `end` (or `stop`); the number of lost sandboxes the checks found, and
+/// each fault's span (seconds since `run_start`).
 pub fn run(
     cfg: &Config,
     stacks: &Stacks,
@@ -31,7 +52,8 @@ pub fn run(
     watcher: &Watcher,
     end: Instant,
     stop: &AtomicBool,
-) -> u64 {
+    run_start: Instant,
+) -> (u64, Vec<Span>) {
     let mut rng = Rng::new(cfg.seed ^ 0xfa17);
     // How many fault cycles fit (each a pause, the fault, W and the check), and which one is
     // the dockerd restart: never the first, so a proxy or provider crash is seen on its own.
@@ -46,6 +68,7 @@ pub fn run(
     let mut lost = 0;
     let mut n = 0;
     let mut restarted = false;
+    let mut spans = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let pause = Duration::from_secs(5 + rng.below(11));
         let needs = pause + cfg.window + Duration::from_secs(5);
@@ -69,14 +92,16 @@ pub fn run(
             "fault {n} at {:.0} s: {fault:?}",
             start.elapsed().as_secs_f64()
         );
+        let from = run_start.elapsed().as_secs_f64();
         apply(fault, stacks, engine, watcher);
         std::thread::sleep(cfg.window);
+        spans.push(fault.span(from, run_start.elapsed().as_secs_f64()));
         lost += check(stacks, n);
     }
     if !restarted {
         println!("faults: the run was too short for the dockerd restart");
     }
-    lost
+    (lost, spans)
 }
 
 fn apply(fault: Fault, stacks: &Stacks, engine: &mut Dockerd, watcher: &Watcher) {

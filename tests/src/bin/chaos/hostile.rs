@@ -10,9 +10,11 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use sockproxy_tests::crash::Rng;
 
+use crate::attribute::Span;
 use crate::hostile_egress::HostCanary;
 use crate::hostile_moves::{Move, MOVES};
 use crate::stacks::{Stack, Stacks};
@@ -62,6 +64,9 @@ pub struct Tally {
     pub refused: u64,
     pub cross: u64,
     pub lines: Vec<String>,
+    /// When each move ran, for the report's table of what the well-behaved calls were slow
+    /// beside.
+    pub spans: Vec<Span>,
 }
 
 /// What a move may use.
@@ -94,6 +99,7 @@ pub fn start_all(
     stop: &Arc<AtomicBool>,
     watcher: &Watcher,
     host: &HostCanary,
+    start: Instant,
 ) -> Vec<JoinHandle<Tally>> {
     let max_containers = stacks.all.first().map_or(0, Stack::max_containers);
     let seed = cfg.seed;
@@ -120,13 +126,18 @@ pub fn start_all(
                 };
                 let foreign: Vec<(usize, String)> =
                     tokens.into_iter().filter(|(o, _)| *o != k).collect();
-                tenant(&mut ctx, &moves, &foreign)
+                tenant(&mut ctx, &moves, &foreign, start)
             })
         })
         .collect()
 }
 
-fn tenant(ctx: &mut Ctx<'_>, moves: &[&'static Move], foreign: &[(usize, String)]) -> Tally {
+fn tenant(
+    ctx: &mut Ctx<'_>,
+    moves: &[&'static Move],
+    foreign: &[(usize, String)],
+    start: Instant,
+) -> Tally {
     let mut order: Vec<&Move> = moves.to_vec();
     for i in (1..order.len()).rev() {
         let j = ctx.rng.below(i as u64 + 1) as usize;
@@ -142,7 +153,16 @@ fn tenant(ctx: &mut Ctx<'_>, moves: &[&'static Move], foreign: &[(usize, String)
                 break 'run;
             }
             t.moves += 1;
-            for a in (m.run)(ctx) {
+            let from = start.elapsed().as_secs_f64();
+            let answers = (m.run)(ctx);
+            t.spans.push(Span {
+                what: m.name.to_string(),
+                stack: Some(ctx.me.k),
+                from,
+                to: start.elapsed().as_secs_f64(),
+                own_stack_only: false,
+            });
+            for a in answers {
                 judge(&mut t, m.name, &a, foreign);
             }
         }

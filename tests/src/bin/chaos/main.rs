@@ -7,6 +7,7 @@
 //! when all four counts are 0.
 //! Usage: `.ci/chaos.sh --stacks N --seconds S [--seed K]` (as root).
 
+mod attribute;
 mod dockerd;
 mod faults;
 mod hostile;
@@ -269,19 +270,21 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
         stop.clone(),
     )
     .context("host canary")?;
-    let hostiles = hostile::start_all(&stacks, cfg, &stop, &watcher, &host_canary);
+    let hostiles = hostile::start_all(&stacks, cfg, &stop, &watcher, &host_canary, log.start);
     let fault_stacks = stacks.clone();
+    let run_start = log.start;
     let (fault_cfg, fault_watcher, fault_stop) = (cfg.clone(), watcher.clone(), stop.clone());
     let faults = std::thread::spawn(move || {
-        let lost = faults::run(
+        let (lost, spans) = faults::run(
             &fault_cfg,
             &fault_stacks,
             &mut engine,
             &fault_watcher,
             end,
             &fault_stop,
+            run_start,
         );
-        (engine, lost)
+        (engine, lost, spans)
     });
     polite::run_all(&stacks, &log, &cfg.docker_cli, measure::Phase::Chaos, end);
     stop.store(true, Ordering::SeqCst);
@@ -289,7 +292,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
         .into_iter()
         .map(|h| h.join().unwrap_or_default())
         .collect();
-    let (mut engine, lost) = faults
+    let (mut engine, lost, fault_spans) = faults
         .join()
         .map_err(|_| anyhow::anyhow!("the fault thread panicked"))?;
     let host = sampler.stop();
@@ -332,6 +335,7 @@ fn run(cfg: &Config) -> anyhow::Result<Counts> {
             log: &log,
             host: &host,
             hostile: &hostile_done,
+            fault_spans: &fault_spans,
             cross: &cross,
             leaks: &leaks,
             notes: &notes,

@@ -1,12 +1,15 @@
 //! The report a person reads, printed and written to the run's folder: `report.md` (the run,
-//! the latency table quiet vs chaos, the host, the hostile tenants' tallies, every finding),
-//! `latencies.csv` (every well-behaved call) and `host.csv` (the host every two seconds).
+//! the latency table quiet vs chaos, the host, the hostile tenants' tallies, every finding,
+//! what the well-behaved calls were slow beside), `latencies.csv` (every well-behaved call),
+//! `host.csv` (the host every two seconds) and `moves.csv` (when each hostile move ran and
+//! each fault's recovery window lasted).
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::attribute::{self, Span};
 use crate::hostile::Tally;
 use crate::measure::{quantile, HostPoint, Log, Op, Phase};
 use crate::watch::Found;
@@ -16,6 +19,8 @@ pub struct Inputs<'a> {
     pub log: &'a Log,
     pub host: &'a [HostPoint],
     pub hostile: &'a [Tally],
+    /// Each fault and its recovery window.
+    pub fault_spans: &'a [Span],
     pub cross: &'a Found,
     pub leaks: &'a [String],
     /// What was seen and is not counted (the engine's orphans after the harness's restart).
@@ -118,6 +123,13 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         }
         let _ = writeln!(md);
     }
+    let spans: Vec<Span> = i
+        .hostile
+        .iter()
+        .flat_map(|t| t.spans.iter().cloned())
+        .chain(i.fault_spans.iter().cloned())
+        .collect();
+    beside_table(&mut md, &calls, &spans);
     host_table(&mut md, i.host);
     let _ = writeln!(md, "## Hostile tenants\n");
     let _ = writeln!(md, "| Stack | moves | answers | refused | cross-stack |");
@@ -185,8 +197,39 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         );
     }
     std::fs::write(cfg.report.join("host.csv"), csv).context("host.csv")?;
+    let mut csv = String::from("from_s,to_s,stack,what\n");
+    for sp in &spans {
+        let stack = sp.stack.map_or("all".into(), |k| k.to_string());
+        let _ = writeln!(csv, "{:.3},{:.3},{stack},{}", sp.from, sp.to, sp.what);
+    }
+    std::fs::write(cfg.report.join("moves.csv"), csv).context("moves.csv")?;
     println!("report: {}", cfg.report.display());
     Ok(())
+}
+
+fn beside_table(md: &mut String, calls: &[crate::measure::Call], spans: &[Span]) {
+    let pct = |x: Option<f64>| x.map_or("–".into(), |x| format!("{:+.0}%", 100.0 * x));
+    let _ = writeln!(md, "## What the well-behaved calls were slow beside\n");
+    let _ = writeln!(
+        md,
+        "Each successful chaos-phase call, as a ratio to its own call's quiet median, set \
+         beside every hostile move (of any stack) or fault recovery window (of its own stack; \
+         the engine's restart: every stack) it overlapped. Several tenants move at once, so a \
+         call counts in several rows; the quiet phase's own row is the noise.\n"
+    );
+    let _ = writeln!(md, "| Beside | calls | median change | p90 change |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    for r in attribute::rows(calls, spans) {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            r.what,
+            r.calls,
+            pct(r.p50_change),
+            pct(r.p90_change)
+        );
+    }
+    let _ = writeln!(md);
 }
 
 fn host_table(md: &mut String, host: &[HostPoint]) {
