@@ -3,7 +3,8 @@
 //! `--log-flood-seconds`). dockerd copies, splits and encodes every line a container writes on
 //! the engine's own CPU, which every stack shares, whatever the logging driver: a sandbox
 //! printing as fast as it can keeps dockerd near a whole core while the container itself is held
-//! to its CPU limit. The transport samples each running container once a second with
+//! to its CPU limit. The transport samples each running container once a second (four times a
+//! second within the repeat window) with
 //! `GET /containers/{id}/logs?tail=LINES&since=<a second ago>`; `Lines` counts the answer
 //! (dockerd's multiplexed stream, or the raw one of a TTY container) and `Streak::judge` says
 //! whether the container goes on, is over the limit, or is stopped.
@@ -21,6 +22,23 @@ pub const SAMPLE_BYTES: usize = 1 << 20;
 /// its containers is stopped at its first second over the limit: a tenant that starts its
 /// flooder again, or makes another, gets a second of flood each time, not `--log-flood-seconds`.
 pub const REPEAT_WINDOW_SECS: u64 = 600;
+/// How often the stack's running containers are sampled (milliseconds): once a second, and
+/// within the repeat window four times a second. Each sample still reaches back a whole
+/// second, so the limit is the same; a repeat flooder is only seen sooner: its first second's
+/// worth of lines is written within a fraction of a second, and every moment it runs holds
+/// dockerd near a core.
+pub const PERIOD_MS: u64 = 1000;
+pub const REPEAT_PERIOD_MS: u64 = 250;
+
+/// The pause before the next sample: `REPEAT_PERIOD_MS` while the stack is within the repeat
+/// window, `PERIOD_MS` otherwise.
+pub fn period_ms(repeat: bool) -> u64 {
+    if repeat {
+        REPEAT_PERIOD_MS
+    } else {
+        PERIOD_MS
+    }
+}
 
 /// The limit: `lines` a second for `seconds` seconds in a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,6 +348,22 @@ mod tests {
             let got = samples.iter().map(|x| s.judge(&limit, *x, repeat)).last();
             assert_eq!(got, Some(want), "{samples:?} repeat={repeat}");
         }
+    }
+
+    #[test]
+    fn a_repeat_flooder_is_sampled_four_times_as_often_over_the_same_second() {
+        assert_eq!(period_ms(false), 1000);
+        assert_eq!(period_ms(true), 250);
+        // Within the repeat window a sample over the limit stops at once, whatever the period.
+        let mut s = Streak::default();
+        let over = Sample {
+            lines: 1000,
+            bytes: 9000,
+        };
+        assert_eq!(
+            s.judge(&LogFlood::default(), over, true),
+            Verdict::Stop { seconds: 1 }
+        );
     }
 
     #[test]

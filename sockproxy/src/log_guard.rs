@@ -5,7 +5,9 @@
 //! stop, so no restart policy brings it back); the stop is a decision line (`decision="stop"`,
 //! `rule="log_flood"`), counted in `sockproxy_decisions_total` like every other. For
 //! `REPEAT_WINDOW_SECS` after a stop, any of the stack's containers is stopped at its first
-//! second over: a tenant gets one long flood, not one per start or per new sandbox. Nothing
+//! second over, and the stack is sampled every `REPEAT_PERIOD_MS` (each sample still reaching
+//! back a second): a tenant gets one long flood, not one per start or per new sandbox, and a
+//! repeat is seen within a quarter second. Nothing
 //! here forwards a client's request; an engine that does not answer only skips a second (no
 //! container is stopped on a doubt).
 
@@ -18,15 +20,15 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use sockproxy_policy::facts::{own_list_path, own_objects};
 use sockproxy_policy::log_flood::{
-    stop_message, Lines, LogFlood, Sample, Streak, Verdict, REPEAT_WINDOW_SECS,
+    period_ms, stop_message, Lines, LogFlood, Sample, Streak, Verdict, REPEAT_WINDOW_SECS,
 };
 use sockproxy_policy::{Access, Kind, Policy};
 
 use crate::metrics::Metrics;
 use crate::upstream::{self, Upstream};
 
-/// How often each running container is sampled, and how far back a sample reaches.
-const PERIOD: Duration = Duration::from_secs(1);
+/// How far back a sample reaches.
+const REACH: Duration = Duration::from_secs(1);
 /// An engine call of the guard that takes longer is given up (the second is skipped).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most of a list or an inspect the guard reads.
@@ -51,10 +53,18 @@ pub async fn run(
     let mut watched: HashMap<String, Watched> = HashMap::new();
     // When one of the stack's containers was last stopped for flooding.
     let mut last_stop: Option<Instant> = None;
-    let mut tick = tokio::time::interval(PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next = tokio::time::Instant::now();
     loop {
-        tick.tick().await;
+        let repeat =
+            last_stop.is_some_and(|at| at.elapsed() < Duration::from_secs(REPEAT_WINDOW_SECS));
+        let period = Duration::from_millis(period_ms(repeat));
+        // A round that ran long is followed by a whole period, not a burst of catching up.
+        next += period;
+        let now = tokio::time::Instant::now();
+        if next <= now {
+            next = now + period;
+        }
+        tokio::time::sleep_until(next).await;
         let running = match running(&upstream, &policy, max_list.min(MAX_ANSWER)).await {
             Ok(r) => r,
             Err(why) => {
@@ -134,7 +144,7 @@ async fn sample(
         }
     };
     let since = SystemTime::now()
-        .checked_sub(PERIOD)
+        .checked_sub(REACH)
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .ok_or("the clock is before 1970")?;
     let last = logs(upstream, id, tty, 1, since).await?;

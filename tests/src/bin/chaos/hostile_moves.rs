@@ -380,10 +380,16 @@ fn hog(ctx: &mut Ctx<'_>) -> Vec<Answer> {
     )
 }
 
+/// The end of the log flood's sandbox name (`sandbox_run` names it `{prefix}sandbox-h-logs`),
+/// by which the watcher times each flood.
+pub const LOG_FLOOD_SANDBOX: &str = "sandbox-h-logs";
+/// How long the log flood's sandbox is left to run before the move removes it.
+pub const LOG_FLOOD_SECS: u64 = 8;
+
 fn logs(ctx: &mut Ctx<'_>) -> Vec<Answer> {
     let host =
         json!({"LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"}}});
-    sandbox_run(ctx, "logs", "yes chaos-log-flood", host, 8)
+    sandbox_run(ctx, "logs", "yes chaos-log-flood", host, LOG_FLOOD_SECS)
 }
 
 /// From inside its own sandbox: every other stack's canary address on 8080, whose answer

@@ -11,6 +11,7 @@ use anyhow::Context;
 
 use crate::attribute::{self, Span};
 use crate::hostile::Tally;
+use crate::hostile_moves::LOG_FLOOD_SECS;
 use crate::measure::{quantile, HostPoint, Log, Op, Phase};
 use crate::watch::Found;
 use crate::{Config, Counts};
@@ -141,11 +142,9 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
             t.stack, t.moves, t.answers, t.refused, t.cross
         );
     }
-    let _ = writeln!(
-        md,
-        "\nEngine events judged: {}.\n\n## Findings\n",
-        i.cross.events
-    );
+    let _ = writeln!(md, "\nEngine events judged: {}.\n", i.cross.events);
+    flood_runs(&mut md, &i.cross.flood_runs);
+    let _ = writeln!(md, "## Findings\n");
     let findings: Vec<&String> = i
         .cross
         .lines
@@ -230,6 +229,28 @@ fn beside_table(md: &mut String, calls: &[crate::measure::Call], spans: &[Span])
         );
     }
     let _ = writeln!(md);
+}
+
+/// How long the log floods lasted, as the engine's events saw them.
+fn flood_runs(md: &mut String, runs: &[f64]) {
+    let mut v = runs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+        v.get(rank - 1).map_or("–".into(), |x| format!("{x:.2}"))
+    };
+    let whole = LOG_FLOOD_SECS as f64;
+    let _ = writeln!(
+        md,
+        "Log floods (the move's `yes` sandbox, start to die in the engine's events): {} ran, \
+         for p50 {} s, p90 {} s, at most {} s; {} ran the move's whole {whole:.0} s (not \
+         stopped by the log guard).\n",
+        v.len(),
+        q(0.5),
+        q(0.9),
+        q(1.0),
+        v.iter().filter(|x| **x >= whole).count()
+    );
 }
 
 fn host_table(md: &mut String, host: &[HostPoint]) {

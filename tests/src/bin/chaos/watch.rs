@@ -24,6 +24,9 @@ pub struct Found {
     pub count: u64,
     pub lines: Vec<String>,
     pub events: u64,
+    /// How long each of the hostile tenants' log-flood sandboxes ran, start to die, in
+    /// seconds (the engine's own event times): the log guard's reaction, as the engine saw it.
+    pub flood_runs: Vec<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -32,6 +35,8 @@ struct Shared {
     canaries: Vec<(usize, String, String)>,
     found: Found,
     names: HashMap<String, String>,
+    /// The start time (ns) of each running log-flood sandbox, by ID.
+    flood_started: HashMap<String, u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -164,6 +169,21 @@ impl Watcher {
                 let name = attrs["name"].as_str().unwrap_or_default().to_owned();
                 if !name.is_empty() {
                     g.names.insert(id.clone(), name.clone());
+                }
+                if name.ends_with(crate::hostile_moves::LOG_FLOOD_SANDBOX) {
+                    let at = v["timeNano"].as_u64().unwrap_or_default();
+                    match action {
+                        "start" => {
+                            g.flood_started.insert(id.clone(), at);
+                        }
+                        "die" => {
+                            if let Some(from) = g.flood_started.remove(&id) {
+                                let secs = at.saturating_sub(from) as f64 / 1e9;
+                                g.found.flood_runs.push(secs);
+                            }
+                        }
+                        _ => {}
+                    }
                 }
                 if let Some(k) = stack_of(&g, &name) {
                     let label = attrs["sockproxy.stack"].as_str();
