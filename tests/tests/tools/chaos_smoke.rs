@@ -2,7 +2,8 @@
 //! restricted, for 120 s of hostile tenants and faults after a quiet phase, on a dockerd of its
 //! own in a network namespace of its own. What it asserts is the run's counts, from its one
 //! summary line: no cross-stack effect, no lost sandbox, nothing leaked, no panic, and exit 0;
-//! and that the report holds deer-flow's docker-CLI replay in both phases. Its latencies are a
+//! and that the report holds deer-flow's docker-CLI replay in both phases, every hostile move's
+//! spans (`moves.csv`) and the log floods timed from the engine's events. Its latencies are a
 //! benchmark figure (docs/benchmarks.md), never judged here.
 
 use std::path::Path;
@@ -83,6 +84,29 @@ fn a_short_chaos_run_counts_no_cross_stack_effect_loss_leak_or_panic() {
     assert!(
         runs.len() > 3 && !runs[2].starts_with("0 ") && !runs[3].starts_with("0 "),
         "no docker CLI replay in the report: {cli_row:?}\n{md}"
+    );
+    // What the calls were slow beside: every hostile move of every stack has its spans in
+    // moves.csv and its row in the table, and the log floods were timed from the engine's
+    // events (each stopped or removed, so each has a run time).
+    let moves = std::fs::read_to_string(report.path().join("moves.csv")).unwrap_or_default();
+    for what in ["log flood", "fork bomb", "container flood", "lists"] {
+        assert!(
+            (0..3).all(|k| moves.lines().any(|l| l.ends_with(&format!(",{k},{what}")))),
+            "moves.csv has no {what:?} span for every stack:\n{moves}"
+        );
+        assert!(
+            md.contains(&format!("\n| {what} | ")),
+            "no {what:?} row:\n{md}"
+        );
+    }
+    let floods = md
+        .lines()
+        .find_map(|l| l.strip_prefix("Log floods (the move's `yes` sandbox"))
+        .and_then(|l| l.split_once("): ")?.1.split_once(" ran,"))
+        .and_then(|(n, _)| n.parse::<u32>().ok());
+    assert!(
+        floods.is_some_and(|n| n >= 3),
+        "floods timed: {floods:?}\n{md}"
     );
     // The plots a person reads: PNG files of the size the program draws.
     for name in ["latency.png", "host.png"] {

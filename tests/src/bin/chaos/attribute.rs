@@ -39,6 +39,8 @@ pub struct Row {
     pub calls: usize,
     pub p50_change: Option<f64>,
     pub p90_change: Option<f64>,
+    /// The share of them slower than their call's quiet p99 (about 0.01 with no effect).
+    pub over_p99: Option<f64>,
 }
 
 /// The quiet phase's own row first (what the same figures are with nothing hostile), then
@@ -49,17 +51,24 @@ pub fn rows(calls: &[Call], spans: &[Span]) -> Vec<Row> {
     for c in calls.iter().filter(|c| c.ok && c.phase == Phase::Quiet) {
         quiet.entry(c.op).or_default().push(c.took);
     }
-    let medians: BTreeMap<Op, f64> = quiet
+    // Each call's quiet median and p99.
+    let quiet: BTreeMap<Op, (f64, Duration)> = quiet
         .into_iter()
         .filter_map(|(op, mut v)| {
             v.sort();
             let m = quantile(&v, 0.5)?.as_secs_f64();
-            (m > 0.0).then_some((op, m))
+            (m > 0.0).then_some((op, (m, quantile(&v, 0.99)?)))
         })
         .collect();
-    let ratio = |c: &Call| medians.get(&c.op).map(|m| c.took.as_secs_f64() / m);
     let row = |what: String, beside: &mut dyn Iterator<Item = &Call>| {
-        let mut r: Vec<f64> = beside.filter_map(&ratio).collect();
+        let mut r: Vec<f64> = Vec::new();
+        let mut over = 0usize;
+        for c in beside {
+            if let Some((m, p99)) = quiet.get(&c.op) {
+                r.push(c.took.as_secs_f64() / m);
+                over += usize::from(c.took > *p99);
+            }
+        }
         r.sort_by(f64::total_cmp);
         // The same rank as `measure::quantile`, so the two tables read alike.
         let less_one = |q: f64| {
@@ -71,6 +80,7 @@ pub fn rows(calls: &[Call], spans: &[Span]) -> Vec<Row> {
             calls: r.len(),
             p50_change: less_one(0.5),
             p90_change: less_one(0.9),
+            over_p99: (!r.is_empty()).then(|| over as f64 / r.len() as f64),
         }
     };
     let chaos: Vec<&Call> = calls
@@ -182,6 +192,12 @@ mod tests {
             (none.p90_change.unwrap_or(0.0) - 0.1).abs() < 1e-6,
             "{none:?}"
         );
+        // Over the quiet p99 (10 ms for the list, 500 ms for the create): the flood's both,
+        // the kill's one, and of the untouched calls the 11 ms list only.
+        assert_eq!(flood.over_p99, Some(1.0));
+        assert_eq!(kill.over_p99, Some(1.0));
+        assert_eq!(none.over_p99, Some(0.5));
+        assert_eq!(by["(the quiet phase)"].over_p99, Some(0.0));
     }
 
     #[test]
@@ -195,5 +211,6 @@ mod tests {
         assert_eq!(rows[1].calls, 1);
         assert_eq!(rows[2].calls, 0);
         assert_eq!(rows[2].p50_change, None);
+        assert_eq!(rows[2].over_p99, None);
     }
 }

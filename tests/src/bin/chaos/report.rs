@@ -213,19 +213,25 @@ fn beside_table(md: &mut String, calls: &[crate::measure::Call], spans: &[Span])
         md,
         "Each successful chaos-phase call, as a ratio to its own call's quiet median, set \
          beside every hostile move (of any stack) or fault recovery window (of its own stack; \
-         the engine's restart: every stack) it overlapped. Several tenants move at once, so a \
-         call counts in several rows; the quiet phase's own row is the noise.\n"
+         the engine's restart: every stack) it overlapped, and the share of them slower than \
+         their call's quiet p99. Several tenants move at once, so a call counts in several \
+         rows; the quiet phase's own row is the noise.\n"
     );
-    let _ = writeln!(md, "| Beside | calls | median change | p90 change |");
-    let _ = writeln!(md, "|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| Beside | calls | median change | p90 change | over the quiet p99 |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|");
     for r in attribute::rows(calls, spans) {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             r.what,
             r.calls,
             pct(r.p50_change),
-            pct(r.p90_change)
+            pct(r.p90_change),
+            r.over_p99
+                .map_or("–".into(), |x| format!("{:.1}%", 100.0 * x))
         );
     }
     let _ = writeln!(md);
