@@ -70,11 +70,7 @@ pub fn rows(calls: &[Call], spans: &[Span]) -> Vec<Row> {
             }
         }
         r.sort_by(f64::total_cmp);
-        // The same rank as `measure::quantile`, so the two tables read alike.
-        let less_one = |q: f64| {
-            let rank = ((q * r.len() as f64).ceil() as usize).clamp(1, r.len().max(1));
-            r.get(rank - 1).map(|x| x - 1.0)
-        };
+        let less_one = |q: f64| quantile(&r, q).map(|x| x - 1.0);
         Row {
             what,
             calls: r.len(),

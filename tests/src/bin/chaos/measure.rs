@@ -234,7 +234,7 @@ fn shims(root: &str) -> u64 {
 }
 
 /// The `q` quantile (0..=1) of `sorted`, nearest rank.
-pub fn quantile(sorted: &[Duration], q: f64) -> Option<Duration> {
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
     if sorted.is_empty() {
         return None;
     }

@@ -241,10 +241,7 @@ fn beside_table(md: &mut String, calls: &[crate::measure::Call], spans: &[Span])
 fn flood_runs(md: &mut String, runs: &[f64]) {
     let mut v = runs.to_vec();
     v.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
-        v.get(rank - 1).map_or("–".into(), |x| format!("{x:.2}"))
-    };
+    let q = |p: f64| quantile(&v, p).map_or("–".into(), |x| format!("{x:.2}"));
     let whole = LOG_FLOOD_SECS as f64;
     let _ = writeln!(
         md,
