@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::scope::Scope;
 use crate::spend::Spend;
+use crate::subnet_pool::NetworkPool;
 
 /// Default cap on `HostConfig.ShmSize` (1 GiB).
 pub const DEFAULT_MAX_SHM: u64 = 1 << 30;
@@ -46,6 +47,9 @@ pub struct CreateRules {
     pub require_stack_label: bool,
     /// Bounds on what a request may make the engine and the proxy spend (docs/architecture.md, "What a stack may spend").
     pub spend: Spend,
+    /// Where the stack's networks get their subnets (`--network-pool`); without it, the
+    /// engine's own pools.
+    pub network_pool: Option<NetworkPool>,
 }
 
 impl Default for CreateRules {
@@ -64,6 +68,7 @@ impl Default for CreateRules {
             allow_images: vec![],
             require_stack_label: false,
             spend: Spend::default(),
+            network_pool: None,
         }
     }
 }

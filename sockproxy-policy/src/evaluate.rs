@@ -142,6 +142,8 @@ pub enum Fact {
     /// Every container the stack sees, in any state, with its memory limit: what the
     /// per-stack totals count.
     Usage(Vec<crate::limits::Usage>),
+    /// Every IPv4 subnet the engine's networks hold (`facts::network_subnets`).
+    Subnets(Vec<ipnet::Ipv4Net>),
 }
 
 /// What the decisions read about an inspected container or network, owned.
@@ -203,6 +205,10 @@ pub enum Need {
     /// held until the request is answered, so two creates are never counted against the same
     /// total.
     Usage,
+    /// Every IPv4 subnet the engine's networks hold (`Fact::Subnets`), for a network create
+    /// under `--network-pool`; gathered under the stack's lock, so two of the stack's creates
+    /// never choose the same subnet.
+    Subnets,
 }
 
 /// What is sent to the engine as the request's body.

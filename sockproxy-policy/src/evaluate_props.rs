@@ -138,6 +138,7 @@ impl World<'_> {
                 }
                 Fact::StackNetwork(crate::stack_net::Held::read(made.to_string().as_bytes()).ok()?)
             }
+            Need::Subnets => Fact::Subnets(vec![]),
             Need::Usage => Fact::Usage(vec![crate::limits::Usage {
                 id: ID.into(),
                 name: self.name.into(),

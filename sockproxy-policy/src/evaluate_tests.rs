@@ -472,3 +472,58 @@ fn each_fact_is_asked_for_once() {
         ]
     );
 }
+
+#[test]
+fn under_a_network_pool_a_network_create_asks_for_the_engines_subnets_and_gets_one_of_the_pool() {
+    let pool = crate::subnet_pool::NetworkPool::new("10.213.0.0/16".parse().expect("cidr"), 24)
+        .expect("pool");
+    let pooled = Policy {
+        scope: Scope::new(Prefix::parse("deer-flow-").expect("valid"), true),
+        create_rules: CreateRules {
+            network_pool: Some(pool),
+            ..CreateRules::default()
+        },
+        ..policy()
+    };
+    let create = "/networks/create";
+    let body = serde_json::json!({ "Name": "deer-flow-sandbox-egress-1", "Driver": "bridge" });
+    let mut found = facts([(Need::Body, Fact::Body(body.clone()))]);
+    assert_eq!(
+        plan(eval_in(&pooled, Method::POST, create, &found)).need,
+        Need::Subnets
+    );
+    found.give(
+        Need::Subnets,
+        Fact::Subnets(vec!["10.213.0.0/24".parse().expect("cidr")]),
+    );
+    let Sent::Checked(sent) = plan(eval_in(&pooled, Method::POST, create, &found)).body else {
+        panic!("a checked body");
+    };
+    assert_eq!(
+        sent["IPAM"],
+        serde_json::json!({ "Driver": "default", "Config": [{ "Subnet": "10.213.1.0/24", "Gateway": "10.213.1.1" }] })
+    );
+    // The stack still names no subnet of its own, pool or not.
+    let chosen = serde_json::json!({ "Name": "deer-flow-sandbox-egress-1",
+        "IPAM": { "Config": [{ "Subnet": "10.213.9.0/24" }] } });
+    let found = facts([(Need::Body, Fact::Body(chosen))]);
+    assert_eq!(
+        eval_in(&pooled, Method::POST, create, &found)
+            .outcome
+            .map(|_| ()),
+        Err(Refusal::Setting {
+            op: "networks.create".into(),
+            why: "IPAM.Config is not allowed for this stack".into()
+        })
+    );
+    // Without a pool nothing more is asked.
+    let restricted = Policy {
+        create_rules: CreateRules::default(),
+        ..pooled
+    };
+    let found = facts([(Need::Body, Fact::Body(body))]);
+    assert_eq!(
+        plan(eval_in(&restricted, Method::POST, create, &found)).need,
+        Need::Nothing
+    );
+}

@@ -55,6 +55,7 @@ mod spend;
 mod spend_host;
 mod stack_net;
 mod steps;
+mod subnet_pool;
 mod volumes;
 mod write_rules;
 
@@ -74,14 +75,19 @@ pub use crate::scope::{Access, Kind, Prefix, PrefixError, Scope, STACK_LABEL};
 /// inspect (`Named`), an exec instance's inspect (`ExecInfo`), the list of the stack's own
 /// objects (`own_list_path` asks for it, `own_objects` keeps what the stack may see), a JSON
 /// body (`parse_body`, the key rule), the stack's own network (`stack_network` names it,
-/// `stack_network_body` is what makes it, `StackNetwork` reads its inspect) and a container's
-/// memory limit for the totals (`Usage`).
+/// `stack_network_body` is what makes it, `StackNetwork` reads its inspect), a container's
+/// memory limit for the totals (`Usage`) and the subnets the engine's networks hold
+/// (`network_subnets`, for `--network-pool`).
 pub mod facts {
     pub use crate::answers::{
         own_list_path, own_objects, parse_body, ExecInfo, Named, Own, ARCHIVE_SAFE_API,
     };
     pub use crate::limits::Usage;
     pub use crate::stack_net::{create_body as stack_network_body, Held as StackNetwork};
+    pub use crate::subnet_pool::{
+        assigned as assigned_subnet, held as network_subnets, overlap as subnet_overlap,
+        Assigned as AssignedSubnet,
+    };
 
     /// The name of the stack's own network (`{P}net`).
     pub fn stack_network(policy: &crate::Policy) -> String {
@@ -121,4 +127,5 @@ pub mod settings {
     pub use crate::seccomp::{canonical as canonical_seccomp, Canonical};
     pub use crate::spend::{parse_duration, show_duration, Spend};
     pub use crate::spend_host::ram_in_bytes;
+    pub use crate::subnet_pool::NetworkPool;
 }

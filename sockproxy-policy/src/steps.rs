@@ -121,9 +121,18 @@ pub(crate) fn run(
             let forwarded = bind_pins(checked, facts, policy)?;
             Ok(Done::sent(Sent::Checked(forwarded)))
         }
-        Route::CreateNetwork => Ok(Done::sent(Sent::Checked(
-            crate::write_rules::network_create(body()?, &policy.scope, &policy.stack)?,
-        ))),
+        Route::CreateNetwork => {
+            let mut checked =
+                crate::write_rules::network_create(body()?, &policy.scope, &policy.stack)?;
+            if let Some(pool) = &rules.network_pool {
+                match facts.get(&Need::Subnets) {
+                    None => return Err(Stop::Need(Need::Subnets)),
+                    Some(Fact::Subnets(held)) => pool.assign(op, held, &mut checked)?,
+                    Some(_) => return Err(misplaced()),
+                }
+            }
+            Ok(Done::sent(Sent::Checked(checked)))
+        }
         Route::List(Kind::Container) => {
             let Some(raw) = target
                 .query

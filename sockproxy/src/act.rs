@@ -46,6 +46,9 @@ impl Proxy {
                 self.forward(parts, upstream::empty(), path, None).await
             }
             Route::VolumeList => self.volume_list(parts, target).await,
+            Route::CreateNetwork if self.policy.create_rules.network_pool.is_some() => {
+                self.create_pooled_network(plan, ex).await
+            }
             Route::CreateContainer | Route::CreateNetwork => {
                 let body = checked(plan)?.unwrap_or_default();
                 // Forwarded: the engine's answer settles the pins. One that never comes

@@ -137,6 +137,20 @@ pub struct Args {
         env = "SOCKPROXY_ALLOW_DEFAULT_BRIDGE"
     )]
     pub allow_default_bridge: bool,
+    /// An IPv4 range of this stack's own (e.g. 10.213.0.0/16) its networks get their subnets
+    /// and gateways from; without it the engine picks, and dockerd before 23.0 may not start
+    /// again after a restart during a network removal (docs/sockproxy.md, "Network subnets").
+    #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_NETWORK_POOL")]
+    #[serde(skip)]
+    pub network_pool: Option<String>,
+    /// The prefix length of each network's subnet cut from --network-pool [default: 24].
+    #[arg(
+        help_heading = "Create policy",
+        long,
+        env = "SOCKPROXY_NETWORK_POOL_SIZE"
+    )]
+    #[serde(skip)]
+    pub network_pool_size: Option<u8>,
     /// Treat a container or network without this stack's `sockproxy.stack` label as another
     /// stack's (not listed, inspected, changed or joined; its events dropped), and refuse named
     /// volumes: for stacks that share a prefix.
@@ -271,6 +285,8 @@ mod turned_off {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error("--network-pool: {0}")]
+    NetworkPool(String),
     #[error("--prefix: {0}")]
     Prefix(#[from] PrefixError),
     #[error("--upstream {0:?}: only unix:// addresses are supported")]
@@ -465,6 +481,11 @@ impl Config {
                 allow_images: allow_images.clone(),
                 require_stack_label: args.require_stack_label,
                 spend,
+                network_pool: crate::pooled_create::settings(
+                    args.network_pool.as_deref(),
+                    args.network_pool_size,
+                )
+                .map_err(ConfigError::NetworkPool)?,
             },
             name_cache: !args.no_name_cache,
             allow_images,

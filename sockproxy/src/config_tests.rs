@@ -178,3 +178,56 @@ fn an_unread_policy_file_is_refused() {
         )
     );
 }
+
+#[test]
+fn the_network_pool_is_read_once_with_its_size() {
+    let pool = |extra: &[&str]| {
+        Config::from_args(args(extra), None)
+            .map(|c| {
+                c.create_rules
+                    .network_pool
+                    .map(|p| (p.pool().to_string(), p.prefix_len()))
+            })
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(pool(&[]), Ok(None));
+    assert_eq!(
+        pool(&["--network-pool", "10.213.0.0/16"]),
+        Ok(Some(("10.213.0.0/16".into(), 24)))
+    );
+    assert_eq!(
+        pool(&[
+            "--network-pool",
+            "10.213.0.0/16",
+            "--network-pool-size",
+            "28"
+        ]),
+        Ok(Some(("10.213.0.0/16".into(), 28)))
+    );
+    let refused = [
+        (
+            &["--network-pool", "10.213.0.0"][..],
+            "--network-pool: \"10.213.0.0\" is not an IPv4 range (a.b.c.d/n)",
+        ),
+        (
+            &["--network-pool", "fd00::/64"][..],
+            "--network-pool: \"fd00::/64\" is not an IPv4 range (a.b.c.d/n)",
+        ),
+        (
+            &[
+                "--network-pool",
+                "10.213.0.0/16",
+                "--network-pool-size",
+                "30",
+            ][..],
+            "--network-pool: --network-pool-size 30 must be between the pool's own (16) and 29",
+        ),
+        (
+            &["--network-pool-size", "24"][..],
+            "--network-pool: --network-pool-size needs --network-pool",
+        ),
+    ];
+    for (extra, want) in refused {
+        assert_eq!(pool(extra), Err(want.to_owned()), "{extra:?}");
+    }
+}

@@ -42,7 +42,8 @@ pub(crate) struct Exchange<'a> {
     /// forwards the create, and the engine's answer settles them; still here when the request
     /// ends, the create was not forwarded and they are released (`release_pins`).
     pub pins: Option<crate::pins::PinSet<'a>>,
-    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`, `Need::Usage`):
+    /// The stack's lock, once a fact gathered under it (`Need::StackNetwork`, `Need::Usage`,
+    /// `Need::Subnets`):
     /// held until the request is answered.
     stack_lock: Option<crate::stack_lock::Held>,
 }
@@ -238,6 +239,10 @@ impl Gather for Exchange<'_> {
             Need::Usage => {
                 self.hold_stack_lock().await?;
                 crate::stack_facts::usage(self.proxy, version).await
+            }
+            Need::Subnets => {
+                self.hold_stack_lock().await?;
+                crate::stack_facts::subnets(self.proxy, version).await
             }
             Need::Own(kind) => {
                 let own = self.proxy.own_objects(*kind, version).await?;

@@ -36,6 +36,7 @@ pub mod pin_dir;
 pub mod pin_watch;
 pub mod pins;
 pub mod policy_file;
+mod pooled_create;
 pub mod props;
 pub mod proxy;
 mod refused;

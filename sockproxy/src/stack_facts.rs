@@ -1,7 +1,8 @@
 //! The facts a create gathers about the stack as a whole, under the stack's lock
 //! (`stack_lock`, taken by `exchange`): its own network as the engine holds it, made first when
 //! the engine holds none (`Need::StackNetwork`), and its containers with their memory limits
-//! (`Need::Usage`). What the network is made with, and whether the one found may be used, is
+//! (`Need::Usage`), and the subnets every network on the engine holds (`Need::Subnets`, for
+//! `--network-pool`). What the network is made with, and whether the one found may be used, is
 //! the policy's (`facts::stack_network_body`, `evaluate`); nothing here decides. At shutdown
 //! the network goes when nothing names it (`retire_network`), so a stack taken down leaves
 //! nothing on the engine.
@@ -17,7 +18,7 @@ use crate::upstream;
 /// Cap on one inspect answer (as `exchange`'s).
 const MAX_INSPECT: usize = 8 << 20;
 /// Cap on the engine's answer to a network create.
-const MAX_CREATED: usize = 64 << 10;
+pub(crate) const MAX_CREATED: usize = 64 << 10;
 
 /// The stack's network as the engine holds it; made (with the policy's body) when the engine
 /// answers its inspect with 404.
@@ -27,23 +28,27 @@ pub(crate) async fn stack_network(proxy: &Proxy, version: Option<&str>) -> Resul
     if let Some(held) = inspect(proxy, &v, &name).await? {
         return Ok(Fact::StackNetwork(held));
     }
-    let body = serde_json::to_vec(&facts::stack_network_body(&proxy.policy))
-        .map_err(|e| Refusal::Upstream(e.to_string()))?;
-    let mut req = Request::builder()
-        .method(Method::POST)
-        .uri(format!("{v}/networks/create"))
-        .body(upstream::full(body))
-        .map_err(|e| Refusal::Upstream(e.to_string()))?;
-    req.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let resp = proxy.upstream.send(req).await.map_err(upstream_err)?;
-    let (answer, _) = proxy
-        .upstream
-        .read_budgeted(resp, MAX_CREATED, None)
-        .await
-        .map_err(upstream_err)?;
+    // Under `--network-pool` it gets a subnet of the pool, as the stack's other networks do.
+    let body = facts::stack_network_body(&proxy.policy);
+    let send = |body: Vec<u8>| async {
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{v}/networks/create"))
+            .body(upstream::full(body))
+            .map_err(|e| Refusal::Upstream(e.to_string()))?;
+        req.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let resp = proxy.upstream.send(req).await.map_err(upstream_err)?;
+        let (answer, _) = proxy
+            .upstream
+            .read_budgeted(resp, MAX_CREATED, None)
+            .await
+            .map_err(upstream_err)?;
+        Ok(answer)
+    };
+    let answer = crate::pooled_create::create(proxy, &v, "networks.create", body, send).await?;
     match answer.status {
         StatusCode::CREATED => {
             tracing::info!(network = %name, stack = %proxy.policy.stack, "made the stack's network");
@@ -61,6 +66,29 @@ pub(crate) async fn stack_network(proxy: &Proxy, version: Option<&str>) -> Resul
         Some(held) => Ok(Fact::StackNetwork(held)),
         None => Err(Refusal::Upstream(format!(
             "the stack's network {name} was made, then not found"
+        ))),
+    }
+}
+
+/// Every IPv4 subnet the engine's networks hold, for a create under `--network-pool`: the
+/// whole engine's, not the stack's (a subnet another stack holds is not free), and never
+/// shown to the stack.
+pub(crate) async fn subnets(proxy: &Proxy, version: Option<&str>) -> Result<Fact, Refusal> {
+    held_subnets(proxy, &vprefix(version))
+        .await
+        .map(Fact::Subnets)
+}
+
+pub(crate) async fn held_subnets(proxy: &Proxy, v: &str) -> Result<Vec<ipnet::Ipv4Net>, Refusal> {
+    let answer = proxy
+        .upstream
+        .get(&format!("{v}/networks"), MAX_INSPECT)
+        .await
+        .map_err(upstream_err)?;
+    match answer.status {
+        StatusCode::OK => facts::network_subnets(&answer.body),
+        status => Err(Refusal::Upstream(format!(
+            "listing the engine's networks for --network-pool: the engine answered {status}"
         ))),
     }
 }

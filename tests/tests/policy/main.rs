@@ -12,7 +12,8 @@
 //! would compile too much (`list_filters`), and bind sources pinned against a swap after the
 //! create, across every kind of restart, and a proxy that cannot pin refusing to start (`pins`,
 //! `pins_restarts`, `pins_startup`), and a sandbox flooding its log stopped by the log guard
-//! (`log_flood`);
+//! (`log_flood`), and the stack's networks given subnets of the operator's pool, which keeps a
+//! dockerd 20.10 restarted during a network removal able to start (`network_pool`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
@@ -28,6 +29,7 @@ mod lists;
 mod log_flood;
 mod log_templates;
 mod names;
+mod network_pool;
 mod offline;
 mod pins;
 mod pins_restarts;

@@ -148,6 +148,13 @@ impl Stacks {
 }
 
 /// A token part no one guesses from the seed alone (the seed is printed).
+/// Stack `k`'s range: the `k`th /20 of 10.200.0.0/13 (256 networks of /28 each, apart from
+/// dockerd's own pool and every other stack's).
+pub fn network_pool(k: usize) -> String {
+    let base = u32::from(std::net::Ipv4Addr::new(10, 200, 0, 0)) + ((k as u32 % 128) << 12);
+    format!("{}/20", std::net::Ipv4Addr::from(base))
+}
+
 pub fn canary_salt(seed: u64, k: usize) -> u64 {
     let mut r = sockproxy_tests::crash::Rng::new(
         seed ^ (k as u64 + 1).wrapping_mul(0x9e37_79b9) ^ u64::from(std::process::id()),
@@ -201,7 +208,16 @@ impl Stack {
                 "--max-container-cpus",
                 "0.5",
             ])
-            .args(["--default-memory", "256m", "--max-container-memory", "256m"]);
+            .args(["--default-memory", "256m", "--max-container-memory", "256m"])
+            // Its networks' subnets named, so the run's dockerd restart (Debian 12's 20.10)
+            // never finds a network record it cannot read back (docs/sockproxy.md, "Network
+            // subnets").
+            .args([
+                "--network-pool",
+                &network_pool(self.k),
+                "--network-pool-size",
+                "28",
+            ]);
         if self.restricted {
             cmd.arg("--restricted");
         }
