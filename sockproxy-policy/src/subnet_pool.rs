@@ -23,6 +23,26 @@ use crate::refusal::Refusal;
 /// The smallest subnet a pool is cut into: a network, its gateway, a sandbox and its sidecar.
 pub const MAX_PREFIX_LEN: u8 = 29;
 
+/// Label bytes (keys and values) one network may carry under a pool: every pooled create reads
+/// the engine's whole network list, which a stack's labels would otherwise grow past any cap.
+pub const MAX_LABEL_BYTES: usize = 16 << 10;
+
+/// Ranges a pool may not touch: a bridge there would take this network's "this host",
+/// loopback, link-local (where a cloud's metadata service answers) or multicast and reserved
+/// addresses on the host.
+const SPECIAL: [(&str, &str); 4] = [
+    ("0.0.0.0/8", "this network"),
+    ("127.0.0.0/8", "loopback"),
+    (
+        "169.254.0.0/16",
+        "link-local, where a cloud's metadata service answers",
+    ),
+    ("224.0.0.0/3", "multicast and reserved"),
+];
+
+/// dockerd's IPAM's words for an explicit subnet another network's pool overlaps.
+const POOL_OVERLAP: &str = "Pool overlaps with other one on this address space";
+
 /// `--network-pool` cut into subnets of `prefix_len` bits (`--network-pool-size`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NetworkPool {
@@ -41,6 +61,12 @@ impl NetworkPool {
     /// A pool cut into `/prefix_len` subnets; refused when they do not fit in it or leave no
     /// room for a gateway and two members.
     pub fn new(pool: Ipv4Net, prefix_len: u8) -> Result<Self, String> {
+        for (special, what) in SPECIAL {
+            let special: Ipv4Net = special.parse().map_err(|_| special.to_owned())?;
+            if overlaps(&pool, &special) {
+                return Err(format!("{pool} overlaps {special} ({what})"));
+            }
+        }
         if prefix_len < pool.prefix_len() || prefix_len > MAX_PREFIX_LEN {
             return Err(format!(
                 "--network-pool-size {prefix_len} must be between the pool's own ({}) and {MAX_PREFIX_LEN}",
@@ -74,8 +100,33 @@ impl NetworkPool {
     }
 
     /// A checked network create with its `IPAM` set to a free subnet of the pool; refused
-    /// when none is free. Also the transport's, for a subnet the engine refused (`overlap`).
+    /// when none is free, when it asks for IPv6 (whose subnet would be the engine's choice,
+    /// and its record as unreadable after a cut-short removal), or when its labels are over
+    /// `MAX_LABEL_BYTES`. Also the transport's, for a subnet the engine refused (`overlap`).
     pub fn assign(&self, op: &str, held: &[Ipv4Net], body: &mut Value) -> Result<(), Refusal> {
+        let setting = |why: String| Refusal::Setting { op: op.into(), why };
+        let Value::Object(o) = body else {
+            return Err(Refusal::BadRequest(format!("{op}: body is not an object")));
+        };
+        if o.get("EnableIPv6") == Some(&Value::Bool(true)) {
+            return Err(setting(
+                "EnableIPv6 true is not allowed for this stack under --network-pool (its IPv6 subnet would be the engine's choice)".into(),
+            ));
+        }
+        let label_bytes: usize = o
+            .get("Labels")
+            .and_then(Value::as_object)
+            .map(|l| {
+                l.iter()
+                    .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+                    .sum()
+            })
+            .unwrap_or(0);
+        if label_bytes > MAX_LABEL_BYTES {
+            return Err(setting(format!(
+                "Labels of {label_bytes} bytes are not allowed for this stack's networks (at most {MAX_LABEL_BYTES})"
+            )));
+        }
         let Some(assigned) = self.choose(held) else {
             return Err(Refusal::Setting {
                 op: op.into(),
@@ -85,9 +136,7 @@ impl NetworkPool {
                 ),
             });
         };
-        if let Value::Object(o) = body {
-            o.insert("IPAM".into(), assigned.ipam());
-        }
+        o.insert("IPAM".into(), assigned.ipam());
         Ok(())
     }
 }
@@ -117,11 +166,20 @@ pub fn assigned(body: &Value) -> Option<Ipv4Net> {
 /// words for a pool taken in the address space, or the bridge driver's for a bridge it keeps
 /// that no network record names (one whose create an engine restart cut short, dockerd
 /// 20.10). The subnet is then passed over, since nothing the engine lists shows it taken.
+/// Matched whole, so a network name in another answer ("network with name X already exists")
+/// can never read as one.
 pub fn overlap(status: u16, body: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(body);
+    #[derive(Deserialize)]
+    struct Message {
+        message: String,
+    }
+    let Ok(Message { message: m }) = serde_json::from_slice::<Message>(body) else {
+        return false;
+    };
     status == 403
-        && (text.contains("Pool overlaps with other one on this address space")
-            || text.contains("networks have overlapping IPv4"))
+        && (m == POOL_OVERLAP
+            || (m.starts_with("cannot create network ")
+                && m.ends_with(": networks have overlapping IPv4")))
 }
 
 fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
@@ -230,6 +288,20 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_touching_the_hosts_special_ranges_is_refused() {
+        for (cidr, why) in [
+            ("0.0.0.0/0", "0.0.0.0/0 overlaps 0.0.0.0/8 (this network)"),
+            ("127.0.0.0/16", "127.0.0.0/16 overlaps 127.0.0.0/8 (loopback)"),
+            ("169.254.169.0/24", "169.254.169.0/24 overlaps 169.254.0.0/16 (link-local, where a cloud's metadata service answers)"),
+            ("160.0.0.0/4", "160.0.0.0/4 overlaps 169.254.0.0/16 (link-local, where a cloud's metadata service answers)"),
+            ("239.1.0.0/16", "239.1.0.0/16 overlaps 224.0.0.0/3 (multicast and reserved)"),
+        ] {
+            assert_eq!(NetworkPool::new(net(cidr), 29), Err(why.to_owned()), "{cidr}");
+        }
+        assert!(NetworkPool::new(net("100.64.0.0/16"), 24).is_ok());
+    }
+
+    #[test]
     fn a_size_outside_the_pool_or_too_small_for_a_sandbox_is_refused() {
         assert!(NetworkPool::new(net("10.213.0.0/16"), 15).is_err());
         assert!(NetworkPool::new(net("10.213.0.0/16"), 30).is_err());
@@ -248,6 +320,20 @@ mod tests {
             body["IPAM"],
             json!({ "Driver": "default", "Config": [{ "Subnet": "10.213.0.0/24", "Gateway": "10.213.0.1" }] })
         );
+        let mut v6 = json!({ "Name": "n", "EnableIPv6": true });
+        assert!(pool("10.213.0.0/16", 24)
+            .assign("networks.create", &[], &mut v6)
+            .expect_err("v6")
+            .to_string()
+            .contains("EnableIPv6 true is not allowed for this stack under --network-pool"));
+        let mut big = json!({ "Name": "n", "Labels": { "k": "x".repeat(MAX_LABEL_BYTES) } });
+        assert_eq!(
+            pool("10.213.0.0/16", 24)
+                .assign("networks.create", &[], &mut big)
+                .expect_err("labels")
+                .to_string(),
+            "sockproxy: networks.create: Labels of 16385 bytes are not allowed for this stack's networks (at most 16384)"
+        );
         let full = pool("10.213.0.0/24", 24)
             .assign("networks.create", &[net("10.213.0.0/24")], &mut body)
             .expect_err("full");
@@ -259,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_engines_overlap_refusals_are_told_from_its_others() {
-        let table: [(u16, &str, bool); 5] = [
+        let table: [(u16, &str, bool); 7] = [
             (
                 403,
                 r#"{"message":"Pool overlaps with other one on this address space"}"#,
@@ -279,6 +365,17 @@ mod tests {
             (
                 500,
                 r#"{"message":"Pool overlaps with other one on this address space"}"#,
+                false,
+            ),
+            // A name the client chose, inside another answer.
+            (
+                403,
+                r#"{"message":"network with name p-Pool overlaps with other one on this address space already exists"}"#,
+                false,
+            ),
+            (
+                403,
+                r#"{"message":"network with name p-: networks have overlapping IPv4 already exists"}"#,
                 false,
             ),
         ];

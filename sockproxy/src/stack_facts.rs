@@ -80,9 +80,11 @@ pub(crate) async fn subnets(proxy: &Proxy, version: Option<&str>) -> Result<Fact
 }
 
 pub(crate) async fn held_subnets(proxy: &Proxy, v: &str) -> Result<Vec<ipnet::Ipv4Net>, Refusal> {
+    // A list, capped as lists are (`--max-list-bytes`): labels are what make it long, and a
+    // pooled network's are bounded (`NetworkPool::assign`).
     let answer = proxy
         .upstream
-        .get(&format!("{v}/networks"), MAX_INSPECT)
+        .get(&format!("{v}/networks"), proxy.serving.max_list_bytes)
         .await
         .map_err(upstream_err)?;
     match answer.status {
