@@ -104,6 +104,33 @@ fn a_stacks_networks_get_the_next_free_subnet_of_its_pool_and_none_past_its_end(
         assert_eq!(ipam(&e, &again), pair("10.213.2.0/24", "10.213.2.1"));
     });
     step(
+        "IPv6 (in Go's any-case spelling) and oversized labels refused, nothing made",
+        || {
+            let v6 = format!("{p}sandbox-egress-v6");
+            let body = json!({ "Name": v6, "enableipv6": true });
+            let r = send(proxy.socket(), "POST", "/networks/create", &body);
+            assert_eq!(r.status, 403, "{}", r.text());
+            assert!(
+                r.text()
+                    .contains("EnableIPv6 true is not allowed for this stack under --network-pool"),
+                "{}",
+                r.text()
+            );
+            assert_eq!(inspect(&e, "networks", &v6).status, 404);
+            let big = format!("{p}sandbox-egress-big");
+            let body = json!({ "Name": big, "Labels": { "k": "x".repeat(16 << 10) } });
+            let r = send(proxy.socket(), "POST", "/networks/create", &body);
+            assert_eq!(r.status, 403, "{}", r.text());
+            assert!(
+                r.text()
+                    .contains("are not allowed for this stack's networks (at most 16384)"),
+                "{}",
+                r.text()
+            );
+            assert_eq!(inspect(&e, "networks", &big).status, 404);
+        },
+    );
+    step(
         "the last /24, then a refusal naming the pool, and nothing made",
         || {
             let last = format!("{p}sandbox-egress-c");
