@@ -40,6 +40,53 @@ pub fn period_ms(repeat: bool) -> u64 {
     }
 }
 
+/// The file in `--state-dir` that holds when one of the stack's containers was last stopped
+/// for flooding, so that a restarted proxy keeps the repeat window (a tenant whose proxy was
+/// killed gets no second long flood).
+pub const MEMORY_FILE: &str = "log-flood-stop";
+
+/// What the memory file's text says: the Unix time (seconds) of the stack's last stop for
+/// flooding, as `memory_text` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recalled {
+    /// No file: no stop remembered.
+    Nothing,
+    At(u64),
+    /// A file the proxy did not write as it is (cut short, edited): read as a stop just now.
+    Unreadable,
+}
+
+/// The memory file's text for a stop at `unix_secs`.
+pub fn memory_text(unix_secs: u64) -> String {
+    format!("{unix_secs}\n")
+}
+
+/// Reads the memory file's text (`None`: no file).
+pub fn recall(text: Option<&str>) -> Recalled {
+    match text {
+        None => Recalled::Nothing,
+        Some(t) => t
+            .strip_suffix('\n')
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse().ok())
+            .map_or(Recalled::Unreadable, Recalled::At),
+    }
+}
+
+/// How much of the repeat window is left at `now` (Unix seconds) after what was recalled. A
+/// file that cannot be read, or a stop later than `now` (the clock was set back), opens a whole
+/// window: the guard errs towards stopping a flooder sooner, never towards a longer flood.
+pub fn window_left(recalled: Recalled, now: u64) -> Option<u64> {
+    match recalled {
+        Recalled::Nothing => None,
+        Recalled::Unreadable => Some(REPEAT_WINDOW_SECS),
+        Recalled::At(at) if at > now => Some(REPEAT_WINDOW_SECS),
+        Recalled::At(at) => REPEAT_WINDOW_SECS
+            .checked_sub(now - at)
+            .filter(|left| *left > 0),
+    }
+}
+
 /// The limit: `lines` a second for `seconds` seconds in a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogFlood {
@@ -364,6 +411,32 @@ mod tests {
             s.judge(&LogFlood::default(), over, true),
             Verdict::Stop { seconds: 1 }
         );
+    }
+
+    /// A restarted proxy reads back the last stop: what is left of its window, a whole window
+    /// for a file it cannot read or a time in the future, none once the window has passed.
+    #[test]
+    fn the_memory_table() {
+        let now = 1_800_000_000;
+        let w = REPEAT_WINDOW_SECS;
+        let cases: [(Option<&str>, Option<u64>); 11] = [
+            (None, None),
+            (Some(&memory_text(now)), Some(w)),
+            (Some(&memory_text(now - 1)), Some(w - 1)),
+            (Some(&memory_text(now - w + 1)), Some(1)),
+            (Some(&memory_text(now - w)), None),
+            (Some(&memory_text(0)), None),
+            (Some(&memory_text(now + 3600)), Some(w)),
+            (Some(""), Some(w)),
+            (Some("1800000000"), Some(w)),
+            (Some("-5\n"), Some(w)),
+            (Some("99999999999999999999999\n"), Some(w)),
+        ];
+        for (text, want) in cases {
+            assert_eq!(window_left(recall(text), now), want, "{text:?}");
+        }
+        assert_eq!(recall(Some("42\n")), Recalled::At(42));
+        assert_eq!(recall(Some(" 42\n")), Recalled::Unreadable);
     }
 
     #[test]

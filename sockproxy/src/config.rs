@@ -8,8 +8,9 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::bind_root::check_bind_root;
+pub use crate::config_error::{ConfigError, MAX_WORKER_THREADS};
 use sockproxy_policy::settings::{normalize_image, CreateRules};
-use sockproxy_policy::{Prefix, PrefixError, Scope};
+use sockproxy_policy::{Prefix, Scope};
 
 const DEFAULT_UPSTREAM: &str = "unix:///var/run/docker.sock";
 /// Largest list answer the proxy buffers to filter; over it the list fails closed (502).
@@ -111,6 +112,12 @@ pub struct Args {
     #[arg(help_heading = "Create policy", long, env = "SOCKPROXY_PIN_DIR")]
     #[serde(skip)]
     pub pin_dir: Option<PathBuf>,
+    /// A directory only the proxy writes, where it keeps what should outlive a restart: when
+    /// the log guard last stopped one of the stack's containers, so a restarted proxy keeps the
+    /// repeat window (docs/sockproxy.md, "The log guard") [default: none, kept in memory].
+    #[arg(help_heading = "Limits", long, env = "SOCKPROXY_STATE_DIR")]
+    #[serde(skip)]
+    pub state_dir: Option<PathBuf>,
     /// Let containers publish ports on addresses other than loopback.
     #[arg(
         help_heading = "Create policy",
@@ -283,49 +290,6 @@ mod turned_off {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("--network-pool: {0}")]
-    NetworkPool(String),
-    #[error("--prefix: {0}")]
-    Prefix(#[from] PrefixError),
-    #[error("--upstream {0:?}: only unix:// addresses are supported")]
-    Upstream(String),
-    #[error("--socket-mode {0:?}: expected octal permission bits such as 0660")]
-    SocketMode(String),
-    #[error("--socket-group {0:?}: no such group")]
-    SocketGroup(String),
-    #[error("--socket-group {0:?}: {1}")]
-    GroupLookup(String, String),
-    #[error("--allow-bind-root {0:?}: must be an absolute path without '..'")]
-    BindRoot(PathBuf),
-    #[error("--allow-bind-root {0:?}: the proxy cannot see it ({1}); mount it into the proxy's container at the same path")]
-    BindRootMissing(PathBuf, String),
-    #[error("--allow-bind-root {0:?}: must be the directory's real path ({1:?}), with no symbolic link in it")]
-    BindRootNotCanonical(PathBuf, PathBuf),
-    #[error("--allow-bind-root {0:?}: must be on a mount with nosuid and nodev (its mount allows {1}): a sandbox is root in what it binds and could leave a set-user-ID program or a device node there for the host; e.g. `mount --bind {0:?} {0:?} && mount -o remount,bind,nosuid,nodev {0:?}`")]
-    BindRootSuid(PathBuf, String),
-    #[error("--allow-seccomp-profile {0:?}: {1}")]
-    SeccompProfile(String, String),
-    #[error("--allow-publish-address {0:?}: expected an IP address such as 172.30.0.1")]
-    PublishAddress(String),
-    #[error("--min-api-version {0:?}: expected MAJOR.MINOR, at least 1.24")]
-    MinApiVersion(String),
-    #[error("--policy {0:?}: {1}")]
-    PolicyFile(PathBuf, String),
-    #[error("--worker-threads {0}: expected 1 to {MAX_WORKER_THREADS}")]
-    WorkerThreads(usize),
-    #[error("{0}")]
-    Spend(String),
-    #[error("--metrics-listen {0}")]
-    MetricsListen(#[from] scrape::ListenError),
-    #[error("--pin-dir: {0}")]
-    PinDir(String),
-}
-
-/// More workers than this would only add threads: each is a whole core's worth of work.
-pub const MAX_WORKER_THREADS: usize = 64;
-
 /// One worker: on a two-core host shared with dockerd a second one made `/_ping` cost 24-28 µs
 /// of CPU instead of 19.4-19.6, with fewer requests answered (docs/benchmarks.md, "Issue 39"):
 /// the request's task and the engine connection's task woke each other across threads.
@@ -368,6 +332,8 @@ pub struct Config {
     pub pins: crate::pins::PinSettings,
     /// The log guard's limit (`log_guard`); `None` with `--log-flood-lines 0`.
     pub log_flood: Option<sockproxy_policy::log_flood::LogFlood>,
+    /// Where the proxy keeps what outlives a restart (`--state-dir`), checked writable.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -439,6 +405,12 @@ impl Config {
             .collect();
         let pins = crate::pins::settings(args.pin_dir, args.max_bind_pins, &stack)
             .map_err(ConfigError::PinDir)?;
+        let state_dir = args
+            .state_dir
+            .as_deref()
+            .map(crate::log_guard::state_dir)
+            .transpose()
+            .map_err(ConfigError::StateDir)?;
         Ok(Self {
             // Clap requires it unless --print-policy, which never listens.
             listen: args.listen.unwrap_or_default(),
@@ -492,6 +464,7 @@ impl Config {
             metrics_listen,
             pins,
             log_flood,
+            state_dir,
         })
     }
 }

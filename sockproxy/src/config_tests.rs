@@ -231,3 +231,40 @@ fn the_network_pool_is_read_once_with_its_size() {
         assert_eq!(pool(extra), Err(want.to_owned()), "{extra:?}");
     }
 }
+
+/// `--state-dir` is made if missing and checked writable once, at start; a path the proxy
+/// cannot keep a file in stops the start with the reason.
+#[test]
+fn the_state_dir_is_made_and_checked_at_start() {
+    let tmp = tempfile::tempdir().expect("dir");
+    let dir = tmp.path().join("a/b");
+    let arg = dir.to_string_lossy().into_owned();
+    let cfg = Config::from_args(args(&["--state-dir", &arg]), None).expect("valid");
+    assert_eq!(cfg.state_dir.as_deref(), Some(dir.as_path()));
+    assert!(dir.is_dir());
+    assert_eq!(
+        std::fs::read_dir(&dir).expect("listed").count(),
+        0,
+        "the probe is gone"
+    );
+    assert_eq!(
+        Config::from_args(args(&[]), None).expect("valid").state_dir,
+        None
+    );
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"").expect("file");
+    let refused = |p: &str| {
+        Config::from_args(args(&["--state-dir", p]), None)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        refused("state"),
+        Err("--state-dir state: must be an absolute path".into())
+    );
+    let f = file.to_string_lossy().into_owned();
+    assert_eq!(
+        refused(&f),
+        Err(format!("--state-dir {f}: File exists (os error 17)"))
+    );
+}

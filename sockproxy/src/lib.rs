@@ -8,8 +8,9 @@
 //! the stack's network and its totals, under `stack_lock`), evaluate again, until the plan is
 //! final. Then it acts (`act`): forwards (`forward`), cuts lists (`lists`), streams the stack's events (`event_stream`), and answers refusals
 //! (`refused`). Beside requests, `log_guard` stops the stack's containers that flood their logs
-//! (`sockproxy_policy::log_flood`). `wire` is the body type both sides carry. `config`, `policy_file`,
-//! `spend_args` and `seccomp_profile` read the flags and the policy file; `metrics` holds the
+//! (`sockproxy_policy::log_flood`), keeping its last stop in `--state-dir`. `wire` is the body type
+//! both sides carry. `config`, `policy_file`, `spend_args` and `seccomp_profile` read the flags
+//! and the policy file (`config_error` says why they do not make a `Config`); `metrics` holds the
 //! metric families and what `--metrics-listen` serves; `decision_line` is the one `tracing`
 //! event per decision, written by tracing-subscriber's `fmt` layer, written whole to stderr
 //! (the binary's `main`).
@@ -18,6 +19,7 @@ mod bind_root;
 pub mod body;
 mod client_body;
 pub mod config;
+pub mod config_error;
 mod decide;
 pub mod decision_line;
 mod engine;

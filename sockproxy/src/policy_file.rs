@@ -54,6 +54,7 @@ pub fn over(flags: Args, text: &str) -> Result<Args, String> {
         policy: flags.policy,
         print_policy: flags.print_policy,
         pin_dir: flags.pin_dir,
+        state_dir: flags.state_dir,
         network_pool: flags.network_pool,
         network_pool_size: flags.network_pool_size,
         ..both

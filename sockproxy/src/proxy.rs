@@ -61,6 +61,8 @@ pub struct Proxy {
     pub stack_lock: crate::stack_lock::StackLock,
     /// The log guard's limit (`log_guard`); `None`: no guard.
     pub log_flood: Option<sockproxy_policy::log_flood::LogFlood>,
+    /// Where the log guard keeps its last stop (`--state-dir`); `None`: in memory only.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// What bounds the clients the proxy serves and the lists it buffers for them.

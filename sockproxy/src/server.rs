@@ -127,6 +127,7 @@ pub fn proxy_for(cfg: &Config, pins: Option<crate::pins::Pins>) -> Arc<Proxy> {
         pins: pins.map(Arc::new),
         stack_lock: crate::stack_lock::StackLock::new(cfg.stack_lock.clone()),
         log_flood: cfg.log_flood,
+        state_dir: cfg.state_dir.clone(),
     })
 }
 
@@ -180,6 +181,10 @@ pub async fn serve(
             limit,
             proxy.serving.max_list_bytes,
             proxy.metrics.clone(),
+            proxy
+                .state_dir
+                .as_deref()
+                .map(crate::log_guard::Memory::in_dir),
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("log_guard", run)))
     });

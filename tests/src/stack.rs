@@ -142,6 +142,7 @@ impl StackProxy {
             // Off unless a test turns it on: its list and samples each second would be
             // requests the recorders see.
             log_flood: None,
+            state_dir: None,
         };
         let mut cfg = cfg;
         adjust(&mut cfg);

@@ -187,3 +187,105 @@ fn a_sandbox_flooding_its_log_is_stopped_and_a_steady_one_is_not() {
         );
     });
 }
+
+/// The proxy with the log guard at 200 lines a second for 3 s, its log in `log`.
+fn guard(
+    e: &sockproxy_tests::engine::Engine,
+    sock: &Path,
+    prefix: &str,
+    log: &Path,
+    state: &Path,
+) -> Program {
+    let child = bins::sockproxy_command(sock, &e.socket, prefix)
+        .args(["--log-flood-lines", "200", "--log-flood-seconds", "3"])
+        .arg("--state-dir")
+        .arg(state)
+        .env("SOCKPROXY_LOG_FORMAT", "json")
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .expect("sockproxy starts");
+    let program = Program {
+        child,
+        log: log.to_path_buf(),
+    };
+    wait_for("the socket", 10, || sock.exists());
+    program
+}
+
+/// The seconds over the limit `program`'s one stop of `name` names.
+fn stopped_after(engine: &Path, program: &Program, name: &str) -> String {
+    stopped_within(engine, name);
+    wait_until(10, || !program.stops(name).is_empty());
+    let mine = program.stops(name);
+    assert_eq!(mine.len(), 1, "{name}: {mine:?}");
+    let m = mine[0]["refusal"].as_str().unwrap_or_default().to_owned();
+    m.split(" a second for ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_proxy_killed_and_started_again_keeps_the_repeat_window_in_its_state_dir() {
+    let Some(e) =
+        real_engine("a_proxy_killed_and_started_again_keeps_the_repeat_window_in_its_state_dir")
+    else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let dir = tempfile::tempdir().expect("dir");
+    let kept_in = dir.path().join("state");
+    let mut clean = Cleanup::new(&e.socket);
+    let flood =
+        |n: usize| json!({ "Image": e.image, "Cmd": ["sh", "-c", format!("yes flood{n}")] });
+    let first = clean.container(&format!("{prefix}sandbox-flood1"));
+    let second = clean.container(&format!("{prefix}sandbox-flood2"));
+    let third = clean.container(&format!("{prefix}sandbox-flood3"));
+
+    let mut program = guard(
+        &e,
+        &dir.path().join("a.sock"),
+        &prefix,
+        &dir.path().join("a.log"),
+        &kept_in,
+    );
+    step(
+        "a first flood is stopped after the full 3 s, and the stop is kept on disk",
+        || {
+            create(&dir.path().join("a.sock"), &first, &flood(1));
+            assert_eq!(stopped_after(&e.socket, &program, &first), "3 s");
+            let kept =
+                std::fs::read_to_string(kept_in.join("log-flood-stop")).expect("the memory file");
+            assert!(kept.trim_end().parse::<u64>().is_ok(), "{kept:?}");
+        },
+    );
+    step("killed (SIGKILL) and started again on the same --state-dir, the proxy stops the next flooder at its first second over", || {
+        let _ = program.child.kill();
+        let _ = program.child.wait();
+        program = guard(&e, &dir.path().join("b.sock"), &prefix, &dir.path().join("b.log"), &kept_in);
+        create(&dir.path().join("b.sock"), &second, &flood(2));
+        assert_eq!(stopped_after(&e.socket, &program, &second), "1 s");
+        let log = std::fs::read_to_string(dir.path().join("b.log")).unwrap_or_default();
+        assert!(log.contains("stopped for flooding before this start"), "{log}");
+    });
+    step(
+        "the control: started again on an empty --state-dir, the flooder gets the full 3 s",
+        || {
+            let _ = program.child.kill();
+            let _ = program.child.wait();
+            program = guard(
+                &e,
+                &dir.path().join("c.sock"),
+                &prefix,
+                &dir.path().join("c.log"),
+                &dir.path().join("empty"),
+            );
+            create(&dir.path().join("c.sock"), &third, &flood(3));
+            assert_eq!(stopped_after(&e.socket, &program, &third), "3 s");
+        },
+    );
+    for name in [&first, &second, &third] {
+        assert_eq!(state(&e.socket, name)["ExitCode"], 137, "{name}");
+    }
+}
