@@ -5,11 +5,12 @@
 //! engine restart cut short), again with the next free one, passing over `MAX_PASSED` subnets
 //! at most. Without it passed over, every create would choose that subnet again and fail. The
 //! caller holds the stack's lock, so no other create of the stack chooses meanwhile.
-//! Also here: the two flags read into the policy's `NetworkPool` (`settings`).
+//! Also here: the engine's network list read for the subnets it holds (`held_subnets`, the
+//! `Need::Subnets` fact too) and the two flags read into the policy's `NetworkPool` (`settings`).
 
 use std::future::Future;
 
-use http::Response;
+use http::{Response, StatusCode};
 use serde_json::Value;
 use sockproxy_policy::settings::NetworkPool;
 use sockproxy_policy::{facts, Plan, Refusal, Sent};
@@ -21,6 +22,8 @@ use crate::upstream::{Body, Buffered};
 
 /// Subnets one create may pass over before the engine's refusal goes back to the client.
 pub(crate) const MAX_PASSED: usize = 8;
+/// Cap on the engine's answer to a network create.
+pub(crate) const MAX_CREATED: usize = 64 << 10;
 
 /// Sends `body` (with `send`, which returns the engine's answer read whole), under the pool
 /// when there is one.
@@ -39,7 +42,7 @@ where
     let mut passed = Vec::new();
     if let Some(pool) = &pool {
         if facts::assigned_subnet(&body).is_none() {
-            let held = crate::stack_facts::held_subnets(proxy, v).await?;
+            let held = held_subnets(proxy, v).await?;
             pool.assign(op, &held, &mut body)?;
         }
     }
@@ -60,7 +63,7 @@ where
             "the engine refused a subnet of --network-pool that none of its listed networks holds; passing it over"
         );
         passed.push(subnet);
-        let mut held = crate::stack_facts::held_subnets(proxy, v).await?;
+        let mut held = held_subnets(proxy, v).await?;
         held.extend(passed.iter().copied());
         pool.assign(op, &held, &mut body)?;
     }
@@ -85,7 +88,7 @@ impl Proxy {
                 let resp = self.upstream.send(req).await.map_err(upstream_err)?;
                 let (answer, _) = self
                     .upstream
-                    .read_budgeted(resp, crate::stack_facts::MAX_CREATED, None)
+                    .read_budgeted(resp, MAX_CREATED, None)
                     .await
                     .map_err(upstream_err)?;
                 Ok(answer)
@@ -94,6 +97,23 @@ impl Proxy {
         let answer = create(self, &v, "networks.create", body.clone(), send).await?;
         let resp: Response<Body> = buffered_response(answer);
         Ok(resp)
+    }
+}
+
+/// The IPv4 subnets every network on the engine holds.
+pub(crate) async fn held_subnets(proxy: &Proxy, v: &str) -> Result<Vec<ipnet::Ipv4Net>, Refusal> {
+    // A list, capped as lists are (`--max-list-bytes`): labels are what make it long, and a
+    // pooled network's are bounded (`NetworkPool::assign`).
+    let answer = proxy
+        .upstream
+        .get(&format!("{v}/networks"), proxy.serving.max_list_bytes)
+        .await
+        .map_err(upstream_err)?;
+    match answer.status {
+        StatusCode::OK => facts::network_subnets(&answer.body),
+        status => Err(Refusal::Upstream(format!(
+            "listing the engine's networks for --network-pool: the engine answered {status}"
+        ))),
     }
 }
 

@@ -17,8 +17,6 @@ use crate::upstream;
 
 /// Cap on one inspect answer (as `exchange`'s).
 const MAX_INSPECT: usize = 8 << 20;
-/// Cap on the engine's answer to a network create.
-pub(crate) const MAX_CREATED: usize = 64 << 10;
 
 /// The stack's network as the engine holds it; made (with the policy's body) when the engine
 /// answers its inspect with 404.
@@ -43,7 +41,7 @@ pub(crate) async fn stack_network(proxy: &Proxy, version: Option<&str>) -> Resul
         let resp = proxy.upstream.send(req).await.map_err(upstream_err)?;
         let (answer, _) = proxy
             .upstream
-            .read_budgeted(resp, MAX_CREATED, None)
+            .read_budgeted(resp, crate::pooled_create::MAX_CREATED, None)
             .await
             .map_err(upstream_err)?;
         Ok(answer)
@@ -74,25 +72,9 @@ pub(crate) async fn stack_network(proxy: &Proxy, version: Option<&str>) -> Resul
 /// whole engine's, not the stack's (a subnet another stack holds is not free), and never
 /// shown to the stack.
 pub(crate) async fn subnets(proxy: &Proxy, version: Option<&str>) -> Result<Fact, Refusal> {
-    held_subnets(proxy, &vprefix(version))
+    crate::pooled_create::held_subnets(proxy, &vprefix(version))
         .await
         .map(Fact::Subnets)
-}
-
-pub(crate) async fn held_subnets(proxy: &Proxy, v: &str) -> Result<Vec<ipnet::Ipv4Net>, Refusal> {
-    // A list, capped as lists are (`--max-list-bytes`): labels are what make it long, and a
-    // pooled network's are bounded (`NetworkPool::assign`).
-    let answer = proxy
-        .upstream
-        .get(&format!("{v}/networks"), proxy.serving.max_list_bytes)
-        .await
-        .map_err(upstream_err)?;
-    match answer.status {
-        StatusCode::OK => facts::network_subnets(&answer.body),
-        status => Err(Refusal::Upstream(format!(
-            "listing the engine's networks for --network-pool: the engine answered {status}"
-        ))),
-    }
 }
 
 /// The network named `name`, or `None` when the engine answers 404.
