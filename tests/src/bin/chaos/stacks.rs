@@ -147,7 +147,6 @@ impl Stacks {
     }
 }
 
-/// A token part no one guesses from the seed alone (the seed is printed).
 /// Stack `k`'s range: the `k`th /20 of 10.200.0.0/13 (256 networks of /28 each, apart from
 /// dockerd's own pool and every other stack's).
 pub fn network_pool(k: usize) -> String {
@@ -155,6 +154,7 @@ pub fn network_pool(k: usize) -> String {
     format!("{}/20", std::net::Ipv4Addr::from(base))
 }
 
+/// A token part no one guesses from the seed alone (the seed is printed).
 pub fn canary_salt(seed: u64, k: usize) -> u64 {
     let mut r = sockproxy_tests::crash::Rng::new(
         seed ^ (k as u64 + 1).wrapping_mul(0x9e37_79b9) ^ u64::from(std::process::id()),
@@ -217,7 +217,10 @@ impl Stack {
                 &network_pool(self.k),
                 "--network-pool-size",
                 "28",
-            ]);
+            ])
+            // The log guard's last stop outlives the harness's SIGKILLs of the proxy.
+            .arg("--state-dir")
+            .arg(self.dir.join("proxy-state"));
         if self.restricted {
             cmd.arg("--restricted");
         }
