@@ -378,6 +378,8 @@ fn the_sockproxy_unit_filter_allows_every_call_sockproxy_makes() {
         let r = raw::get(&sock, target).expect("answered");
         assert_eq!(r.status, 200, "{target}: {}", r.text());
     }
+    // ExecStart's --state-dir, made in the preserved runtime directory: the log guard's memory.
+    assert!(run.join("state").is_dir(), "no state directory");
     let meta = std::fs::metadata(&sock).expect("socket");
     assert_eq!(
         std::os::unix::fs::MetadataExt::gid(&meta),
