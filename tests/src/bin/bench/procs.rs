@@ -143,6 +143,12 @@ impl Proc {
         )
     }
 
+    /// The program's process ID (for the chaos program's CPU figures, which include this file).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, then waits (`limit` at most, SIGKILL after) until it exits; whether it exited
     /// by itself. (For the chaos program's teardown, which includes this file.)
     #[allow(dead_code)]

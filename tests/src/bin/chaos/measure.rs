@@ -1,7 +1,11 @@
 //! What the run measures besides the counts: every well-behaved call's latency (by phase and
 //! operation, successes and failures), and the host every two seconds (dockerd's RSS and CPU,
-//! containerd shims, each proxy's and provider's RSS). Figures for the report, never judged.
+//! containerd shims, each proxy's and provider's RSS, and where the machine's CPU went: the
+//! whole machine's busy time, dockerd's, the proxies', the providers' and this program's, whose
+//! threads are every stack's well-behaved and hostile clients). Figures for the report, never
+//! judged.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -141,6 +145,35 @@ pub struct HostPoint {
     pub shims: u64,
     pub proxies_rss_kib: u64,
     pub serves_rss_kib: u64,
+    /// The whole machine's CPU that was not idle, over the last interval, in percent of one
+    /// core (so up to 100 times the cores).
+    pub host_busy_pct: f64,
+    pub proxies_cpu_pct: f64,
+    pub serves_cpu_pct: f64,
+    /// This program (the well-behaved and the hostile clients, the watcher, the sampler).
+    pub harness_cpu_pct: f64,
+}
+
+/// CPU time over the intervals between samples, for processes that come and go (a proxy
+/// killed and started again is a new process ID).
+#[derive(Default)]
+struct Ticks {
+    last: HashMap<u32, u64>,
+}
+
+impl Ticks {
+    /// The ticks `pids` used since the last call (a process first seen: all of its own).
+    fn since(&mut self, pids: &[u32]) -> u64 {
+        let mut next = HashMap::new();
+        let mut used = 0;
+        for &pid in pids {
+            let now = own_ticks(pid);
+            used += now.saturating_sub(self.last.get(&pid).copied().unwrap_or(0));
+            next.insert(pid, now);
+        }
+        self.last = next;
+        used
+    }
 }
 
 pub struct Sampler {
@@ -160,6 +193,10 @@ impl Sampler {
             let start = Instant::now();
             let mut out = Vec::new();
             let mut last: Option<(u32, u64, Instant)> = None;
+            let (mut proxy_ticks, mut serve_ticks, mut own) =
+                (Ticks::default(), Ticks::default(), Ticks::default());
+            let mut machine = crate::procs::machine_ticks();
+            let mut machine_at = Instant::now();
             while !flag.load(Ordering::SeqCst) {
                 let pid: u32 = std::fs::read_to_string(&pid_file)
                     .ok()
@@ -176,11 +213,30 @@ impl Sampler {
                 };
                 last = Some((pid, ticks, now));
                 let (mut proxies, mut serves) = (0, 0);
+                let (mut proxy_pids, mut serve_pids) = (Vec::new(), Vec::new());
                 for s in &stacks.all {
                     let (p, v) = s.rss();
                     proxies += p;
                     serves += v;
+                    let (p, v) = s.pids();
+                    proxy_pids.extend(p);
+                    serve_pids.extend(v);
                 }
+                // Ticks are hundredths of a second of one core.
+                let secs = now.duration_since(machine_at).as_secs_f64().max(0.001);
+                let m = crate::procs::machine_ticks();
+                let busy =
+                    m.0.saturating_sub(machine.0)
+                        .saturating_sub(m.1.saturating_sub(machine.1));
+                (machine, machine_at) = (m, now);
+                let (proxy_used, serve_used, own_used) = (
+                    proxy_ticks.since(&proxy_pids),
+                    serve_ticks.since(&serve_pids),
+                    own.since(&[std::process::id()]),
+                );
+                // The first sample has no interval before it: its processes' whole lives.
+                let first = out.is_empty();
+                let pct = |t: u64| if first { 0.0 } else { t as f64 / secs };
                 out.push(HostPoint {
                     secs: start.elapsed().as_secs_f64(),
                     dockerd_rss_kib: rss_kib(pid),
@@ -188,6 +244,10 @@ impl Sampler {
                     shims: shims(&root),
                     proxies_rss_kib: proxies,
                     serves_rss_kib: serves,
+                    host_busy_pct: pct(busy),
+                    proxies_cpu_pct: pct(proxy_used),
+                    serves_cpu_pct: pct(serve_used),
+                    harness_cpu_pct: pct(own_used),
                 });
                 std::thread::sleep(Duration::from_secs(2));
             }

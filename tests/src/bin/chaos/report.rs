@@ -13,7 +13,7 @@ use crate::attribute::{self, Span};
 use crate::hostile::Tally;
 use crate::hostile_moves::LOG_FLOOD_SECS;
 use crate::measure::{quantile, HostPoint, Log, Op, Phase};
-use crate::watch::Found;
+use crate::watch::{FloodRun, Found};
 use crate::{Config, Counts};
 
 pub struct Inputs<'a> {
@@ -132,6 +132,7 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         .collect();
     beside_table(&mut md, &calls, &spans);
     host_table(&mut md, i.host);
+    cpu_table(&mut md, i.host, cfg.quiet.as_secs_f64());
     let _ = writeln!(md, "## Hostile tenants\n");
     let _ = writeln!(md, "| Stack | moves | answers | refused | cross-stack |");
     let _ = writeln!(md, "|---|---|---|---|---|");
@@ -143,7 +144,11 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
         );
     }
     let _ = writeln!(md, "\nEngine events judged: {}.\n", i.cross.events);
-    flood_runs(&mut md, &i.cross.flood_runs);
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+        - i.log.start.elapsed().as_secs_f64();
+    flood_runs(&mut md, &i.cross.flood_runs, i.fault_spans, started_unix);
     let _ = writeln!(md, "## Findings\n");
     let findings: Vec<&String> = i
         .cross
@@ -182,17 +187,21 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
     }
     std::fs::write(cfg.report.join("latencies.csv"), csv).context("latencies.csv")?;
     let mut csv =
-        String::from("at_s,dockerd_rss_kib,dockerd_cpu_pct,shims,proxies_rss_kib,serves_rss_kib\n");
+        String::from("at_s,dockerd_rss_kib,dockerd_cpu_pct,shims,proxies_rss_kib,serves_rss_kib,host_busy_pct,proxies_cpu_pct,serves_cpu_pct,harness_cpu_pct\n");
     for p in i.host {
         let _ = writeln!(
             csv,
-            "{:.1},{},{:.1},{},{},{}",
+            "{:.1},{},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1}",
             p.secs,
             p.dockerd_rss_kib,
             p.dockerd_cpu_pct,
             p.shims,
             p.proxies_rss_kib,
-            p.serves_rss_kib
+            p.serves_rss_kib,
+            p.host_busy_pct,
+            p.proxies_cpu_pct,
+            p.serves_cpu_pct,
+            p.harness_cpu_pct
         );
     }
     std::fs::write(cfg.report.join("host.csv"), csv).context("host.csv")?;
@@ -237,9 +246,11 @@ fn beside_table(md: &mut String, calls: &[crate::measure::Call], spans: &[Span])
     let _ = writeln!(md);
 }
 
-/// How long the log floods lasted, as the engine's events saw them.
-fn flood_runs(md: &mut String, runs: &[f64]) {
-    let mut v = runs.to_vec();
+/// How long the log floods lasted, as the engine's events saw them; each one over 2 s with
+/// when it started (seconds since the run's start, `started_unix` being that start), its stack
+/// and whether it was the stack's first or the first since a SIGKILL of its proxy (`faults`).
+fn flood_runs(md: &mut String, runs: &[FloodRun], faults: &[Span], started_unix: f64) {
+    let mut v: Vec<f64> = runs.iter().map(|r| r.secs).collect();
     v.sort_by(f64::total_cmp);
     let q = |p: f64| quantile(&v, p).map_or("–".into(), |x| format!("{x:.2}"));
     let whole = LOG_FLOOD_SECS as f64;
@@ -254,6 +265,34 @@ fn flood_runs(md: &mut String, runs: &[f64]) {
         q(1.0),
         v.iter().filter(|x| **x >= whole).count()
     );
+    let at = |r: &FloodRun| r.started_ns as f64 / 1e9 - started_unix;
+    let mut ordered: Vec<&FloodRun> = runs.iter().collect();
+    ordered.sort_by_key(|a| a.started_ns);
+    let mut long = Vec::new();
+    for (i, r) in ordered.iter().enumerate() {
+        if r.secs < 2.0 {
+            continue;
+        }
+        let before = ordered[..i].iter().rev().find(|p| p.stack == r.stack);
+        let since = before.map_or(f64::MIN, |p| at(p));
+        let killed = faults.iter().any(|f| {
+            f.stack == r.stack && f.what.contains("sockproxy") && f.from > since && f.from < at(r)
+        });
+        let why = match (before, killed) {
+            (None, _) => "its stack's first",
+            (Some(_), true) => "the first since its proxy was killed",
+            (Some(_), false) => "within the repeat window",
+        };
+        let stack = r.stack.map_or("?".into(), |k| k.to_string());
+        long.push(format!(
+            "{:.2} s at {:.0} s (stack {stack}, {why})",
+            r.secs,
+            at(r)
+        ));
+    }
+    if !long.is_empty() {
+        let _ = writeln!(md, "Floods over 2 s: {}.\n", long.join("; "));
+    }
 }
 
 fn host_table(md: &mut String, host: &[HostPoint]) {
@@ -290,5 +329,62 @@ fn host_table(md: &mut String, host: &[HostPoint]) {
         md,
         "\nSampled every 2 s over both phases ({} samples).\n",
         host.len()
+    );
+}
+
+/// Where the machine's CPU went, mean per phase (samples from the sampler's start, which is the
+/// quiet phase's, split at `quiet_secs`): the machine's busy time and the parts the run can
+/// name; the rest is the sandboxes, the shims, the docker CLI processes and the kernel.
+fn cpu_table(md: &mut String, host: &[HostPoint], quiet_secs: f64) {
+    type Figure = fn(&HostPoint) -> f64;
+    let rows: [(&str, Figure); 6] = [
+        ("the whole machine, busy", |p| p.host_busy_pct),
+        ("dockerd", |p| p.dockerd_cpu_pct),
+        ("all proxies", |p| p.proxies_cpu_pct),
+        ("all providers", |p| p.serves_cpu_pct),
+        (
+            "the harness (every stack's clients, well-behaved and hostile)",
+            |p| p.harness_cpu_pct,
+        ),
+        ("the rest (sandboxes, shims, docker CLI, kernel)", |p| {
+            p.host_busy_pct
+                - p.dockerd_cpu_pct
+                - p.proxies_cpu_pct
+                - p.serves_cpu_pct
+                - p.harness_cpu_pct
+        }),
+    ];
+    // The first sample has no interval before it.
+    let measured = host.get(1..).unwrap_or_default();
+    let mean = |f: Figure, chaos: bool| {
+        let v: Vec<f64> = measured
+            .iter()
+            .filter(|p| (p.secs >= quiet_secs) == chaos)
+            .map(f)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let _ = writeln!(
+        md,
+        "## Where the CPU went
+"
+    );
+    let _ = writeln!(md, "| Mean % of one core | quiet | chaos | change |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    let show = |x: Option<f64>| x.map_or("–".into(), |x| format!("{x:.1}"));
+    for (name, f) in rows {
+        let (q, c) = (mean(f, false), mean(f, true));
+        let d = match (q, c) {
+            (Some(q), Some(c)) => format!("{:+.1}", c - q),
+            _ => "–".into(),
+        };
+        let _ = writeln!(md, "| {name} | {} | {} | {d} |", show(q), show(c));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let _ = writeln!(
+        md,
+        "\nThe machine has {cores} cores ({} % of one core in all); samples every 2 s, each the \
+         mean over its interval.\n",
+        cores * 100
     );
 }

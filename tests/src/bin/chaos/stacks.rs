@@ -310,6 +310,17 @@ impl Stack {
         taken.is_some_and(|mut p| p.terminate(Duration::from_secs(30)))
     }
 
+    /// The process IDs of the proxy and of the provider now (`None` while one is down).
+    pub fn pids(&self) -> (Option<u32>, Option<u32>) {
+        let of = |m: &Mutex<Option<Proc>>| {
+            m.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map(Proc::pid)
+        };
+        (of(&self.proxy), of(&self.serve))
+    }
+
     /// Resident memory (KiB) of the proxy and of the provider now (0 while one is down).
     pub fn rss(&self) -> (u64, u64) {
         let of = |m: &Mutex<Option<Proc>>| {

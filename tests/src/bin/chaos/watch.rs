@@ -24,9 +24,19 @@ pub struct Found {
     pub count: u64,
     pub lines: Vec<String>,
     pub events: u64,
-    /// How long each of the hostile tenants' log-flood sandboxes ran, start to die, in
-    /// seconds (the engine's own event times): the log guard's reaction, as the engine saw it.
-    pub flood_runs: Vec<f64>,
+    /// Each of the hostile tenants' log-flood sandboxes, start to die (the engine's own event
+    /// times): the log guard's reaction, as the engine saw it.
+    pub flood_runs: Vec<FloodRun>,
+}
+
+/// One log flood as the engine's events saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct FloodRun {
+    /// Its start event's time, nanoseconds since the Unix epoch.
+    pub started_ns: u64,
+    /// The stack whose prefix its name has.
+    pub stack: Option<usize>,
+    pub secs: f64,
 }
 
 #[derive(Debug, Default)]
@@ -35,8 +45,8 @@ struct Shared {
     canaries: Vec<(usize, String, String)>,
     found: Found,
     names: HashMap<String, String>,
-    /// The start time (ns) of each running log-flood sandbox, by ID.
-    flood_started: HashMap<String, u64>,
+    /// The start time (ns) and stack of each running log-flood sandbox, by ID.
+    flood_started: HashMap<String, (u64, Option<usize>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -174,12 +184,16 @@ impl Watcher {
                     let at = v["timeNano"].as_u64().unwrap_or_default();
                     match action {
                         "start" => {
-                            g.flood_started.insert(id.clone(), at);
+                            let stack = stack_of(&g, &name);
+                            g.flood_started.insert(id.clone(), (at, stack));
                         }
                         "die" => {
-                            if let Some(from) = g.flood_started.remove(&id) {
-                                let secs = at.saturating_sub(from) as f64 / 1e9;
-                                g.found.flood_runs.push(secs);
+                            if let Some((from, stack)) = g.flood_started.remove(&id) {
+                                g.found.flood_runs.push(FloodRun {
+                                    started_ns: from,
+                                    stack,
+                                    secs: at.saturating_sub(from) as f64 / 1e9,
+                                });
                             }
                         }
                         _ => {}
