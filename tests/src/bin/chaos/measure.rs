@@ -150,6 +150,8 @@ pub struct HostPoint {
     pub host_busy_pct: f64,
     pub proxies_cpu_pct: f64,
     pub serves_cpu_pct: f64,
+    /// The engine's containerd and its shims, with what the shims ran and reaped (runc).
+    pub containerd_cpu_pct: f64,
     /// This program (the well-behaved and the hostile clients, the watcher, the sampler).
     pub harness_cpu_pct: f64,
 }
@@ -162,12 +164,13 @@ struct Ticks {
 }
 
 impl Ticks {
-    /// The ticks `pids` used since the last call (a process first seen: all of its own).
-    fn since(&mut self, pids: &[u32]) -> u64 {
+    /// The ticks `pids` used since the last call (a process first seen: all of its own), as
+    /// `ticks` counts them.
+    fn since(&mut self, pids: &[u32], ticks: fn(u32) -> u64) -> u64 {
         let mut next = HashMap::new();
         let mut used = 0;
         for &pid in pids {
-            let now = own_ticks(pid);
+            let now = ticks(pid);
             used += now.saturating_sub(self.last.get(&pid).copied().unwrap_or(0));
             next.insert(pid, now);
         }
@@ -193,8 +196,12 @@ impl Sampler {
             let start = Instant::now();
             let mut out = Vec::new();
             let mut last: Option<(u32, u64, Instant)> = None;
-            let (mut proxy_ticks, mut serve_ticks, mut own) =
-                (Ticks::default(), Ticks::default(), Ticks::default());
+            let (mut proxy_ticks, mut serve_ticks, mut own, mut containerd) = (
+                Ticks::default(),
+                Ticks::default(),
+                Ticks::default(),
+                Ticks::default(),
+            );
             let mut machine = crate::procs::machine_ticks();
             let mut machine_at = Instant::now();
             while !flag.load(Ordering::SeqCst) {
@@ -229,10 +236,17 @@ impl Sampler {
                     m.0.saturating_sub(machine.0)
                         .saturating_sub(m.1.saturating_sub(machine.1));
                 (machine, machine_at) = (m, now);
-                let (proxy_used, serve_used, own_used) = (
-                    proxy_ticks.since(&proxy_pids),
-                    serve_ticks.since(&serve_pids),
-                    own.since(&[std::process::id()]),
+                let engine_procs = crate::orphans::processes_naming(&root);
+                let family: Vec<u32> = engine_procs
+                    .iter()
+                    .filter(|p| p.comm.starts_with("containerd"))
+                    .map(|p| p.pid)
+                    .collect();
+                let (proxy_used, serve_used, own_used, containerd_used) = (
+                    proxy_ticks.since(&proxy_pids, own_ticks),
+                    serve_ticks.since(&serve_pids, own_ticks),
+                    own.since(&[std::process::id()], own_ticks),
+                    containerd.since(&family, ticks_with_reaped),
                 );
                 // The first sample has no interval before it: its processes' whole lives.
                 let first = out.is_empty();
@@ -241,12 +255,16 @@ impl Sampler {
                     secs: start.elapsed().as_secs_f64(),
                     dockerd_rss_kib: rss_kib(pid),
                     dockerd_cpu_pct: cpu,
-                    shims: shims(&root),
+                    shims: engine_procs
+                        .iter()
+                        .filter(|p| p.comm.starts_with("containerd-shim"))
+                        .count() as u64,
                     proxies_rss_kib: proxies,
                     serves_rss_kib: serves,
                     host_busy_pct: pct(busy),
                     proxies_cpu_pct: pct(proxy_used),
                     serves_cpu_pct: pct(serve_used),
+                    containerd_cpu_pct: pct(containerd_used),
                     harness_cpu_pct: pct(own_used),
                 });
                 std::thread::sleep(Duration::from_secs(2));
@@ -273,24 +291,26 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// utime + stime of `pid` alone (clock ticks, 100 a second), not its children.
 fn own_ticks(pid: u32) -> u64 {
+    stat_ticks(pid, 2)
+}
+
+/// utime + stime of `pid` and of the children it has waited for (cutime + cstime).
+fn ticks_with_reaped(pid: u32) -> u64 {
+    stat_ticks(pid, 4)
+}
+
+/// The sum of the `fields` time fields of `/proc/PID/stat` from utime on (man 5 proc).
+fn stat_ticks(pid: u32, fields: usize) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     stat.rsplit_once(')')
         .map(|(_, rest)| {
             rest.split_whitespace()
                 .skip(11)
-                .take(2)
+                .take(fields)
                 .filter_map(|t| t.parse::<u64>().ok())
                 .sum()
         })
         .unwrap_or(0)
-}
-
-/// The run's engine's containerd shims: those whose command line names its directory `root`.
-fn shims(root: &str) -> u64 {
-    crate::orphans::processes_naming(root)
-        .iter()
-        .filter(|p| p.comm.starts_with("containerd-shim"))
-        .count() as u64
 }
 
 /// The `q` quantile (0..=1) of `sorted`, nearest rank.

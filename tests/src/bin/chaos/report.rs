@@ -187,11 +187,11 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
     }
     std::fs::write(cfg.report.join("latencies.csv"), csv).context("latencies.csv")?;
     let mut csv =
-        String::from("at_s,dockerd_rss_kib,dockerd_cpu_pct,shims,proxies_rss_kib,serves_rss_kib,host_busy_pct,proxies_cpu_pct,serves_cpu_pct,harness_cpu_pct\n");
+        String::from("at_s,dockerd_rss_kib,dockerd_cpu_pct,shims,proxies_rss_kib,serves_rss_kib,host_busy_pct,proxies_cpu_pct,serves_cpu_pct,harness_cpu_pct,containerd_cpu_pct\n");
     for p in i.host {
         let _ = writeln!(
             csv,
-            "{:.1},{},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1}",
+            "{:.1},{},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1}",
             p.secs,
             p.dockerd_rss_kib,
             p.dockerd_cpu_pct,
@@ -201,7 +201,8 @@ pub fn write(cfg: &Config, i: &Inputs<'_>) -> anyhow::Result<()> {
             p.host_busy_pct,
             p.proxies_cpu_pct,
             p.serves_cpu_pct,
-            p.harness_cpu_pct
+            p.harness_cpu_pct,
+            p.containerd_cpu_pct
         );
     }
     std::fs::write(cfg.report.join("host.csv"), csv).context("host.csv")?;
@@ -334,25 +335,32 @@ fn host_table(md: &mut String, host: &[HostPoint]) {
 
 /// Where the machine's CPU went, mean per phase (samples from the sampler's start, which is the
 /// quiet phase's, split at `quiet_secs`): the machine's busy time and the parts the run can
-/// name; the rest is the sandboxes, the shims, the docker CLI processes and the kernel.
+/// name; the rest is the sandboxes, the docker CLI and docker-proxy processes and the kernel.
 fn cpu_table(md: &mut String, host: &[HostPoint], quiet_secs: f64) {
     type Figure = fn(&HostPoint) -> f64;
-    let rows: [(&str, Figure); 6] = [
+    let rows: [(&str, Figure); 7] = [
         ("the whole machine, busy", |p| p.host_busy_pct),
         ("dockerd", |p| p.dockerd_cpu_pct),
+        ("containerd and the shims (with the runc they ran)", |p| {
+            p.containerd_cpu_pct
+        }),
         ("all proxies", |p| p.proxies_cpu_pct),
         ("all providers", |p| p.serves_cpu_pct),
         (
             "the harness (every stack's clients, well-behaved and hostile)",
             |p| p.harness_cpu_pct,
         ),
-        ("the rest (sandboxes, shims, docker CLI, kernel)", |p| {
-            p.host_busy_pct
-                - p.dockerd_cpu_pct
-                - p.proxies_cpu_pct
-                - p.serves_cpu_pct
-                - p.harness_cpu_pct
-        }),
+        (
+            "the rest (sandboxes, docker CLI, docker-proxy, kernel)",
+            |p| {
+                p.host_busy_pct
+                    - p.dockerd_cpu_pct
+                    - p.containerd_cpu_pct
+                    - p.proxies_cpu_pct
+                    - p.serves_cpu_pct
+                    - p.harness_cpu_pct
+            },
+        ),
     ];
     // The first sample has no interval before it.
     let measured = host.get(1..).unwrap_or_default();
