@@ -405,10 +405,12 @@ impl Config {
             .collect();
         let pins = crate::pins::settings(args.pin_dir, args.max_bind_pins, &stack)
             .map_err(ConfigError::PinDir)?;
+        // --print-policy makes nothing.
         let state_dir = args
             .state_dir
+            .filter(|_| !args.print_policy)
             .as_deref()
-            .map(crate::log_guard::state_dir)
+            .map(crate::guard_memory::state_dir)
             .transpose()
             .map_err(ConfigError::StateDir)?;
         Ok(Self {

@@ -265,6 +265,15 @@ fn the_state_dir_is_made_and_checked_at_start() {
     let f = file.to_string_lossy().into_owned();
     assert_eq!(
         refused(&f),
-        Err(format!("--state-dir {f}: File exists (os error 17)"))
+        Err(format!(
+            "--state-dir {f}: must be a directory (not a link to one)"
+        ))
     );
+    // --print-policy makes nothing.
+    let unmade = tmp.path().join("unmade");
+    let arg = unmade.to_string_lossy().into_owned();
+    let cfg =
+        Config::from_args(args(&["--state-dir", &arg, "--print-policy"]), None).expect("valid");
+    assert_eq!(cfg.state_dir, None);
+    assert!(!unmade.exists());
 }

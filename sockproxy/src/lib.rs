@@ -28,6 +28,7 @@ pub mod event_stream;
 mod exchange;
 pub mod exposed;
 mod forward;
+pub mod guard_memory;
 pub mod host_paths;
 pub mod inflight;
 mod lists;

@@ -8,14 +8,11 @@
 //! second over, and the stack is sampled every `REPEAT_PERIOD_MS` (each sample still reaching
 //! back a second): a tenant gets one long flood, not one per start or per new sandbox, and a
 //! repeat is seen within a quarter second. With `--state-dir` the time of the last stop is
-//! also kept in a file there (`Memory`), so a proxy that is killed and started again is still
-//! within the window. Nothing here forwards a client's request; an engine that does not answer
+//! also kept in a file there (`guard_memory`), so a proxy that is killed and started again is
+//! still within the window. Nothing here forwards a client's request; an engine that does not answer
 //! only skips a second (no container is stopped on a doubt).
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,11 +21,11 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use sockproxy_policy::facts::{own_list_path, own_objects};
 use sockproxy_policy::log_flood::{
-    memory_text, period_ms, recall, stop_message, window_left, Lines, LogFlood, Sample, Streak,
-    Verdict, MEMORY_FILE, REPEAT_WINDOW_SECS,
+    period_ms, stop_message, Lines, LogFlood, Sample, Streak, Verdict, REPEAT_WINDOW_SECS,
 };
 use sockproxy_policy::{Access, Kind, Policy};
 
+use crate::guard_memory::Memory;
 use crate::metrics::Metrics;
 use crate::upstream::{self, Upstream};
 
@@ -47,90 +44,6 @@ struct Watched {
     streak: Streak,
 }
 
-/// The guard's memory of its last stop, a file in `--state-dir` (`sockproxy_policy::log_flood`
-/// says how it is read).
-#[derive(Debug, Clone)]
-pub struct Memory {
-    file: PathBuf,
-}
-
-impl Memory {
-    pub fn in_dir(dir: &Path) -> Self {
-        Self {
-            file: dir.join(MEMORY_FILE),
-        }
-    }
-
-    /// When the last stop was, as an instant of this process, if it is within the window.
-    fn recall(&self) -> Option<Instant> {
-        let text = match std::fs::File::open(&self.file) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            opened => {
-                // Only what `memory_text` writes is read; anything longer is not it.
-                let mut text = String::new();
-                let read = opened.and_then(|f| f.take(64).read_to_string(&mut text));
-                if let Err(e) = read {
-                    tracing::warn!(file = %self.file.display(), error = %e, "log guard: cannot read its memory; within the repeat window from now");
-                    text.clear();
-                }
-                Some(text)
-            }
-        };
-        let now = unix_now()?;
-        let left = window_left(recall(text.as_deref()), now.as_secs())?;
-        tracing::info!(
-            file = %self.file.display(),
-            left_s = left,
-            "log guard: a container of the stack was stopped for flooding before this start; any is stopped at its first second over until the window ends"
-        );
-        let gone = Duration::from_secs(REPEAT_WINDOW_SECS.saturating_sub(left));
-        // An instant before this process's clock began is read as now: a whole window.
-        Some(
-            Instant::now()
-                .checked_sub(gone)
-                .unwrap_or_else(Instant::now),
-        )
-    }
-
-    /// Keeps the time of a stop: a file written whole beside, then renamed over the last.
-    async fn keep(&self, at: Duration) {
-        let file = self.file.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let tmp = file.with_extension("new");
-            std::fs::write(&tmp, memory_text(at.as_secs()))?;
-            std::fs::rename(&tmp, &file)
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        if let Err(e) = written {
-            tracing::warn!(file = %self.file.display(), error = %e, "log guard: cannot keep the stop in its memory; a restarted proxy will not know of it");
-        }
-    }
-}
-
-/// `--state-dir`, made if missing and checked once at start: a directory the proxy can write
-/// in. Only the proxy should be able to: a stack that could remove the file there would get a
-/// long flood again after each restart of its proxy.
-pub fn state_dir(dir: &Path) -> Result<PathBuf, String> {
-    let fail = |e: std::io::Error| format!("{}: {e}", dir.display());
-    if !dir.is_absolute() {
-        return Err(format!("{}: must be an absolute path", dir.display()));
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(fail)?;
-    let probe = dir.join(".sockproxy-probe");
-    std::fs::write(&probe, b"").map_err(fail)?;
-    std::fs::remove_file(&probe).map_err(fail)?;
-    Ok(dir.to_path_buf())
-}
-
-fn unix_now() -> Option<Duration> {
-    SystemTime::now().duration_since(UNIX_EPOCH).ok()
-}
-
 /// Runs the guard until dropped; `memory`: where the last stop is kept (`--state-dir`).
 pub async fn run(
     upstream: Upstream,
@@ -142,7 +55,13 @@ pub async fn run(
 ) {
     let mut watched: HashMap<String, Watched> = HashMap::new();
     // When one of the stack's containers was last stopped for flooding.
-    let mut last_stop: Option<Instant> = memory.as_ref().and_then(Memory::recall);
+    let mut last_stop: Option<Instant> = match memory.clone() {
+        Some(m) => tokio::task::spawn_blocking(move || m.recall())
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
     let mut next = tokio::time::Instant::now();
     loop {
         let repeat =
@@ -181,8 +100,8 @@ pub async fn run(
                 stop(&upstream, &policy.stack, &id, &name, &limit, seconds).await;
                 metrics.decision("containers.stop", "stop", "log_flood", "log_flood");
                 last_stop = Some(Instant::now());
-                if let (Some(m), Some(now)) = (&memory, unix_now()) {
-                    m.keep(now).await;
+                if let Some(m) = &memory {
+                    m.keep().await;
                 }
                 watched.remove(&id);
             }

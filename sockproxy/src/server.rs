@@ -184,7 +184,7 @@ pub async fn serve(
             proxy
                 .state_dir
                 .as_deref()
-                .map(crate::log_guard::Memory::in_dir),
+                .map(crate::guard_memory::Memory::in_dir),
         );
         AbortOnDrop(tokio::spawn(crate::metrics::with_op("log_guard", run)))
     });
