@@ -8,7 +8,7 @@
 //! the stack's network and its totals, under `stack_lock`), evaluate again, until the plan is
 //! final. Then it acts (`act`): forwards (`forward`), cuts lists (`lists`), streams the stack's events (`event_stream`), and answers refusals
 //! (`refused`). Beside requests, `log_guard` stops the stack's containers that flood their logs
-//! (`sockproxy_policy::log_flood`), keeping its last stop in `--state-dir`. `wire` is the body type
+//! (`sockproxy_policy::log_flood`), keeping its last stop in `--state-dir` (`guard_memory`). `wire` is the body type
 //! both sides carry. `config`, `policy_file`, `spend_args` and `seccomp_profile` read the flags
 //! and the policy file (`config_error` says why they do not make a `Config`); `metrics` holds the
 //! metric families and what `--metrics-listen` serves; `decision_line` is the one `tracing`
