@@ -110,10 +110,6 @@ impl Memory {
     /// another left there), then renames it over the last.
     fn write(&self, at: Duration) -> std::io::Result<()> {
         let tmp = self.file.with_extension("new");
-        match std::fs::remove_file(&tmp) {
-            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
         let mut f = create_new(&tmp)?;
         f.write_all(memory_text(at.as_secs()).as_bytes())?;
         drop(f);
@@ -121,8 +117,13 @@ impl Memory {
     }
 }
 
-/// A new file at `path`, mode 0600: `O_EXCL`, so never through a link or into one that exists.
+/// A new file at `path`, mode 0600, in place of whatever another left there (removed first, as
+/// a name): `O_EXCL`, so never through a link or into a file that exists.
 fn create_new(path: &Path) -> std::io::Result<File> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -171,10 +172,6 @@ pub fn state_dir(dir: &Path) -> Result<PathBuf, String> {
         ));
     }
     let probe = dir.join(".sockproxy-probe");
-    match std::fs::remove_file(&probe) {
-        Err(e) if e.kind() != ErrorKind::NotFound => return Err(fail(e)),
-        _ => {}
-    }
     create_new(&probe).map_err(fail)?;
     std::fs::remove_file(&probe).map_err(fail)?;
     Ok(dir.to_path_buf())

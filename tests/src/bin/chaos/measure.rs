@@ -1,8 +1,9 @@
 //! What the run measures besides the counts: every well-behaved call's latency (by phase and
 //! operation, successes and failures), and the host every two seconds (dockerd's RSS and CPU,
 //! containerd shims, each proxy's and provider's RSS, and where the machine's CPU went: the
-//! whole machine's busy time, dockerd's, the proxies', the providers' and this program's, whose
-//! threads are every stack's well-behaved and hostile clients). Figures for the report, never
+//! whole machine's busy time, dockerd's, containerd's and its shims', the proxies', the
+//! providers' and this program's, whose threads are every stack's well-behaved and hostile
+//! clients; each over the interval since the last sample, by `Ticks`). Figures for the report, never
 //! judged.
 
 use std::collections::HashMap;
@@ -195,8 +196,8 @@ impl Sampler {
         let handle = std::thread::spawn(move || {
             let start = Instant::now();
             let mut out = Vec::new();
-            let mut last: Option<(u32, u64, Instant)> = None;
-            let (mut proxy_ticks, mut serve_ticks, mut own, mut containerd) = (
+            let (mut dockerd, mut proxy_ticks, mut serve_ticks, mut own, mut containerd) = (
+                Ticks::default(),
                 Ticks::default(),
                 Ticks::default(),
                 Ticks::default(),
@@ -209,16 +210,7 @@ impl Sampler {
                     .ok()
                     .and_then(|s| s.trim().parse().ok())
                     .unwrap_or(0);
-                let ticks = own_ticks(pid);
                 let now = Instant::now();
-                let cpu = match last {
-                    Some((p, t, at)) if p == pid && ticks >= t => {
-                        let secs = now.duration_since(at).as_secs_f64().max(0.001);
-                        100.0 * (ticks - t) as f64 / 100.0 / secs
-                    }
-                    _ => 0.0,
-                };
-                last = Some((pid, ticks, now));
                 let (mut proxies, mut serves) = (0, 0);
                 let (mut proxy_pids, mut serve_pids) = (Vec::new(), Vec::new());
                 for s in &stacks.all {
@@ -242,7 +234,8 @@ impl Sampler {
                     .filter(|p| p.comm.starts_with("containerd"))
                     .map(|p| p.pid)
                     .collect();
-                let (proxy_used, serve_used, own_used, containerd_used) = (
+                let (dockerd_used, proxy_used, serve_used, own_used, containerd_used) = (
+                    dockerd.since(&[pid], own_ticks),
                     proxy_ticks.since(&proxy_pids, own_ticks),
                     serve_ticks.since(&serve_pids, own_ticks),
                     own.since(&[std::process::id()], own_ticks),
@@ -254,7 +247,7 @@ impl Sampler {
                 out.push(HostPoint {
                     secs: start.elapsed().as_secs_f64(),
                     dockerd_rss_kib: rss_kib(pid),
-                    dockerd_cpu_pct: cpu,
+                    dockerd_cpu_pct: pct(dockerd_used),
                     shims: engine_procs
                         .iter()
                         .filter(|p| p.comm.starts_with("containerd-shim"))
