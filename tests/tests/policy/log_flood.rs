@@ -255,6 +255,10 @@ fn a_proxy_killed_and_started_again_keeps_the_repeat_window_in_its_state_dir() {
         || {
             create(&dir.path().join("a.sock"), &first, &flood(1));
             assert_eq!(stopped_after(&e.socket, &program, &first), "3 s");
+            // Written just after the stop's decision line.
+            wait_for("the memory file", 10, || {
+                kept_in.join("log-flood-stop").exists()
+            });
             let kept =
                 std::fs::read_to_string(kept_in.join("log-flood-stop")).expect("the memory file");
             assert!(kept.trim_end().parse::<u64>().is_ok(), "{kept:?}");
