@@ -86,6 +86,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         )),
         ..NetProxy::new(cfg.policy, resolver)
     });
+    // Before any listener accepts (each would start it too): the announcements' descriptor is
+    // taken while the table has room.
+    proxy.watch();
     let reload_proxy = proxy.clone();
     let metrics_listen = cfg.args.metrics_listen.clone();
     let reload_args = cfg.args;

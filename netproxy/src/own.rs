@@ -243,7 +243,12 @@ impl Interfaces for Watched {
     }
 
     fn announcements(&self) -> Option<std::os::fd::OwnedFd> {
-        self.changes.as_ref().and_then(|fd| fd.try_clone().ok())
+        let fd = self.changes.as_ref()?;
+        fd.try_clone()
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "network changes are not pushed to open tunnels"),
+            )
+            .ok()
     }
 }
 

@@ -189,12 +189,9 @@ impl NetProxy {
     /// Tells `network_changes` of every announced change, so open tunnels and streaming
     /// answers judge themselves again (`revoked`). Runs while the proxy does; started once by
     /// each listener (`watch`).
-    async fn watch_interfaces(proxy: Weak<Self>) {
+    async fn watch_interfaces(proxy: Weak<Self>, fd: std::os::fd::OwnedFd) {
         use tokio::io::unix::AsyncFd;
         use tokio::io::Interest;
-        let Some(fd) = proxy.upgrade().and_then(|p| p.interfaces.announcements()) else {
-            return;
-        };
         // The safe constructor, deprecated because a borrowed descriptor could be closed under
         // it; an `OwnedFd` is the AsyncFd's alone and closed only when it drops, which is the
         // contract `register` asks callers to keep (it is `unsafe`, and this crate forbids that).
@@ -229,7 +226,13 @@ impl NetProxy {
             .watching
             .swap(true, std::sync::atomic::Ordering::SeqCst)
         {
-            tokio::spawn(Self::watch_interfaces(Arc::downgrade(self)));
+            // Taken here, before the caller accepts its first connection, not in the task: a
+            // task that ran later could find the descriptor table full (changes then never
+            // reach open tunnels) or take the descriptor the accept loop had just freed to
+            // answer 503 at the limit.
+            if let Some(fd) = self.interfaces.announcements() {
+                tokio::spawn(Self::watch_interfaces(Arc::downgrade(self), fd));
+            }
         }
     }
 }

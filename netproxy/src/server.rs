@@ -153,6 +153,9 @@ impl Spare {
         listener: &TcpListener,
         metrics: &crate::metrics::Metrics,
     ) -> bool {
+        // A spare lost to a full table (`refill` after an accept that took the last
+        // descriptor) is sought again here, or this limit episode would never answer anyone.
+        self.refill();
         if self.0.take().is_none() {
             return false;
         }

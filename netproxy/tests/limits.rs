@@ -1,6 +1,7 @@
 //! Issue 14's smaller cases through the binary, each in its own network namespace: at the file
 //! descriptor limit a waiting client is told 503 instead of being left queued; `NETPROXY_LOG`
-//! filters the log like the other two binaries' variables.
+//! filters the log like the other two binaries' variables; and, in process, that the
+//! network-change watcher takes its descriptor before anything is accepted.
 
 mod common;
 
@@ -207,4 +208,53 @@ fn f2_at_the_fd_limit_own_networks_stay_known() {
     assert!(again.is_some(), "refused proxy_network once readable");
     wait_for(&np.lines, "the interfaces can be read again");
     assert_eq!(own.hits(), 0);
+}
+
+/// The network-change watcher's descriptor is taken when `watch` is called (the binary calls it
+/// before it binds a listener), not later in its task: a task that ran after the clients had
+/// filled the table found it full (changes never pushed to open tunnels) or took the descriptor
+/// the accept loop had just freed to answer 503, which left case 11's last client unanswered.
+#[test]
+fn the_change_watcher_takes_its_descriptor_before_anything_is_accepted() {
+    use std::os::fd::OwnedFd;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[derive(Debug, Default)]
+    struct Counting(AtomicUsize);
+    impl netproxy::own::Interfaces for Counting {
+        fn networks(&self) -> Result<Vec<ipnet::IpNet>, netproxy::own::OwnUnknown> {
+            Ok(Vec::new())
+        }
+        fn announcements(&self) -> Option<OwnedFd> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let args =
+            netproxy::config::Args::load_from(["netproxy", "--allow", "x.test:80"]).expect("flags");
+        let counting = Arc::new(Counting::default());
+        let np = Arc::new(netproxy::proxy::NetProxy {
+            interfaces: counting.clone(),
+            ..netproxy::proxy::NetProxy::new(
+                args.policy().expect("policy"),
+                common::scripted::Scripted::with(&[]),
+            )
+        });
+        np.watch();
+        // Nothing awaited since: on this one-thread runtime no spawned task has run yet.
+        assert_eq!(
+            counting.0.load(Ordering::SeqCst),
+            1,
+            "taken by watch itself"
+        );
+        np.watch();
+        tokio::task::yield_now().await;
+        assert_eq!(counting.0.load(Ordering::SeqCst), 1, "started once");
+    });
 }
