@@ -28,6 +28,7 @@ mod canon;
 mod create_body;
 mod create_props;
 mod create_rules;
+pub mod deployment;
 mod evaluate;
 mod evaluate_props;
 mod events;

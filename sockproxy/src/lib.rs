@@ -22,6 +22,7 @@ pub mod config;
 pub mod config_error;
 mod decide;
 pub mod decision_line;
+pub mod deployment;
 mod engine;
 pub mod engine_reach;
 pub mod event_stream;

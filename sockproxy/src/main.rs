@@ -89,6 +89,30 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     if let Some(pins) = &proxy.pins {
         sockproxy::pin_watch::probe(&proxy.upstream, pins).await?;
     }
+    // Before the socket too: a prefix that covers the proxy's own container or its compose
+    // project's objects would hand them to the stack.
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let checked = tokio::select! {
+        checked = sockproxy::deployment::check_until_answered(&proxy.upstream, &cfg.scope) => checked?,
+        // A proxy waiting for its engine stops when asked to (as PID 1 in a container it would
+        // not die of the signal's default action).
+        _ = term.recv() => return Ok(()),
+        _ = int.recv() => return Ok(()),
+    };
+    match checked {
+        sockproxy::deployment::Checked::Apart {
+            name,
+            project,
+            objects,
+        } => tracing::info!(
+            container = %name,
+            project = project.as_deref(),
+            objects,
+            "the stack's prefix is apart from the proxy's own deployment"
+        ),
+        other => tracing::debug!(checked = ?other, "the proxy's own deployment not checked"),
+    }
     let bound = server::bind(&cfg).context("cannot listen")?;
     if bound.made.is_none() && (cfg.socket_gid.is_some() || cfg.socket_mode != 0o660) {
         tracing::warn!(
@@ -106,8 +130,6 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         metrics_listen = cfg.metrics_listen.as_ref().map(|m| m.to_string()),
         "sockproxy listening"
     );
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let shutdown = async move {
         tokio::select! {
             _ = term.recv() => {},

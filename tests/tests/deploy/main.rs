@@ -2,7 +2,8 @@
 //! docker-compose on the real engine (`compose`), and deer-flow's route brought up as shipped and
 //! driven with deer-flow's remote-backend calls (`compose_deerflow`), the restricted overlay
 //! brought up and driven (`compose_restricted`), the multi-host override brought up as one host
-//! with a shared Redis and driven the same way (`compose_multihost`); the systemd units as `systemd-analyze verify`
+//! with a shared Redis and driven the same way (`compose_multihost`), the proxy refusing a
+//! prefix that covers its own compose project (`compose_prefix`); the systemd units as `systemd-analyze verify`
 //! reads them and as their system call filters let their programs run (`systemd`, with
 //! `syscalls` reading the filters and strace's record), and with the drop-in for pinned bind
 //! sources (`pins_unit`); the host firewall rule set that lets only a stack's gateway reach
@@ -16,6 +17,7 @@ mod activation;
 mod compose;
 mod compose_deerflow;
 mod compose_multihost;
+mod compose_prefix;
 mod compose_restricted;
 mod dashboards;
 mod examples;
