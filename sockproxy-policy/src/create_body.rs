@@ -140,6 +140,7 @@ pub(crate) fn stamp_stack_label(
             "the proxy sets sockproxy.bind.* labels on pinned binds",
         ));
     }
+    crate::deployment::no_compose_label(r.op(), "Labels", labels.keys())?;
     labels.insert(STACK_LABEL.into(), Value::String(stack.into()));
     o.insert("Labels".into(), Value::Object(labels));
     Ok(())

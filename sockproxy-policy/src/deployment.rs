@@ -12,7 +12,7 @@
 //! it, and which of the deployment's objects a prefix covers. The transport asks the engine
 //! (`sockproxy::deployment`) and refuses to start when anything is covered.
 
-use crate::scope::{Access, Kind, Scope};
+use crate::scope::{Access, Kind, Scope, STACK_LABEL};
 
 /// The label compose puts on every container, volume and network of a project.
 pub const COMPOSE_PROJECT_LABEL: &str = "com.docker.compose.project";
@@ -34,7 +34,10 @@ pub fn own_container_id(mountinfo: &str) -> Option<String> {
         let mut parts = root.rsplit('/');
         let (file, id, dir) = (parts.next()?, parts.next()?, parts.next()?);
         let hex = id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
-        (file == "hostname" && dir == "containers" && hex).then(|| id.to_owned())
+        // `…/containers/ID/hostname`, or `/ID/hostname` where the containers directory is a
+        // mount of its own.
+        let dir_ok = dir == "containers" || (dir.is_empty() && parts.next().is_none());
+        (file == "hostname" && dir_ok && hex).then(|| id.to_owned())
     })
 }
 
@@ -45,6 +48,8 @@ pub struct OwnContainer {
     pub name: String,
     /// The compose project it belongs to, if compose made it.
     pub project: Option<String>,
+    /// The named volumes mounted in it, compose's or not.
+    pub volumes: Vec<String>,
 }
 
 /// Reads a container inspect answer (`GET /containers/ID/json`).
@@ -55,6 +60,15 @@ pub fn own_container(inspect: &[u8]) -> Result<OwnContainer, String> {
         name: String,
         #[serde(rename = "Config")]
         config: Option<Config>,
+        #[serde(rename = "Mounts")]
+        mounts: Option<Vec<Mount>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Mount {
+        #[serde(rename = "Type")]
+        kind: Option<String>,
+        #[serde(rename = "Name")]
+        name: Option<String>,
     }
     #[derive(serde::Deserialize)]
     struct Config {
@@ -67,9 +81,17 @@ pub fn own_container(inspect: &[u8]) -> Result<OwnContainer, String> {
         .config
         .and_then(|c| c.labels)
         .and_then(|mut l| l.remove(COMPOSE_PROJECT_LABEL));
+    let volumes = i
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.kind.as_deref() == Some("volume"))
+        .filter_map(|m| m.name)
+        .collect();
     Ok(OwnContainer {
         name: i.name.trim_start_matches('/').to_owned(),
         project,
+        volumes,
     })
 }
 
@@ -105,17 +127,25 @@ impl Listed {
         }
     }
 
-    /// The names in a list answer of this kind (containers without the leading `/`).
+    /// The names in a list answer of this kind (containers without the leading `/`), but for
+    /// the entries labelled `sockproxy.stack`: a proxy made those, in a stack's name, so they
+    /// are no part of a deployment however they are labelled.
     pub fn names(self, body: &[u8]) -> Result<Vec<String>, String> {
+        type Labels = Option<std::collections::BTreeMap<String, String>>;
+        let made_by_a_proxy = |l: &Labels| l.as_ref().is_some_and(|l| l.contains_key(STACK_LABEL));
         #[derive(serde::Deserialize)]
         struct Container {
             #[serde(rename = "Names")]
             names: Option<Vec<String>>,
+            #[serde(rename = "Labels")]
+            labels: Labels,
         }
         #[derive(serde::Deserialize)]
         struct Named {
             #[serde(rename = "Name")]
             name: String,
+            #[serde(rename = "Labels")]
+            labels: Labels,
         }
         #[derive(serde::Deserialize)]
         struct Volumes {
@@ -127,6 +157,7 @@ impl Listed {
             Self::Containers => serde_json::from_slice::<Vec<Container>>(body)
                 .map_err(bad)?
                 .into_iter()
+                .filter(|c| !made_by_a_proxy(&c.labels))
                 .flat_map(|c| c.names.unwrap_or_default())
                 .map(|n| n.trim_start_matches('/').to_owned())
                 .collect(),
@@ -135,14 +166,58 @@ impl Listed {
                 .volumes
                 .unwrap_or_default()
                 .into_iter()
+                .filter(|v| !made_by_a_proxy(&v.labels))
                 .map(|v| v.name)
                 .collect(),
             Self::Networks => serde_json::from_slice::<Vec<Named>>(body)
                 .map_err(bad)?
                 .into_iter()
+                .filter(|n| !made_by_a_proxy(&n.labels))
                 .map(|n| n.name)
                 .collect(),
         })
+    }
+}
+
+/// Whether the prefix begins every name compose gives a kind of project `project`'s objects,
+/// those made later included: it is a prefix of `PROJECT_` (volumes, networks, v1's
+/// containers) or of `PROJECT-` (v2's containers). Which of the two the project's containers
+/// get is read off the proxy's own container's name (`own`); a name compose did not make
+/// (`container_name:`) says nothing, and both count.
+pub fn project_covered(scope: &Scope, project: &str, own: &str) -> bool {
+    let p = scope.prefix().as_str();
+    let containers = match own
+        .strip_prefix(project)
+        .and_then(|rest| rest.chars().next())
+    {
+        Some(sep @ ('_' | '-')) => format!("{project}{sep}"),
+        _ => format!("{project}-"),
+    };
+    [format!("{project}_"), containers]
+        .iter()
+        .any(|named| named.starts_with(p))
+}
+
+/// The labels compose reads to know its own objects, which no stack may set: one set on a
+/// stack's object would put it in a compose project's lists (`docker-compose down
+/// --remove-orphans` would remove it) and, in the proxy's own project, stop the proxy from
+/// starting again.
+pub const COMPOSE_LABEL_PREFIX: &str = "com.docker.compose.";
+
+/// Refuses a label in `COMPOSE_LABEL_PREFIX` among `keys`, the labels of a create at `path`.
+pub(crate) fn no_compose_label<'a>(
+    op: &str,
+    path: &str,
+    mut keys: impl Iterator<Item = &'a String>,
+) -> Result<(), crate::Refusal> {
+    match keys.find(|k| k.starts_with(COMPOSE_LABEL_PREFIX)) {
+        None => Ok(()),
+        Some(k) => Err(crate::fields::value_not_allowed(
+            op,
+            path,
+            k,
+            "compose's labels mark a compose project's own objects",
+        )),
     }
 }
 
@@ -216,6 +291,9 @@ mod tests {
                 ),
                 None,
             ),
+            // The containers directory mounted on its own: the root is `/ID/hostname`.
+            (line(&format!("/{ID}/hostname"), "/etc/hostname"), Some(ID)),
+            (line(&format!("/x/{ID}/hostname"), "/etc/hostname"), None),
             ("22 1 0:21 / /proc rw - proc proc rw".to_owned(), None),
             (String::new(), None),
         ];
@@ -227,16 +305,21 @@ mod tests {
 
     #[test]
     fn the_inspect_gives_the_name_and_the_compose_project() {
-        let with = br#"{"Name":"/pfx_sockproxy_1","Config":{"Labels":{"com.docker.compose.project":"pfx","x":"y"}}}"#;
+        let with = br#"{"Name":"/pfx_sockproxy_1","Config":{"Labels":{"com.docker.compose.project":"pfx","x":"y"}},
+            "Mounts":[{"Type":"volume","Name":"pfx_state"},{"Type":"bind","Source":"/var/run/docker.sock"},{"Type":"volume","Name":"shared"}]}"#;
         assert_eq!(
             own_container(with),
             Ok(OwnContainer {
                 name: "pfx_sockproxy_1".into(),
-                project: Some("pfx".into())
+                project: Some("pfx".into()),
+                volumes: vec!["pfx_state".into(), "shared".into()],
             })
         );
         let without = br#"{"Name":"/proxy","Config":{"Labels":null}}"#;
-        assert_eq!(own_container(without).map(|c| c.project), Ok(None));
+        assert_eq!(
+            own_container(without).map(|c| (c.project, c.volumes)),
+            Ok((None, vec![]))
+        );
         assert!(own_container(b"[]").is_err());
     }
 
@@ -273,6 +356,70 @@ mod tests {
         assert!(covered(&apart, Listed::Volumes, &names).is_empty());
         assert!(Listed::Volumes.names(b"[]").is_err());
         assert!(Listed::Networks.names(b"{}").is_err());
+    }
+
+    #[test]
+    fn what_a_proxy_made_is_no_part_of_a_deployment() {
+        // A stack's sandbox, labelled by its proxy, however else it is labelled.
+        let containers = br#"[{"Names":["/pfx_sandbox-1"],"Labels":{"sockproxy.stack":"s","com.docker.compose.project":"pfx"}},
+            {"Names":["/pfx_sockproxy_1"],"Labels":{"com.docker.compose.project":"pfx"}}]"#;
+        assert_eq!(
+            Listed::Containers.names(containers),
+            Ok(vec!["pfx_sockproxy_1".to_owned()])
+        );
+        let volumes = br#"{"Volumes":[{"Name":"pfx_x","Labels":{"sockproxy.stack":"s"}},{"Name":"pfx_y","Labels":null}]}"#;
+        assert_eq!(Listed::Volumes.names(volumes), Ok(vec!["pfx_y".to_owned()]));
+        let networks = br#"[{"Name":"pfx_net-1","Labels":{"sockproxy.stack":"s"}}]"#;
+        assert_eq!(Listed::Networks.names(networks), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_prefix_of_the_projects_names_covers_the_project() {
+        let scope = |p: &str| Scope::new(Prefix::parse(p).expect("prefix"), false);
+        for (prefix, project, own, covered) in [
+            ("deer-flow-", "deer-flow", "deer-flow-sockproxy-1", true),
+            ("deer-flow_", "deer-flow", "deer-flow-sockproxy-1", true),
+            // compose v1 names the containers with `_`: `deer-flow-` begins none of its names.
+            ("deer-flow-", "deer-flow", "deer-flow_sockproxy_1", false),
+            ("deer-flow_", "deer-flow", "deer-flow_sockproxy_1", true),
+            // A name of the operator's: either separator may come.
+            ("deer-flow-", "deer-flow", "proxy", true),
+            ("deer-", "deer-flow", "deer-flow_sockproxy_1", true),
+            ("de-", "deer-flow", "deer-flow-sockproxy-1", false),
+            ("deer-flow-s-", "deer-flow", "deer-flow-sockproxy-1", false),
+            ("deer-flow-", "deer-flow-x", "deer-flow-x_sockproxy_1", true),
+            ("deer-flow-", "deploy", "deploy_sockproxy_1", false),
+            ("deploy-", "deployment", "deployment-sockproxy-1", false),
+        ] {
+            assert_eq!(
+                project_covered(&scope(prefix), project, own),
+                covered,
+                "{prefix} {project} {own}"
+            );
+        }
+    }
+
+    #[test]
+    fn compose_labels_are_refused_on_a_stacks_objects() {
+        let keys = |k: &[&str]| k.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(no_compose_label(
+            "containers.create",
+            "Labels",
+            keys(&["a", "com.docker.x"]).iter()
+        )
+        .is_ok());
+        let refused = no_compose_label(
+            "containers.create",
+            "Labels",
+            keys(&["a", "com.docker.compose.project"]).iter(),
+        )
+        .expect_err("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("Labels com.docker.compose.project is not allowed"),
+            "{refused}"
+        );
     }
 
     #[test]

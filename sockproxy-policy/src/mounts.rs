@@ -281,7 +281,13 @@ fn volume_options(parent: &Reader, path: &str, v: Value) -> Result<Value, Refusa
     let mut r = Reader::new(parent.op(), path, v)?;
     let mut o = Map::new();
     r.keep(&mut o, "NoCopy", fields::any_bool)?;
-    r.keep(&mut o, "Labels", fields::any_str_map)?;
+    r.keep(&mut o, "Labels", |r, p, v| {
+        let labels = fields::any_str_map(r, p, v)?;
+        if let Value::Object(m) = &labels {
+            crate::deployment::no_compose_label(r.op(), p, m.keys())?;
+        }
+        Ok(labels)
+    })?;
     r.keep(&mut o, "Subpath", fields::any_string)?;
     // A driver or driver options can bind any host device or path (`local` with `o=bind`).
     if let Some(d) = r.take("DriverConfig") {

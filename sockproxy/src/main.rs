@@ -8,7 +8,8 @@ use sockproxy::server;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// A start-up failure and how the process exits with it: 2 for bad configuration (flags, the
-/// policy file), 1 for a failure at run time (the socket, the runtime).
+/// policy file, a prefix that covers the proxy's own deployment), 1 for a failure at run time
+/// (the socket, the runtime).
 enum Failure {
     Config(anyhow::Error),
     Runtime(anyhow::Error),
@@ -57,7 +58,17 @@ fn run() -> Result<(), Failure> {
     let runtime = server::runtime(cfg.worker_threads)
         .context("starting the runtime")
         .map_err(Failure::Runtime)?;
-    let served = runtime.block_on(serve(cfg)).map_err(Failure::Runtime);
+    let served = runtime.block_on(serve(cfg)).map_err(|e| {
+        // A prefix that covers the proxy's own deployment is a setting to change, not a fault.
+        let setting = e
+            .downcast_ref::<sockproxy::deployment::DeploymentError>()
+            .is_some_and(sockproxy::deployment::DeploymentError::is_config);
+        if setting {
+            Failure::Config(e)
+        } else {
+            Failure::Runtime(e)
+        }
+    });
     // What is still running is past its grace: dropped, with a second for it to go (a blocking
     // task past it is left to the process's exit).
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -1,8 +1,10 @@
 //! `deploy/compose.yaml`'s proxy with a stack prefix that covers its own compose project
 //! (`PROJECT_`: compose names the project's containers, volumes and networks with it): the proxy
-//! does not start, and says which of its deployment's objects the stack would have been handed
-//! (its own container, into which `docker exec` reaches the engine's socket; its socket's and
-//! its state's volumes). The same project with a prefix apart starts and says the check passed.
+//! does not start (exit code 2, no socket made), and says which of its deployment's objects the
+//! stack would have been handed (its own container, whose inspect and logs the stack would
+//! read; its socket's and its state's volumes, which it could mount; every name compose gives
+//! the project). The same project with a prefix apart starts, and says the check passed after
+//! reading the project's objects.
 //! A proxy in a container whose engine cannot be asked waits without serving, and stops when
 //! asked.
 
@@ -75,40 +77,48 @@ fn a_prefix_that_covers_the_proxys_compose_project_stops_it_at_start() {
     ] {
         assert!(logs.contains(&object), "{object} named: {logs}");
     }
-    assert!(!logs.contains("sockproxy listening"), "{logs}");
-    // The engine: the proxy is not running (it exits at each restart), and nothing was made in
-    // the stack's name (no stack network, no container but the proxy's).
-    let state = docker(
-        &e.socket,
-        &[
-            "inspect",
-            "-f",
-            "{{.State.Running}} {{.State.ExitCode}}",
-            &name,
-        ],
-    );
-    let state = state.out();
     assert!(
-        state.trim() == "false 1" || state.trim().starts_with("true"),
-        "{state}"
+        logs.contains(&format!("every name compose gives project {project}")),
+        "{logs}"
     );
-    let running = docker(
+    assert!(!logs.contains("sockproxy listening"), "{logs}");
+    // It exits with the code of a bad setting (2) at each of the restarts its restart policy
+    // makes (the engine counts them, and keeps the last exit code); and it never made its socket.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut restarts, mut code) = (0u32, String::new());
+    while Instant::now() < deadline && restarts == 0 {
+        let state = docker(
+            &e.socket,
+            &[
+                "inspect",
+                "-f",
+                "{{.RestartCount}} {{.State.ExitCode}}",
+                &name,
+            ],
+        )
+        .out();
+        let mut fields = state.split_whitespace();
+        restarts = fields.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        code = fields.next().unwrap_or_default().to_owned();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(restarts >= 1, "restarted by its policy");
+    assert_eq!(code, "2", "the exit code of a bad setting");
+    let listing = docker(
         &e.socket,
         &[
-            "ps",
-            "-a",
-            "--filter",
-            &format!("name=^{project}_"),
-            "--format",
-            "{{.Names}}",
+            "run",
+            "--rm",
+            "-v",
+            &format!("{project}_stack-socket:/s"),
+            &e.image,
+            "ls",
+            "-A",
+            "/s",
         ],
-    )
-    .out();
-    assert_eq!(
-        running.trim(),
-        name,
-        "only the proxy's container: {running}"
     );
+    assert!(listing.ok(), "{}", listing.stderr);
+    assert_eq!(listing.out().trim(), "", "no socket in the stack's volume");
     let down = covering.run(&["down", "-v"]);
     assert!(down.status.success(), "{}", text(&down));
     drop(covering);
@@ -117,10 +127,14 @@ fn a_prefix_that_covers_the_proxys_compose_project_stops_it_at_start() {
     let up = apart.run(&["up", "-d", "sockproxy"]);
     assert!(up.status.success(), "{}", text(&up));
     let (logs, _) = proxy_logs_with(&apart, &e.socket, "sockproxy listening");
-    assert!(
-        logs.contains("the stack's prefix is apart from the proxy's own deployment"),
-        "{logs}"
-    );
+    let line = logs
+        .lines()
+        .find(|l| l.contains("the stack's prefix is apart from the proxy's own deployment"))
+        .unwrap_or_else(|| panic!("the check's line: {logs}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+    // Its container and two volumes at least, and the project's networks: the lists were read.
+    assert!(v["objects"].as_u64().is_some_and(|n| n >= 4), "{line}");
+    assert_eq!(v["project"].as_str(), Some(project.as_str()), "{line}");
     assert!(logs.contains("sockproxy listening"), "{logs}");
 }
 

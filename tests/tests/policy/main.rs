@@ -13,11 +13,13 @@
 //! create, across every kind of restart, and a proxy that cannot pin refusing to start (`pins`,
 //! `pins_restarts`, `pins_startup`), and a sandbox flooding its log stopped by the log guard
 //! (`log_flood`), and the stack's networks given subnets of the operator's pool, which keeps a
-//! dockerd 20.10 restarted during a network removal able to start (`network_pool`);
+//! dockerd 20.10 restarted during a network removal able to start (`network_pool`), and
+//! compose's labels refused on what a stack makes (`compose_labels`);
 //! on the fake and the real engine. Run on its own with
 //! `cargo test -p sockproxy-tests --test policy`.
 
 mod bypasses;
+mod compose_labels;
 mod floors;
 mod host_reach;
 mod http_layer;
