@@ -16,6 +16,7 @@ use sockproxy_tests::engine::{ensure_images, real_engine};
 use sockproxy_tests::unique_prefix;
 
 use crate::compose::{have_compose, repo, text, Compose};
+use crate::gateway_net::GatewayNet;
 
 /// The logs of compose service `sockproxy` of `compose` once they hold `wanted` (30 s at most),
 /// and its container's name.
@@ -54,6 +55,9 @@ fn a_prefix_that_covers_the_proxys_compose_project_stops_it_at_start() {
         .filter(char::is_ascii_alphanumeric)
         .collect();
     let gid = std::fs::metadata(&e.socket).expect("engine socket").gid();
+    // The gateway network's bridge and subnet of this run: the shipped defaults would collide
+    // with another compose run on the engine.
+    let net = GatewayNet::new(&project);
     let with_prefix = |prefix: &str| {
         Compose::for_stack(
             &e,
@@ -61,7 +65,10 @@ fn a_prefix_that_covers_the_proxys_compose_project_stops_it_at_start() {
             images,
             prefix,
             &project,
-            vec![("DOCKER_GID".to_owned(), gid.to_string())],
+            [("DOCKER_GID".to_owned(), gid.to_string())]
+                .into_iter()
+                .chain(net.env())
+                .collect(),
         )
     };
 
