@@ -25,18 +25,7 @@ fn compose_labels_are_refused_on_what_a_stack_makes() {
     let network = clean.network(&format!("{prefix}net-compose"));
     // The engine's inspect path for the container.
     let held = format!("{container}/json");
-    let create = |body: Value| {
-        let mut b = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
-        if let (Some(b), Value::Object(x)) = (b.as_object_mut(), body) {
-            b.extend(x);
-        }
-        send(
-            p.socket(),
-            "POST",
-            &format!("/containers/create?name={container}"),
-            &b,
-        )
-    };
+    let create = |body: Value| crate::volumes::create(&p, &e, &container, body);
 
     // dockerd reads the body's keys case-insensitively: each spelling is the same field.
     for body in [

@@ -16,7 +16,8 @@ use sockproxy_tests::unique_prefix;
 
 use crate::bypasses::{inspect, refused, send};
 
-fn create(p: &StackProxy, e: &Engine, name: &str, extra: Value) -> RawResponse {
+/// A raw create of `name` through `p`: a sleeping container with `extra` fields.
+pub(crate) fn create(p: &StackProxy, e: &Engine, name: &str, extra: Value) -> RawResponse {
     let mut body = json!({ "Image": e.image, "Cmd": ["sleep", "600"] });
     if let (Some(b), Value::Object(x)) = (body.as_object_mut(), extra) {
         b.extend(x);
